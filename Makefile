@@ -1,0 +1,134 @@
+# delayq - build, test, demo.
+#
+#   make              library (static + shared), CLI, examples, unit tests
+#   make demo         the seed-000 annotation demo on a private redis-server
+#   make test         the whole suite (unit + integration) on a private redis-server
+#   make test-asan    the suite built with AddressSanitizer + UBSan
+#   make valgrind     the suite's C programs under valgrind (leaks are errors)
+#   make deps         apt-get install whatever is missing (needs root)
+#   make install      PREFIX=/usr/local DESTDIR=
+#
+# Knobs: CFLAGS/LDFLAGS are yours and are appended, never replaced.
+# SANITIZE=address,undefined builds into build-san/. DEBUG=1: -O0.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= cc
+SANITIZE ?=
+DEBUG ?=
+
+ifneq ($(SANITIZE),)
+BUILD ?= build-san
+SAN_FLAGS = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+else
+BUILD ?= build
+SAN_FLAGS =
+endif
+
+ifneq ($(DEBUG),)
+OPT = -O0 -g3
+else
+OPT = -O2 -g
+endif
+
+WARN = -Wall -Wextra -Werror -Wstrict-prototypes -Wwrite-strings -Wmissing-prototypes \
+       -Wshadow -Wpointer-arith -Wformat=2 -Wvla
+DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibility=hidden \
+            -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
+DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
+LIBS = -lhiredis -lev -lsodium -lm
+
+LUA_COMMON = lua/common.lua
+LUA_SCRIPTS = $(filter-out $(LUA_COMMON),$(wildcard lua/*.lua))
+LIB_SRC = $(wildcard src/*.c)
+CLI_SRC = $(wildcard src/cli/*.c)
+UNIT_SRC = $(wildcard tests/unit/*.c)
+ITEST_SRC = $(wildcard tests/integration/*.c)
+EX_SRC = $(wildcard examples/*.c)
+
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
+UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+ITEST_BIN = $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
+EX_BIN = $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+
+STATIC = $(BUILD)/libdelayq.a
+SHARED = $(BUILD)/libdelayq.so
+CLI = $(BUILD)/delayq
+PC = $(BUILD)/delayq.pc
+
+# Debian 12 packages the build, the tests and the demo need.
+DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev \
+           libcmocka-dev redis-server redis-tools python3 valgrind
+
+.PHONY: all deps demo test test-asan valgrind check install clean
+all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(EX_BIN)
+
+deps:
+	@sh tools/deps.sh $(DEB_PKGS)
+
+$(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_COMMON) $(LUA_SCRIPTS)
+	@mkdir -p $(dir $@)
+	sh tools/embed-lua.sh $@ $(LUA_COMMON) $(LUA_SCRIPTS)
+
+$(BUILD)/%.o: %.c $(BUILD)/gen/scripts.h $(wildcard include/*.h src/*.h src/cli/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libdelayq.so.0 $(DQ_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(CLI): $(CLI_OBJ) $(STATIC)
+	$(CC) $(DQ_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(STATIC) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) -Itests $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS) -lcmocka
+
+$(BUILD)/tests/%: tests/integration/%.c $(STATIC) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) -Itests $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS) -lcmocka
+
+$(BUILD)/examples/%: examples/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+$(PC): Makefile
+	@mkdir -p $(dir $@)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: 0.1.0\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+
+demo: deps
+	$(MAKE) all
+	sh examples/demo.sh $(BUILD)
+
+test: deps
+	$(MAKE) all
+	sh tests/run.sh $(BUILD)
+
+test-asan: deps
+	$(MAKE) SANITIZE=address,undefined all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  sh tests/run.sh build-san
+
+valgrind: deps
+	$(MAKE) all
+	DQ_TEST_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible" \
+	  sh tests/run.sh $(BUILD)
+
+check: test
+
+install: $(STATIC) $(SHARED) $(CLI) $(PC)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/delayq.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libdelayq.so.0
+	ln -sf libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/libdelayq.so
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(PC) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-san

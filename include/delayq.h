@@ -1,0 +1,365 @@
+/*
+ * delayq.h - a Redis-backed delay queue: "do X after T", durable and on time.
+ *
+ * The whole public API of libdelayq. Everything here has the dq_ prefix;
+ * handles are opaque.
+ *
+ * Model
+ *   A producer offers an item (id, payload, delay) to a named queue. The item
+ *   waits in Redis until its due time, then a scheduler moves it to the
+ *   queue's ready list, where consumers take it. Any number of processes may
+ *   produce, schedule and consume one queue at the same time.
+ *
+ * Time
+ *   All times are milliseconds. Due times are absolute *Redis server* epoch
+ *   milliseconds (the server's TIME), never the client's clock: clients with
+ *   skewed clocks agree. A delay is added to the server's clock inside the
+ *   offer script. An item is never delivered before its due time. Items with
+ *   equal due times are delivered in offer order (exactly for up to 2048
+ *   items sharing one due millisecond in one queue; beyond that, by id).
+ *
+ * Errors
+ *   Functions return 0 (or a documented non-negative value) on success and a
+ *   negative DQ_E* code on failure; dq_strerror() names the code and
+ *   dq_client_errstr() holds the message of the client's last failure. If a
+ *   function that takes a callback returns an error, the callback is never
+ *   called.
+ *
+ * Threads
+ *   A client and everything made from it belong to one thread: the one that
+ *   runs its event loop. Different clients may live in different threads.
+ *
+ * Delivery (this version)
+ *   dq_take/dq_take_async pop the item from the ready list: at-most-once once
+ *   taken. An item is never lost between offer and ready, whichever process
+ *   dies or whenever Redis restarts (with AOF or RDB persistence on).
+ */
+#ifndef DELAYQ_H
+#define DELAYQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DQ_VERSION "0.1.0"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DQ_EXPORT __attribute__((visibility("default")))
+#define DQ_NODISCARD __attribute__((warn_unused_result))
+#else
+#define DQ_EXPORT
+#define DQ_NODISCARD
+#endif
+
+struct ev_loop;
+
+/* ------------------------------------------------------------------ limits */
+
+/* Longest queue name and id, in bytes. Queue names are 1..DQ_QUEUE_MAX
+ * bytes of [A-Za-z0-9_.:-]; ids are 1..DQ_ID_MAX printable ASCII bytes
+ * (0x21..0x7e). */
+#define DQ_QUEUE_MAX 128
+#define DQ_ID_MAX 128
+/* Length of a generated id: 128 random bits, base64url without padding. */
+#define DQ_ID_GENERATED_LEN 22
+/* Default and hard ceiling for a payload, in bytes (see dq_options). */
+#define DQ_PAYLOAD_DEFAULT_MAX (1024u * 1024u)
+#define DQ_PAYLOAD_HARD_MAX (64u * 1024u * 1024u)
+/* Latest due time accepted: 2^42 - 1 ms after the epoch (year 2109). */
+#define DQ_DUE_MAX_MS ((int64_t)4398046511103)
+
+/* ------------------------------------------------------------------ errors */
+
+enum dq_error {
+    DQ_OK = 0,
+    DQ_EINVAL = -1,     /* bad argument: name, id, duration, URL, flag      */
+    DQ_ETOOBIG = -2,    /* payload larger than the client's max_payload      */
+    DQ_ECONNECT = -3,   /* Redis unreachable, or the connection was lost     */
+    DQ_ETIMEDOUT = -4,  /* no reply within command_timeout_ms                */
+    DQ_EAUTH = -5,      /* AUTH or SELECT refused                           */
+    DQ_EWRONGTYPE = -6, /* a key of the queue holds another Redis type      */
+    DQ_EREDIS = -7,     /* any other error reply from Redis                  */
+    DQ_EPROTO = -8,     /* a reply or stored value delayq cannot decode      */
+    DQ_ENOMEM = -9,     /* out of memory                                     */
+    DQ_ECLOSED = -10,   /* the client, worker or take was stopped            */
+    DQ_EBUSY = -11      /* the operation is not allowed right now (e.g. a
+                           synchronous call from inside a callback)         */
+};
+
+/* Static text for a DQ_E* code ("invalid argument", ...). Never NULL. */
+DQ_EXPORT const char *dq_strerror(int code);
+
+/* ------------------------------------------------------------------ parsing helpers */
+
+/* Parses a duration: "250ms", "30s", "5m", "2h", "1d", or bare digits meaning
+ * milliseconds; "0" is zero. No sign, no spaces, no fractions, at most
+ * DQ_DUE_MAX_MS. Returns 0 and sets *ms, or DQ_EINVAL (and *ms is untouched). */
+DQ_EXPORT int dq_parse_duration(const char *text, int64_t *ms) DQ_NODISCARD;
+
+/* ------------------------------------------------------------------ client */
+
+typedef struct dq_client dq_client;
+
+typedef struct dq_options {
+    int connect_timeout_ms;  /* per connection attempt; default 2000         */
+    int command_timeout_ms;  /* reply deadline of each non-blocking command;
+                                default 5000                                 */
+    int safety_check_ms;     /* a scheduler re-checks each queue at a random
+                                time in [1/2, 1] of this after its last
+                                transfer, whatever it heard; default 5000   */
+    int reconnect_max_ms;    /* reconnect backoff ceiling; default 1000      */
+    size_t max_payload;      /* default DQ_PAYLOAD_DEFAULT_MAX, at most
+                                DQ_PAYLOAD_HARD_MAX                          */
+    int transfer_batch;      /* items one transfer script moves at most;
+                                default 1000                                 */
+    int transfer_budget_us;  /* server time one transfer run may spend;
+                                default 2000                                 */
+} dq_options;
+
+/* Fills *opts with the defaults above. */
+DQ_EXPORT void dq_options_init(dq_options *opts);
+
+/* Makes a client. loop: the libev loop the client runs on; NULL makes a
+ * private loop owned (and destroyed) by the client. opts may be NULL for the
+ * defaults; it is copied. Returns NULL only when out of memory or when opts
+ * holds an out-of-range value. Connect with dq_connect() before use. */
+DQ_EXPORT dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts);
+
+/* Connects to Redis, waiting (running the loop) up to connect_timeout_ms.
+ * url: "redis://[[user:]password@]host[:port][/db]" (port 6379, db 0 by
+ * default) or "unix:///path/to/redis.sock[?db=N]"; percent-escapes allowed
+ * in user and password. Authenticates, selects the db and loads the scripts.
+ * Returns 0, DQ_EINVAL (bad URL), DQ_ECONNECT, DQ_ETIMEDOUT or DQ_EAUTH.
+ * After a success the client reconnects by itself whenever a connection is
+ * lost. Call once per client. */
+DQ_EXPORT int dq_connect(dq_client *c, const char *url) DQ_NODISCARD;
+
+/* Stops everything the client runs (schedulers, takes, workers: their
+ * callbacks run with DQ_ECLOSED), closes its connections and frees it. Safe
+ * with NULL. Must not be called from one of the client's callbacks. */
+DQ_EXPORT void dq_client_free(dq_client *c);
+
+/* The loop the client runs on (the caller's, or its private one). */
+DQ_EXPORT struct ev_loop *dq_client_loop(const dq_client *c);
+
+/* Message of the client's last failure, "" if none. Owned by the client;
+ * valid until its next call. */
+DQ_EXPORT const char *dq_client_errstr(const dq_client *c);
+
+/* Receives what the client's background work (schedulers, reconnects,
+ * set-aside entries) has to report, one line without a newline; msg is valid
+ * during the call. Default: nothing is reported. */
+typedef void dq_log_fn(void *privdata, const char *msg);
+DQ_EXPORT void dq_set_log(dq_client *c, dq_log_fn *fn, void *privdata);
+
+/* Runs the client's loop until dq_stop() is called or nothing is left to do.
+ * Returns 0. */
+DQ_EXPORT int dq_run(dq_client *c);
+
+/* Makes dq_run() return once the current callback is done. Safe anywhere in
+ * the loop's thread, including callbacks and ev_signal watchers. */
+DQ_EXPORT void dq_stop(dq_client *c);
+
+/* ------------------------------------------------------------------ producing */
+
+/* Flags of dq_item.flags. */
+#define DQ_OFFER_KEEP (1u << 0) /* if the id is pending, keep it as it is
+                                   (default: replace payload and due time) */
+
+typedef struct dq_item {
+    const char *id;       /* NUL-terminated, or NULL for a generated id     */
+    const void *payload;  /* any bytes; may be NULL when payload_len is 0   */
+    size_t payload_len;
+    int64_t delay_ms;     /* from the server's now; 0 = due now             */
+    int64_t due_ms;       /* absolute server epoch ms; when > 0 it is used
+                             instead of delay_ms (a past time = due now)   */
+    unsigned flags;       /* DQ_OFFER_*                                     */
+} dq_item;
+
+/* What an offer did. */
+enum dq_offer_status {
+    DQ_ADDED = 1,     /* a new pending item                               */
+    DQ_REPLACED = 2,  /* the id was pending: payload and due time replaced */
+    DQ_KEPT = 3       /* the id was pending and DQ_OFFER_KEEP kept it      */
+};
+
+typedef struct dq_offer_result {
+    char id[DQ_ID_MAX + 1];  /* the item's id (the generated one, if any)  */
+    int status;              /* enum dq_offer_status                       */
+    int64_t due_ms;          /* the item's due time (for DQ_KEPT: the kept
+                                item's)                                     */
+} dq_offer_result;
+
+/* Offers one item to queue and waits for Redis's answer. result may be NULL.
+ * Returns 0, or DQ_EINVAL, DQ_ETOOBIG, DQ_ECONNECT, DQ_ETIMEDOUT,
+ * DQ_EWRONGTYPE, DQ_EREDIS, DQ_EBUSY (called from a callback of c). */
+DQ_EXPORT int dq_offer(dq_client *c, const char *queue, const dq_item *item,
+                       dq_offer_result *result) DQ_NODISCARD;
+
+/* Offers n items in one pipeline and waits for all answers. results: NULL or
+ * an array of n, filled in order. Returns the number of items Redis accepted
+ * (n on full success; items are independent, so a failure of one does not
+ * undo the others), or a negative code if the batch could not be sent at
+ * all (then nothing was offered). On a partial failure, the first failing
+ * item's code is in results[i].status as a negative value, and
+ * dq_client_errstr() tells the cause. */
+DQ_EXPORT int dq_offer_many(dq_client *c, const char *queue, const dq_item *items,
+                            size_t n, dq_offer_result *results) DQ_NODISCARD;
+
+/* Completion of dq_offer_async. status: 0 or a negative code; result is NULL
+ * on failure and valid only until the callback returns. */
+typedef void dq_offer_cb(dq_client *c, int status, const dq_offer_result *result,
+                         void *privdata);
+
+/* Offers without waiting: cb runs on the loop when Redis answers (or the
+ * command fails). The item and its payload are copied before return.
+ * Returns 0 or DQ_EINVAL, DQ_ETOOBIG, DQ_ECONNECT (not connected), DQ_ENOMEM. */
+DQ_EXPORT int dq_offer_async(dq_client *c, const char *queue, const dq_item *item,
+                             dq_offer_cb *cb, void *privdata) DQ_NODISCARD;
+
+/* Removes a pending item. Returns 1 if it was pending and is now removed, 0
+ * if it was not pending (unknown, cancelled, or already ready/taken), or a
+ * negative code. O(log N). */
+DQ_EXPORT int dq_cancel(dq_client *c, const char *queue, const char *id) DQ_NODISCARD;
+
+enum dq_state {
+    DQ_STATE_UNKNOWN = 0, /* not pending: never offered, cancelled, or moved
+                             to the ready list already                      */
+    DQ_STATE_PENDING = 1  /* waiting for its due time                       */
+};
+
+typedef struct dq_item_info {
+    int state;      /* enum dq_state                                        */
+    int64_t due_ms; /* when PENDING: its due time; else 0                   */
+} dq_item_info;
+
+/* Looks an id up. Returns 0 and fills *info, or a negative code. O(1). */
+DQ_EXPORT int dq_lookup(dq_client *c, const char *queue, const char *id,
+                        dq_item_info *info) DQ_NODISCARD;
+
+typedef struct dq_stats {
+    int64_t pending;        /* items waiting for their due time            */
+    int64_t ready;          /* items due and waiting for a consumer        */
+    int64_t next_due_in_ms; /* server ms until the earliest pending item is
+                               due (0 if overdue); -1 if nothing pending   */
+    int64_t set_aside;      /* entries the scheduler or a consumer could not
+                               decode, kept with a reason (never dropped)   */
+} dq_stats;
+
+/* Counts of one queue. Returns 0 and fills *stats, or a negative code.
+ * O(1) apart from one O(log N) look-up. */
+DQ_EXPORT int dq_get_stats(dq_client *c, const char *queue, dq_stats *stats) DQ_NODISCARD;
+
+/* ------------------------------------------------------------------ scheduling */
+
+/* Starts moving due items of queue to its ready list, on the client's loop:
+ * subscribes to the queue's wake channel, runs a catch-up transfer now and
+ * after every reconnect, keeps one timer armed for the earliest announced
+ * due time, and re-checks at a jittered safety interval. Idempotent per
+ * queue. Any number of processes may schedule the same queue; they stay out
+ * of each other's way (see README, "Many schedulers").
+ * Returns 0, DQ_EINVAL or DQ_ENOMEM. Failures after that (Redis down) are
+ * retried by the scheduler itself. */
+DQ_EXPORT int dq_schedule(dq_client *c, const char *queue) DQ_NODISCARD;
+
+/* Stops scheduling queue. Returns 0, or DQ_EINVAL if it was not scheduled. */
+DQ_EXPORT int dq_unschedule(dq_client *c, const char *queue);
+
+/* Counters of the client's schedulers, summed over queues (for tests and
+ * benchmarks). */
+typedef struct dq_sched_counters {
+    uint64_t transfers;      /* transfer scripts run                        */
+    uint64_t moved;          /* items they moved to ready lists             */
+    uint64_t set_aside;      /* entries they set aside                      */
+    uint64_t wakeups;        /* wake announcements received                 */
+    uint64_t safety_checks;  /* transfers started by the safety timer       */
+    uint64_t reconnects;     /* connections re-established                  */
+    uint64_t errors;         /* transfer runs that failed (see dq_set_log)  */
+} dq_sched_counters;
+
+DQ_EXPORT void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out);
+
+/* ------------------------------------------------------------------ consuming */
+
+/* A delivered item. Owned by whoever the function handing it out says;
+ * all fields read-only. id and payload are followed by a NUL byte that is
+ * not part of them (so text payloads can be used as C strings). */
+typedef struct dq_msg {
+    const char *queue;
+    const char *id;
+    size_t id_len;
+    const void *payload;
+    size_t payload_len;
+    int64_t due_ms;    /* its due time (server epoch ms)                    */
+    int64_t ready_ms;  /* when the scheduler moved it to the ready list     */
+} dq_msg;
+
+/* Frees a message handed to the caller. Safe with NULL. */
+DQ_EXPORT void dq_msg_free(dq_msg *msg);
+
+/* Waits up to timeout_ms (< 0: forever) for an item of queue, running the
+ * client's loop meanwhile (so the client's schedulers keep working). Returns
+ * 1 and sets *msg (free it with dq_msg_free), 0 on timeout (*msg = NULL), or
+ * a negative code. Must not be called from a callback of c (DQ_EBUSY). */
+DQ_EXPORT int dq_take(dq_client *c, const char *queue, int64_t timeout_ms,
+                      dq_msg **msg) DQ_NODISCARD;
+
+typedef struct dq_take_req dq_take_req;
+
+/* Completion of an async take. status: 1 with msg, 0 on timeout (msg NULL),
+ * or a negative code (DQ_ECLOSED when cancelled or the client is freed).
+ * msg belongs to the callee: free it with dq_msg_free(). Runs exactly once. */
+typedef void dq_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata);
+
+/* Starts waiting for one item of queue on a connection of its own; cb runs
+ * on the loop. timeout_ms < 0 waits forever. Survives reconnects. *req (may
+ * be NULL) receives a handle for dq_take_cancel, valid until cb runs.
+ * Returns 0, DQ_EINVAL or DQ_ENOMEM. */
+DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms,
+                            dq_take_cb *cb, void *privdata, dq_take_req **req) DQ_NODISCARD;
+
+/* Cancels a waiting take without losing an item: if an item was already on
+ * its way, cb gets it (status 1); otherwise cb runs with DQ_ECLOSED. Either
+ * way cb runs later on the loop, not inside this call. */
+DQ_EXPORT void dq_take_cancel(dq_take_req *req);
+
+/* ------------------------------------------------------------------ workers */
+
+typedef struct dq_worker dq_worker;
+
+/* A handler owns msg until it calls dq_worker_done(w, msg, status), now or
+ * later from the loop (asynchronous work is fine). Until then the message
+ * counts against the worker's concurrency. */
+typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
+
+/* Runs handler for items of queue with up to concurrency (>= 1) messages in
+ * hand at once. Also schedules the queue unless DQ_WORKER_NO_SCHEDULER is in
+ * flags. Returns a worker, or NULL (see dq_client_errstr) on bad arguments. */
+#define DQ_WORKER_NO_SCHEDULER (1u << 0)
+DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
+                                     unsigned flags, dq_handler *handler, void *privdata);
+
+/* Ends the handling of msg and frees it. status: 0 for success, else a
+ * failure code of the handler's choosing (counted; in this version the item
+ * is not redelivered). */
+DQ_EXPORT void dq_worker_done(dq_worker *w, dq_msg *msg, int status);
+
+/* Stops taking new items; messages in hand stay valid until their
+ * dq_worker_done. Then frees the worker once all are done. Safe in handlers.*/
+DQ_EXPORT void dq_worker_stop(dq_worker *w);
+
+typedef struct dq_worker_counters {
+    uint64_t taken, succeeded, failed;
+    int in_hand;
+} dq_worker_counters;
+
+DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DELAYQ_H */

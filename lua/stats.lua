@@ -1,0 +1,10 @@
+-- stats.lua: counts of one queue, all O(1) but one O(log N) look-up.
+-- KEYS[1] z, KEYS[2] ready list, KEYS[3] set-aside list.
+-- Returns {pending, ready, next_due_in_ms or -1, set_aside}.
+local pending = redis.call('ZCARD', KEYS[1])
+local ready = redis.call('LLEN', KEYS[2])
+local aside = redis.call('LLEN', KEYS[3])
+local next_due = earliest_due(KEYS[1])
+local next_in = -1
+if next_due >= 0 then next_in = math.max(0, next_due - server_now_ms()) end
+return {pending, ready, fmt(next_in), aside}

@@ -1,0 +1,98 @@
+/*
+ * util.h - pure helpers shared by the library and the CLI: URL parsing,
+ * names and keys, the stored-entry codec, ids and text encodings.
+ * No I/O and no event loop here, so every function is unit-tested alone.
+ * Internal: dq__ prefix, never installed.
+ */
+#ifndef DQ_UTIL_H
+#define DQ_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "delayq.h"
+
+/* ------------------------------------------------------------ URL (url.c) */
+
+typedef struct dq__url {
+    int is_unix;         /* 1: unix socket at path; 0: TCP host:port        */
+    char host[256];      /* TCP host (IPv4, name, or IPv6 without brackets) */
+    int port;            /* TCP port, default 6379                          */
+    char path[108];      /* unix socket path                                */
+    char user[128];      /* ACL user, "" if none (percent-decoded)          */
+    char password[256];  /* "" if none (percent-decoded)                    */
+    int db;              /* database number, default 0                      */
+} dq__url;
+
+/* Parses "redis://[[user:]password@]host[:port][/db]" or
+ * "unix:///path.sock[?db=N]". "redis://:pw@h" means password only.
+ * Returns 0, or DQ_EINVAL with a one-line reason in err (errlen bytes). */
+int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ names (codec.c) */
+
+/* 1 if name is a valid queue name (1..DQ_QUEUE_MAX of [A-Za-z0-9_.:-]). */
+int dq__queue_valid(const char *name);
+/* 1 if id is a valid id (1..DQ_ID_MAX bytes in 0x21..0x7e). */
+int dq__id_valid(const char *id);
+
+/* Writes "dq:{queue}:" followed by suffix into buf (NUL-terminated).
+ * Returns the length, or -1 if it does not fit. */
+int dq__key(char *buf, size_t size, const char *queue, const char *suffix);
+
+/* ------------------------------------------------------------ entries (codec.c) */
+
+/* A ready-list entry "1|due|ready|idlen|<id><payload>", decoded in place:
+ * id and payload point into the buffer that was decoded. */
+typedef struct dq__entry {
+    int64_t due_ms, ready_ms;
+    const char *id;
+    size_t id_len;
+    const char *payload;
+    size_t payload_len;
+} dq__entry;
+
+/* Decodes a ready-list entry. Returns 0, or DQ_EPROTO for anything else
+ * (wrong version, bad number, lengths that do not add up). */
+int dq__entry_decode(const char *buf, size_t len, dq__entry *out);
+
+/* Builds a set-aside entry "1|reason|idlen|<id><raw>" (the same format the
+ * Lua scripts write) into a malloc'ed buffer; *len gets its length.
+ * Returns NULL when out of memory. The caller frees. */
+char *dq__aside_encode(const char *reason, const char *id, size_t id_len,
+                       const char *raw, size_t raw_len, size_t *len);
+
+/* ------------------------------------------------------------ ids (ids.c) */
+
+/* The only file that includes sodium.h. */
+
+/* Initialises libsodium once; returns 0 or -1. Thread-safe. */
+int dq__crypto_init(void);
+/* Writes a new random id (128 bits, base64url without padding,
+ * DQ_ID_GENERATED_LEN chars + NUL) into out. */
+void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1]);
+/* A uniformly random integer in [0, upper) (upper > 0), for jitter. */
+uint32_t dq__random_uniform(uint32_t upper);
+/* Standard base64 (with padding) of len bytes into a malloc'ed NUL-terminated
+ * string; NULL when out of memory. The caller frees. */
+char *dq__base64_encode(const void *data, size_t len);
+
+/* ------------------------------------------------------------ text (text.c) */
+
+/* 1 if the len bytes are valid UTF-8 (no overlongs, no surrogates, no code
+ * points above U+10FFFF; NUL bytes count as valid). */
+int dq__utf8_valid(const void *data, size_t len);
+
+/* Appends the JSON string literal (with quotes) for len bytes of valid UTF-8
+ * to a growing buffer. Returns 0 or DQ_ENOMEM. */
+typedef struct dq__buf {
+    char *data;
+    size_t len, cap;
+} dq__buf;
+int dq__buf_append(dq__buf *b, const void *data, size_t len);
+int dq__buf_printf(dq__buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int dq__json_string(dq__buf *b, const void *utf8, size_t len);
+void dq__buf_release(dq__buf *b);
+
+#endif
