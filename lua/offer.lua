@@ -2,13 +2,15 @@
 -- KEYS[1] z, KEYS[2] ready list
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] id,
 -- ARGV[4] payload, ARGV[5] 'd' (delay) or 'a' (absolute due), ARGV[6] ms,
--- ARGV[7] '1' to keep an existing pending id instead of replacing it.
+-- ARGV[7] '1' to keep an existing pending id instead of replacing it,
+-- ARGV[8] '1' if the id was just generated (so it cannot be pending).
 -- Returns {status, due_ms, now_ms}; status 1 added, 2 replaced, 3 kept.
+--
+-- Cost matters here (every item passes once), so the script makes as few
+-- calls as it can: reads come first, so a key of the wrong type fails the
+-- script before anything is written.
 local z, ready = KEYS[1], KEYS[2]
 local prefix, chan, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-
-local err = require_type(z, 'zset') or require_type(ready, 'list')
-if err then return err end
 
 local now = server_now_ms()
 local due = tonumber(ARGV[6])
@@ -17,49 +19,48 @@ if due > DUE_MAX then
   return redis.error_reply('ERR delayq: due time beyond ' .. DUE_MAX .. ' ms after the epoch')
 end
 
-local status = 1
-local old = redis.call('ZSCORE', z, id)
-if old then
-  old = tonumber(old)
-  if ARGV[7] == '1' then return {3, fmt(math.floor(old / ORD)), fmt(now)} end
-  status = 2
+local old = nil -- the id's current score, if it is pending
+if ARGV[8] ~= '1' then
+  local score = redis.call('ZSCORE', z, id) -- false, not nil, when absent
+  if score then
+    old = tonumber(score)
+    if ARGV[7] == '1' then return {3, math.floor(old / ORD), now} end
+  end
 end
+local status = old and 2 or 1
 
-local first_due, first_score = earliest_due(z)
-if old and first_score == old then
-  -- Replacing the earliest item: judge "earlier" against the next one.
-  local two = redis.call('ZRANGE', z, 1, 1, 'WITHSCORES')
-  first_score = two[2] and tonumber(two[2]) or nil
-end
-
+-- The latest other item due no later than this one (or than now, if this
+-- one is due already) tells at once: the ordinal to use, whether this item
+-- becomes the earliest, and whether anything due is still waiting.
 local lo = due * ORD
-local score = lo
--- The latest ordinal used in this millisecond, not counting the id itself.
-local top = redis.call('ZREVRANGEBYSCORE', z, fmt(lo + ORD - 1), fmt(lo), 'WITHSCORES', 'LIMIT', 0, 2)
-for i = 1, #top, 2 do
-  if top[i] ~= id then
-    score = math.min(tonumber(top[i + 1]) + 1, lo + ORD - 1)
+local hi = math.max(due, now) * ORD + ORD - 1
+local prev = redis.call('ZREVRANGEBYSCORE', z, hi, '-inf', 'WITHSCORES', 'LIMIT', 0, old and 2 or 1)
+local prev_score = nil
+for i = 1, #prev, 2 do
+  if prev[i] ~= id then
+    prev_score = tonumber(prev[i + 1])
     break
   end
 end
-local bucket = bucket_key(prefix, score)
-err = require_type(bucket, 'hash')
-if err then return err end
 
-if old then
-  redis.call('ZREM', z, id)
-  redis.pcall('HDEL', bucket_key(prefix, old), id)
-end
-
-if due <= now and (first_score == nil or first_score >= (now + 1) * ORD) then
-  -- Due already and nothing older is waiting: straight to the ready list.
+if due <= now and prev_score == nil then
+  -- Due already and nothing due is waiting: straight to the ready list.
   redis.call('RPUSH', ready, ready_entry(due, now, id, payload))
-  return {status, fmt(due), fmt(now)}
+  if old then
+    redis.call('ZREM', z, id)
+    redis.pcall('HDEL', bucket_key(prefix, old), id)
+  end
+  return {status, due, now}
 end
 
-redis.call('ZADD', z, fmt(score), id)
+local score = lo
+if prev_score and prev_score >= lo then score = math.min(prev_score + 1, lo + ORD - 1) end
+local bucket = bucket_key(prefix, score)
 redis.call('HSET', bucket, id, '1' .. payload)
-if first_score == nil or score < first_score then
-  redis.call('PUBLISH', chan, fmt(due))
+if old and bucket_key(prefix, old) ~= bucket then redis.pcall('HDEL', bucket_key(prefix, old), id) end
+redis.call('ZADD', z, score, id)
+if prev_score == nil and (old == nil or score < old) then
+  -- The earliest deadline moved earlier: wake the schedulers.
+  redis.call('PUBLISH', chan, due)
 end
-return {status, fmt(due), fmt(now)}
+return {status, due, now}

@@ -1,6 +1,8 @@
 -- stats.lua: counts of one queue, all O(1) but one O(log N) look-up.
 -- KEYS[1] z, KEYS[2] ready list, KEYS[3] set-aside list.
 -- Returns {pending, ready, next_due_in_ms or -1, set_aside}.
+local err = require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or require_type(KEYS[3], 'list')
+if err then return err end
 local pending = redis.call('ZCARD', KEYS[1])
 local ready = redis.call('LLEN', KEYS[2])
 local aside = redis.call('LLEN', KEYS[3])

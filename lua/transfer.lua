@@ -14,9 +14,6 @@ local prefix, chan = ARGV[1], ARGV[2]
 local max_items, budget_us = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 100
 
-local err = require_type(z, 'zset') or require_type(ready, 'list') or require_type(aside, 'list')
-if err then return err end
-
 local start_us = server_now_us()
 local now = math.floor(start_us / 1000)
 local limit = '(' .. fmt((now + 1) * ORD)
@@ -27,6 +24,12 @@ while done < max_items do
   local items = redis.call('ZRANGEBYSCORE', z, '-inf', limit, 'WITHSCORES', 'LIMIT', 0, want)
   local n = #items / 2
   if n == 0 then break end
+  if done == 0 then
+    -- Checked before the first write, and only when there is work: the
+    -- ZRANGEBYSCORE above already failed if z is not a zset.
+    local err = require_type(ready, 'list') or require_type(aside, 'list')
+    if err then return err end
+  end
   local ids, out, bad = {}, {}, {}
   for i = 1, #items, 2 do
     local id, score = items[i], tonumber(items[i + 1])

@@ -92,10 +92,10 @@ int dq_connect(dq_client *c, const char *url) {
     if (c->connected_once || c->cmd->state != DQ__DOWN)
         return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
-        return dq__fail(c, DQ_EINVAL, "invalid Redis URL '%s': %s", url ? url : "(null)", err);
+        return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
     snprintf(c->url_text, sizeof c->url_text, "%s", url);
     /* Never print the password back. */
-    char *at = strchr(c->url_text, '@');
+    char *at = strrchr(c->url_text, '@'); /* the parser splits at the last '@' */
     if (at && !c->url.is_unix) {
         char *p = strstr(c->url_text, "://");
         if (p && p + 3 < at) memmove(p + 3, at + 1, strlen(at + 1) + 1);

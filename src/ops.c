@@ -90,12 +90,12 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     char ms[24];
     int abs = item->due_ms > 0;
     int msl = snprintf(ms, sizeof ms, "%" PRId64, abs ? item->due_ms : item->delay_ms);
-    const char *argv[9] = {k.z, k.ready, k.prefix, k.chan, o->result.id,
-                           item->payload_len ? item->payload : "", abs ? "a" : "d", ms,
-                           (item->flags & DQ_OFFER_KEEP) ? "1" : "0"};
-    size_t lens[9] = {strlen(k.z), strlen(k.ready), strlen(k.prefix), strlen(k.chan),
-                      strlen(o->result.id), item->payload_len, 1, (size_t)msl, 1};
-    int rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 2, 7, argv, lens, offer_reply, o);
+    const char *argv[10] = {k.z, k.ready, k.prefix, k.chan, o->result.id,
+                            item->payload_len ? item->payload : "", abs ? "a" : "d", ms,
+                            (item->flags & DQ_OFFER_KEEP) ? "1" : "0", item->id ? "0" : "1"};
+    size_t lens[10] = {strlen(k.z), strlen(k.ready), strlen(k.prefix), strlen(k.chan),
+                       strlen(o->result.id), item->payload_len, 1, (size_t)msl, 1, 1};
+    int rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 2, 8, argv, lens, offer_reply, o);
     if (rc) {
         free(o);
         return dq__fail(c, rc, "%s", c->cmd->errstr);

@@ -132,7 +132,8 @@ static void blpop_reply(dq__conn *conn, redisReply *reply, int code, void *privd
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
-        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s", reply->str), NULL);
+        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.ready),
+               NULL);
         return;
     }
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&

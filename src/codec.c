@@ -1,0 +1,145 @@
+/*
+ * codec.c - names, keys and the stored-entry formats, C side.
+ *
+ * Owns the validity rules for queue names and ids, the key layout
+ * "dq:{queue}:<suffix>" (the braces are a cluster hash tag, so all keys of a
+ * queue share one slot), and the two list-entry formats of lua/common.lua:
+ *   ready     "1|<due>|<ready>|<idlen>|<id><payload>"  (decoded here)
+ *   set-aside "1|<reason>|<idlen>|<id><raw>"           (encoded here)
+ * The payload is the tail of an entry, so it may hold any bytes ('|', NUL)
+ * and is never scanned.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Longest decimal field: 19 digits hold every value up to INT64_MAX. */
+#define DECIMAL_MAX_DIGITS 19
+
+static int queue_char_ok(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == ':' || c == '-';
+}
+
+int dq__queue_valid(const char *name)
+{
+    size_t i;
+    if (name == NULL)
+        return 0;
+    for (i = 0; name[i] != '\0'; i++)
+        if (i >= DQ_QUEUE_MAX || !queue_char_ok((unsigned char)name[i]))
+            return 0;
+    return i > 0;
+}
+
+int dq__id_valid(const char *id)
+{
+    size_t i;
+    if (id == NULL)
+        return 0;
+    for (i = 0; id[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (i >= DQ_ID_MAX || c < 0x21 || c > 0x7e)
+            return 0;
+    }
+    return i > 0;
+}
+
+int dq__key(char *buf, size_t size, const char *queue, const char *suffix)
+{
+    int n;
+    if (buf == NULL || size == 0 || queue == NULL)
+        return -1;
+    n = snprintf(buf, size, "dq:{%s}:%s", queue, suffix != NULL ? suffix : "");
+    if (n < 0 || (size_t)n >= size) {
+        buf[0] = '\0'; /* never leave a truncated key that looks usable */
+        return -1;
+    }
+    return n;
+}
+
+/* Reads a "<decimal>|" field at buf[*pos]: 1..19 digits, no sign, at most
+ * INT64_MAX, then the '|'. Advances *pos past the '|'. */
+static int read_decimal(const char *buf, size_t len, size_t *pos, int64_t *out)
+{
+    size_t i = *pos, digits = 0;
+    uint64_t v = 0;
+    while (i < len && buf[i] >= '0' && buf[i] <= '9') {
+        if (++digits > DECIMAL_MAX_DIGITS)
+            return DQ_EPROTO;
+        /* 19 digits stay below 10^19 < 2^64, so this cannot wrap. */
+        v = v * 10 + (uint64_t)(buf[i] - '0');
+        i++;
+    }
+    if (digits == 0 || i >= len || buf[i] != '|' || v > (uint64_t)INT64_MAX)
+        return DQ_EPROTO;
+    *out = (int64_t)v;
+    *pos = i + 1;
+    return 0;
+}
+
+int dq__entry_decode(const char *buf, size_t len, dq__entry *out)
+{
+    size_t pos = 2;
+    int64_t due, ready, idlen;
+    if (buf == NULL || out == NULL || len < 2 || buf[0] != '1' || buf[1] != '|')
+        return DQ_EPROTO;
+    if (read_decimal(buf, len, &pos, &due) != 0 || read_decimal(buf, len, &pos, &ready) != 0 ||
+        read_decimal(buf, len, &pos, &idlen) != 0)
+        return DQ_EPROTO;
+    /* No valid offer makes an empty or over-long id; refusing them here
+     * means no consumer has to re-check before copying the id. */
+    if (idlen == 0 || idlen > DQ_ID_MAX || (uint64_t)idlen > len - pos)
+        return DQ_EPROTO;
+    out->due_ms = due;
+    out->ready_ms = ready;
+    out->id = buf + pos;
+    out->id_len = (size_t)idlen;
+    out->payload = buf + pos + (size_t)idlen;
+    out->payload_len = len - pos - (size_t)idlen;
+    return 0;
+}
+
+char *dq__aside_encode(const char *reason, const char *id, size_t id_len, const char *raw,
+                       size_t raw_len, size_t *len)
+{
+    char mid[32]; /* "|<idlen>|" */
+    size_t reason_len = reason != NULL ? strlen(reason) : 0;
+    size_t mid_len, total, i;
+    char *out, *p;
+    int n = snprintf(mid, sizeof mid, "|%zu|", id_len);
+    if (n < 0 || (size_t)n >= sizeof mid)
+        return NULL;
+    mid_len = (size_t)n;
+    /* "1|" + reason + mid + id + raw + NUL, each sum checked against
+     * SIZE_MAX (reason and mid are small, id and raw may be anything). */
+    total = 2 + reason_len + mid_len;
+    if (reason_len > SIZE_MAX / 2 || id_len > SIZE_MAX - total - 1 ||
+        raw_len > SIZE_MAX - total - 1 - id_len)
+        return NULL;
+    total += id_len + raw_len;
+    out = malloc(total + 1);
+    if (out == NULL)
+        return NULL;
+    p = out;
+    *p++ = '1';
+    *p++ = '|';
+    /* The reason is ours (a short word), but a '|' in it would shift every
+     * later field, so it is replaced rather than trusted. */
+    for (i = 0; i < reason_len; i++)
+        *p++ = reason[i] == '|' ? '_' : reason[i];
+    memcpy(p, mid, mid_len);
+    p += mid_len;
+    if (id_len > 0)
+        memcpy(p, id, id_len);
+    p += id_len;
+    if (raw_len > 0)
+        memcpy(p, raw, raw_len);
+    out[total] = '\0';
+    if (len != NULL)
+        *len = total;
+    return out;
+}
