@@ -5,6 +5,7 @@
 #   make test         the whole suite (unit + integration) on a private redis-server
 #   make test-asan    the suite built with AddressSanitizer + UBSan
 #   make valgrind     the suite's C programs under valgrind (leaks are errors)
+#   make bench        speed, lateness, memory and Redis cost next to references
 #   make deps         apt-get install whatever is missing (needs root)
 #   make install      PREFIX=/usr/local DESTDIR=
 #
@@ -45,12 +46,14 @@ CLI_SRC = $(wildcard src/cli/*.c)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 ITEST_SRC = $(wildcard tests/integration/*.c)
 EX_SRC = $(wildcard examples/*.c)
+BENCH_SRC = $(wildcard bench/*.c)
 
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN = $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 EX_BIN = $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 STATIC = $(BUILD)/libdelayq.a
 SHARED = $(BUILD)/libdelayq.so
@@ -61,8 +64,8 @@ PC = $(BUILD)/delayq.pc
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev \
            libcmocka-dev redis-server redis-tools python3 valgrind
 
-.PHONY: all deps demo test test-asan valgrind check install clean
-all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(EX_BIN)
+.PHONY: all deps demo test test-asan valgrind bench check install clean
+all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(EX_BIN) $(BENCH_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
@@ -97,6 +100,10 @@ $(BUILD)/examples/%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
+$(BUILD)/bench/%: bench/%.c $(STATIC) $(wildcard bench/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) -Ibench $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
 $(PC): Makefile
 	@mkdir -p $(dir $@)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: 0.1.0\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
@@ -118,6 +125,10 @@ valgrind: deps
 	$(MAKE) all
 	DQ_TEST_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible" \
 	  sh tests/run.sh $(BUILD)
+
+bench: deps
+	$(MAKE) all
+	sh bench/run.sh $(BUILD)
 
 check: test
 
