@@ -12,6 +12,10 @@
 local z, ready = KEYS[1], KEYS[2]
 local prefix, chan, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
+-- A ready list of another type would strand every item: refuse up front.
+local err = require_type(ready, 'list')
+if err then return err end
+
 local now = server_now_ms()
 local due = tonumber(ARGV[6])
 if ARGV[5] == 'd' then due = now + due end

@@ -41,10 +41,22 @@ static int check_item(dq_client *c, const dq_item *item) {
     return 0;
 }
 
-/* Error of a reply, with its text kept on the client. */
-static int reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code) {
+/* Error of a reply, with its text kept on the client (without the
+ * " script: <sha>, on @user_script:N." tail Redis adds to script errors). */
+static int reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
+                         const char *queue) {
     if (!reply) return dq__fail(c, code, "%s", conn ? conn->errstr : "connection closed");
-    if (reply->type == REDIS_REPLY_ERROR) return dq__fail(c, dq__reply_error_code(reply), "%s", reply->str);
+    if (reply->type == REDIS_REPLY_ERROR) {
+        const char *tail = strstr(reply->str, " script: ");
+        int len = tail ? (int)(tail - reply->str) : (int)strlen(reply->str);
+        code = dq__reply_error_code(reply);
+        if (code == DQ_EWRONGTYPE && !strstr(reply->str, "dq:{"))
+            return dq__fail(c, code,
+                            "%.*s (queue %s: dq:{%s}:z must be a zset, dq:{%s}:r a list, "
+                            "dq:{%s}:p:* hashes)",
+                            len, reply->str, queue, queue, queue, queue);
+        return dq__fail(c, code, "%.*s", len, reply->str);
+    }
     return dq__fail(c, DQ_EPROTO, "unexpected reply type %d from Redis", reply->type);
 }
 
@@ -52,6 +64,7 @@ static int reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, 
 
 typedef struct offer_ctx {
     dq_client *c;
+    char queue[DQ_QUEUE_MAX + 1];
     dq_offer_cb *cb;
     void *privdata;
     dq_offer_result result;
@@ -62,7 +75,7 @@ static void offer_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     dq_client *c = o->c;
     int status = 0;
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) {
-        status = reply_failure(c, conn, reply, code);
+        status = reply_failure(c, conn, reply, code, o->queue);
     } else {
         o->result.status = (int)dq__reply_int(reply->element[0]);
         o->result.due_ms = dq__reply_int(reply->element[1]);
@@ -82,6 +95,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     offer_ctx *o = calloc(1, sizeof *o);
     if (!o) return dq__fail(c, DQ_ENOMEM, "out of memory");
     o->c = c, o->cb = cb, o->privdata = privdata;
+    snprintf(o->queue, sizeof o->queue, "%s", queue);
     if (item->id) snprintf(o->result.id, sizeof o->result.id, "%s", item->id);
     else dq__id_generate(o->result.id);
 
@@ -206,6 +220,7 @@ static int check_sync(dq_client *c, const char *queue, const char *id, int need_
 
 typedef struct sync_ints {
     dq_client *c;
+    const char *queue;
     int done, status, count;
     int64_t v[4];
 } sync_ints;
@@ -220,16 +235,17 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         for (size_t i = 0; i < reply->elements; i++) s->v[i] = dq__reply_int(reply->element[i]);
         s->count = (int)reply->elements;
     } else {
-        s->status = reply_failure(s->c, conn, reply, code);
+        s->status = reply_failure(s->c, conn, reply, code, s->queue);
     }
 }
 
-static int eval_ints(dq_client *c, enum dq__script script, int nkeys, int nargs,
-                     const char **argv, sync_ints *s) {
+static int eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
+                     int nargs, const char **argv, sync_ints *s) {
     size_t lens[8];
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
     memset(s, 0, sizeof *s);
     s->c = c;
+    s->queue = queue;
     int rc = dq__conn_eval(c->cmd, script, nkeys, nargs, argv, lens, ints_reply, s);
     if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
     dq__wait(c, &s->done);
@@ -243,7 +259,7 @@ int dq_cancel(dq_client *c, const char *queue, const char *id) {
     dq__keys_init(&k, queue);
     const char *argv[3] = {k.z, k.prefix, id};
     sync_ints s;
-    int rc = eval_ints(c, DQ__LUA_CANCEL, 1, 2, argv, &s);
+    int rc = eval_ints(c, queue, DQ__LUA_CANCEL, 1, 2, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -254,7 +270,7 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     dq__keys_init(&k, queue);
     const char *argv[2] = {k.z, id};
     sync_ints s;
-    int rc = eval_ints(c, DQ__LUA_LOOKUP, 1, 1, argv, &s);
+    int rc = eval_ints(c, queue, DQ__LUA_LOOKUP, 1, 1, argv, &s);
     if (rc) return rc;
     if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
     info->state = s.v[0] ? DQ_STATE_PENDING : DQ_STATE_UNKNOWN;
@@ -269,7 +285,7 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     dq__keys_init(&k, queue);
     const char *argv[3] = {k.z, k.ready, k.aside};
     sync_ints s;
-    int rc = eval_ints(c, DQ__LUA_STATS, 3, 0, argv, &s);
+    int rc = eval_ints(c, queue, DQ__LUA_STATS, 3, 0, argv, &s);
     if (rc) return rc;
     if (s.count != 4) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];

@@ -188,9 +188,51 @@ static void unblock_reply(dq__conn *conn, redisReply *reply, int code, void *pri
     }
 }
 
+/* The reply of the last-chance LPOP of a take that never got to block. */
+static void last_pop_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)conn, (void)code;
+    struct unblock_token *token = privdata;
+    dq_take_req *t = token->take;
+    free(token);
+    if (!t) return;
+    t->token = NULL;
+    if (reply && reply->type == REDIS_REPLY_STRING) {
+        dq__entry e;
+        if (dq__entry_decode(reply->str, reply->len, &e) == 0) {
+            dq_msg *m = msg_new(t->queue, &e);
+            finish(t, m ? 1 : dq__fail(t->c, DQ_ENOMEM, "out of memory"), m);
+            return;
+        }
+        set_aside(t, reply->str, reply->len);
+    } else if (reply && reply->type == REDIS_REPLY_ERROR) {
+        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.ready),
+               NULL);
+        return;
+    }
+    finish(t, t->end_status, NULL);
+}
+
+/* A take that times out before its blocking connection was ready (say,
+ * with timeout 0) still looks once, on the command connection, so an item
+ * that is ready already is never missed. */
+static int last_chance_pop(dq_take_req *t) {
+    if (t->end_status != 0 || t->token || t->c->cmd->state != DQ__UP) return -1;
+    struct unblock_token *token = malloc(sizeof *token);
+    if (!token) return -1;
+    token->take = t;
+    const char *argv[2] = {"LPOP", t->keys.ready};
+    size_t lens[2] = {4, strlen(t->keys.ready)};
+    if (dq__conn_send(t->c->cmd, 0, 2, argv, lens, last_pop_reply, token) != 0) {
+        free(token);
+        return -1;
+    }
+    t->token = token;
+    return 0;
+}
+
 static void request_unblock(dq_take_req *t) {
     if (!t->blpop_out) {
-        finish(t, t->end_status, NULL);
+        if (last_chance_pop(t) != 0) finish(t, t->end_status, NULL);
         return;
     }
     dq_client *c = t->c;

@@ -1,0 +1,154 @@
+/*
+ * args.c - the argument rules every command shares.
+ *
+ * Owns cli_parse(), the one option parser: GNU-style long options anywhere
+ * among the positional arguments, "--opt=value" or "--opt value", "--" to end
+ * options, "-h"/"--help", and the global "--redis URL" accepted after the
+ * command name too. Also owns the checks of positional counts and of the
+ * values commands take (queue names, ids, delays, counts), so every command
+ * words the same mistake the same way before anything touches Redis.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util.h"
+
+/* ------------------------------------------------------------ options */
+
+static const cli_opt *find_opt(const cli_opt *opts, const char *name, size_t len)
+{
+    for (; opts->name; opts++)
+        if (strlen(opts->name) == len && memcmp(opts->name, name, len) == 0)
+            return opts;
+    return NULL;
+}
+
+/* Handles argv[*i], a "--name[=value]" argument; may consume the next one.
+ * Returns 0, CLI_HELP or CLI_USAGE. */
+static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int *i,
+                      const cli_opt *opts)
+{
+    const cli_opt redis_opt = {"redis", &env->redis_url, NULL};
+    const char *name = argv[*i] + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+
+    if (len == 4 && memcmp(name, "help", 4) == 0 && !eq)
+        return CLI_HELP;
+    const cli_opt *o = find_opt(opts, name, len);
+    if (!o && len == 5 && memcmp(name, "redis", 5) == 0)
+        o = &redis_opt;
+    if (!o) {
+        cli_err("%s: unknown option '--%.*s' (see 'delayq %s --help')", cmd, (int)len,
+                name, cmd);
+        return CLI_USAGE;
+    }
+    if (o->flag) {
+        if (eq) {
+            cli_err("%s: option '--%s' takes no value", cmd, o->name);
+            return CLI_USAGE;
+        }
+        *o->flag = 1;
+        return 0;
+    }
+    if (!eq && *i + 1 >= argc) {
+        cli_err("%s: option '--%s' needs a value", cmd, o->name);
+        return CLI_USAGE;
+    }
+    *o->value = eq ? eq + 1 : argv[++*i];
+    return 0;
+}
+
+int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
+              const cli_opt *opts, int *npos)
+{
+    int n = 0, only_pos = 0;
+
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == '\0') {
+            argv[n++] = argv[i];
+        } else if (strcmp(a, "--") == 0) {
+            only_pos = 1;
+        } else if (strcmp(a, "-h") == 0) {
+            return CLI_HELP;
+        } else if (a[1] == '-') {
+            int rc = parse_long(env, cmd, argc, argv, &i, opts);
+            if (rc)
+                return rc;
+        } else {
+            cli_err("%s: unknown option '%s' (put '--' before an argument that starts "
+                    "with '-')", cmd, a);
+            return CLI_USAGE;
+        }
+    }
+    *npos = n;
+    return 0;
+}
+
+int cli_want_args(const char *cmd, int npos, int min, int max,
+                  const char *const *names, char **argv)
+{
+    if (npos < min) {
+        cli_err("%s: missing %s (see 'delayq %s --help')", cmd, names[npos], cmd);
+        return CLI_USAGE;
+    }
+    if (max >= 0 && npos > max) {
+        cli_err("%s: unexpected argument '%s' (see 'delayq %s --help')", cmd, argv[max],
+                cmd);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ values */
+
+int cli_check_queue(const char *queue)
+{
+    if (dq__queue_valid(queue))
+        return 0;
+    cli_err("invalid queue name '%s': expected 1 to %d characters of A-Z a-z 0-9 _ . : -",
+            queue, DQ_QUEUE_MAX);
+    return CLI_USAGE;
+}
+
+int cli_check_id(const char *where, const char *id, size_t len)
+{
+    if (strlen(id) == len && dq__id_valid(id))
+        return 0;
+    cli_err("%sinvalid id '%s': expected 1 to %d printable ASCII characters, no spaces",
+            where, id, DQ_ID_MAX);
+    return CLI_USAGE;
+}
+
+int cli_parse_delay(const char *where, const char *what, const char *text, int64_t *ms)
+{
+    if (dq_parse_duration(text, ms) == 0)
+        return 0;
+    cli_err("%sinvalid %s '%s': expected 250ms, 30s, 5m, 2h, 1d or milliseconds", where,
+            what, text);
+    return CLI_USAGE;
+}
+
+int cli_check_payload(const char *where, size_t len, size_t limit)
+{
+    if (len <= limit)
+        return 0;
+    cli_err("%spayload is %zu bytes, limit is %zu", where, len, limit);
+    return CLI_USAGE;
+}
+
+int cli_parse_count(const char *text, int64_t *count)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end || errno || v > INT64_MAX) {
+        cli_err("invalid count '%s': expected a whole number, 0 for no limit", text);
+        return CLI_USAGE;
+    }
+    *count = (int64_t)v;
+    return 0;
+}

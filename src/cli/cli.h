@@ -1,0 +1,162 @@
+/*
+ * cli.h - what the files of the delayq command-line tool share.
+ *
+ * main.c dispatches to one cmd_*.c per command group; each command parses its
+ * own arguments with cli_parse() (args.c), opens a client with cli_connect()
+ * (session.c), prints with the output.c helpers and returns an exit code.
+ * Every error goes to stderr as exactly one line starting with "delayq: ".
+ * Internal to the CLI: cli_ prefix, never installed.
+ */
+#ifndef DQ_CLI_H
+#define DQ_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "delayq.h"
+
+struct ev_loop;
+
+/* ------------------------------------------------------------ exit codes */
+
+enum cli_exit {
+    CLI_OK = 0,    /* done                                                 */
+    CLI_NONE = 1,  /* nothing there: timeout, id not pending               */
+    CLI_USAGE = 2, /* bad arguments, bad input, payload too big            */
+    CLI_FAIL = 3   /* Redis unreachable or erroring, or output failed      */
+};
+
+/* Returned by cli_parse() when --help (or -h) was given. Not an exit code. */
+#define CLI_HELP (-1)
+
+/* Settings that hold for the whole run, whatever the command. */
+typedef struct cli_env {
+    const char *redis_url; /* from --redis, $DELAYQ_REDIS or the default   */
+} cli_env;
+
+/* ------------------------------------------------------------ errors (main.c) */
+
+/* Prints "delayq: <message>\n" to stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ------------------------------------------------------------ arguments (args.c) */
+
+/* One long option of a command: "--name" for a flag, "--name VALUE" or
+ * "--name=VALUE" for an option with a value. Exactly one of value and flag is
+ * set. A table ends with an entry whose name is NULL. */
+typedef struct cli_opt {
+    const char *name;   /* without the leading "--"                        */
+    const char **value; /* receives the value (the last one given wins)    */
+    int *flag;          /* set to 1 when the flag is given                 */
+} cli_opt;
+
+/* Parses the arguments of command cmd (argv[0..argc), the command name not
+ * included). Options may come before, between or after positional
+ * arguments; "--" ends options; a lone "-" is positional. "--redis URL" is
+ * accepted everywhere and stored in env. The positional arguments are moved,
+ * in order, to argv[0..*npos). Returns 0, CLI_HELP for --help/-h, or
+ * CLI_USAGE after printing why. */
+int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
+              const cli_opt *opts, int *npos);
+
+/* Checks that cmd got between min and max positional arguments (max < 0:
+ * no limit); names the first missing one (names[i] for argument i) or the
+ * first extra one. Returns 0 or CLI_USAGE after printing why. */
+int cli_want_args(const char *cmd, int npos, int min, int max,
+                  const char *const *names, char **argv);
+
+/* Validators: return 0, or print the error and return CLI_USAGE. where
+ * starts the message (e.g. "batch.tsv line 3: ", or ""). */
+int cli_check_queue(const char *queue);
+/* id is len bytes long (a NUL inside makes it invalid). */
+int cli_check_id(const char *where, const char *id, size_t len);
+/* what names the value: "delay", "timeout". */
+int cli_parse_delay(const char *where, const char *what, const char *text, int64_t *ms);
+/* A payload of len bytes against the client's limit. */
+int cli_check_payload(const char *where, size_t len, size_t limit);
+int cli_parse_count(const char *text, int64_t *count);
+
+/* ------------------------------------------------------------ input (input.c) */
+
+/* Reads fd to its end into a malloc'ed buffer (*data, always followed by a
+ * NUL byte that is not counted; the caller frees). Stores at most limit
+ * bytes but counts them all: *total is the full length, and when it exceeds
+ * limit only the first limit bytes are kept. Returns 0 or -1 (errno set). */
+int cli_read_all(int fd, size_t limit, char **data, size_t *total);
+
+/* ------------------------------------------------------------ batches (batch.c) */
+
+/* A checked batch file: items[i] came from line lines[i] and points into
+ * data. */
+typedef struct cli_batch {
+    char *data;
+    size_t len;
+    dq_item *items;
+    size_t *lines;
+    size_t n;
+} cli_batch;
+
+/* Reads and checks the batch file at path ('-' = stdin), giving every item
+ * the DQ_OFFER_* flags. Returns 0, or prints the first problem (naming its
+ * line) and returns CLI_USAGE (CLI_FAIL when out of memory); *b is then
+ * empty. Release with cli_batch_release(). */
+int cli_batch_load(const char *path, unsigned flags, cli_batch *b);
+void cli_batch_release(cli_batch *b);
+
+/* ------------------------------------------------------------ client (session.c) */
+
+/* Makes a client with default options and connects it to env->redis_url.
+ * Returns 0 and sets *out, or prints the cause and returns CLI_USAGE (bad
+ * URL) or CLI_FAIL (unreachable, refused). */
+int cli_connect(const cli_env *env, dq_client **out);
+
+/* Exit code for a DQ_E* code: CLI_USAGE for DQ_EINVAL and DQ_ETOOBIG,
+ * CLI_FAIL for everything else. */
+int cli_exit_code(int dq_code);
+
+/* Prints "delayq: <what>: <cause>" where the cause is the client's last
+ * error (or the code's name) and returns cli_exit_code(code). */
+int cli_fail(const dq_client *c, int code, const char *what);
+
+/* Called when SIGINT or SIGTERM arrives while cli_signals_start() is on. */
+typedef void cli_signal_fn(void *data, int signum);
+
+/* Watches SIGINT and SIGTERM on loop, calling fn(data, signum) from the loop.
+ * Stop with cli_signals_stop() before the loop goes away. */
+void cli_signals_start(struct ev_loop *loop, cli_signal_fn *fn, void *data);
+void cli_signals_stop(struct ev_loop *loop);
+
+/* ------------------------------------------------------------ output (output.c) */
+
+/* Writes len bytes to stdout and flushes. Returns 0, or CLI_FAIL after
+ * printing why (e.g. the reader went away). */
+int cli_write_out(const void *data, size_t len);
+
+/* Prints a taken message: the raw payload and "\n", or with json one JSON
+ * object per line. Flushes. Returns 0 or CLI_FAIL after printing why. */
+int cli_print_msg(const dq_msg *msg, int json);
+
+/* Prints a queue's stats as text lines or one JSON object. Returns 0 or
+ * CLI_FAIL after printing why. */
+int cli_print_stats(const dq_stats *st, int json);
+
+/* ------------------------------------------------------------ commands */
+
+/* Each takes the arguments after its name and returns an exit code. */
+int cli_cmd_offer(cli_env *env, int argc, char **argv);    /* cmd_offer.c */
+int cli_cmd_cancel(cli_env *env, int argc, char **argv);   /* cmd_offer.c */
+int cli_cmd_take(cli_env *env, int argc, char **argv);     /* cmd_take.c */
+int cli_cmd_schedule(cli_env *env, int argc, char **argv); /* cmd_schedule.c */
+int cli_cmd_stats(cli_env *env, int argc, char **argv);    /* cmd_stats.c */
+
+/* Usage text of each command, printed by its --help and by "delayq help". */
+extern const char cli_usage_offer[];
+extern const char cli_usage_cancel[];
+extern const char cli_usage_take[];
+extern const char cli_usage_schedule[];
+extern const char cli_usage_stats[];
+
+/* Prints text to stdout; returns CLI_OK (for --help). */
+int cli_help(const char *text);
+
+#endif

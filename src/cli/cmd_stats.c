@@ -1,0 +1,50 @@
+/*
+ * cmd_stats.c - "delayq stats": the counts of one queue.
+ *
+ * Owns reading dq_get_stats for a queue and printing it through output.c:
+ * "pending N", "ready N", "next_due_in_ms N" lines (and "set_aside N" when
+ * some entries were set aside), or with --json one object holding the same
+ * fields, set_aside always included.
+ */
+#include "cli/cli.h"
+
+const char cli_usage_stats[] =
+    "usage: delayq stats QUEUE [--json]\n"
+    "\n"
+    "Prints the counts of QUEUE:\n"
+    "  pending N          items waiting for their due time\n"
+    "  ready N            items due and waiting for a consumer\n"
+    "  next_due_in_ms N   ms until the earliest pending item is due (0 if overdue,\n"
+    "                     -1 if nothing is pending)\n"
+    "  set_aside N        (only when N > 0) entries that could not be decoded\n"
+    "\n"
+    "  --json        one object: {\"pending\":N,\"ready\":N,\"next_due_in_ms\":N,\n"
+    "                \"set_aside\":N}\n"
+    "  --redis URL   the Redis server (see 'delayq --help')\n"
+    "\n"
+    "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";
+
+int cli_cmd_stats(cli_env *env, int argc, char **argv)
+{
+    static const char *const names[] = {"QUEUE"};
+    int json = 0, npos;
+    const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
+    dq_client *c;
+    dq_stats st;
+
+    int rc = cli_parse(env, "stats", argc, argv, opts, &npos);
+    if (rc == CLI_HELP)
+        return cli_help(cli_usage_stats);
+    if (!rc)
+        rc = cli_want_args("stats", npos, 1, 1, names, argv);
+    if (!rc)
+        rc = cli_check_queue(argv[0]);
+    if (!rc)
+        rc = cli_connect(env, &c);
+    if (rc)
+        return rc;
+    rc = dq_get_stats(c, argv[0], &st);
+    rc = rc < 0 ? cli_fail(c, rc, "stats") : cli_print_stats(&st, json);
+    dq_client_free(c);
+    return rc;
+}

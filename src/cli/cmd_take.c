@@ -1,0 +1,171 @@
+/*
+ * cmd_take.c - "delayq take": wait for due items and print them.
+ *
+ * Owns the consumer loop of the CLI: one dq_take_async outstanding at a time
+ * on the client's loop, each message printed and flushed as it arrives, the
+ * in-process scheduler (unless --no-scheduler), one libev timer bounding the
+ * whole wait (--timeout) and SIGINT/SIGTERM. Stopping never loses an item:
+ * with a take outstanding it is cancelled with dq_take_cancel, and an item
+ * that was already on its way still reaches on_take and is printed.
+ */
+#include <ev.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+const char cli_usage_take[] =
+    "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
+    "\n"
+    "Waits for N due items of QUEUE and prints each as it arrives. Taking removes\n"
+    "the item from the queue.\n"
+    "\n"
+    "  --count N       items to wait for; default 1, 0 = no limit\n"
+    "  --timeout DUR   bound the whole wait (250ms, 30s, 5m, 2h, 1d, milliseconds);\n"
+    "                  default: wait forever\n"
+    "  --json          one JSON object per line: \"queue\", \"id\", \"payload\", \"due_ms\",\n"
+    "                  \"ready_ms\" (Redis server epoch ms); a payload that is not valid\n"
+    "                  UTF-8 comes as \"payload_base64\" instead of \"payload\"\n"
+    "  --no-scheduler  do not move due items to the ready list in this process\n"
+    "                  (rely on a 'delayq schedule' or another consumer)\n"
+    "  --redis URL     the Redis server (see 'delayq --help')\n"
+    "\n"
+    "Without --json each item is printed as its raw payload bytes followed by a\n"
+    "newline (payloads holding newlines are then ambiguous: use --json).\n"
+    "Exit codes: 0 when N items arrived (with N = 0: at the timeout or on\n"
+    "SIGINT/SIGTERM), 1 when the wait ended with fewer, 2 usage error,\n"
+    "3 Redis unreachable or erroring.\n";
+
+typedef struct take_run {
+    dq_client *c;
+    const char *queue;
+    int64_t want;         /* items to take; 0 = no limit                  */
+    int64_t got;          /* items taken and printed                      */
+    int json;
+    dq_take_req *req;     /* the outstanding take, NULL if none           */
+    int stopping;         /* no new take once set                         */
+    const char *stop_why; /* "timeout", "SIGINT", "SIGTERM"               */
+    int rc;               /* exit code of a failure, 0 if none            */
+    double deadline;      /* ev_now() time --timeout ends; < 0: none      */
+} take_run;
+
+static void on_take(dq_client *c, int status, dq_msg *msg, void *privdata);
+
+/* Starts the next take. Returns 0, or -1 with t->rc set. */
+static int start_take(take_run *t)
+{
+    /* Each take gets what is left of --timeout as its own timeout, so a take
+     * that ends it still looks at the queue once (--timeout 0 included). */
+    int64_t left = -1;
+    if (t->deadline >= 0) {
+        double s = t->deadline - ev_now(dq_client_loop(t->c));
+        left = s > 0 ? (int64_t)(s * 1000.0 + 0.5) : 0;
+    }
+    int rc = dq_take_async(t->c, t->queue, left, on_take, t, &t->req);
+    if (rc == 0)
+        return 0;
+    t->rc = cli_fail(t->c, rc, "take");
+    return -1;
+}
+
+/* Ends the run: right away, or once the outstanding take has reported. */
+static void finish(take_run *t, const char *why)
+{
+    if (t->stopping)
+        return;
+    t->stopping = 1;
+    t->stop_why = why;
+    if (t->req)
+        dq_take_cancel(t->req);
+    else
+        dq_stop(t->c);
+}
+
+static void on_take(dq_client *c, int status, dq_msg *msg, void *privdata)
+{
+    take_run *t = privdata;
+
+    t->req = NULL;
+    if (status == 1) {
+        t->got++;
+        int rc = cli_print_msg(msg, t->json);
+        dq_msg_free(msg);
+        if (rc)
+            t->rc = rc;
+        if (rc || (t->want && t->got >= t->want))
+            t->stopping = 1;
+    } else if (status == 0) {
+        t->stopping = 1; /* the take's timeout is what was left of --timeout */
+        t->stop_why = "timeout";
+    } else if (status < 0 && !(status == DQ_ECLOSED && t->stopping)) {
+        t->rc = cli_fail(c, status, "take");
+        t->stopping = 1;
+    }
+    if (t->stopping || start_take(t) < 0)
+        dq_stop(c);
+}
+
+static void on_signal(void *data, int signum)
+{
+    finish(data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* Runs the loop until the run is over; returns the exit code. */
+static int run(take_run *t, int64_t timeout_ms, int scheduler)
+{
+    struct ev_loop *loop = dq_client_loop(t->c);
+    int rc = scheduler ? dq_schedule(t->c, t->queue) : 0;
+
+    if (rc < 0)
+        return cli_fail(t->c, rc, "schedule");
+    ev_now_update(loop);
+    t->deadline = timeout_ms >= 0 ? ev_now(loop) + (double)timeout_ms / 1000.0 : -1;
+    if (start_take(t) < 0)
+        return t->rc;
+    cli_signals_start(loop, on_signal, t);
+    dq_run(t->c);
+    cli_signals_stop(loop);
+    if (t->rc)
+        return t->rc;
+    if (t->want && t->got < t->want) {
+        cli_err("take: %" PRId64 " of %" PRId64 " items arrived before the %s", t->got,
+                t->want, t->stop_why ? t->stop_why : "end");
+        return CLI_NONE;
+    }
+    return CLI_OK;
+}
+
+int cli_cmd_take(cli_env *env, int argc, char **argv)
+{
+    static const char *const names[] = {"QUEUE"};
+    const char *count = NULL, *timeout = NULL;
+    int json = 0, no_sched = 0, npos;
+    const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
+                            {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
+                            {NULL, NULL, NULL}};
+    take_run t = {.want = 1};
+    int64_t timeout_ms = -1;
+
+    int rc = cli_parse(env, "take", argc, argv, opts, &npos);
+    if (rc == CLI_HELP)
+        return cli_help(cli_usage_take);
+    if (!rc)
+        rc = cli_want_args("take", npos, 1, 1, names, argv);
+    if (!rc)
+        rc = cli_check_queue(argv[0]);
+    if (!rc && count)
+        rc = cli_parse_count(count, &t.want);
+    if (!rc && timeout)
+        rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
+    if (!rc)
+        rc = cli_connect(env, &t.c);
+    if (rc)
+        return rc;
+    t.queue = argv[0];
+    t.json = json;
+    rc = run(&t, timeout_ms, !no_sched);
+    dq_client_free(t.c);
+    return rc;
+}

@@ -1,0 +1,159 @@
+/*
+ * main.c - the delayq command: global options, dispatch, usage.
+ *
+ * Owns what comes before the command name (--redis URL, --help, --version),
+ * the default Redis URL ($DELAYQ_REDIS, else redis://127.0.0.1:6379), the
+ * table of commands, "delayq help [COMMAND]", the overall usage text and the
+ * one-line error printer every file uses. Each command lives in its own
+ * cmd_*.c and returns the process's exit code.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+#define DEFAULT_URL "redis://127.0.0.1:6379"
+
+static const char usage_main[] =
+    "usage: delayq [--redis URL] COMMAND [ARGS...]\n"
+    "\n"
+    "A Redis-backed delay queue: offer items now, take them when they are due.\n"
+    "\n"
+    "Commands:\n"
+    "  offer QUEUE DELAY [PAYLOAD] [--id ID] [--nx]\n"
+    "                       add an item (payload from stdin when omitted); prints its id\n"
+    "  offer QUEUE --batch FILE [--nx]\n"
+    "                       add the DELAY<TAB>ID<TAB>PAYLOAD lines of FILE ('-' = stdin)\n"
+    "  cancel QUEUE ID      remove a pending item (exit 1 if it was not pending)\n"
+    "  take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
+    "                       wait for due items and print them\n"
+    "  schedule QUEUE...    move due items to their ready lists until SIGINT/SIGTERM\n"
+    "  stats QUEUE [--json] pending, ready and next_due_in_ms of a queue\n"
+    "  help [COMMAND]       this text, or a command's\n"
+    "\n"
+    "Options:\n"
+    "  --redis URL    redis://[[user:]password@]host[:port][/db] or\n"
+    "                 unix:///path/to/redis.sock[?db=N]; default $DELAYQ_REDIS,\n"
+    "                 else " DEFAULT_URL " (also accepted after COMMAND)\n"
+    "  --help, -h     usage (also after any command)\n"
+    "  --version      the version\n"
+    "\n"
+    "Durations: 250ms, 30s, 5m, 2h, 1d, or bare milliseconds; 0 = now.\n"
+    "Exit codes: 0 ok, 1 nothing there (timeout, not pending), 2 usage error,\n"
+    "3 Redis unreachable or erroring.\n";
+
+typedef struct command {
+    const char *name;
+    int (*run)(cli_env *env, int argc, char **argv);
+    const char *usage;
+} command;
+
+static const command commands[] = {
+    {"offer", cli_cmd_offer, cli_usage_offer},
+    {"cancel", cli_cmd_cancel, cli_usage_cancel},
+    {"take", cli_cmd_take, cli_usage_take},
+    {"schedule", cli_cmd_schedule, cli_usage_schedule},
+    {"stats", cli_cmd_stats, cli_usage_stats},
+    {NULL, NULL, NULL},
+};
+
+void cli_err(const char *fmt, ...)
+{
+    va_list ap;
+    char *msg;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (n < 0) {
+        fprintf(stderr, "delayq: %s\n", fmt);
+        return;
+    }
+    /* One line whatever the message quotes: control bytes become '?'. */
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    fprintf(stderr, "delayq: %s\n", msg);
+    free(msg);
+}
+
+int cli_help(const char *text)
+{
+    return cli_write_out(text, strlen(text)) ? CLI_FAIL : CLI_OK;
+}
+
+static const command *find_command(const char *name)
+{
+    for (const command *c = commands; c->name; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+/* "delayq help [COMMAND]". */
+static int run_help(int argc, char **argv)
+{
+    if (argc == 0)
+        return cli_help(usage_main);
+    const command *c = find_command(argv[0]);
+    if (!c) {
+        cli_err("help: unknown command '%s' (see 'delayq --help')", argv[0]);
+        return CLI_USAGE;
+    }
+    return cli_help(c->usage);
+}
+
+/* Consumes the options before the command name; returns how many arguments
+ * they took, or -1 - exit code when the run ends here. */
+static int global_options(cli_env *env, int argc, char **argv)
+{
+    int i = 1;
+
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return -1 - cli_help(usage_main);
+        if (strcmp(a, "--version") == 0)
+            return -1 - cli_help("delayq " DQ_VERSION "\n");
+        if (strncmp(a, "--redis=", 8) == 0) {
+            env->redis_url = a + 8;
+        } else if (strcmp(a, "--redis") == 0 && i + 1 < argc) {
+            env->redis_url = argv[++i];
+        } else if (strcmp(a, "--redis") == 0) {
+            cli_err("option '--redis' needs a value");
+            return -1 - CLI_USAGE;
+        } else {
+            cli_err("unknown option '%s' (see 'delayq --help')", a);
+            return -1 - CLI_USAGE;
+        }
+    }
+    return i;
+}
+
+int main(int argc, char **argv)
+{
+    const char *url = getenv("DELAYQ_REDIS");
+    cli_env env = {url && *url ? url : DEFAULT_URL};
+
+    /* A closed stdout or socket is an error to report, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
+    int i = global_options(&env, argc, argv);
+    if (i < 0)
+        return -1 - i;
+    if (i >= argc) {
+        cli_err("missing command (see 'delayq --help')");
+        return CLI_USAGE;
+    }
+    if (strcmp(argv[i], "help") == 0)
+        return run_help(argc - i - 1, argv + i + 1);
+    const command *c = find_command(argv[i]);
+    if (!c) {
+        cli_err("unknown command '%s' (see 'delayq --help')", argv[i]);
+        return CLI_USAGE;
+    }
+    return c->run(&env, argc - i - 1, argv + i + 1);
+}
