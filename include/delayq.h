@@ -29,10 +29,25 @@
  *   A client and everything made from it belong to one thread: the one that
  *   runs its event loop. Different clients may live in different threads.
  *
- * Delivery (this version)
- *   dq_take/dq_take_async pop the item from the ready list: at-most-once once
- *   taken. An item is never lost between offer and ready, whichever process
- *   dies or whenever Redis restarts (with AOF or RDB persistence on).
+ * Delivery
+ *   Two modes, chosen per take. Without a lease (dq_take, dq_take_async) a
+ *   take hands the item out and forgets it: at-most-once from then on. With
+ *   a lease (dq_take_opts.lease_ms > 0, and every dq_worker) the item stays in
+ *   Redis, in flight, until dq_ack; dq_nack or the end of the lease returns
+ *   it for another attempt, and after max_attempts it becomes a dead letter:
+ *   at-least-once. Either way an item is never lost between offer and
+ *   delivery, whichever process dies or whenever Redis restarts (with AOF or
+ *   RDB persistence on). Each delivery carries its attempt number (1 first)
+ *   and, with a lease, a token that ack/nack/extend must present: a token
+ *   from a lease that ran out is refused, so a slow consumer can never ack
+ *   another consumer's delivery.
+ *
+ * Ids
+ *   An id is in one place at a time: pending, ready, in flight or dead. An
+ *   offer of an id that is pending replaces it (or keeps it, DQ_OFFER_KEEP);
+ *   an offer of an id that is ready or in flight keeps the existing copy,
+ *   whatever the flags: there is never a second copy. Once acked, taken
+ *   without a lease, cancelled or dead, the id is free for a new offer.
  */
 #ifndef DELAYQ_H
 #define DELAYQ_H
@@ -117,6 +132,10 @@ typedef struct dq_options {
                                 default 1000                                 */
     int transfer_budget_us;  /* server time one transfer run may spend;
                                 default 2000                                 */
+    int64_t backoff_base_ms; /* dq_nack with delay < 0 waits base * 2^(attempt
+                                - 1), capped, times a random factor in
+                                [1/2, 1]; default 1000                       */
+    int64_t backoff_max_ms;  /* the cap; default 600000 (10 minutes)        */
 } dq_options;
 
 /* Fills *opts with the defaults above. */
@@ -190,7 +209,10 @@ typedef struct dq_offer_result {
     char id[DQ_ID_MAX + 1];  /* the item's id (the generated one, if any)  */
     int status;              /* enum dq_offer_status                       */
     int64_t due_ms;          /* the item's due time (for DQ_KEPT: the kept
-                                item's)                                     */
+                                item's, 0 if it is ready already)          */
+    int state;               /* enum dq_state of the id after the offer:
+                                PENDING, READY (due already) or, for
+                                DQ_KEPT, IN_FLIGHT                          */
 } dq_offer_result;
 
 /* Offers one item to queue and waits for Redis's answer. result may be NULL.
@@ -226,14 +248,19 @@ DQ_EXPORT int dq_offer_async(dq_client *c, const char *queue, const dq_item *ite
 DQ_EXPORT int dq_cancel(dq_client *c, const char *queue, const char *id) DQ_NODISCARD;
 
 enum dq_state {
-    DQ_STATE_UNKNOWN = 0, /* not pending: never offered, cancelled, or moved
-                             to the ready list already                      */
-    DQ_STATE_PENDING = 1  /* waiting for its due time                       */
+    DQ_STATE_UNKNOWN = 0,   /* never offered, or acked, taken without a lease,
+                               cancelled or redriven away                    */
+    DQ_STATE_PENDING = 1,   /* waiting for its due time (or its retry)      */
+    DQ_STATE_READY = 2,     /* due, waiting for a consumer                  */
+    DQ_STATE_IN_FLIGHT = 3, /* taken with a lease, not yet acked            */
+    DQ_STATE_DEAD = 4       /* out of attempts: in the dead letters         */
 };
 
 typedef struct dq_item_info {
     int state;      /* enum dq_state                                        */
-    int64_t due_ms; /* when PENDING: its due time; else 0                   */
+    int64_t due_ms; /* PENDING: its due time; IN_FLIGHT: its lease's end;
+                       else 0                                               */
+    int attempts;   /* deliveries so far (PENDING and IN_FLIGHT)            */
 } dq_item_info;
 
 /* Looks an id up. Returns 0 and fills *info, or a negative code. O(1). */
@@ -247,6 +274,8 @@ typedef struct dq_stats {
                                due (0 if overdue); -1 if nothing pending   */
     int64_t set_aside;      /* entries the scheduler or a consumer could not
                                decode, kept with a reason (never dropped)   */
+    int64_t in_flight;      /* taken with a lease, not acked yet            */
+    int64_t dead;           /* dead letters                                 */
 } dq_stats;
 
 /* Counts of one queue. Returns 0 and fills *stats, or a negative code.
@@ -278,6 +307,8 @@ typedef struct dq_sched_counters {
     uint64_t safety_checks;  /* transfers started by the safety timer       */
     uint64_t reconnects;     /* connections re-established                  */
     uint64_t errors;         /* transfer runs that failed (see dq_set_log)  */
+    uint64_t leases_expired; /* leases that ran out and came back           */
+    uint64_t buried;         /* of those, items that became dead letters    */
 } dq_sched_counters;
 
 DQ_EXPORT void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out);
@@ -295,6 +326,9 @@ typedef struct dq_msg {
     size_t payload_len;
     int64_t due_ms;    /* its due time (server epoch ms)                    */
     int64_t ready_ms;  /* when the scheduler moved it to the ready list     */
+    int attempt;       /* 1 on first delivery, then 2, 3, ...               */
+    const char *token; /* the lease token, NUL-terminated; NULL without a
+                          lease                                             */
 } dq_msg;
 
 /* Frees a message handed to the caller. Safe with NULL. */
@@ -309,6 +343,21 @@ DQ_EXPORT int dq_take(dq_client *c, const char *queue, int64_t timeout_ms,
 
 typedef struct dq_take_req dq_take_req;
 
+/* How to take. */
+typedef struct dq_take_opts {
+    int64_t lease_ms;  /* 0: no lease (at-most-once); > 0: the item stays in
+                          flight this long unless acked, nacked or extended */
+    int max_attempts;  /* with a lease: deliveries before an item that keeps
+                          failing or timing out becomes a dead letter;
+                          0 = no limit. Default 16                          */
+} dq_take_opts;
+
+#define DQ_LEASE_DEFAULT_MS 30000
+#define DQ_MAX_ATTEMPTS_DEFAULT 16
+
+/* Fills *opts: a lease of DQ_LEASE_DEFAULT_MS, DQ_MAX_ATTEMPTS_DEFAULT. */
+DQ_EXPORT void dq_take_opts_init(dq_take_opts *opts);
+
 /* Completion of an async take. status: 1 with msg, 0 on timeout (msg NULL),
  * or a negative code (DQ_ECLOSED when cancelled or the client is freed).
  * msg belongs to the callee: free it with dq_msg_free(). Runs exactly once. */
@@ -321,10 +370,78 @@ typedef void dq_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata);
 DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms,
                             dq_take_cb *cb, void *privdata, dq_take_req **req) DQ_NODISCARD;
 
+/* As dq_take_async, with options (NULL: no lease, as dq_take_async). */
+DQ_EXPORT int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts,
+                               int64_t timeout_ms, dq_take_cb *cb, void *privdata,
+                               dq_take_req **req) DQ_NODISCARD;
+
+/* Takes up to max items in one round trip, waiting up to timeout_ms for the
+ * first (< 0: forever). opts may be NULL (no lease). Fills msgs[0..n-1] (free
+ * each with dq_msg_free). Returns n >= 1, 0 on timeout, or a negative code.
+ * Must not be called from a callback of c. */
+DQ_EXPORT int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts,
+                           int64_t timeout_ms, dq_msg **msgs, size_t max) DQ_NODISCARD;
+
 /* Cancels a waiting take without losing an item: if an item was already on
  * its way, cb gets it (status 1); otherwise cb runs with DQ_ECLOSED. Either
  * way cb runs later on the loop, not inside this call. */
 DQ_EXPORT void dq_take_cancel(dq_take_req *req);
+
+/* ------------------------------------------------------------------ leases */
+
+/* The calls below take the id and token of a delivery made with a lease.
+ * They return 1 on success, 0 if the id is not in flight or the token is
+ * not its current lease's (the lease ran out and the item went elsewhere),
+ * or a negative code. Must not be called from a callback of c; workers use
+ * dq_worker_done instead. */
+
+/* Done with it: removes the item for good. */
+DQ_EXPORT int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) DQ_NODISCARD;
+
+/* Failed: back to pending, due after delay_ms (< 0: the client's backoff for
+ * the delivery's attempt number), keeping error (may be NULL; 1000 bytes
+ * kept) as its last error. Returns 1 if it will be retried, 2 if it had had
+ * its max attempts and is now a dead letter, 0 if stale (see above). */
+DQ_EXPORT int dq_nack(dq_client *c, const char *queue, const char *id, const char *token,
+                      int64_t delay_ms, const char *error) DQ_NODISCARD;
+
+/* Still working: the lease ends lease_ms from now instead. */
+DQ_EXPORT int dq_extend(dq_client *c, const char *queue, const char *id, const char *token,
+                        int64_t lease_ms) DQ_NODISCARD;
+
+/* The backoff dq_nack uses for a delivery's attempt number (>= 1), in ms. */
+DQ_EXPORT int64_t dq_backoff_ms(const dq_client *c, int attempt);
+
+/* ------------------------------------------------------------------ dead letters */
+
+typedef struct dq_dead_letter {
+    char *id;
+    int64_t died_ms;   /* when it became a dead letter (server ms)          */
+    int attempts;
+    int64_t due_ms;    /* its original due time                            */
+    char *reason;      /* why it died, e.g. "failed attempt 16 of 16"      */
+    char *error;       /* the last error a consumer gave, "" if none       */
+    void *payload;
+    size_t payload_len;
+} dq_dead_letter;
+
+/* Number of dead letters of queue, in *n. Returns 0 or a negative code. */
+DQ_EXPORT int dq_dead_count(dq_client *c, const char *queue, int64_t *n) DQ_NODISCARD;
+
+/* Lists up to limit dead letters from offset, oldest death first, into a
+ * new array *out of *n entries; free it with dq_dead_letters_free. */
+DQ_EXPORT int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
+                           dq_dead_letter **out, size_t *n) DQ_NODISCARD;
+DQ_EXPORT void dq_dead_letters_free(dq_dead_letter *letters, size_t n);
+
+/* Moves dead letters back to the ready list as new items (attempts start
+ * over): the one with id, or all of them when id is NULL (in bounded
+ * batches). An id that is active again is dropped instead, never doubled.
+ * Returns how many were moved back, or a negative code. */
+DQ_EXPORT int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) DQ_NODISCARD;
+
+/* Deletes all dead letters of queue. Returns how many, or a negative code. */
+DQ_EXPORT int64_t dq_dead_purge(dq_client *c, const char *queue) DQ_NODISCARD;
 
 /* ------------------------------------------------------------------ workers */
 
@@ -332,7 +449,10 @@ typedef struct dq_worker dq_worker;
 
 /* A handler owns msg until it calls dq_worker_done(w, msg, status), now or
  * later from the loop (asynchronous work is fine). Until then the message
- * counts against the worker's concurrency. */
+ * counts against the worker's concurrency. Workers take with a lease
+ * (dq_worker_start_ex sets it; default DQ_LEASE_DEFAULT_MS): a handler that
+ * never finishes, or a process that dies, leaves the lease to run out and
+ * the item is delivered again. */
 typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
 
 /* Runs handler for items of queue with up to concurrency (>= 1) messages in
@@ -342,10 +462,17 @@ typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
 DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
                                      unsigned flags, dq_handler *handler, void *privdata);
 
-/* Ends the handling of msg and frees it. status: 0 for success, else a
- * failure code of the handler's choosing (counted; in this version the item
- * is not redelivered). */
+/* As dq_worker_start, with take options (lease, max attempts); opts NULL
+ * means dq_take_opts_init's defaults. */
+DQ_EXPORT dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency,
+                                        unsigned flags, const dq_take_opts *opts,
+                                        dq_handler *handler, void *privdata);
+
+/* Ends the handling of msg and frees it. status 0 acks it; anything else
+ * nacks it with the client's backoff (error, which may be NULL, is kept as
+ * its last error), so it is retried until its max attempts. */
 DQ_EXPORT void dq_worker_done(dq_worker *w, dq_msg *msg, int status);
+DQ_EXPORT void dq_worker_fail(dq_worker *w, dq_msg *msg, const char *error);
 
 /* Stops taking new items; messages in hand stay valid until their
  * dq_worker_done. Then frees the worker once all are done. Safe in handlers.*/
@@ -353,6 +480,7 @@ DQ_EXPORT void dq_worker_stop(dq_worker *w);
 
 typedef struct dq_worker_counters {
     uint64_t taken, succeeded, failed;
+    uint64_t stale;  /* acks and nacks refused: the lease had run out      */
     int in_hand;
 } dq_worker_counters;
 

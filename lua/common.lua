@@ -1,16 +1,29 @@
 -- common.lua: prepended to every delayq script at build time.
 --
 -- Data layout of queue Q (all keys share the hash tag {Q}, one cluster slot):
---   dq:{Q}:z        ZSET  pending ids; score = due_ms * ORD + ordinal
---   dq:{Q}:p:<n>    HASH  id -> "1" .. payload, n = score % BUCKETS
---   dq:{Q}:r        LIST  ready entries "1|due|ready|idlen|<id><payload>"
+--   dq:{Q}:z        ZSET  timed ids: pending items (score = due_ms * ORD +
+--                         ordinal) and items in flight (score = lease end * ORD)
+--   dq:{Q}:p:<n>    HASH  id -> record, n = score % BUCKETS
+--   dq:{Q}:r        LIST  ready entries, oldest first
+--   dq:{Q}:rs       SET   ids in the ready list (so an id is never queued twice)
 --   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
---   dq:{Q}:w        channel: the earliest pending due time (ms) or -1
+--   dq:{Q}:d        HASH  dead letters: id -> dead record
+--   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
+--   dq:{Q}:n        HASH  counters: inflight
+--   dq:{Q}:w        channel: the earliest due time in z (ms), or -1
 -- The ordinal (0..ORD-1) keeps equal due times in offer order; it costs no
--- key and no member bytes. Payload hashes are bucketed so each stays a small
+-- key and no member bytes. Records are bucketed so each hash stays a small
 -- listpack (about 45 bytes an item instead of 100 for one big hash).
--- Every value starts with the format version "1".
--- Numbers are formatted with %.0f: Lua 5.1's tostring keeps only 14 digits.
+--
+-- Formats (the first byte is the format version):
+--   record v1  "1" .. payload                      never delivered yet
+--   record v2  "2|attempts|max|due|tlen|elen|" .. token .. err .. payload
+--              token ~= '': in flight (score = lease end); else a retry
+--   ready v1   "1|due|ready|idlen|" .. id .. payload          attempts 0
+--   ready v2   "2|due|ready|attempts|idlen|elen|" .. id .. err .. payload
+--   dead       "1|died|attempts|due|rlen|elen|" .. reason .. err .. payload
+-- Numbers are formatted with %.0f: Lua 5.1's tostring keeps only 14 digits
+-- (numbers passed to redis.call are converted exactly, with %.17g).
 local ORD = 2048
 local BUCKETS = 8192
 local DUE_MAX = 4398046511103
@@ -51,4 +64,84 @@ local function earliest_due(z)
   if first[2] == nil then return -1, nil end
   local score = tonumber(first[2])
   return math.floor(score / ORD), score
+end
+
+-- Records and entries ------------------------------------------------------
+
+-- A record as a table, or nil if it cannot be decoded. score: its z score.
+local function parse_record(rec, score)
+  local v = string.sub(rec, 1, 1)
+  if v == '1' then
+    return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
+            payload = string.sub(rec, 2)}
+  end
+  if v ~= '2' then return nil end
+  local a, m, d, tl, el, pos = string.match(rec, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
+  if not a then return nil end
+  tl, el = tonumber(tl), tonumber(el)
+  if pos + tl + el - 1 > #rec then return nil end
+  return {attempts = tonumber(a), max = tonumber(m), due = tonumber(d),
+          token = string.sub(rec, pos, pos + tl - 1),
+          err = string.sub(rec, pos + tl, pos + tl + el - 1),
+          payload = string.sub(rec, pos + tl + el)}
+end
+
+local function record_v2(r)
+  return '2|' .. r.attempts .. '|' .. r.max .. '|' .. fmt(r.due) .. '|' .. #r.token .. '|' ..
+         #r.err .. '|' .. r.token .. r.err .. r.payload
+end
+
+-- The ready entry of a record that becomes ready now.
+local function ready_entry_of(r, id, now)
+  if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, id, r.payload) end
+  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. r.attempts .. '|' .. #id .. '|' ..
+         #r.err .. '|' .. id .. r.err .. r.payload
+end
+
+-- A ready entry as a table, or nil if it cannot be decoded.
+local function parse_entry(e)
+  local v = string.sub(e, 1, 1)
+  local d, rd, a, il, el, pos
+  if v == '1' then
+    d, rd, il, pos = string.match(e, '^1|(%d+)|(%d+)|(%d+)|()')
+    a, el = 0, 0
+  elseif v == '2' then
+    d, rd, a, il, el, pos = string.match(e, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
+  end
+  if not d then return nil end
+  il, el = tonumber(il), tonumber(el)
+  if il < 1 or pos + il + el - 1 > #e then return nil end
+  return {due = tonumber(d), ready = tonumber(rd), attempts = tonumber(a),
+          id = string.sub(e, pos, pos + il - 1), err = string.sub(e, pos + il, pos + il + el - 1),
+          payload = string.sub(e, pos + il + el)}
+end
+
+local function dead_record(r, reason, now)
+  return '1|' .. fmt(now) .. '|' .. r.attempts .. '|' .. fmt(r.due) .. '|' .. #reason .. '|' ..
+         #r.err .. '|' .. reason .. r.err .. r.payload
+end
+
+-- Moves a record to the dead letters of the queue.
+local function bury(dead, deadz, id, r, reason, now)
+  redis.call('HSET', dead, id, dead_record(r, reason, now))
+  redis.call('ZADD', deadz, now, id)
+end
+
+-- The record of a leased id if token matches, as (record, score, bucket);
+-- nil if the id is unknown, not in flight, or the token is stale.
+local function leased_record(z, prefix, id, token)
+  local s = redis.call('ZSCORE', z, id)
+  if not s then return nil end
+  local score = tonumber(s)
+  local bucket = bucket_key(prefix, score)
+  local rec = redis.call('HGET', bucket, id)
+  local r = rec and parse_record(rec, score)
+  if not r or r.token == '' or r.token ~= token then return nil end
+  return r, score, bucket
+end
+
+-- Publishes the new earliest due time if score is now the first in z.
+local function announce_if_first(z, chan, score, due)
+  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) >= score then redis.call('PUBLISH', chan, due) end
 end

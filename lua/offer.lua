@@ -1,15 +1,18 @@
 -- offer.lua: adds or replaces one pending item.
--- KEYS[1] z, KEYS[2] ready list
+-- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] id,
 -- ARGV[4] payload, ARGV[5] 'd' (delay) or 'a' (absolute due), ARGV[6] ms,
 -- ARGV[7] '1' to keep an existing pending id instead of replacing it,
 -- ARGV[8] '1' if the id was just generated (so it cannot be pending).
--- Returns {status, due_ms, now_ms}; status 1 added, 2 replaced, 3 kept.
+-- Returns {status, due_ms, now_ms, state}; status 1 added, 2 replaced,
+-- 3 kept; state of the item now: 1 pending, 2 ready, 3 in flight.
+-- An id is never queued twice: an id that is ready or in flight is kept as
+-- it is whatever ARGV[7] says (replacing would break its consumer's lease).
 --
 -- Cost matters here (every item passes once), so the script makes as few
 -- calls as it can: reads come first, so a key of the wrong type fails the
 -- script before anything is written.
-local z, ready = KEYS[1], KEYS[2]
+local z, ready, rs = KEYS[1], KEYS[2], KEYS[3]
 local prefix, chan, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 -- A ready list of another type would strand every item: refuse up front.
@@ -28,7 +31,15 @@ if ARGV[8] ~= '1' then
   local score = redis.call('ZSCORE', z, id) -- false, not nil, when absent
   if score then
     old = tonumber(score)
-    if ARGV[7] == '1' then return {3, math.floor(old / ORD), now} end
+    local old_due = math.floor(old / ORD)
+    local rec = redis.call('HGET', bucket_key(prefix, old), id)
+    if rec and string.sub(rec, 1, 1) == '2' then
+      local r = parse_record(rec, old)
+      if r and r.token ~= '' then return {3, old_due, now, 3} end
+    end
+    if ARGV[7] == '1' then return {3, old_due, now, 1} end
+  elseif redis.call('SISMEMBER', rs, id) == 1 then
+    return {3, 0, now, 2}
   end
 end
 local status = old and 2 or 1
@@ -50,11 +61,12 @@ end
 if due <= now and prev_score == nil then
   -- Due already and nothing due is waiting: straight to the ready list.
   redis.call('RPUSH', ready, ready_entry(due, now, id, payload))
+  redis.pcall('SADD', rs, id)
   if old then
     redis.call('ZREM', z, id)
     redis.pcall('HDEL', bucket_key(prefix, old), id)
   end
-  return {status, due, now}
+  return {status, due, now, 2}
 end
 
 local score = lo
@@ -67,4 +79,4 @@ if prev_score == nil and (old == nil or score < old) then
   -- The earliest deadline moved earlier: wake the schedulers.
   redis.call('PUBLISH', chan, due)
 end
-return {status, due, now}
+return {status, due, now, 1}

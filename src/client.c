@@ -20,12 +20,16 @@ void dq_options_init(dq_options *o) {
     o->max_payload = DQ_PAYLOAD_DEFAULT_MAX;
     o->transfer_batch = 1000;
     o->transfer_budget_us = 2000;
+    o->backoff_base_ms = 1000;
+    o->backoff_max_ms = 600000;
 }
 
 static int options_valid(const dq_options *o) {
     return o->connect_timeout_ms > 0 && o->command_timeout_ms >= 0 && o->safety_check_ms >= 10 &&
            o->reconnect_max_ms >= 20 && o->max_payload <= DQ_PAYLOAD_HARD_MAX &&
-           o->transfer_batch >= 1 && o->transfer_batch <= 100000 && o->transfer_budget_us >= 100;
+           o->transfer_batch >= 1 && o->transfer_batch <= 100000 && o->transfer_budget_us >= 100 &&
+           o->backoff_base_ms >= 0 && o->backoff_max_ms >= o->backoff_base_ms &&
+           o->backoff_max_ms <= DQ_DUE_MAX_MS;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
@@ -153,6 +157,10 @@ void dq__keys_init(dq__keys *k, const char *queue) {
     dq__key(k->aside, sizeof k->aside, queue, "x");
     dq__key(k->prefix, sizeof k->prefix, queue, "p:");
     dq__key(k->chan, sizeof k->chan, queue, "w");
+    dq__key(k->ready_ids, sizeof k->ready_ids, queue, "rs");
+    dq__key(k->counters, sizeof k->counters, queue, "n");
+    dq__key(k->dead, sizeof k->dead, queue, "d");
+    dq__key(k->dead_times, sizeof k->dead_times, queue, "dz");
 }
 
 /* ------------------------------------------------------------ server clock */

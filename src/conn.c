@@ -46,6 +46,11 @@ static const struct {
     [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_SHA},
     [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_SHA},
     [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_SHA},
+    [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_SHA},
+    [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_SHA},
+    [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_SHA},
+    [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_SHA},
+    [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_SHA},
 };
 
 static void set_err(dq__conn *conn, int code, const char *fmt, ...)
@@ -241,6 +246,9 @@ static void handshake_reply(dq__conn *conn, redisReply *reply, int code, void *p
     (void)code;
     if (strcmp(what, "CLIENT ID") == 0) conn->client_id = reply->integer;
     if (--conn->handshake_left == 0 && conn->state == DQ__HANDSHAKE) {
+        /* connect_timeout_ms bounds the handshake too: a server that
+         * accepts but never answers is as good as none. */
+        ev_timer_stop(conn->client->loop, &conn->connect_timer);
         conn->state = DQ__UP;
         conn->ups++;
         conn->backoff_ms = 0;
@@ -297,8 +305,8 @@ static void start_handshake(dq__conn *conn) {
 static void on_connect(const redisAsyncContext *ac, int status) {
     dq__conn *conn = ac->data;
     if (!conn) return;
-    ev_timer_stop(conn->client->loop, &conn->connect_timer);
     if (status != REDIS_OK) {
+        ev_timer_stop(conn->client->loop, &conn->connect_timer);
         /* hiredis frees the context after this callback. */
         set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->client->url_text,
                 ac->errstr ? ac->errstr : "error");

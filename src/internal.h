@@ -75,7 +75,8 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 
 /* Script ids: one per lua/<name>.lua. */
 enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKUP,
-                  DQ__LUA_STATS, DQ__LUA_COUNT };
+                  DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
+                  DQ__LUA_DEAD, DQ__LUA_COUNT };
 
 /* Runs a script with EVALSHA (EVAL again on NOSCRIPT). keys then args. */
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
@@ -132,6 +133,8 @@ int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format
 typedef struct dq__keys {
     char z[DQ__KEY_MAX], ready[DQ__KEY_MAX], aside[DQ__KEY_MAX];
     char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
+    char ready_ids[DQ__KEY_MAX], counters[DQ__KEY_MAX];
+    char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
 } dq__keys;
 void dq__keys_init(dq__keys *k, const char *queue);
 
@@ -152,6 +155,38 @@ void dq__sched_on_cmd_up(dq_client *c);
 void dq__sched_free_all(dq_client *c);
 void dq__take_free_all(dq_client *c);
 void dq__worker_free_all(dq_client *c);
+
+/* Maps an error reply to a code and records its message (without the
+ * " script: <sha>" tail) on the client, naming the queue's keys for
+ * WRONGTYPE. reply NULL: the connection's error. Returns the code. */
+int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
+                      const char *queue);
+
+/* Checks of a queue name and an id, with the failure recorded on c. */
+int dq__check_queue(dq_client *c, const char *queue);
+int dq__check_id(dq_client *c, const char *id);
+/* DQ_EBUSY (recorded) when called from inside one of c's callbacks. */
+int dq__not_in_callback(dq_client *c);
+
+/* Runs a script synchronously and collects up to 8 integers of its reply
+ * (an integer, or an array of integers/numeric strings) into s. */
+typedef struct dq__sync_ints {
+    dq_client *c;
+    const char *queue;
+    int done, status, count;
+    int64_t v[8];
+} dq__sync_ints;
+int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
+                  int nargs, const char **argv, dq__sync_ints *s);
+
+/* Settling a leased delivery asynchronously (reliable.c). status: the
+ * script's answer (1 done, 2 buried by nack, 0 stale) or a negative code. */
+typedef void dq__settle_cb(dq_client *c, int status, void *privdata);
+int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *token,
+                  dq__settle_cb *cb, void *privdata);
+int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
+                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
+                   void *privdata);
 
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);

@@ -12,14 +12,14 @@
 
 /* ------------------------------------------------------------ validation */
 
-static int check_queue(dq_client *c, const char *queue) {
+int dq__check_queue(dq_client *c, const char *queue) {
     if (!queue || !dq__queue_valid(queue))
         return dq__fail(c, DQ_EINVAL, "invalid queue name '%s': use 1 to %d of A-Z a-z 0-9 _ . : -",
                         queue ? queue : "(null)", DQ_QUEUE_MAX);
     return 0;
 }
 
-static int check_id(dq_client *c, const char *id) {
+int dq__check_id(dq_client *c, const char *id) {
     if (!id || !dq__id_valid(id))
         return dq__fail(c, DQ_EINVAL, "invalid id '%s': use 1 to %d printable ASCII characters, no spaces",
                         id ? id : "(null)", DQ_ID_MAX);
@@ -28,7 +28,7 @@ static int check_id(dq_client *c, const char *id) {
 
 static int check_item(dq_client *c, const dq_item *item) {
     if (!item) return dq__fail(c, DQ_EINVAL, "no item");
-    if (item->id && check_id(c, item->id)) return DQ_EINVAL;
+    if (item->id && dq__check_id(c, item->id)) return DQ_EINVAL;
     if (item->payload_len > c->opt.max_payload)
         return dq__fail(c, DQ_ETOOBIG, "payload is %zu bytes, limit is %zu", item->payload_len,
                         c->opt.max_payload);
@@ -43,8 +43,8 @@ static int check_item(dq_client *c, const dq_item *item) {
 
 /* Error of a reply, with its text kept on the client (without the
  * " script: <sha>, on @user_script:N." tail Redis adds to script errors). */
-static int reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
-                         const char *queue) {
+int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
+                      const char *queue) {
     if (!reply) return dq__fail(c, code, "%s", conn ? conn->errstr : "connection closed");
     if (reply->type == REDIS_REPLY_ERROR) {
         const char *tail = strstr(reply->str, " script: ");
@@ -74,11 +74,14 @@ static void offer_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     offer_ctx *o = privdata;
     dq_client *c = o->c;
     int status = 0;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) {
-        status = reply_failure(c, conn, reply, code, o->queue);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+        status = dq__reply_failure(c, conn, reply, code, o->queue);
     } else {
         o->result.status = (int)dq__reply_int(reply->element[0]);
         o->result.due_ms = dq__reply_int(reply->element[1]);
+        o->result.state = (int)dq__reply_int(reply->element[3]) == 3   ? DQ_STATE_IN_FLIGHT
+                          : (int)dq__reply_int(reply->element[3]) == 2 ? DQ_STATE_READY
+                                                                        : DQ_STATE_PENDING;
     }
     c->callback_depth++;
     o->cb(c, status, status ? NULL : &o->result, o->privdata);
@@ -88,7 +91,7 @@ static void offer_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 
 int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
                    void *privdata) {
-    int bad = check_queue(c, queue);
+    int bad = dq__check_queue(c, queue);
     if (!bad) bad = check_item(c, item);
     if (bad) return bad;
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
@@ -104,12 +107,13 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     char ms[24];
     int abs = item->due_ms > 0;
     int msl = snprintf(ms, sizeof ms, "%" PRId64, abs ? item->due_ms : item->delay_ms);
-    const char *argv[10] = {k.z, k.ready, k.prefix, k.chan, o->result.id,
+    const char *argv[11] = {k.z, k.ready, k.ready_ids, k.prefix, k.chan, o->result.id,
                             item->payload_len ? item->payload : "", abs ? "a" : "d", ms,
                             (item->flags & DQ_OFFER_KEEP) ? "1" : "0", item->id ? "0" : "1"};
-    size_t lens[10] = {strlen(k.z), strlen(k.ready), strlen(k.prefix), strlen(k.chan),
-                       strlen(o->result.id), item->payload_len, 1, (size_t)msl, 1, 1};
-    int rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 2, 8, argv, lens, offer_reply, o);
+    size_t lens[11] = {strlen(k.z), strlen(k.ready), strlen(k.ready_ids), strlen(k.prefix),
+                       strlen(k.chan), strlen(o->result.id), item->payload_len, 1, (size_t)msl,
+                       1, 1};
+    int rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 3, 8, argv, lens, offer_reply, o);
     if (rc) {
         free(o);
         return dq__fail(c, rc, "%s", c->cmd->errstr);
@@ -136,14 +140,14 @@ static void sync_offer_cb(dq_client *c, int status, const dq_offer_result *resul
 /* Checks shared by the synchronous calls on a queue and an optional id. */
 static int check_sync(dq_client *c, const char *queue, const char *id, int need_id);
 
-static int not_in_callback(dq_client *c) {
+int dq__not_in_callback(dq_client *c) {
     if (c->callback_depth > 0)
         return dq__fail(c, DQ_EBUSY, "synchronous call from inside a delayq callback");
     return 0;
 }
 
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
-    if (not_in_callback(c)) return DQ_EBUSY;
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
     sync_offer s = {0, 0, result};
     int rc = dq_offer_async(c, queue, item, sync_offer_cb, &s);
     if (rc) return rc;
@@ -178,11 +182,15 @@ static void batch_cb(dq_client *c, int status, const dq_offer_result *result, vo
 
 int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t n,
                   dq_offer_result *results) {
-    if (not_in_callback(c)) return DQ_EBUSY;
-    if (check_queue(c, queue)) return DQ_EINVAL;
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
+    if (dq__check_queue(c, queue)) return DQ_EINVAL;
     for (size_t i = 0; i < n; i++) {
         int rc = check_item(c, &items[i]);
-        if (rc) return dq__fail(c, rc, "item %zu: %s", i, c->errstr);
+        if (rc) {
+            char why[DQ__ERRSTR_MAX];
+            snprintf(why, sizeof why, "%s", c->errstr); /* dq__fail writes errstr */
+            return dq__fail(c, rc, "item %zu: %s", i, why);
+        }
     }
     batch b = {0};
     batch_item *bis = calloc(n ? n : 1, sizeof *bis);
@@ -210,20 +218,15 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
 }
 
 static int check_sync(dq_client *c, const char *queue, const char *id, int need_id) {
-    int rc = not_in_callback(c);
-    if (!rc) rc = check_queue(c, queue);
-    if (!rc && need_id) rc = check_id(c, id);
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    if (!rc && need_id) rc = dq__check_id(c, id);
     return rc;
 }
 
 /* ------------------------------------------------------------ small sync scripts */
 
-typedef struct sync_ints {
-    dq_client *c;
-    const char *queue;
-    int done, status, count;
-    int64_t v[4];
-} sync_ints;
+typedef dq__sync_ints sync_ints;
 
 static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     sync_ints *s = privdata;
@@ -231,16 +234,16 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
         s->count = 1;
-    } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 4) {
+    } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 8) {
         for (size_t i = 0; i < reply->elements; i++) s->v[i] = dq__reply_int(reply->element[i]);
         s->count = (int)reply->elements;
     } else {
-        s->status = reply_failure(s->c, conn, reply, code, s->queue);
+        s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }
 }
 
-static int eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
-                     int nargs, const char **argv, sync_ints *s) {
+int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
+                  int nargs, const char **argv, sync_ints *s) {
     size_t lens[8];
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
     memset(s, 0, sizeof *s);
@@ -259,7 +262,7 @@ int dq_cancel(dq_client *c, const char *queue, const char *id) {
     dq__keys_init(&k, queue);
     const char *argv[3] = {k.z, k.prefix, id};
     sync_ints s;
-    int rc = eval_ints(c, queue, DQ__LUA_CANCEL, 1, 2, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_CANCEL, 1, 2, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -268,13 +271,15 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     if (bad) return bad;
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[2] = {k.z, id};
+    const char *argv[5] = {k.z, k.ready_ids, k.dead, k.prefix, id};
     sync_ints s;
-    int rc = eval_ints(c, queue, DQ__LUA_LOOKUP, 1, 1, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_LOOKUP, 3, 2, argv, &s);
     if (rc) return rc;
-    if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
-    info->state = s.v[0] ? DQ_STATE_PENDING : DQ_STATE_UNKNOWN;
+    if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
+        return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
+    info->state = (int)s.v[0];
     info->due_ms = s.v[1];
+    info->attempts = (int)s.v[2];
     return 0;
 }
 
@@ -283,14 +288,16 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     if (bad) return bad;
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[3] = {k.z, k.ready, k.aside};
+    const char *argv[5] = {k.z, k.ready, k.aside, k.counters, k.dead_times};
     sync_ints s;
-    int rc = eval_ints(c, queue, DQ__LUA_STATS, 3, 0, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_STATS, 5, 0, argv, &s);
     if (rc) return rc;
-    if (s.count != 4) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
+    if (s.count != 6) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];
     st->ready = s.v[1];
     st->next_due_in_ms = s.v[2];
     st->set_aside = s.v[3];
+    st->in_flight = s.v[4];
+    st->dead = s.v[5];
     return 0;
 }

@@ -97,7 +97,7 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     dq__sched *s = privdata;
     dq_client *c = s->c;
     (void)conn;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 5) {
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
         if (reply && reply->type == REDIS_REPLY_ERROR)
@@ -117,6 +117,10 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     int64_t next_due = dq__reply_int(reply->element[2]);
     int64_t server_us = dq__reply_int(reply->element[3]);
     int more = dq__reply_int(reply->element[4]) != 0;
+    int64_t expired = dq__reply_int(reply->element[5]);
+    int64_t buried = dq__reply_int(reply->element[6]);
+    c->counters.leases_expired += (uint64_t)expired;
+    c->counters.buried += (uint64_t)buried;
     dq__clock_sample(c, s->sent_at, ev_time(), server_us);
     c->counters.transfers++;
     c->counters.moved += (uint64_t)moved;
@@ -142,15 +146,16 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     if (s->closing || s->core.in_flight) return;
     ev_timer_stop(c->loop, &s->due_timer);
     char batch[16], budget[16];
-    const char *argv[7] = {s->keys.z, s->keys.ready, s->keys.aside, s->keys.prefix, s->keys.chan,
-                           batch, budget};
-    size_t lens[7];
+    const dq__keys *k = &s->keys;
+    const char *argv[11] = {k->z, k->ready, k->aside, k->ready_ids, k->counters, k->dead,
+                            k->dead_times, k->prefix, k->chan, batch, budget};
+    size_t lens[11];
     snprintf(batch, sizeof batch, "%d", c->opt.transfer_batch);
     snprintf(budget, sizeof budget, "%d", c->opt.transfer_budget_us);
-    for (int i = 0; i < 7; i++) lens[i] = strlen(argv[i]);
+    for (int i = 0; i < 11; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TRANSFER, 3, 4, argv, lens, transfer_reply, s) != 0) {
+    if (dq__conn_eval(c->cmd, DQ__LUA_TRANSFER, 7, 4, argv, lens, transfer_reply, s) != 0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);

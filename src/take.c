@@ -1,69 +1,96 @@
 /*
- * take.c - consumers: one waiting take per blocking connection.
+ * take.c - consumers.
  *
- * A take sends "BLPOP <ready> 0" and waits. Its own timeout is a libev
- * timer, not the BLPOP timeout (Redis checks those only every 100 ms at the
- * default hz 10). When the timer fires or the take is cancelled, the command
- * connection sends CLIENT UNBLOCK for the blocking connection, and the take
- * ends when the BLPOP answers: with nil, or with an item that was already
- * popped, which is then delivered instead of being lost.
- * An entry that cannot be decoded is moved to the queue's set-aside list and
- * the take keeps waiting.
+ * A take runs lua/take.lua on the command connection, which pops up to N
+ * ready entries atomically (and, with a lease, puts each in flight). When
+ * the ready list is empty, it waits on a blocking connection of its own with
+ * "BLMOVE ready ready RIGHT RIGHT 0": a wait that returns as soon as the list
+ * has an entry but takes nothing from it (the entry is put back where it
+ * was). Then it runs the script again. So the blocking connection never holds
+ * an item: a take can end at any moment (timeout, cancel, a dying process)
+ * without losing one, and only the script decides who gets what.
+ *
+ * The take's own timeout is a libev timer, not a blocking command's timeout
+ * (Redis checks those only every 100 ms at the default hz 10). A take always
+ * runs the script at least once, so timeout 0 means "whatever is ready now".
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-#define UNBLOCK_RETRY_S 0.01
-#define UNBLOCK_TRIES 100
+#define RETRY_S 0.1 /* while the command connection is down */
+
+typedef void take_done_fn(dq_take_req *t, int status, dq_msg **msgs, size_t n);
+
+/* A script reply may come after its take has ended and been freed, so the
+ * reply holds this token, which the take clears when it ends. */
+typedef struct take_token {
+    dq_take_req *take;
+} take_token;
 
 struct dq_take_req {
     dq_take_req *next;
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
     dq__keys keys;
-    dq_take_cb *cb;
+    dq_take_opts opts;
+    size_t max;             /* messages one script run may pop           */
+    take_done_fn *done_fn;
+    dq_take_cb *cb;         /* dq_take_async's callback                   */
     void *privdata;
-    dq__conn *conn;
-    ev_timer timer;        /* the deadline, then unblock retries / deferral */
-    int blpop_out;         /* a BLPOP is waiting on conn                    */
-    int ending;            /* timeout or cancel requested                   */
-    int end_status;        /* what to report if no item comes: 0 or ECLOSED */
-    int unblock_tries;
-    int done;              /* finish() ran: ignore late callbacks           */
-    struct unblock_token *token; /* the CLIENT UNBLOCK in flight, if any    */
+    dq_msg **out;           /* dq_take_many's array                       */
+    dq__conn *conn;         /* blocking connection for the wait, or NULL */
+    ev_timer timer;         /* the timeout, then retries and deferrals    */
+    take_token *token;      /* the script run in flight, if any           */
+    int peek_out;           /* a BLMOVE wait is out on conn               */
+    int ending;             /* timeout or cancel: finish at the next step */
+    int retrying;           /* the timer is a retry, not the timeout      */
+    double deadline;        /* ev_now() time of the timeout; < 0: none    */
+    int end_status;         /* 0 (timeout) or DQ_ECLOSED (cancel)         */
+    int done;
 };
 
-/* A CLIENT UNBLOCK reply may come after its take has ended and been freed,
- * so the reply holds this token, which the take clears when it ends. */
-struct unblock_token {
-    dq_take_req *take;
-};
+static void run_script(dq_take_req *t);
+static void wait_for_entries(dq_take_req *t);
+static void on_conn_up(dq__conn *conn, void *privdata);
 
-static void issue_blpop(dq_take_req *t);
+void dq_take_opts_init(dq_take_opts *o) {
+    o->lease_ms = DQ_LEASE_DEFAULT_MS;
+    o->max_attempts = DQ_MAX_ATTEMPTS_DEFAULT;
+}
 
 /* ------------------------------------------------------------ messages */
 
-static dq_msg *msg_new(const char *queue, const dq__entry *e) {
+static dq_msg *msg_new(const char *queue, redisReply **f) {
+    const redisReply *id = f[0], *payload = f[1], *token = f[5];
+    if (id->type != REDIS_REPLY_STRING || payload->type != REDIS_REPLY_STRING ||
+        token->type != REDIS_REPLY_STRING)
+        return NULL;
     size_t ql = strlen(queue);
-    dq_msg *m = malloc(sizeof *m + ql + 1 + e->id_len + 1 + e->payload_len + 1);
+    dq_msg *m = malloc(sizeof *m + ql + 1 + id->len + 1 + payload->len + 1 + token->len + 1);
     if (!m) return NULL;
     char *p = (char *)(m + 1);
     memcpy(p, queue, ql + 1);
     m->queue = p;
     p += ql + 1;
-    memcpy(p, e->id, e->id_len);
-    p[e->id_len] = '\0';
+    memcpy(p, id->str, id->len);
+    p[id->len] = '\0';
     m->id = p;
-    m->id_len = e->id_len;
-    p += e->id_len + 1;
-    if (e->payload_len) memcpy(p, e->payload, e->payload_len);
-    p[e->payload_len] = '\0';
+    m->id_len = id->len;
+    p += id->len + 1;
+    memcpy(p, payload->str, payload->len);
+    p[payload->len] = '\0';
     m->payload = p;
-    m->payload_len = e->payload_len;
-    m->due_ms = e->due_ms;
-    m->ready_ms = e->ready_ms;
+    m->payload_len = payload->len;
+    p += payload->len + 1;
+    memcpy(p, token->str, token->len);
+    p[token->len] = '\0';
+    m->token = token->len ? p : NULL;
+    m->due_ms = dq__reply_int(f[2]);
+    m->ready_ms = dq__reply_int(f[3]);
+    m->attempt = (int)dq__reply_int(f[4]);
     return m;
 }
 
@@ -80,225 +107,243 @@ static void unlink_take(dq_take_req *t) {
     }
 }
 
-static void finish(dq_take_req *t, int status, dq_msg *msg) {
-    dq_client *c = t->c;
-    if (t->done) return;
-    t->done = 1;
-    ev_timer_stop(c->loop, &t->timer);
-    unlink_take(t);
-    if (t->token) t->token->take = NULL;
+static void release_conn(dq_take_req *t) {
     dq__conn *conn = t->conn;
     t->conn = NULL;
-    if (conn) {
-        if (!t->blpop_out && conn->state == DQ__UP) dq__blocking_release(c, conn);
-        else dq__conn_retire(conn); /* still blocked or broken: not reusable */
-    }
-    c->callback_depth++;
-    t->cb(c, status, msg, t->privdata);
-    c->callback_depth--;
+    if (!conn) return;
+    if (!t->peek_out && conn->state == DQ__UP) dq__blocking_release(t->c, conn);
+    else dq__conn_retire(conn); /* still waiting, or broken: not reusable */
+}
+
+static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
+    if (t->done) return;
+    t->done = 1;
+    ev_timer_stop(t->c->loop, &t->timer);
+    unlink_take(t);
+    if (t->token) t->token->take = NULL;
+    release_conn(t);
+    t->c->callback_depth++;
+    t->done_fn(t, status, msgs, n);
+    t->c->callback_depth--;
     free(t);
 }
 
-/* ------------------------------------------------------------ set aside */
+/* ------------------------------------------------------------ the script */
 
-static void aside_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)code, (void)privdata, (void)reply;
-}
-
-/* Keeps an undecodable ready entry, with the reason, instead of dropping it. */
-static void set_aside(dq_take_req *t, const char *raw, size_t len) {
-    size_t elen;
-    char *entry = dq__aside_encode("undecodable ready entry", "", 0, raw, len, &elen);
-    if (!entry) return;
-    const char *argv[3] = {"RPUSH", t->keys.aside, entry};
-    size_t lens[3] = {5, strlen(t->keys.aside), elen};
-    if (dq__conn_send(t->c->cmd, 0, 3, argv, lens, aside_reply, NULL) != 0)
-        dq__log(t->c, "queue %s: could not set aside an undecodable entry (%zu bytes)", t->queue, len);
-    else
-        dq__log(t->c, "queue %s: undecodable ready entry set aside in %s", t->queue, t->keys.aside);
-    free(entry);
-}
-
-/* ------------------------------------------------------------ BLPOP */
-
-static void blpop_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    dq_take_req *t = privdata;
-    (void)conn;
-    if (t->done) return;
-    t->blpop_out = 0;
+static void script_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    take_token *token = privdata;
+    dq_take_req *t = token->take;
+    free(token);
+    if (!t) return;
+    t->token = NULL;
     if (!reply) {
-        if (t->ending || code == DQ_ECLOSED) finish(t, t->ending ? t->end_status : code, NULL);
-        /* else: the connection comes back and on_conn_up asks again. */
+        if (t->ending || code == DQ_ECLOSED) finish(t, t->ending ? t->end_status : code, NULL, 0);
+        else run_script(t); /* retries once the connection is back */
         return;
     }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 6 != 0) {
+        finish(t, dq__reply_failure(t->c, conn, reply, code, t->queue), NULL, 0);
+        return;
+    }
+    size_t n = reply->elements / 6;
+    if (n == 0) {
+        if (t->ending) finish(t, t->end_status, NULL, 0);
+        else wait_for_entries(t);
+        return;
+    }
+    dq_msg *msgs[64];
+    size_t got = 0;
+    for (size_t i = 0; i < n && got < sizeof msgs / sizeof msgs[0]; i++) {
+        dq_msg *m = msg_new(t->queue, reply->element + 6 * i);
+        if (m) msgs[got++] = m;
+        else dq__log(t->c, "queue %s: a delivery could not be decoded or allocated", t->queue);
+    }
+    if (got) finish(t, 1, msgs, got);
+    else finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
+}
+
+/* Arms the timer for whichever comes first: a retry or the timeout. */
+static void on_retry(dq_take_req *t) {
+    struct ev_loop *loop = t->c->loop;
+    double in = RETRY_S;
+    t->retrying = 1;
+    if (t->deadline >= 0 && t->deadline - ev_now(loop) <= RETRY_S) {
+        in = t->deadline - ev_now(loop);
+        t->retrying = 0;
+    }
+    ev_timer_stop(loop, &t->timer);
+    ev_timer_set(&t->timer, in > 0 ? in : 0, 0);
+    ev_timer_start(loop, &t->timer);
+}
+
+/* Arms the timer for the timeout, if any. */
+static void arm_timeout(dq_take_req *t) {
+    struct ev_loop *loop = t->c->loop;
+    ev_timer_stop(loop, &t->timer);
+    t->retrying = 0;
+    if (t->deadline < 0) return;
+    double in = t->deadline - ev_now(loop);
+    ev_timer_set(&t->timer, in > 0 ? in : 0, 0);
+    ev_timer_start(loop, &t->timer);
+}
+
+static void run_script(dq_take_req *t) {
+    dq_client *c = t->c;
+    if (t->token || t->done) return;
+    take_token *token = malloc(sizeof *token);
+    if (!token) {
+        finish(t, dq__fail(c, DQ_ENOMEM, "out of memory"), NULL, 0);
+        return;
+    }
+    token->take = t;
+    char count[16], lease[24], max[16], tprefix[DQ_ID_GENERATED_LEN + 2];
+    snprintf(count, sizeof count, "%zu", t->max);
+    snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
+    snprintf(max, sizeof max, "%d", t->opts.max_attempts);
+    dq__id_generate(tprefix); /* 128 random bits: tokens never repeat */
+    strcat(tprefix, ".");
+    const dq__keys *k = &t->keys;
+    const char *argv[11] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->prefix,
+                            k->chan, count, lease, tprefix, max};
+    size_t lens[11];
+    for (int i = 0; i < 11; i++) lens[i] = strlen(argv[i]);
+    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 5, 6, argv, lens, script_reply, token) != 0) {
+        free(token);
+        if (t->ending) finish(t, t->end_status, NULL, 0);
+        else on_retry(t); /* not connected: try again shortly */
+        return;
+    }
+    t->token = token;
+}
+
+/* ------------------------------------------------------------ waiting */
+
+static void peek_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq_take_req *t = privdata;
+    (void)conn, (void)code;
+    if (t->done) return;
+    t->peek_out = 0;
+    if (t->ending) {
+        finish(t, t->end_status, NULL, 0);
+        return;
+    }
+    if (!reply) return; /* the connection comes back and on_conn_up waits again */
     if (reply->type == REDIS_REPLY_ERROR) {
         finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.ready),
-               NULL);
+               NULL, 0);
         return;
     }
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-        reply->element[1]->type == REDIS_REPLY_STRING) {
-        const redisReply *v = reply->element[1];
-        dq__entry e;
-        if (dq__entry_decode(v->str, v->len, &e) == 0) {
-            dq_msg *m = msg_new(t->queue, &e);
-            if (!m) finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL);
-            else finish(t, 1, m);
-            return;
-        }
-        set_aside(t, v->str, v->len);
-    }
-    /* nil (unblocked) or an entry set aside */
-    if (t->ending) finish(t, t->end_status, NULL);
-    else issue_blpop(t);
+    run_script(t); /* something is ready (or the wait was cut): look */
 }
 
-static void issue_blpop(dq_take_req *t) {
-    if (t->blpop_out || !t->conn || t->conn->state != DQ__UP) return;
-    const char *argv[3] = {"BLPOP", t->keys.ready, "0"};
-    size_t lens[3] = {5, strlen(t->keys.ready), 1};
-    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, blpop_reply, t) == 0)
-        t->blpop_out = 1;
+static void wait_for_entries(dq_take_req *t) {
+    if (t->peek_out || t->done) return;
+    if (!t->conn) {
+        t->conn = dq__blocking_acquire(t->c);
+        if (!t->conn) {
+            finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
+            return;
+        }
+        t->conn->event_privdata = t;
+        t->conn->on_up = on_conn_up;
+    }
+    if (t->conn->state != DQ__UP) return; /* on_conn_up looks then */
+    const char *argv[6] = {"BLMOVE", t->keys.ready, t->keys.ready, "RIGHT", "RIGHT", "0"};
+    size_t lens[6] = {6, strlen(t->keys.ready), strlen(t->keys.ready), 5, 5, 1};
+    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 6, argv, lens, peek_reply, t) == 0)
+        t->peek_out = 1;
 }
 
 static void on_conn_up(dq__conn *conn, void *privdata) {
     (void)conn;
     dq_take_req *t = privdata;
-    if (t->ending) finish(t, t->end_status, NULL);
-    else issue_blpop(t);
+    /* Entries may have come while we were away: look before waiting. */
+    if (t->ending) finish(t, t->end_status, NULL, 0);
+    else run_script(t);
 }
 
-/* ------------------------------------------------------------ unblocking */
-
-static void request_unblock(dq_take_req *t);
-
-static void unblock_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)code;
-    struct unblock_token *token = privdata;
-    dq_take_req *t = token->take;
-    free(token);
-    if (!t) return;
-    t->token = NULL;
-    if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1) return;
-    /* 0: the BLPOP was not blocked yet, or its answer is on the way. Ask
-     * again shortly; the answer, if any, ends the take first. */
-    if (t->blpop_out) {
-        ev_timer_set(&t->timer, UNBLOCK_RETRY_S, 0);
-        ev_timer_start(t->c->loop, &t->timer);
-    }
-}
-
-/* The reply of the last-chance LPOP of a take that never got to block. */
-static void last_pop_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)code;
-    struct unblock_token *token = privdata;
-    dq_take_req *t = token->take;
-    free(token);
-    if (!t) return;
-    t->token = NULL;
-    if (reply && reply->type == REDIS_REPLY_STRING) {
-        dq__entry e;
-        if (dq__entry_decode(reply->str, reply->len, &e) == 0) {
-            dq_msg *m = msg_new(t->queue, &e);
-            finish(t, m ? 1 : dq__fail(t->c, DQ_ENOMEM, "out of memory"), m);
-            return;
-        }
-        set_aside(t, reply->str, reply->len);
-    } else if (reply && reply->type == REDIS_REPLY_ERROR) {
-        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.ready),
-               NULL);
-        return;
-    }
-    finish(t, t->end_status, NULL);
-}
-
-/* A take that times out before its blocking connection was ready (say,
- * with timeout 0) still looks once, on the command connection, so an item
- * that is ready already is never missed. */
-static int last_chance_pop(dq_take_req *t) {
-    if (t->end_status != 0 || t->token || t->c->cmd->state != DQ__UP) return -1;
-    struct unblock_token *token = malloc(sizeof *token);
-    if (!token) return -1;
-    token->take = t;
-    const char *argv[2] = {"LPOP", t->keys.ready};
-    size_t lens[2] = {4, strlen(t->keys.ready)};
-    if (dq__conn_send(t->c->cmd, 0, 2, argv, lens, last_pop_reply, token) != 0) {
-        free(token);
-        return -1;
-    }
-    t->token = token;
-    return 0;
-}
-
-static void request_unblock(dq_take_req *t) {
-    if (!t->blpop_out) {
-        if (last_chance_pop(t) != 0) finish(t, t->end_status, NULL);
-        return;
-    }
-    dq_client *c = t->c;
-    char id[24];
-    snprintf(id, sizeof id, "%lld", t->conn->client_id);
-    const char *argv[3] = {"CLIENT", "UNBLOCK", id};
-    size_t lens[3] = {6, 7, strlen(id)};
-    if (t->token) return; /* one in flight already */
-    if (t->unblock_tries++ < UNBLOCK_TRIES && t->conn->client_id > 0) {
-        struct unblock_token *token = malloc(sizeof *token);
-        if (token) {
-            token->take = t;
-            if (dq__conn_send(c->cmd, 0, 3, argv, lens, unblock_reply, token) == 0) {
-                t->token = token;
-                return;
-            }
-            free(token);
-        }
-    }
-    /* No way to unblock it politely: drop the blocking connection. */
-    dq__conn_abort(t->conn, DQ_ECLOSED, "take ended");
-}
-
+/* The timer: the take's timeout, a deferred cancel, or a retry. */
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq_take_req *t = w->data;
+    if (t->retrying) {
+        arm_timeout(t);
+        run_script(t);
+        return;
+    }
     t->ending = 1;
-    request_unblock(t);
+    if (t->token) return;                   /* the script's reply finishes */
+    if (t->peek_out) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
+    else finish(t, t->end_status, NULL, 0);
 }
 
 /* ------------------------------------------------------------ public */
 
-int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,
-                  void *privdata, dq_take_req **out) {
-    if (!queue || !dq__queue_valid(queue))
-        return dq__fail(c, DQ_EINVAL, "invalid queue name '%s'", queue ? queue : "(null)");
-    if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
+/* A take, not started yet (see take_start). On failure returns NULL with
+ * the code in *rc. */
+static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts *opts,
+                             int64_t timeout_ms, size_t max, int *rc) {
+    *rc = dq__check_queue(c, queue);
+    if (*rc) return NULL;
+    if (opts && (opts->lease_ms < 0 || opts->lease_ms > DQ_DUE_MAX_MS || opts->max_attempts < 0)) {
+        *rc = dq__fail(c, DQ_EINVAL, "invalid take options: lease %" PRId64 " ms, max attempts %d",
+                       opts->lease_ms, opts->max_attempts);
+        return NULL;
+    }
     dq_take_req *t = calloc(1, sizeof *t);
-    if (!t) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    if (!t) {
+        *rc = dq__fail(c, DQ_ENOMEM, "out of memory");
+        return NULL;
+    }
     t->c = c;
     snprintf(t->queue, sizeof t->queue, "%s", queue);
     dq__keys_init(&t->keys, queue);
-    t->cb = cb;
-    t->privdata = privdata;
-    t->conn = dq__blocking_acquire(c);
-    if (!t->conn) {
-        free(t);
-        return dq__fail(c, DQ_ENOMEM, "out of memory");
-    }
-    t->conn->on_up = on_conn_up;
-    t->conn->event_privdata = t;
-    ev_timer_init(&t->timer, on_timer, timeout_ms >= 0 ? timeout_ms / 1000.0 : 0, 0);
+    if (opts) t->opts = *opts;
+    t->max = max;
+    ev_timer_init(&t->timer, on_timer, 0, 0);
     t->timer.data = t;
-    if (timeout_ms >= 0) ev_timer_start(c->loop, &t->timer);
+    ev_now_update(c->loop);
+    t->deadline = timeout_ms >= 0 ? ev_now(c->loop) + timeout_ms / 1000.0 : -1;
     t->next = c->takes;
     c->takes = t;
+    return t;
+}
+
+static void take_start(dq_take_req *t) {
+    arm_timeout(t);
+    run_script(t);
+}
+
+static void async_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
+    (void)n; /* max is 1 */
+    t->cb(t->c, status, status == 1 ? msgs[0] : NULL, t->privdata);
+}
+
+int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts,
+                     int64_t timeout_ms, dq_take_cb *cb, void *privdata, dq_take_req **out) {
+    if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
+    int rc;
+    dq_take_req *t = take_new(c, queue, opts, timeout_ms, 1, &rc);
+    if (!t) return rc;
+    t->done_fn = async_done;
+    t->cb = cb;
+    t->privdata = privdata;
     if (out) *out = t;
-    issue_blpop(t);
+    take_start(t);
     return 0;
 }
 
+int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,
+                  void *privdata, dq_take_req **out) {
+    return dq_take_async_ex(c, queue, NULL, timeout_ms, cb, privdata, out);
+}
+
 void dq_take_cancel(dq_take_req *t) {
-    if (!t || t->ending) return;
+    if (!t || t->ending || t->done) return;
     t->ending = 1;
     t->end_status = DQ_ECLOSED;
     /* Never call back from inside this call: go through the loop. */
+    t->retrying = 0;
     ev_timer_stop(t->c->loop, &t->timer);
     ev_timer_set(&t->timer, 0, 0);
     ev_timer_start(t->c->loop, &t->timer);
@@ -307,32 +352,43 @@ void dq_take_cancel(dq_take_req *t) {
 void dq__take_free_all(dq_client *c) {
     while (c->takes) {
         dq_take_req *t = c->takes;
-        t->blpop_out = 1; /* force the connection closed, not pooled */
-        finish(t, DQ_ECLOSED, NULL);
+        finish(t, DQ_ECLOSED, NULL, 0);
     }
 }
 
+/* ------------------------------------------------------------ synchronous */
+
 typedef struct sync_take {
     int done, status;
-    dq_msg *msg;
+    dq_msg **out;
+    size_t max, n;
 } sync_take;
 
-static void sync_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata) {
-    (void)c;
-    sync_take *s = privdata;
+static void sync_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
+    sync_take *s = t->privdata;
     s->status = status;
-    s->msg = msg;
+    for (size_t i = 0; i < n; i++) s->out[s->n++] = msgs[i];
     s->done = 1;
+}
+
+int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                 dq_msg **msgs, size_t max) {
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
+    if (!msgs || max == 0 || max > 64) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+    sync_take s = {0, 0, msgs, max, 0};
+    int rc;
+    dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);
+    if (!t) return rc;
+    t->done_fn = sync_done;
+    t->privdata = &s;
+    take_start(t);
+    dq__wait(c, &s.done);
+    if (s.status == 1) return (int)s.n;
+    return s.status;
 }
 
 int dq_take(dq_client *c, const char *queue, int64_t timeout_ms, dq_msg **msg) {
     *msg = NULL;
-    if (c->callback_depth > 0)
-        return dq__fail(c, DQ_EBUSY, "synchronous call from inside a delayq callback");
-    sync_take s = {0, 0, NULL};
-    int rc = dq_take_async(c, queue, timeout_ms, sync_take_cb, &s, NULL);
-    if (rc) return rc;
-    dq__wait(c, &s.done);
-    *msg = s.msg;
-    return s.status;
+    int n = dq_take_many(c, queue, NULL, timeout_ms, msg, 1);
+    return n > 0 ? 1 : n;
 }

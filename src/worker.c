@@ -1,7 +1,13 @@
 /*
  * worker.c - runs a handler for every item of a queue with up to N messages
- * in hand at once: N async takes (each on its own blocking connection) keep
- * the pipeline full, and a message counts until dq_worker_done.
+ * in hand at once: N async takes with a lease keep the pipeline full, and a
+ * message counts until dq_worker_done, which acks it (success) or nacks it
+ * with the client's backoff (failure). A handler that never finishes, or a
+ * process that dies, leaves the lease to run out: the item comes back.
+ *
+ * Lifetime: the worker stays allocated while anything can still call into
+ * it: a handler running (busy), takes waiting, messages in hand, or ack/nack
+ * replies to come (settling). dq_worker_stop only marks it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +18,13 @@ struct dq_worker {
     dq_worker *next;
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
+    dq_take_opts opts;
     int concurrency;
-    int waiting;        /* takes outstanding */
+    int waiting;        /* takes outstanding                         */
+    int settling;       /* acks/nacks sent, replies to come          */
+    int busy;           /* inside the handler: never free now        */
     int stopping;
+    int orphaned;       /* the client is going: free when settled    */
     dq_handler *handler;
     void *privdata;
     dq_take_req **reqs; /* outstanding takes, to cancel them on stop */
@@ -32,11 +42,20 @@ static void unlink_worker(dq_worker *w) {
     }
 }
 
-static void maybe_free(dq_worker *w) {
-    if (!w->stopping || w->waiting > 0 || w->counters.in_hand > 0) return;
-    unlink_worker(w);
+static void release(dq_worker *w) {
     free(w->reqs);
     free(w);
+}
+
+static void maybe_free(dq_worker *w) {
+    if (w->busy || w->settling > 0) return;
+    if (w->orphaned) {
+        release(w);
+        return;
+    }
+    if (!w->stopping || w->waiting > 0 || w->counters.in_hand > 0) return;
+    unlink_worker(w);
+    release(w);
 }
 
 typedef struct slot {
@@ -50,14 +69,16 @@ static void on_take(dq_client *c, int status, dq_msg *msg, void *privdata) {
     w->reqs[s->index] = NULL;
     free(s);
     w->waiting--;
+    w->busy++;
     if (status == 1) {
         w->counters.taken++;
         w->counters.in_hand++;
-        w->handler(w, msg, w->privdata); /* a popped message is always handled */
+        w->handler(w, msg, w->privdata); /* a taken message is always handled */
     } else if (status < 0 && status != DQ_ECLOSED) {
         dq__log(c, "worker %s: take failed: %s", w->queue, c->errstr);
     }
-    if (w->stopping) maybe_free(w);
+    w->busy--;
+    if (w->stopping || w->orphaned) maybe_free(w);
     else refill(w);
 }
 
@@ -70,7 +91,7 @@ static void refill(dq_worker *w) {
         if (!s) return;
         s->w = w;
         s->index = i;
-        if (dq_take_async(w->c, w->queue, -1, on_take, s, &w->reqs[i]) != 0) {
+        if (dq_take_async_ex(w->c, w->queue, &w->opts, -1, on_take, s, &w->reqs[i]) != 0) {
             free(s);
             return;
         }
@@ -78,14 +99,18 @@ static void refill(dq_worker *w) {
     }
 }
 
-dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, unsigned flags,
-                           dq_handler *handler, void *privdata) {
-    if (!queue || !dq__queue_valid(queue)) {
-        dq__fail(c, DQ_EINVAL, "invalid queue name '%s'", queue ? queue : "(null)");
-        return NULL;
-    }
+dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, unsigned flags,
+                              const dq_take_opts *opts, dq_handler *handler, void *privdata) {
+    if (dq__check_queue(c, queue)) return NULL;
     if (concurrency < 1 || concurrency > 10000 || !handler || (flags & ~DQ_WORKER_NO_SCHEDULER)) {
         dq__fail(c, DQ_EINVAL, "worker needs a handler and a concurrency of 1 to 10000");
+        return NULL;
+    }
+    dq_take_opts def;
+    dq_take_opts_init(&def);
+    if (!opts) opts = &def;
+    if (opts->lease_ms <= 0 || opts->max_attempts < 0) {
+        dq__fail(c, DQ_EINVAL, "worker needs a lease > 0 and max attempts >= 0");
         return NULL;
     }
     if (!(flags & DQ_WORKER_NO_SCHEDULER) && dq_schedule(c, queue) != 0) return NULL;
@@ -98,6 +123,7 @@ dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, uns
     }
     w->c = c;
     snprintf(w->queue, sizeof w->queue, "%s", queue);
+    w->opts = *opts;
     w->concurrency = concurrency;
     w->handler = handler;
     w->privdata = privdata;
@@ -107,13 +133,51 @@ dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, uns
     return w;
 }
 
-void dq_worker_done(dq_worker *w, dq_msg *msg, int status) {
+dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, unsigned flags,
+                           dq_handler *handler, void *privdata) {
+    return dq_worker_start_ex(c, queue, concurrency, flags, NULL, handler, privdata);
+}
+
+/* ------------------------------------------------------------ settling */
+
+static void on_settled(dq_client *c, int status, void *privdata) {
+    dq_worker *w = privdata;
+    w->settling--;
+    if (status == 0) {
+        w->counters.stale++;
+        dq__log(c, "worker %s: lease had run out before ack/nack; the item went elsewhere",
+                w->queue);
+    } else if (status < 0 && status != DQ_ECLOSED) {
+        dq__log(c, "worker %s: ack/nack failed (%s); the lease will run out and the item "
+                   "come back", w->queue, c->errstr);
+    }
+    if (w->stopping || w->orphaned) maybe_free(w);
+}
+
+static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
+    int rc = 0;
+    if (msg->token) {
+        rc = ok ? dq__ack_async(w->c, w->queue, msg->id, msg->token, on_settled, w)
+                : dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt,
+                                 on_settled, w);
+        if (rc == 0) w->settling++;
+        else dq__log(w->c, "worker %s: cannot %s %s now (%s); its lease will run out", w->queue,
+                     ok ? "ack" : "nack", msg->id, w->c->errstr);
+    }
     dq_msg_free(msg);
     w->counters.in_hand--;
-    if (status == 0) w->counters.succeeded++;
+    if (ok) w->counters.succeeded++;
     else w->counters.failed++;
     if (w->stopping) maybe_free(w);
     else refill(w);
+}
+
+void dq_worker_done(dq_worker *w, dq_msg *msg, int status) {
+    settle(w, msg, status == 0, status == 0 ? NULL : "handler failed");
+}
+
+void dq_worker_fail(dq_worker *w, dq_msg *msg, const char *error) {
+    settle(w, msg, 0, error ? error : "handler failed");
 }
 
 void dq_worker_stop(dq_worker *w) {
@@ -127,14 +191,16 @@ void dq_worker_stop(dq_worker *w) {
 void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out) { *out = w->counters; }
 
 void dq__worker_free_all(dq_client *c) {
-    /* Takes end with DQ_ECLOSED when the client frees them; a worker still
-     * holding messages is freed here, as its handler can no longer finish. */
+    /* The takes end with DQ_ECLOSED when the client frees them. Messages
+     * still in hand can no longer be settled (their leases will run out);
+     * a worker with acks in flight is freed when their replies fail as the
+     * command connection closes, within dq_client_free. */
     for (dq_worker *w = c->workers; w; w = w->next) w->stopping = 1;
     dq__take_free_all(c);
     while (c->workers) {
         dq_worker *w = c->workers;
         c->workers = w->next;
-        free(w->reqs);
-        free(w);
+        w->orphaned = 1;
+        maybe_free(w);
     }
 }

@@ -1,0 +1,26 @@
+-- nack.lua: a consumer failed an item it holds a lease on: retry it after a
+-- delay, or bury it among the dead letters if it has had all its attempts.
+-- KEYS[1] z, KEYS[2] counters, KEYS[3] dead letters, KEYS[4] dead times
+-- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] id,
+-- ARGV[4] token, ARGV[5] delay ms, ARGV[6] error text (kept, 1000 bytes max)
+-- Returns {status, due_ms}: 1 retry due then, 2 buried, 0 stale token.
+local z, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, chan, id = ARGV[1], ARGV[2], ARGV[3]
+local r, score, bucket = leased_record(z, prefix, id, ARGV[4])
+if not r then return {0, 0} end
+local now = server_now_ms()
+redis.call('ZREM', z, id)
+redis.call('HDEL', bucket, id)
+redis.pcall('HINCRBY', counters, 'inflight', -1)
+r.token = ''
+r.err = string.sub(ARGV[6], 1, 1000)
+if r.max > 0 and r.attempts >= r.max then
+  bury(dead, deadz, id, r, 'failed attempt ' .. r.attempts .. ' of ' .. r.max, now)
+  return {2, 0}
+end
+local due = math.min(now + tonumber(ARGV[5]), DUE_MAX)
+local new_score = due * ORD
+redis.call('HSET', bucket_key(prefix, new_score), id, record_v2(r))
+redis.call('ZADD', z, new_score, id)
+announce_if_first(z, chan, new_score, fmt(due))
+return {1, fmt(due)}

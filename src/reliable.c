@@ -1,0 +1,305 @@
+/*
+ * reliable.c - what a consumer does with a delivery it holds a lease on
+ * (ack, nack with backoff, extend), and the dead letters of a queue (count,
+ * list, redrive, purge). Every call is one script; the token check happens
+ * inside it, so a stale token can never touch another consumer's delivery.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DEAD_BATCH "500" /* dead letters one redrive/purge run handles */
+
+static int check_lease_args(dq_client *c, const char *queue, const char *id, const char *token) {
+    int rc = dq__check_queue(c, queue);
+    if (!rc) rc = dq__check_id(c, id);
+    if (!rc && (!token || !*token || strlen(token) > 64))
+        rc = dq__fail(c, DQ_EINVAL, "invalid lease token '%s'", token ? token : "(null)");
+    return rc;
+}
+
+int64_t dq_backoff_ms(const dq_client *c, int attempt) {
+    int64_t d = c->opt.backoff_base_ms;
+    for (int i = 1; i < attempt && d < c->opt.backoff_max_ms; i++) d *= 2;
+    if (d > c->opt.backoff_max_ms) d = c->opt.backoff_max_ms;
+    /* Jitter in [1/2, 1] spreads the retries of items that failed together. */
+    uint32_t half = (uint32_t)(d / 2 > UINT32_MAX - 1 ? UINT32_MAX - 1 : d / 2);
+    return d - half + dq__random_uniform(half + 1);
+}
+
+/* ------------------------------------------------------------ async settle */
+
+typedef struct settle {
+    dq_client *c;
+    char queue[DQ_QUEUE_MAX + 1];
+    dq__settle_cb *cb;
+    void *privdata;
+} settle;
+
+static void settle_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    settle *s = privdata;
+    int status;
+    if (reply && reply->type == REDIS_REPLY_INTEGER) status = (int)reply->integer;
+    else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1)
+        status = (int)dq__reply_int(reply->element[0]);
+    else status = dq__reply_failure(s->c, conn, reply, code, s->queue);
+    s->c->callback_depth++;
+    s->cb(s->c, status, s->privdata);
+    s->c->callback_depth--;
+    free(s);
+}
+
+static int settle_send(dq_client *c, const char *queue, enum dq__script script, int nkeys,
+                       int nargs, const char **argv, const size_t *lens, dq__settle_cb *cb,
+                       void *privdata) {
+    settle *s = malloc(sizeof *s);
+    if (!s) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    s->c = c;
+    snprintf(s->queue, sizeof s->queue, "%s", queue);
+    s->cb = cb;
+    s->privdata = privdata;
+    int rc = dq__conn_eval(c->cmd, script, nkeys, nargs, argv, lens, settle_reply, s);
+    if (rc) {
+        free(s);
+        return dq__fail(c, rc, "%s", c->cmd->errstr);
+    }
+    return 0;
+}
+
+int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *token,
+                  dq__settle_cb *cb, void *privdata) {
+    int rc = check_lease_args(c, queue, id, token);
+    if (rc) return rc;
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    const char *argv[5] = {k.z, k.counters, k.prefix, id, token};
+    size_t lens[5];
+    for (int i = 0; i < 5; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, DQ__LUA_ACK, 2, 3, argv, lens, cb, privdata);
+}
+
+int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
+                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
+                   void *privdata) {
+    int rc = check_lease_args(c, queue, id, token);
+    if (rc) return rc;
+    if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
+    if (delay_ms < 0) delay_ms = dq_backoff_ms(c, attempt);
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    char delay[24];
+    snprintf(delay, sizeof delay, "%" PRId64, delay_ms);
+    const char *argv[10] = {k.z, k.counters, k.dead, k.dead_times, k.prefix, k.chan, id, token,
+                            delay, error ? error : ""};
+    size_t lens[10];
+    for (int i = 0; i < 10; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, DQ__LUA_NACK, 4, 6, argv, lens, cb, privdata);
+}
+
+/* ------------------------------------------------------------ sync */
+
+typedef struct sync_settle {
+    int done, status;
+} sync_settle;
+
+static void sync_settle_cb(dq_client *c, int status, void *privdata) {
+    (void)c;
+    sync_settle *s = privdata;
+    s->status = status;
+    s->done = 1;
+}
+
+int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
+    sync_settle s = {0, 0};
+    int rc = dq__ack_async(c, queue, id, token, sync_settle_cb, &s);
+    if (rc) return rc;
+    dq__wait(c, &s.done);
+    return s.status;
+}
+
+/* The attempt number of a lease token's delivery is not known here; the
+ * script knows it, but the backoff is chosen client-side: look it up. */
+static int attempt_of(dq_client *c, const char *queue, const char *id) {
+    dq_item_info info;
+    if (dq_lookup(c, queue, id, &info) == 0 && info.state == DQ_STATE_IN_FLIGHT) return info.attempts;
+    return 1;
+}
+
+int dq_nack(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+            const char *error) {
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
+    int attempt = delay_ms < 0 ? attempt_of(c, queue, id) : 1;
+    sync_settle s = {0, 0};
+    int rc = dq__nack_async(c, queue, id, token, delay_ms, error, attempt, sync_settle_cb, &s);
+    if (rc) return rc;
+    dq__wait(c, &s.done);
+    return s.status;
+}
+
+int dq_extend(dq_client *c, const char *queue, const char *id, const char *token, int64_t lease_ms) {
+    if (dq__not_in_callback(c)) return DQ_EBUSY;
+    int rc = check_lease_args(c, queue, id, token);
+    if (rc) return rc;
+    if (lease_ms <= 0 || lease_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "lease must be > 0");
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+    const char *argv[5] = {k.z, k.prefix, id, token, lease};
+    dq__sync_ints s;
+    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 1, 4, argv, &s);
+    return rc ? rc : (int)s.v[0];
+}
+
+/* ------------------------------------------------------------ dead letters */
+
+static int dead_ints(dq_client *c, const char *queue, const char *op, const char *arg,
+                     dq__sync_ints *s) {
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    const char *argv[7] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, op, arg ? arg : ""};
+    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 5, arg ? 2 : 1, argv, s);
+}
+
+int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    dq__sync_ints s;
+    if (!rc) rc = dead_ints(c, queue, "count", NULL, &s);
+    if (!rc) *n = s.v[0];
+    return rc;
+}
+
+/* Both redrive-all and purge run in bounded batches until nothing is left;
+ * the count is bounded too, so a queue refilled meanwhile cannot loop us. */
+static int64_t dead_batches(dq_client *c, const char *queue, const char *op) {
+    int64_t total = 0;
+    for (int round = 0; round < 100000; round++) {
+        dq__sync_ints s;
+        int rc = dead_ints(c, queue, op, DEAD_BATCH, &s);
+        if (rc) return rc;
+        if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected dead-letter reply");
+        total += s.v[1];
+        if (s.v[0] == 0) break;
+    }
+    return total;
+}
+
+int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) {
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    if (!rc && id) rc = dq__check_id(c, id);
+    if (rc) return rc;
+    if (!id) return dead_batches(c, queue, "redrive_all");
+    dq__sync_ints s;
+    rc = dead_ints(c, queue, "redrive", id, &s);
+    return rc ? rc : s.v[0];
+}
+
+int64_t dq_dead_purge(dq_client *c, const char *queue) {
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    if (rc) return rc;
+    return dead_batches(c, queue, "purge");
+}
+
+typedef struct dead_list {
+    dq_client *c;
+    const char *queue;
+    int done, status;
+    dq_dead_letter *out;
+    size_t n;
+} dead_list;
+
+static char *dup_str(const redisReply *r) {
+    char *s = malloc(r->len + 1);
+    if (s) {
+        memcpy(s, r->str, r->len);
+        s[r->len] = '\0';
+    }
+    return s;
+}
+
+static int letter_from(dq_dead_letter *d, redisReply **f) {
+    for (int i = 0; i < 7; i++)
+        if (f[i]->type != REDIS_REPLY_STRING && f[i]->type != REDIS_REPLY_INTEGER) return DQ_EPROTO;
+    if (f[0]->type != REDIS_REPLY_STRING || f[4]->type != REDIS_REPLY_STRING ||
+        f[5]->type != REDIS_REPLY_STRING || f[6]->type != REDIS_REPLY_STRING)
+        return DQ_EPROTO;
+    d->id = dup_str(f[0]);
+    d->died_ms = dq__reply_int(f[1]);
+    d->attempts = (int)dq__reply_int(f[2]);
+    d->due_ms = dq__reply_int(f[3]);
+    d->reason = dup_str(f[4]);
+    d->error = dup_str(f[5]);
+    d->payload = dup_str(f[6]);
+    d->payload_len = f[6]->len;
+    return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
+}
+
+static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dead_list *l = privdata;
+    l->done = 1;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements % 7) {
+        l->status = dq__reply_failure(l->c, conn, reply, code, l->queue);
+        return;
+    }
+    size_t n = reply->elements / 7;
+    l->out = calloc(n ? n : 1, sizeof *l->out);
+    if (!l->out) {
+        l->status = dq__fail(l->c, DQ_ENOMEM, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        l->n = i + 1;
+        int rc = letter_from(&l->out[i], reply->element + 7 * i);
+        if (rc) {
+            l->status = dq__fail(l->c, rc, "undecodable dead letter");
+            return;
+        }
+    }
+}
+
+int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
+                 dq_dead_letter **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    if (!rc && (limit == 0 || limit > 100000 || offset > INT32_MAX))
+        rc = dq__fail(c, DQ_EINVAL, "list between 1 and 100000 dead letters");
+    if (rc) return rc;
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    char off[24], lim[24];
+    snprintf(off, sizeof off, "%zu", offset);
+    snprintf(lim, sizeof lim, "%zu", limit);
+    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, "list", off, lim};
+    size_t lens[8];
+    for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
+    dead_list l = {c, queue, 0, 0, NULL, 0};
+    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 5, 3, argv, lens, dead_list_reply, &l);
+    if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
+    dq__wait(c, &l.done);
+    if (l.status) {
+        dq_dead_letters_free(l.out, l.n);
+        return l.status;
+    }
+    *out = l.out;
+    *n = l.n;
+    return 0;
+}
+
+void dq_dead_letters_free(dq_dead_letter *d, size_t n) {
+    if (!d) return;
+    for (size_t i = 0; i < n; i++) {
+        free(d[i].id);
+        free(d[i].reason);
+        free(d[i].error);
+        free(d[i].payload);
+    }
+    free(d);
+}

@@ -1,0 +1,405 @@
+"""dqtest.py - helpers for the CLI tests in tests/cli (python3 stdlib only).
+
+A CLI test is a plain script: it imports this module, prints each thing it
+checks ("ok   ..." / "FAIL ..."), and ends with finish(), which exits 1 if any
+check failed. tests/run.sh provides the environment:
+
+  DQ_BIN              the delayq binary under test
+  DQ_TEST_REDIS       redis://127.0.0.1:PORT of the private redis-server
+  DQ_TEST_REDIS_PORT, DQ_TEST_REDIS_DIR, DQ_TEST_LIB, DQ_TEST_SLOW
+
+Everything here is bounded in time: every subprocess gets a timeout, every
+wait has a deadline, every background process is stopped by its pid (at the
+latest when the test exits).
+"""
+import atexit
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+# run.sh starts tests as background jobs, which inherit SIGINT ignored; give
+# delayq processes the default disposition, as a shell user's would have.
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+sys.stdout.reconfigure(line_buffering=True)
+
+
+def _env(name):
+    v = os.environ.get(name)
+    if not v:
+        print(f"dqtest: {name} is not set: run this through tests/run.sh", file=sys.stderr)
+        sys.exit(2)
+    return v
+
+
+BIN = _env("DQ_BIN")
+if not os.access(BIN, os.X_OK):
+    print(f"dqtest: {BIN} is not an executable: build it first (make all)", file=sys.stderr)
+    sys.exit(1)
+URL = _env("DQ_TEST_REDIS")
+PORT = int(_env("DQ_TEST_REDIS_PORT"))
+RDIR = _env("DQ_TEST_REDIS_DIR")
+LIB = os.environ.get("DQ_TEST_LIB") or os.path.dirname(os.path.abspath(__file__))
+SLOW = int(os.environ.get("DQ_TEST_SLOW", "1") or "1")
+
+# ------------------------------------------------------------------ checks
+
+_failures = []
+_checks = 0
+
+
+def section(title):
+    print(f"-- {title}")
+
+
+def ok(cond, what, detail=None):
+    """Records one check; returns cond so callers can skip dependent checks."""
+    global _checks
+    _checks += 1
+    if cond:
+        print(f"ok   {what}")
+    else:
+        print(f"FAIL {what}" + (f": {detail}" if detail is not None else ""))
+        _failures.append(what)
+    return bool(cond)
+
+
+def eq(got, want, what):
+    return ok(got == want, what, f"got {_short(got)!s}, want {_short(want)!s}")
+
+
+def note(text):
+    print(f"     {text}")
+
+
+def _short(v, n=300):
+    s = repr(v)
+    return s if len(s) <= n else s[:n] + f"... ({len(s)} chars)"
+
+
+def finish():
+    _stop_all()
+    if _failures:
+        print(f"{len(_failures)} of {_checks} checks failed")
+        sys.exit(1)
+    print(f"all {_checks} checks passed")
+    sys.exit(0)
+
+
+# ------------------------------------------------------------------ running delayq
+
+
+class Result:
+    def __init__(self, args, rc, out, err, secs):
+        self.args, self.rc, self.out, self.err, self.secs = args, rc, out, err, secs
+
+    @property
+    def text(self):
+        return self.out.decode("utf-8", "replace")
+
+    @property
+    def errtext(self):
+        return self.err.decode("utf-8", "replace")
+
+    def json_lines(self):
+        return parse_json_lines(self.out)
+
+    def __repr__(self):
+        return (f"<delayq {' '.join(map(str, self.args))[:200]}: rc={self.rc} "
+                f"out={_short(self.out, 200)} err={_short(self.err, 300)} {self.secs:.2f}s>")
+
+
+def dq(*args, stdin=None, timeout=30, redis=True, env=None):
+    """Runs delayq [--redis URL] args..., stdin bytes (or None: /dev/null).
+    Returns a Result; rc is None if it had to be killed at the timeout."""
+    argv = [BIN] + (["--redis", URL] if redis else []) + [str(a) if not isinstance(a, bytes) else a for a in args]
+    e = dict(os.environ)
+    e["DELAYQ_REDIS"] = URL
+    if env:
+        e.update(env)
+        for k, v in env.items():
+            if v is None:
+                del e[k]
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+    try:
+        out, err = p.communicate(stdin, timeout=timeout * SLOW)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        rc = None
+    return Result(args, rc, out, err, time.monotonic() - t0)
+
+
+def one_line(b):
+    """True if b is exactly one non-empty line ending in a newline."""
+    return len(b) > 1 and b.endswith(b"\n") and b.count(b"\n") == 1 and b.strip() != b""
+
+
+def parse_json_lines(data):
+    """Parses one JSON object per line; a line that does not parse is a failed check."""
+    out = []
+    for i, line in enumerate(data.split(b"\n")):
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            ok(False, f"output line {i} is JSON", f"{exc}: {_short(line)}")
+    return out
+
+
+def msg_payload(m):
+    """The payload bytes of a take --json object (payload or payload_base64)."""
+    if "payload_base64" in m:
+        return base64.b64decode(m["payload_base64"], validate=True)
+    return m["payload"].encode("utf-8")
+
+
+# ------------------------------------------------------------------ background processes
+
+_procs = []
+
+
+class Bg:
+    """A background delayq (or other) process whose stdout lines are collected
+    with their local receive time (time.time()), as they arrive."""
+
+    def __init__(self, argv, stdin=None, name=None):
+        self.name = name or " ".join(map(str, argv[1:4]))
+        self.lines = []  # (recv_epoch_s, bytes without newline)
+        self.err = b""
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+        self.started = time.time()
+        _procs.append(self)
+        if stdin is not None:
+            threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
+        self._tout = threading.Thread(target=self._read_out, daemon=True)
+        self._terr = threading.Thread(target=self._read_err, daemon=True)
+        self._tout.start()
+        self._terr.start()
+
+    def _feed(self, data):
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def _read_out(self):
+        buf = b""
+        f = self.proc.stdout
+        while True:
+            chunk = os.read(f.fileno(), 65536)
+            if not chunk:
+                break
+            now = time.time()
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                with self._lock:
+                    self.lines.append((now, line))
+        if buf:
+            with self._lock:
+                self.lines.append((time.time(), buf))
+
+    def _read_err(self):
+        self.err = self.proc.stderr.read()
+
+    def count(self):
+        with self._lock:
+            return len(self.lines)
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.lines)
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def wait(self, timeout):
+        """Waits for a normal exit; returns the exit code or None if still running."""
+        try:
+            rc = self.proc.wait(timeout=timeout * SLOW)
+        except subprocess.TimeoutExpired:
+            return None
+        self._tout.join(5)
+        self._terr.join(5)
+        return rc
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Sends sig to the pid, waits up to timeout s, then SIGKILL.
+        Returns the exit code (negative: killed by that signal)."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout * SLOW)
+            except subprocess.TimeoutExpired:
+                print(f"     {self.name} (pid {self.pid}) ignored signal {sig} for {timeout} s: SIGKILL")
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._tout.join(5)
+        self._terr.join(5)
+        return self.proc.returncode
+
+
+def bg_dq(*args, stdin=None):
+    return Bg([BIN, "--redis", URL] + [str(a) for a in args], stdin=stdin,
+              name="delayq " + " ".join(str(a) for a in args[:3]))
+
+
+def _stop_all():
+    for p in _procs:
+        if p.proc.poll() is None:
+            p.stop(timeout=5)
+
+
+atexit.register(_stop_all)
+
+
+def wait_for(pred, timeout, interval=0.02):
+    """Polls pred() until it is true or timeout seconds (scaled) pass."""
+    end = time.monotonic() + timeout * SLOW
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------ Redis (a tiny RESP client)
+
+
+class RedisError(Exception):
+    pass
+
+
+class Redis:
+    def __init__(self, port=None, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", port or PORT), timeout=timeout)
+        self.f = self.sock.makefile("rb")
+
+    def close(self):
+        try:
+            self.f.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def cmd(self, *args):
+        parts = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if not isinstance(a, bytes):
+                a = str(a).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(parts))
+        return self._read()
+
+    def _read(self):
+        line = self.f.readline()
+        if not line:
+            raise RedisError("connection closed")
+        t, rest = line[:1], line[1:-2]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RedisError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)
+            return data[:-2]
+        if t == b"*":
+            n = int(rest)
+            if n < 0:
+                return None
+            return [self._read() for _ in range(n)]
+        raise RedisError(f"bad reply {line!r}")
+
+
+def redis(*args):
+    """One command on a fresh connection; raises RedisError on an error reply."""
+    with Redis() as r:
+        return r.cmd(*args)
+
+
+def server_ms():
+    """The Redis server's clock, epoch ms (what due_ms/ready_ms use)."""
+    s, us = redis("TIME")
+    return int(s) * 1000 + int(us) // 1000
+
+
+def zscore_due(queue, id_):
+    """The due ms of a pending id from the zset score (score = due*2048 + ordinal)."""
+    s = redis("ZSCORE", f"dq:{{{queue}}}:z", id_)
+    return None if s is None else int(float(s)) // 2048
+
+
+def redis_stop():
+    """Stops the suite's redis-server by pid (SIGTERM) and waits until it is down."""
+    r = subprocess.run(["sh", os.path.join(LIB, "redis.sh"), "stop"], timeout=30)
+    return r.returncode == 0
+
+
+def redis_start():
+    """Starts it again on the same port and dir (AOF kept); waits for PING."""
+    r = subprocess.run(["sh", os.path.join(LIB, "redis.sh"), "start"], timeout=30,
+                       stdout=subprocess.DEVNULL)
+    return r.returncode == 0
+
+
+def redis_pid():
+    r = subprocess.run(["sh", os.path.join(LIB, "redis.sh"), "pid"], capture_output=True, timeout=10)
+    return int(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def closed_port():
+    """A 127.0.0.1 port nobody listens on (bound and released a moment ago)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    v = sorted(values)
+    k = min(len(v) - 1, max(0, int(round(p / 100.0 * (len(v) - 1)))))
+    return v[k]
+
+
+def stats(queue):
+    """delayq stats QUEUE --json as a dict (None, with a failed check, if it fails)."""
+    r = dq("stats", queue, "--json")
+    if not ok(r.rc == 0, f"stats {queue} --json exits 0", r):
+        return None
+    try:
+        return json.loads(r.out)
+    except ValueError as exc:
+        ok(False, f"stats {queue} --json is JSON", f"{exc}: {r.out!r}")
+        return None

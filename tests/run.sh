@@ -1,0 +1,219 @@
+#!/bin/sh
+# tests/run.sh BUILD_DIR - runs the whole suite on a private redis-server.
+#
+#   sh tests/run.sh build            (make test / test-asan / valgrind call it)
+#
+# Starts redis-server on a free 127.0.0.1 port (never 6379) in a mktemp -d
+# directory (AOF on, appendfsync everysec, no RDB), then runs, each under a
+# timeout and after a FLUSHALL:
+#   1. the unit binaries        BUILD_DIR/tests/<name> for tests/unit/<name>.c
+#   2. the integration binaries BUILD_DIR/tests/<name> for tests/integration/<name>.c
+#   3. the CLI tests            tests/cli/*.py (python3) and tests/cli/*.sh (sh)
+# C binaries run under $DQ_TEST_WRAPPER when set (make valgrind sets it).
+# Ends with the line "N passed, N failed" (counting test files); exits 1 if
+# any failed. The server is stopped from a trap, whoever (re)started it.
+#
+# Environment the tests get:
+#   DQ_TEST_REDIS       redis://127.0.0.1:PORT   (DELAYQ_REDIS is set to it too)
+#   DQ_TEST_REDIS_PORT  PORT                      DQ_TEST_REDIS_DIR  data dir
+#   DQ_BIN              BUILD_DIR/delayq          DQ_BUILD_DIR       BUILD_DIR
+#   DQ_TEST_ROOT        the source tree           DQ_TEST_LIB        tests/lib
+#   DQ_TEST_SLOW        1, or 5 under a wrapper (tests scale time bounds)
+# Knobs: DQ_TEST_ONLY=glob (run only matching test names, e.g. 'test_api*'),
+#        DQ_TEST_TIMEOUT=seconds per test file (default 120; 400 with a wrapper).
+set -u
+
+if [ $# -ne 1 ]; then
+    echo "usage: sh tests/run.sh BUILD_DIR" >&2
+    exit 2
+fi
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$1" in
+    /*) BUILD_DIR=$1 ;;
+    *) BUILD_DIR=$(pwd)/$1 ;;
+esac
+cd "$ROOT" || exit 2
+if [ ! -d "$BUILD_DIR" ]; then
+    echo "run.sh: no build directory $BUILD_DIR (run make first)" >&2
+    exit 2
+fi
+
+. "$ROOT/tests/lib/redis.sh"
+
+WRAPPER=${DQ_TEST_WRAPPER:-}
+if [ -n "$WRAPPER" ]; then
+    SLOW=5
+    TIMEOUT=${DQ_TEST_TIMEOUT:-400}
+else
+    SLOW=1
+    TIMEOUT=${DQ_TEST_TIMEOUT:-120}
+fi
+
+cleanup() {
+    # Finish cleaning up even if another signal comes meanwhile.
+    trap '' INT TERM
+    trap - EXIT
+    redis_stop
+    if [ -n "${DQ_TEST_REDIS_DIR:-}" ] && [ -d "$DQ_TEST_REDIS_DIR" ]; then
+        rm -rf "$DQ_TEST_REDIS_DIR"
+    fi
+}
+# The running test (a timeout process, leader of the test's process group).
+CUR_PID=
+stop_current() {
+    if [ -n "$CUR_PID" ]; then
+        kill -TERM "$CUR_PID" 2>/dev/null
+        wait "$CUR_PID" 2>/dev/null
+        CUR_PID=
+    fi
+}
+trap cleanup EXIT
+trap 'echo "run.sh: interrupted" >&2; stop_current; exit 130' INT
+trap 'echo "run.sh: terminated" >&2; stop_current; exit 143' TERM
+
+DQ_TEST_REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/delayq-test.XXXXXX") || exit 2
+export DQ_TEST_REDIS_DIR
+
+# A free port: probe, start, and retry with another port if someone took it
+# between the probe and the bind.
+started=0
+for attempt in 1 2 3 4 5; do
+    DQ_TEST_REDIS_PORT=$(redis_pick_port)
+    export DQ_TEST_REDIS_PORT
+    if [ -z "$DQ_TEST_REDIS_PORT" ]; then
+        echo "run.sh: cannot pick a port (python3 missing?)" >&2
+        exit 2
+    fi
+    if redis_ping; then
+        continue # someone answers there already: not ours
+    fi
+    if redis_start; then
+        started=1
+        break
+    fi
+    echo "run.sh: start attempt $attempt on port $DQ_TEST_REDIS_PORT failed; retrying" >&2
+done
+if [ $started -ne 1 ]; then
+    echo "run.sh: could not start redis-server" >&2
+    exit 2
+fi
+
+DQ_TEST_REDIS="redis://127.0.0.1:$DQ_TEST_REDIS_PORT"
+DELAYQ_REDIS=$DQ_TEST_REDIS
+DQ_BIN="$BUILD_DIR/delayq"
+DQ_BUILD_DIR=$BUILD_DIR
+DQ_TEST_ROOT=$ROOT
+DQ_TEST_LIB="$ROOT/tests/lib"
+DQ_TEST_SLOW=$SLOW
+export DQ_TEST_REDIS DELAYQ_REDIS DQ_BIN DQ_BUILD_DIR DQ_TEST_ROOT DQ_TEST_LIB DQ_TEST_SLOW
+# cmocka: failures and summaries on stdout, in the order they happen.
+CMOCKA_MESSAGE_OUTPUT=stdout
+export CMOCKA_MESSAGE_OUTPUT
+unset CMOCKA_TEST_ABORT 2>/dev/null || true
+
+echo "run.sh: redis-server $(redis_pid) on 127.0.0.1:$DQ_TEST_REDIS_PORT, dir $DQ_TEST_REDIS_DIR"
+echo "run.sh: build $BUILD_DIR${WRAPPER:+, wrapper: $WRAPPER}"
+
+passed=0
+failed=0
+failed_names=""
+
+selected() {
+    [ -z "${DQ_TEST_ONLY:-}" ] && return 0
+    case "$1" in $DQ_TEST_ONLY) return 0 ;; esac
+    return 1
+}
+
+# Makes sure the server is up and empty before a test file: a test that
+# restarted it (or timed out while it was down) must not break the next.
+prepare() {
+    if ! redis_ping; then
+        echo "run.sh: redis is down before $1; starting it again"
+        redis_stop
+        redis_start || return 1
+    fi
+    "$REDIS_CLI" -h 127.0.0.1 -p "$DQ_TEST_REDIS_PORT" FLUSHALL >/dev/null 2>&1 || return 1
+    "$REDIS_CLI" -h 127.0.0.1 -p "$DQ_TEST_REDIS_PORT" SCRIPT FLUSH >/dev/null 2>&1 || return 1
+}
+
+# run_one KIND NAME CMD...: runs one test file and counts it.
+run_one() {
+    _kind=$1
+    _name=$2
+    shift 2
+    echo
+    echo "=== $_kind $_name"
+    if ! prepare "$_name"; then
+        echo "--- FAIL $_kind $_name: redis not available"
+        failed=$((failed + 1))
+        failed_names="$failed_names $_name"
+        return
+    fi
+    _t0=$(date +%s)
+    # In the background so that a signal to run.sh can stop it (timeout
+    # passes SIGTERM on to the test's whole process group).
+    timeout -k 10 "$TIMEOUT" "$@" &
+    CUR_PID=$!
+    wait "$CUR_PID"
+    _rc=$?
+    CUR_PID=
+    _t1=$(date +%s)
+    if [ $_rc -eq 0 ]; then
+        echo "--- PASS $_kind $_name ($((_t1 - _t0)) s)"
+        passed=$((passed + 1))
+    else
+        if [ $_rc -eq 124 ] || [ $_rc -eq 137 ]; then
+            _why="timed out after $TIMEOUT s"
+        else
+            _why="exit $_rc"
+        fi
+        echo "--- FAIL $_kind $_name: $_why ($((_t1 - _t0)) s)"
+        failed=$((failed + 1))
+        failed_names="$failed_names $_name"
+    fi
+}
+
+# run_c KIND DIR: the binaries built from DIR/*.c.
+run_c() {
+    for src in "$ROOT"/tests/"$2"/*.c; do
+        [ -e "$src" ] || continue
+        name=$(basename "$src" .c)
+        selected "$name" || continue
+        bin="$BUILD_DIR/tests/$name"
+        if [ ! -x "$bin" ]; then
+            echo
+            echo "=== $1 $name"
+            echo "--- FAIL $1 $name: $bin not built"
+            failed=$((failed + 1))
+            failed_names="$failed_names $name"
+            continue
+        fi
+        # shellcheck disable=SC2086
+        run_one "$1" "$name" $WRAPPER "$bin"
+    done
+}
+
+run_c unit unit
+run_c integration integration
+
+for t in "$ROOT"/tests/cli/*.py "$ROOT"/tests/cli/*.sh; do
+    [ -e "$t" ] || continue
+    name=$(basename "$t")
+    case "$name" in _*) continue ;; esac
+    selected "$name" || continue
+    case "$t" in
+        *.py) run_one cli "$name" python3 "$t" ;;
+        *.sh) run_one cli "$name" sh "$t" ;;
+    esac
+done
+
+echo
+if [ -n "$failed_names" ]; then
+    echo "failed:$failed_names"
+fi
+echo "$passed passed, $failed failed"
+if [ $failed -eq 0 ]; then
+    exit 0
+fi
+exit 1
