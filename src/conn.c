@@ -190,11 +190,15 @@ static int copy_args(dq__req *r, int argc, const char **argv, const size_t *lens
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
                   const char **argv, const size_t *argvlen, dq__reply_fn *fn,
                   void *privdata) {
-    enum { MAX_ARGS = 16 };
     int argc = 3 + nkeys + nargs;
-    if (argc > MAX_ARGS) return DQ_EINVAL;
-    const char *av[MAX_ARGS];
-    size_t al[MAX_ARGS];
+    const char **av = malloc((size_t)argc * sizeof *av);
+    size_t *al = malloc((size_t)argc * sizeof *al);
+    if (!av || !al) {
+        free(av);
+        free(al);
+        return DQ_ENOMEM;
+    }
+    int rc = DQ_ENOMEM;
     char nk[16];
     av[0] = "EVALSHA", al[0] = 7;
     av[1] = scripts[script].sha, al[1] = 40;
@@ -202,30 +206,34 @@ int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
     for (int i = 0; i < nkeys + nargs; i++) av[3 + i] = argv[i], al[3 + i] = argvlen[i];
 
     dq__req *r = calloc(1, sizeof *r);
-    if (!r) return DQ_ENOMEM;
-    r->fn = fn;
-    r->privdata = privdata;
-    r->script = script;
-    if (copy_args(r, argc, av, al)) {
-        req_free(r);
-        return DQ_ENOMEM;
+    if (r) {
+        r->fn = fn;
+        r->privdata = privdata;
+        r->script = script;
+        rc = copy_args(r, argc, av, al);
+        if (rc == 0) rc = send_req(conn, r, argc, av, al, 0);
+        if (rc) req_free(r);
     }
-    int rc = send_req(conn, r, argc, av, al, 0);
-    if (rc) req_free(r);
+    free(av);
+    free(al);
     return rc;
 }
 
 /* The script cache was flushed under us (SCRIPT FLUSH, failover): send the
  * body with EVAL, which also reloads it. */
 static int resend_as_eval(dq__req *r) {
-    const char *av[16];
-    size_t al[16];
-    if (r->argc > 16) return -1;
-    for (int i = 0; i < r->argc; i++) av[i] = r->argv[i], al[i] = r->argvlen[i];
+    const char **av = malloc((size_t)r->argc * sizeof *av);
+    if (!av) return -1;
+    for (int i = 0; i < r->argc; i++) av[i] = r->argv[i];
+    size_t *al = r->argvlen;
+    size_t sha_len = al[1];
     av[0] = "EVAL", al[0] = 4;
     av[1] = scripts[r->script].body, al[1] = scripts[r->script].len;
     r->retried = 1;
-    return send_req(r->conn, r, r->argc, av, al, 0);
+    int rc = send_req(r->conn, r, r->argc, av, al, 0);
+    al[0] = 7, al[1] = sha_len; /* argv still holds EVALSHA and the sha */
+    free(av);
+    return rc;
 }
 
 /* ------------------------------------------------------------ connect / handshake */

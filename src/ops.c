@@ -62,31 +62,105 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
 
 /* ------------------------------------------------------------ offer */
 
-typedef struct offer_ctx {
+/* Items one script call offers at most, and the payload bytes it carries at
+ * most: big enough to pay the call's fixed cost once per many items, small
+ * enough never to hold Redis for long. */
+#define CHUNK_ITEMS 100
+#define CHUNK_BYTES (512u * 1024u)
+
+/* One script call offering n items. done runs once with its results. */
+typedef struct offer_chunk offer_chunk;
+typedef void chunk_done_fn(offer_chunk *oc, int status);
+struct offer_chunk {
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
-    dq_offer_cb *cb;
+    size_t n;
+    dq_offer_result *results; /* n, ids filled in before sending */
+    chunk_done_fn *done;
     void *privdata;
-    dq_offer_result result;
-} offer_ctx;
+};
 
-static void offer_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    offer_ctx *o = privdata;
-    dq_client *c = o->c;
+static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    offer_chunk *oc = privdata;
+    dq_client *c = oc->c;
     int status = 0;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
-        status = dq__reply_failure(c, conn, reply, code, o->queue);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 * oc->n) {
+        status = dq__reply_failure(c, conn, reply, code, oc->queue);
     } else {
-        o->result.status = (int)dq__reply_int(reply->element[0]);
-        o->result.due_ms = dq__reply_int(reply->element[1]);
-        o->result.state = (int)dq__reply_int(reply->element[3]) == 3   ? DQ_STATE_IN_FLIGHT
-                          : (int)dq__reply_int(reply->element[3]) == 2 ? DQ_STATE_READY
-                                                                        : DQ_STATE_PENDING;
+        for (size_t i = 0; i < oc->n; i++) {
+            redisReply **f = reply->element + 4 * i;
+            dq_offer_result *r = &oc->results[i];
+            r->status = (int)dq__reply_int(f[0]);
+            r->due_ms = dq__reply_int(f[1]);
+            int state = (int)dq__reply_int(f[3]);
+            r->state = state == 3 ? DQ_STATE_IN_FLIGHT : state == 2 ? DQ_STATE_READY : DQ_STATE_PENDING;
+        }
     }
     c->callback_depth++;
-    o->cb(c, status, status ? NULL : &o->result, o->privdata);
+    oc->done(oc, status);
     c->callback_depth--;
-    free(o);
+    free(oc->results);
+    free(oc);
+}
+
+/* Sends items[0..n-1] (already checked) in one call. Returns 0 (done will
+ * run) or a negative code (it will not). */
+static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
+                      chunk_done_fn *done, void *privdata) {
+    offer_chunk *oc = calloc(1, sizeof *oc);
+    size_t argc = 5 + 6 * n;
+    const char **argv = malloc(argc * sizeof *argv);
+    size_t *lens = malloc(argc * sizeof *lens);
+    char(*ms)[24] = malloc(n * sizeof *ms);
+    if (oc) oc->results = calloc(n, sizeof *oc->results);
+    int rc = DQ_ENOMEM;
+    if (oc && oc->results && argv && lens && ms) {
+        oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
+        snprintf(oc->queue, sizeof oc->queue, "%s", queue);
+        dq__keys k;
+        dq__keys_init(&k, queue);
+        const char *head[5] = {k.z, k.ready, k.ready_ids, k.prefix, k.chan};
+        for (int i = 0; i < 5; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+        for (size_t i = 0; i < n; i++) {
+            const dq_item *it = &items[i];
+            char *id = oc->results[i].id;
+            if (it->id) snprintf(id, DQ_ID_MAX + 1, "%s", it->id);
+            else dq__id_generate(id);
+            int abs = it->due_ms > 0;
+            int msl = snprintf(ms[i], sizeof ms[i], "%" PRId64, abs ? it->due_ms : it->delay_ms);
+            const char **a = argv + 5 + 6 * i;
+            size_t *l = lens + 5 + 6 * i;
+            a[0] = id, l[0] = strlen(id);
+            a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
+            a[2] = abs ? "a" : "d", l[2] = 1;
+            a[3] = ms[i], l[3] = (size_t)msl;
+            a[4] = (it->flags & DQ_OFFER_KEEP) ? "1" : "0", l[4] = 1;
+            a[5] = it->id ? "0" : "1", l[5] = 1;
+        }
+        rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 3, (int)argc - 3, argv, lens, chunk_reply, oc);
+        if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
+    } else {
+        dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    free(argv);
+    free(lens);
+    free(ms);
+    if (rc && oc) {
+        free(oc->results);
+        free(oc);
+    }
+    return rc;
+}
+
+typedef struct single {
+    dq_offer_cb *cb;
+    void *privdata;
+} single;
+
+static void single_done(offer_chunk *oc, int status) {
+    single *one = oc->privdata;
+    one->cb(oc->c, status, status ? NULL : &oc->results[0], one->privdata);
+    free(one);
 }
 
 int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
@@ -95,30 +169,12 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     if (!bad) bad = check_item(c, item);
     if (bad) return bad;
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
-    offer_ctx *o = calloc(1, sizeof *o);
-    if (!o) return dq__fail(c, DQ_ENOMEM, "out of memory");
-    o->c = c, o->cb = cb, o->privdata = privdata;
-    snprintf(o->queue, sizeof o->queue, "%s", queue);
-    if (item->id) snprintf(o->result.id, sizeof o->result.id, "%s", item->id);
-    else dq__id_generate(o->result.id);
-
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    char ms[24];
-    int abs = item->due_ms > 0;
-    int msl = snprintf(ms, sizeof ms, "%" PRId64, abs ? item->due_ms : item->delay_ms);
-    const char *argv[11] = {k.z, k.ready, k.ready_ids, k.prefix, k.chan, o->result.id,
-                            item->payload_len ? item->payload : "", abs ? "a" : "d", ms,
-                            (item->flags & DQ_OFFER_KEEP) ? "1" : "0", item->id ? "0" : "1"};
-    size_t lens[11] = {strlen(k.z), strlen(k.ready), strlen(k.ready_ids), strlen(k.prefix),
-                       strlen(k.chan), strlen(o->result.id), item->payload_len, 1, (size_t)msl,
-                       1, 1};
-    int rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 3, 8, argv, lens, offer_reply, o);
-    if (rc) {
-        free(o);
-        return dq__fail(c, rc, "%s", c->cmd->errstr);
-    }
-    return 0;
+    single *one = malloc(sizeof *one);
+    if (!one) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    one->cb = cb, one->privdata = privdata;
+    int rc = send_chunk(c, queue, item, 1, single_done, one);
+    if (rc) free(one);
+    return rc;
 }
 
 typedef struct sync_offer {
@@ -137,15 +193,6 @@ static void sync_offer_cb(dq_client *c, int status, const dq_offer_result *resul
     s->done = 1;
 }
 
-/* Checks shared by the synchronous calls on a queue and an optional id. */
-static int check_sync(dq_client *c, const char *queue, const char *id, int need_id);
-
-int dq__not_in_callback(dq_client *c) {
-    if (c->callback_depth > 0)
-        return dq__fail(c, DQ_EBUSY, "synchronous call from inside a delayq callback");
-    return 0;
-}
-
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     sync_offer s = {0, 0, result};
@@ -155,35 +202,52 @@ int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_resu
     return s.status;
 }
 
+/* A pipelined batch: chunks in flight, and where each chunk's results go. */
 typedef struct batch {
     int pending, accepted, first_error;
     char first_errstr[DQ__ERRSTR_MAX];
 } batch;
 
-typedef struct batch_item {
+typedef struct batch_chunk {
     batch *b;
-    dq_offer_result *out;
-} batch_item;
+    dq_offer_result *out; /* NULL, or the caller's results for this chunk */
+} batch_chunk;
 
-static void batch_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata) {
-    batch_item *bi = privdata;
-    batch *b = bi->b;
-    if (status == 0) b->accepted++;
-    else if (!b->first_error) {
-        b->first_error = status;
-        snprintf(b->first_errstr, sizeof b->first_errstr, "%s", c->errstr);
-    }
-    if (bi->out) {
-        if (result) *bi->out = *result;
-        else bi->out->status = status;
+static void note_error(batch *b, int code, const char *why) {
+    if (b->first_error) return;
+    b->first_error = code;
+    snprintf(b->first_errstr, sizeof b->first_errstr, "%s", why);
+}
+
+static void batch_done(offer_chunk *oc, int status) {
+    batch_chunk *bc = oc->privdata;
+    batch *b = bc->b;
+    if (status == 0) b->accepted += (int)oc->n;
+    else note_error(b, status, oc->c->errstr);
+    for (size_t i = 0; bc->out && i < oc->n; i++) {
+        bc->out[i] = oc->results[i];
+        if (status) bc->out[i].status = status;
     }
     b->pending--;
+    free(bc);
+}
+
+/* How many of items[0..n-1] fit in one chunk. */
+static size_t chunk_len(const dq_item *items, size_t n) {
+    size_t len = 0, bytes = 0;
+    while (len < n && len < CHUNK_ITEMS) {
+        bytes += items[len].payload_len;
+        if (len > 0 && bytes > CHUNK_BYTES) break;
+        len++;
+    }
+    return len;
 }
 
 int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t n,
                   dq_offer_result *results) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     if (dq__check_queue(c, queue)) return DQ_EINVAL;
+    if (n > INT32_MAX) return dq__fail(c, DQ_EINVAL, "too many items");
     for (size_t i = 0; i < n; i++) {
         int rc = check_item(c, &items[i]);
         if (rc) {
@@ -193,28 +257,38 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
         }
     }
     batch b = {0};
-    batch_item *bis = calloc(n ? n : 1, sizeof *bis);
-    if (!bis) return dq__fail(c, DQ_ENOMEM, "out of memory");
     size_t sent = 0;
-    for (; sent < n; sent++) {
-        bis[sent].b = &b;
-        bis[sent].out = results ? &results[sent] : NULL;
-        int rc = dq_offer_async(c, queue, &items[sent], batch_cb, &bis[sent]);
+    while (sent < n) {
+        size_t len = chunk_len(items + sent, n - sent);
+        batch_chunk *bc = malloc(sizeof *bc);
+        int rc = bc ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
+        if (bc) {
+            bc->b = &b;
+            bc->out = results ? results + sent : NULL;
+            rc = send_chunk(c, queue, items + sent, len, batch_done, bc);
+            if (rc) free(bc);
+        }
         if (rc) {
-            if (!b.first_error) {
-                b.first_error = rc;
-                snprintf(b.first_errstr, sizeof b.first_errstr, "%s", c->errstr);
-            }
+            note_error(&b, rc, c->errstr);
             for (size_t j = sent; j < n && results; j++) results[j].status = rc;
             break;
         }
         b.pending++;
+        sent += len;
     }
     while (b.pending > 0) ev_run(c->loop, EVRUN_ONCE);
-    free(bis);
     if (sent == 0 && n > 0) return dq__fail(c, b.first_error, "%s", b.first_errstr);
     if (b.first_error) dq__fail(c, b.first_error, "%s", b.first_errstr);
     return b.accepted;
+}
+
+/* Checks shared by the synchronous calls on a queue and an optional id. */
+static int check_sync(dq_client *c, const char *queue, const char *id, int need_id);
+
+int dq__not_in_callback(dq_client *c) {
+    if (c->callback_depth > 0)
+        return dq__fail(c, DQ_EBUSY, "synchronous call from inside a delayq callback");
+    return 0;
 }
 
 static int check_sync(dq_client *c, const char *queue, const char *id, int need_id) {
