@@ -78,7 +78,8 @@ struct ev_loop;
  * (0x21..0x7e). */
 #define DQ_QUEUE_MAX 128
 #define DQ_ID_MAX 128
-/* Length of a generated id: 128 random bits, base64url without padding. */
+/* Length of a generated id: 128 random bits, base64url without padding,
+ * never starting with '-'. */
 #define DQ_ID_GENERATED_LEN 22
 /* Default and hard ceiling for a payload, in bytes (see dq_options). */
 #define DQ_PAYLOAD_DEFAULT_MAX (1024u * 1024u)
@@ -270,8 +271,9 @@ DQ_EXPORT int dq_lookup(dq_client *c, const char *queue, const char *id,
 typedef struct dq_stats {
     int64_t pending;        /* items waiting for their due time            */
     int64_t ready;          /* items due and waiting for a consumer        */
-    int64_t next_due_in_ms; /* server ms until the earliest pending item is
-                               due (0 if overdue); -1 if nothing pending   */
+    int64_t next_due_in_ms; /* server ms until the next timed event: the
+                               earliest pending item's due time or lease
+                               end (0 if overdue); -1 if none              */
     int64_t set_aside;      /* entries the scheduler or a consumer could not
                                decode, kept with a reason (never dropped)   */
     int64_t in_flight;      /* taken with a lease, not acked yet            */

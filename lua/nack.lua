@@ -2,7 +2,11 @@
 -- delay, or bury it among the dead letters if it has had all its attempts.
 -- KEYS[1] z, KEYS[2] counters, KEYS[3] dead letters, KEYS[4] dead times
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] id,
--- ARGV[4] token, ARGV[5] delay ms, ARGV[6] error text (kept, 1000 bytes max)
+-- ARGV[4] token, ARGV[5] delay ms (< 0: backoff), ARGV[6] error text (kept,
+-- 1000 bytes max), ARGV[7] backoff base ms, ARGV[8] backoff cap ms,
+-- ARGV[9] a random fraction in [0, 1] for the backoff's jitter.
+-- The backoff is base * 2^(attempts - 1), capped, times (1 + fraction) / 2;
+-- computed here, where the attempt count is, so no extra round trip.
 -- Returns {status, due_ms}: 1 retry due then, 2 buried, 0 stale token.
 local z, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, chan, id = ARGV[1], ARGV[2], ARGV[3]
@@ -18,7 +22,17 @@ if r.max > 0 and r.attempts >= r.max then
   bury(dead, deadz, id, r, 'failed attempt ' .. r.attempts .. ' of ' .. r.max, now)
   return {2, 0}
 end
-local due = math.min(now + tonumber(ARGV[5]), DUE_MAX)
+local delay = tonumber(ARGV[5])
+if delay < 0 then
+  local base, cap = tonumber(ARGV[7]), tonumber(ARGV[8])
+  delay = base
+  for _ = 2, r.attempts do
+    if delay >= cap then break end
+    delay = delay * 2
+  end
+  delay = math.floor(math.min(delay, cap) * (1 + tonumber(ARGV[9])) / 2)
+end
+local due = math.min(now + delay, DUE_MAX)
 local new_score = due * ORD
 redis.call('HSET', bucket_key(prefix, new_score), id, record_v2(r))
 redis.call('ZADD', z, new_score, id)

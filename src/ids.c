@@ -42,9 +42,13 @@ void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
     /* randombytes works before sodium_init (it stirs on first use); the
      * init only picks the faster implementation, so failure is harmless. */
     (void)dq__crypto_init();
-    randombytes_buf(bin, sizeof bin);
-    sodium_bin2base64(out, DQ_ID_GENERATED_LEN + 1, bin, sizeof bin,
-                      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    /* A leading '-' would read as an option on command lines: draw again
+     * (1 time in 64; the id keeps its 128 random bits). */
+    do {
+        randombytes_buf(bin, sizeof bin);
+        sodium_bin2base64(out, DQ_ID_GENERATED_LEN + 1, bin, sizeof bin,
+                          sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    } while (out[0] == '-');
 }
 
 uint32_t dq__random_uniform(uint32_t upper)

@@ -85,17 +85,20 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
                    void *privdata) {
     int rc = check_lease_args(c, queue, id, token);
     if (rc) return rc;
+    (void)attempt; /* the script knows it */
     if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
-    if (delay_ms < 0) delay_ms = dq_backoff_ms(c, attempt);
     dq__keys k;
     dq__keys_init(&k, queue);
-    char delay[24];
-    snprintf(delay, sizeof delay, "%" PRId64, delay_ms);
-    const char *argv[10] = {k.z, k.counters, k.dead, k.dead_times, k.prefix, k.chan, id, token,
-                            delay, error ? error : ""};
-    size_t lens[10];
-    for (int i = 0; i < 10; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, DQ__LUA_NACK, 4, 6, argv, lens, cb, privdata);
+    char delay[24], base[24], cap[24], frac[24];
+    snprintf(delay, sizeof delay, "%" PRId64, delay_ms < 0 ? (int64_t)-1 : delay_ms);
+    snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
+    snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
+    snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
+    const char *argv[13] = {k.z, k.counters, k.dead, k.dead_times, k.prefix, k.chan, id, token,
+                            delay, error ? error : "", base, cap, frac};
+    size_t lens[13];
+    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, DQ__LUA_NACK, 4, 9, argv, lens, cb, privdata);
 }
 
 /* ------------------------------------------------------------ sync */
@@ -120,20 +123,11 @@ int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
     return s.status;
 }
 
-/* The attempt number of a lease token's delivery is not known here; the
- * script knows it, but the backoff is chosen client-side: look it up. */
-static int attempt_of(dq_client *c, const char *queue, const char *id) {
-    dq_item_info info;
-    if (dq_lookup(c, queue, id, &info) == 0 && info.state == DQ_STATE_IN_FLIGHT) return info.attempts;
-    return 1;
-}
-
 int dq_nack(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
             const char *error) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    int attempt = delay_ms < 0 ? attempt_of(c, queue, id) : 1;
     sync_settle s = {0, 0};
-    int rc = dq__nack_async(c, queue, id, token, delay_ms, error, attempt, sync_settle_cb, &s);
+    int rc = dq__nack_async(c, queue, id, token, delay_ms, error, 0, sync_settle_cb, &s);
     if (rc) return rc;
     dq__wait(c, &s.done);
     return s.status;

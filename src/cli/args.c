@@ -4,9 +4,11 @@
  * Owns cli_parse(), the one option parser: GNU-style long options anywhere
  * among the positional arguments, "--opt=value" or "--opt value", "--" to end
  * options, "-h"/"--help", and the global "--redis URL" accepted after the
- * command name too. Also owns the checks of positional counts and of the
- * values commands take (queue names, ids, delays, counts), so every command
- * words the same mistake the same way before anything touches Redis.
+ * command name too; and its variant cli_parse_ids() for commands whose
+ * arguments are ids or lease tokens, which may start with '-'. Also owns the
+ * checks of positional counts and of the values commands take (queue names,
+ * ids, delays, counts, lease tokens), so every command words the same
+ * mistake the same way before anything touches Redis.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,10 +27,14 @@ static const cli_opt *find_opt(const cli_opt *opts, const char *name, size_t len
     return NULL;
 }
 
+/* Returned by parse_long for an unknown option taken as an argument. */
+#define POSITIONAL 1
+
 /* Handles argv[*i], a "--name[=value]" argument; may consume the next one.
- * Returns 0, CLI_HELP or CLI_USAGE. */
+ * Returns 0, CLI_HELP, CLI_USAGE, or with loose POSITIONAL for a name that
+ * is no option. */
 static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int *i,
-                      const cli_opt *opts)
+                      const cli_opt *opts, int loose)
 {
     const cli_opt redis_opt = {"redis", &env->redis_url, NULL};
     const char *name = argv[*i] + 2;
@@ -40,6 +46,8 @@ static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int 
     const cli_opt *o = find_opt(opts, name, len);
     if (!o && len == 5 && memcmp(name, "redis", 5) == 0)
         o = &redis_opt;
+    if (!o && loose)
+        return POSITIONAL;
     if (!o) {
         cli_err("%s: unknown option '--%.*s' (see 'delayq %s --help')", cmd, (int)len,
                 name, cmd);
@@ -61,8 +69,8 @@ static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int 
     return 0;
 }
 
-int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
-              const cli_opt *opts, int *npos)
+static int parse(cli_env *env, const char *cmd, int argc, char **argv,
+                 const cli_opt *opts, int *npos, int loose)
 {
     int n = 0, only_pos = 0;
 
@@ -75,9 +83,13 @@ int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
         } else if (strcmp(a, "-h") == 0) {
             return CLI_HELP;
         } else if (a[1] == '-') {
-            int rc = parse_long(env, cmd, argc, argv, &i, opts);
-            if (rc)
+            int rc = parse_long(env, cmd, argc, argv, &i, opts, loose);
+            if (rc == POSITIONAL)
+                argv[n++] = argv[i];
+            else if (rc)
                 return rc;
+        } else if (loose) {
+            argv[n++] = argv[i];
         } else {
             cli_err("%s: unknown option '%s' (put '--' before an argument that starts "
                     "with '-')", cmd, a);
@@ -86,6 +98,18 @@ int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
     }
     *npos = n;
     return 0;
+}
+
+int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
+              const cli_opt *opts, int *npos)
+{
+    return parse(env, cmd, argc, argv, opts, npos, 0);
+}
+
+int cli_parse_ids(cli_env *env, const char *cmd, int argc, char **argv,
+                  const cli_opt *opts, int *npos)
+{
+    return parse(env, cmd, argc, argv, opts, npos, 1);
 }
 
 int cli_want_args(const char *cmd, int npos, int min, int max,
@@ -151,4 +175,18 @@ int cli_parse_count(const char *text, int64_t *count)
     }
     *count = (int64_t)v;
     return 0;
+}
+
+int cli_check_token(const char *token)
+{
+    size_t len = strlen(token);
+    int ok = len >= 1 && len <= 64;
+
+    for (size_t i = 0; ok && i < len; i++)
+        ok = token[i] > 0x20 && token[i] < 0x7f;
+    if (ok)
+        return 0;
+    cli_err("invalid lease token '%s': expected 1 to 64 printable ASCII characters, "
+            "as 'delayq take --ack manual' prints them", token);
+    return CLI_USAGE;
 }

@@ -21,7 +21,8 @@ struct ev_loop;
 
 enum cli_exit {
     CLI_OK = 0,    /* done                                                 */
-    CLI_NONE = 1,  /* nothing there: timeout, id not pending               */
+    CLI_NONE = 1,  /* nothing there: timeout, id not pending, unknown or
+                      stale lease token, no such dead letter               */
     CLI_USAGE = 2, /* bad arguments, bad input, payload too big            */
     CLI_FAIL = 3   /* Redis unreachable or erroring, or output failed      */
 };
@@ -59,6 +60,14 @@ typedef struct cli_opt {
 int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
               const cli_opt *opts, int *npos);
 
+/* As cli_parse, except that an argument starting with '-' that is no option
+ * of cmd (nor --redis, --help, -h) is positional: for commands whose
+ * arguments are ids or lease tokens, which may start with '-' (generated
+ * ones are base64url). A mistyped option then shows as an extra or invalid
+ * argument. */
+int cli_parse_ids(cli_env *env, const char *cmd, int argc, char **argv,
+                  const cli_opt *opts, int *npos);
+
 /* Checks that cmd got between min and max positional arguments (max < 0:
  * no limit); names the first missing one (names[i] for argument i) or the
  * first extra one. Returns 0 or CLI_USAGE after printing why. */
@@ -75,6 +84,9 @@ int cli_parse_delay(const char *where, const char *what, const char *text, int64
 /* A payload of len bytes against the client's limit. */
 int cli_check_payload(const char *where, size_t len, size_t limit);
 int cli_parse_count(const char *text, int64_t *count);
+/* A lease token as ack, nack and extend take it: 1 to 64 printable ASCII
+ * characters (what a take hands out always is). */
+int cli_check_token(const char *token);
 
 /* ------------------------------------------------------------ input (input.c) */
 
@@ -110,6 +122,17 @@ void cli_batch_release(cli_batch *b);
  * URL) or CLI_FAIL (unreachable, refused). */
 int cli_connect(const cli_env *env, dq_client **out);
 
+/* As cli_connect, on loop (NULL: a private loop, as cli_connect). */
+int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out);
+
+/* Reports what the client's background work has to say (scheduler
+ * failures, reconnects, refused acks) on stderr, one "delayq: " line each. */
+void cli_log_start(dq_client *c);
+
+/* Frees a client made by cli_connect without reporting what closing it
+ * interrupts. Safe with NULL. */
+void cli_close(dq_client *c);
+
 /* Exit code for a DQ_E* code: CLI_USAGE for DQ_EINVAL and DQ_ETOOBIG,
  * CLI_FAIL for everything else. */
 int cli_exit_code(int dq_code);
@@ -133,12 +156,19 @@ void cli_signals_stop(struct ev_loop *loop);
 int cli_write_out(const void *data, size_t len);
 
 /* Prints a taken message: the raw payload and "\n", or with json one JSON
- * object per line. Flushes. Returns 0 or CLI_FAIL after printing why. */
+ * object per line. A leased delivery (msg->token set) prints as
+ * "ID<TAB>TOKEN<TAB>PAYLOAD\n", and its JSON object adds "attempt" and
+ * "token". Flushes. Returns 0 or CLI_FAIL after printing why. */
 int cli_print_msg(const dq_msg *msg, int json);
 
 /* Prints a queue's stats as text lines or one JSON object. Returns 0 or
  * CLI_FAIL after printing why. */
 int cli_print_stats(const dq_stats *st, int json);
+
+/* Prints a dead letter as one "ID<TAB>ATTEMPTS<TAB>REASON<TAB>ERROR<TAB>
+ * PAYLOAD" line or one JSON object per line. Flushes. Returns 0 or CLI_FAIL
+ * after printing why. */
+int cli_print_dead(const dq_dead_letter *d, int json);
 
 /* ------------------------------------------------------------ commands */
 
@@ -148,6 +178,11 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv);   /* cmd_offer.c */
 int cli_cmd_take(cli_env *env, int argc, char **argv);     /* cmd_take.c */
 int cli_cmd_schedule(cli_env *env, int argc, char **argv); /* cmd_schedule.c */
 int cli_cmd_stats(cli_env *env, int argc, char **argv);    /* cmd_stats.c */
+int cli_cmd_ack(cli_env *env, int argc, char **argv);      /* cmd_lease.c */
+int cli_cmd_nack(cli_env *env, int argc, char **argv);     /* cmd_lease.c */
+int cli_cmd_extend(cli_env *env, int argc, char **argv);   /* cmd_lease.c */
+int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
+int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -155,6 +190,11 @@ extern const char cli_usage_cancel[];
 extern const char cli_usage_take[];
 extern const char cli_usage_schedule[];
 extern const char cli_usage_stats[];
+extern const char cli_usage_ack[];
+extern const char cli_usage_nack[];
+extern const char cli_usage_extend[];
+extern const char cli_usage_dead[];
+extern const char cli_usage_work[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

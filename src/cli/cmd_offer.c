@@ -214,7 +214,7 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv)
     dq_client *c;
     int npos;
 
-    int rc = cli_parse(env, "cancel", argc, argv, opts, &npos);
+    int rc = cli_parse_ids(env, "cancel", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
         return cli_help(cli_usage_cancel);
     if (!rc)

@@ -4,7 +4,8 @@
  * Owns running dq_schedule for each queue named on the command line in the
  * foreground until SIGINT or SIGTERM. The library retries by itself while
  * Redis is away, so once connected this command only ends on a signal.
- * Nothing goes to stdout; one line on stderr says what is scheduled.
+ * Nothing goes to stdout; one line on stderr says what is scheduled, and the
+ * library's background problems (failed transfers, reconnects) follow there.
  */
 #include "cli/cli.h"
 
@@ -49,6 +50,7 @@ static int run(sched_run *s, int n, char **queues)
     if (rc)
         return rc;
     cli_err("scheduling %d queue%s until SIGINT or SIGTERM", n, n == 1 ? "" : "s");
+    cli_log_start(s->c);
     cli_signals_start(dq_client_loop(s->c), on_signal, s);
     dq_run(s->c);
     cli_signals_stop(dq_client_loop(s->c));
@@ -76,6 +78,6 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv)
     if (rc)
         return rc;
     rc = run(&s, npos, argv);
-    dq_client_free(s.c);
+    cli_close(s.c);
     return rc;
 }

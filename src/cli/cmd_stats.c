@@ -2,9 +2,9 @@
  * cmd_stats.c - "delayq stats": the counts of one queue.
  *
  * Owns reading dq_get_stats for a queue and printing it through output.c:
- * "pending N", "ready N", "next_due_in_ms N" lines (and "set_aside N" when
- * some entries were set aside), or with --json one object holding the same
- * fields, set_aside always included.
+ * "pending N", "ready N", "next_due_in_ms N", "inflight N", "dead N" lines
+ * (and "set_aside N" when some entries were set aside), or with --json one
+ * object holding the same fields, set_aside always included.
  */
 #include "cli/cli.h"
 
@@ -16,10 +16,13 @@ const char cli_usage_stats[] =
     "  ready N            items due and waiting for a consumer\n"
     "  next_due_in_ms N   ms until the earliest pending item is due (0 if overdue,\n"
     "                     -1 if nothing is pending)\n"
+    "  inflight N         items taken with a lease ('take --ack manual', 'work')\n"
+    "                     and not acked yet\n"
+    "  dead N             dead letters (see 'delayq dead')\n"
     "  set_aside N        (only when N > 0) entries that could not be decoded\n"
     "\n"
     "  --json        one object: {\"pending\":N,\"ready\":N,\"next_due_in_ms\":N,\n"
-    "                \"set_aside\":N}\n"
+    "                \"set_aside\":N,\"inflight\":N,\"dead\":N}\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";

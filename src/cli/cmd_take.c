@@ -7,6 +7,9 @@
  * whole wait (--timeout) and SIGINT/SIGTERM. Stopping never loses an item:
  * with a take outstanding it is cancelled with dq_take_cancel, and an item
  * that was already on its way still reaches on_take and is printed.
+ * With --ack manual each take holds a lease (--lease) instead of removing the
+ * item: it is printed with its id and token for a later "delayq ack", and
+ * comes back by itself if nobody acks it in time.
  */
 #include <ev.h>
 #include <inttypes.h>
@@ -18,9 +21,10 @@
 
 const char cli_usage_take[] =
     "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
+    "                   [--ack manual [--lease DUR]]\n"
     "\n"
     "Waits for N due items of QUEUE and prints each as it arrives. Taking removes\n"
-    "the item from the queue.\n"
+    "the item from the queue, unless --ack manual is given.\n"
     "\n"
     "  --count N       items to wait for; default 1, 0 = no limit\n"
     "  --timeout DUR   bound the whole wait (250ms, 30s, 5m, 2h, 1d, milliseconds);\n"
@@ -30,6 +34,14 @@ const char cli_usage_take[] =
     "                  UTF-8 comes as \"payload_base64\" instead of \"payload\"\n"
     "  --no-scheduler  do not move due items to the ready list in this process\n"
     "                  (rely on a 'delayq schedule' or another consumer)\n"
+    "  --ack manual    take each item with a lease: it stays in flight until\n"
+    "                  'delayq ack QUEUE ID TOKEN' (done) or 'delayq nack QUEUE ID\n"
+    "                  TOKEN' (retry); if neither comes before the lease ends, it is\n"
+    "                  delivered again (after 16 attempts it becomes a dead letter:\n"
+    "                  see 'delayq dead'). Each item prints as\n"
+    "                  ID<TAB>TOKEN<TAB>PAYLOAD (raw payload bytes); with --json the\n"
+    "                  object adds \"attempt\" (1 on first delivery) and \"token\"\n"
+    "  --lease DUR     with --ack manual: how long the lease lasts; default 30s\n"
     "  --redis URL     the Redis server (see 'delayq --help')\n"
     "\n"
     "Without --json each item is printed as its raw payload bytes followed by a\n"
@@ -44,6 +56,7 @@ typedef struct take_run {
     int64_t want;         /* items to take; 0 = no limit                  */
     int64_t got;          /* items taken and printed                      */
     int json;
+    const dq_take_opts *opts; /* the lease (--ack manual), NULL for none  */
     dq_take_req *req;     /* the outstanding take, NULL if none           */
     int stopping;         /* no new take once set                         */
     const char *stop_why; /* "timeout", "SIGINT", "SIGTERM"               */
@@ -63,7 +76,7 @@ static int start_take(take_run *t)
         double s = t->deadline - ev_now(dq_client_loop(t->c));
         left = s > 0 ? (int64_t)(s * 1000.0 + 0.5) : 0;
     }
-    int rc = dq_take_async(t->c, t->queue, left, on_take, t, &t->req);
+    int rc = dq_take_async_ex(t->c, t->queue, t->opts, left, on_take, t, &t->req);
     if (rc == 0)
         return 0;
     t->rc = cli_fail(t->c, rc, "take");
@@ -118,6 +131,7 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
     struct ev_loop *loop = dq_client_loop(t->c);
     int rc = scheduler ? dq_schedule(t->c, t->queue) : 0;
 
+    cli_log_start(t->c);
     if (rc < 0)
         return cli_fail(t->c, rc, "schedule");
     ev_now_update(loop);
@@ -137,15 +151,44 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
     return CLI_OK;
 }
 
+/* Checks --ack and --lease; *out gets opts filled in for a leased take, or
+ * NULL. Returns 0 or CLI_USAGE. */
+static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
+                     const dq_take_opts **out)
+{
+    *out = NULL;
+    if (!ack) {
+        if (!lease)
+            return 0;
+        cli_err("take: --lease needs --ack manual");
+        return CLI_USAGE;
+    }
+    if (strcmp(ack, "manual") != 0) {
+        cli_err("take: invalid --ack '%s': the only mode is 'manual'", ack);
+        return CLI_USAGE;
+    }
+    dq_take_opts_init(opts);
+    if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms))
+        return CLI_USAGE;
+    if (opts->lease_ms <= 0) {
+        cli_err("take: invalid lease '%s': it must be longer than 0", lease);
+        return CLI_USAGE;
+    }
+    *out = opts;
+    return 0;
+}
+
 int cli_cmd_take(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *count = NULL, *timeout = NULL;
+    const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL;
     int json = 0, no_sched = 0, npos;
     const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
                             {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
+                            {"ack", &ack, NULL},        {"lease", &lease, NULL},
                             {NULL, NULL, NULL}};
     take_run t = {.want = 1};
+    dq_take_opts take_opts;
     int64_t timeout_ms = -1;
 
     int rc = cli_parse(env, "take", argc, argv, opts, &npos);
@@ -160,12 +203,14 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
     if (!rc && timeout)
         rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
     if (!rc)
+        rc = parse_ack(ack, lease, &take_opts, &t.opts);
+    if (!rc)
         rc = cli_connect(env, &t.c);
     if (rc)
         return rc;
     t.queue = argv[0];
     t.json = json;
     rc = run(&t, timeout_ms, !no_sched);
-    dq_client_free(t.c);
+    cli_close(t.c);
     return rc;
 }

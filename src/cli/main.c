@@ -29,9 +29,21 @@ static const char usage_main[] =
     "                       add the DELAY<TAB>ID<TAB>PAYLOAD lines of FILE ('-' = stdin)\n"
     "  cancel QUEUE ID      remove a pending item (exit 1 if it was not pending)\n"
     "  take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
-    "                       wait for due items and print them\n"
+    "             [--ack manual [--lease DUR]]\n"
+    "                       wait for due items and print them (with --ack manual:\n"
+    "                       with a lease, each to be acked or nacked)\n"
+    "  ack QUEUE ID TOKEN   done with a delivery of 'take --ack manual'\n"
+    "  nack QUEUE ID TOKEN [--delay DUR] [--error TEXT]\n"
+    "                       failed it: retry later, or bury it after its last attempt\n"
+    "  extend QUEUE ID TOKEN DUR\n"
+    "                       still working on it: the lease ends DUR from now\n"
+    "  work QUEUE --exec CMD [--concurrency N] [--lease DUR] [--max-attempts N]\n"
+    "                       run CMD for each item (payload on stdin) until SIGTERM;\n"
+    "                       exit status 0 acks, anything else retries\n"
     "  schedule QUEUE...    move due items to their ready lists until SIGINT/SIGTERM\n"
-    "  stats QUEUE [--json] pending, ready and next_due_in_ms of a queue\n"
+    "  stats QUEUE [--json] pending, ready, next_due_in_ms, inflight, dead of a queue\n"
+    "  dead QUEUE list [--json] | count | redrive [ID] | purge\n"
+    "                       the items that ran out of attempts\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -42,8 +54,8 @@ static const char usage_main[] =
     "  --version      the version\n"
     "\n"
     "Durations: 250ms, 30s, 5m, 2h, 1d, or bare milliseconds; 0 = now.\n"
-    "Exit codes: 0 ok, 1 nothing there (timeout, not pending), 2 usage error,\n"
-    "3 Redis unreachable or erroring.\n";
+    "Exit codes: 0 ok, 1 nothing there (timeout, not pending, unknown or stale\n"
+    "token), 2 usage error, 3 Redis unreachable or erroring.\n";
 
 typedef struct command {
     const char *name;
@@ -57,6 +69,11 @@ static const command commands[] = {
     {"take", cli_cmd_take, cli_usage_take},
     {"schedule", cli_cmd_schedule, cli_usage_schedule},
     {"stats", cli_cmd_stats, cli_usage_stats},
+    {"ack", cli_cmd_ack, cli_usage_ack},
+    {"nack", cli_cmd_nack, cli_usage_nack},
+    {"extend", cli_cmd_extend, cli_usage_extend},
+    {"work", cli_cmd_work, cli_usage_work},
+    {"dead", cli_cmd_dead, cli_usage_dead},
     {NULL, NULL, NULL},
 };
 

@@ -1,10 +1,12 @@
 /*
  * session.c - a client's life inside one command run.
  *
- * Owns opening the client (default options, private loop, connect to the
- * --redis URL), turning library failures into one stderr line and an exit
- * code, and the SIGINT/SIGTERM watchers the long-running commands (take,
- * schedule) stop on. URLs are shown with their password masked.
+ * Owns opening the client (default options, a private loop unless the
+ * command brings one, connect to the --redis URL), the library's background
+ * log on stderr and closing the client quietly, turning library failures
+ * into one stderr line and an exit code, and the SIGINT/SIGTERM watchers the
+ * long-running commands (take, schedule, work) stop on. URLs are shown with
+ * their password masked.
  */
 #include <ev.h>
 #include <signal.h>
@@ -54,11 +56,16 @@ static void mask_url(const char *url, char *buf, size_t size)
 
 int cli_connect(const cli_env *env, dq_client **out)
 {
+    return cli_connect_on(env, NULL, out);
+}
+
+int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
+{
     dq_options opts;
     char shown[512];
 
     dq_options_init(&opts);
-    dq_client *c = dq_client_new(NULL, &opts);
+    dq_client *c = dq_client_new(loop, &opts);
     if (!c) {
         cli_err("cannot make a client: out of memory");
         return CLI_FAIL;
@@ -79,6 +86,27 @@ int cli_connect(const cli_env *env, dq_client **out)
     }
     dq_client_free(c);
     return cli_exit_code(rc);
+}
+
+/* ------------------------------------------------------------ background log */
+
+static void log_line(void *privdata, const char *msg)
+{
+    (void)privdata;
+    cli_err("%s", msg);
+}
+
+void cli_log_start(dq_client *c)
+{
+    dq_set_log(c, log_line, NULL);
+}
+
+void cli_close(dq_client *c)
+{
+    /* Closing cuts transfers and connections short on purpose: not news. */
+    if (c)
+        dq_set_log(c, NULL, NULL);
+    dq_client_free(c);
 }
 
 /* ------------------------------------------------------------ signals */
