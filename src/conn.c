@@ -144,14 +144,20 @@ static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
 static int send_req(dq__conn *conn, dq__req *r, int argc, const char **argv, const size_t *lens,
                     unsigned flags) {
     if (!conn->ac || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
-        set_err(conn, DQ_ECONNECT, "not connected to Redis (%s)",
-                conn->errstr[0] ? conn->errstr : "connecting");
+        char why[DQ__ERRSTR_MAX];
+        snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
+        set_err(conn, DQ_ECONNECT, "not connected to Redis (%s)", why);
         return DQ_ECONNECT;
     }
     r->conn = conn;
     r->deadline = 0;
-    if (!(flags & DQ__SEND_NO_TIMEOUT) && conn->client->opt.command_timeout_ms > 0)
+    if (!(flags & DQ__SEND_NO_TIMEOUT) && conn->client->opt.command_timeout_ms > 0) {
+        /* The loop's cached time is stale after a while outside the loop
+         * (a synchronous caller's own work): refresh it, or the deadline
+         * could be in the past already. */
+        ev_now_update(conn->client->loop);
         r->deadline = ev_now(conn->client->loop) + conn->client->opt.command_timeout_ms / 1000.0;
+    }
     if (redisAsyncCommandArgv(conn->ac, on_reply, r, argc, argv, lens) != REDIS_OK) {
         set_err(conn, DQ_ECONNECT, "cannot send to Redis: %s",
                 conn->ac->errstr ? conn->ac->errstr : "connection closing");

@@ -63,6 +63,7 @@ static void arm_due_timer(dq__sched *s) {
     if (at < 0 || s->closing) return;
     /* A little after the server's clock reaches the due millisecond: the
      * clock estimate is good to a fraction of a round trip. */
+    ev_now_update(loop); /* libev times timers from its cached now */
     double in = dq__clock_until(s->c, at) + 0.0003;
     ev_timer_set(&s->due_timer, in > 0 ? in : 0, 0);
     ev_timer_start(loop, &s->due_timer);
