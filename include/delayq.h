@@ -158,8 +158,10 @@ DQ_EXPORT dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts)
 DQ_EXPORT int dq_connect(dq_client *c, const char *url) DQ_NODISCARD;
 
 /* Stops everything the client runs (schedulers, takes, workers: their
- * callbacks run with DQ_ECLOSED), closes its connections and frees it. Safe
- * with NULL. Must not be called from one of the client's callbacks. */
+ * callbacks run with DQ_ECLOSED), waits up to command_timeout_ms for the
+ * commands already sent (acks and nacks of dq_worker_done among them) to be
+ * answered, closes its connections and frees it. Safe with NULL. Must not
+ * be called from one of the client's callbacks. */
 DQ_EXPORT void dq_client_free(dq_client *c);
 
 /* The loop the client runs on (the caller's, or its private one). */

@@ -2,7 +2,7 @@
 -- KEYS[1] z, KEYS[2] counters; ARGV[1] payload bucket prefix, ARGV[2] id,
 -- ARGV[3] token. Returns 1 if acked, 0 if the id is not in flight or the
 -- token is not the current lease's (it expired and went to someone else).
-local r, score, bucket = leased_record(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+local r, score, bucket = leased_record(KEYS[1], ARGV[1], ARGV[2], ARGV[3], server_now_ms())
 if not r then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[2])
 redis.call('HDEL', bucket, ARGV[2])

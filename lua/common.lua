@@ -128,11 +128,14 @@ local function bury(dead, deadz, id, r, reason, now)
 end
 
 -- The record of a leased id if token matches, as (record, score, bucket);
--- nil if the id is unknown, not in flight, or the token is stale.
-local function leased_record(z, prefix, id, token)
+-- nil if the id is unknown, not in flight, or the token is stale: another
+-- lease's, or one that has ended (now, server ms, is at or past its end),
+-- even if no scheduler has returned the item yet.
+local function leased_record(z, prefix, id, token, now)
   local s = redis.call('ZSCORE', z, id)
   if not s then return nil end
   local score = tonumber(s)
+  if math.floor(score / ORD) <= now then return nil end
   local bucket = bucket_key(prefix, score)
   local rec = redis.call('HGET', bucket, id)
   local r = rec and parse_record(rec, score)

@@ -10,9 +10,9 @@
 -- Returns {status, due_ms}: 1 retry due then, 2 buried, 0 stale token.
 local z, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, chan, id = ARGV[1], ARGV[2], ARGV[3]
-local r, score, bucket = leased_record(z, prefix, id, ARGV[4])
-if not r then return {0, 0} end
 local now = server_now_ms()
+local r, score, bucket = leased_record(z, prefix, id, ARGV[4], now)
+if not r then return {0, 0} end
 redis.call('ZREM', z, id)
 redis.call('HDEL', bucket, id)
 redis.pcall('HINCRBY', counters, 'inflight', -1)

@@ -134,11 +134,22 @@ void dq_stop(dq_client *c) {
     ev_break(c->loop, EVBREAK_ONE);
 }
 
+/* Lets commands already sent (acks, nacks, offers) reach Redis and be
+ * answered, for up to command_timeout_ms, so freeing right after
+ * dq_worker_done does not drop its ack. */
+static void drain(dq_client *c) {
+    if (!c->cmd || c->cmd->state != DQ__UP || !c->cmd->head) return;
+    ev_now_update(c->loop);
+    double end = ev_now(c->loop) + (c->opt.command_timeout_ms ? c->opt.command_timeout_ms : 5000) / 1000.0;
+    while (c->cmd->head && c->cmd->state == DQ__UP && ev_now(c->loop) < end) ev_run(c->loop, EVRUN_ONCE);
+}
+
 void dq_client_free(dq_client *c) {
     if (!c) return;
     dq__worker_free_all(c);
     dq__take_free_all(c);
     dq__sched_free_all(c);
+    drain(c);
     while (c->idle_blocking) {
         dq__conn *b = c->idle_blocking;
         c->idle_blocking = b->next_in_pool;

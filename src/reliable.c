@@ -142,9 +142,9 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
     dq__keys_init(&k, queue);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-    const char *argv[5] = {k.z, k.prefix, id, token, lease};
+    const char *argv[6] = {k.z, k.prefix, id, token, lease, k.chan};
     dq__sync_ints s;
-    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 1, 4, argv, &s);
+    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 1, 5, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
