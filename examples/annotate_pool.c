@@ -1,28 +1,28 @@
 /*
- * annotate_pool.c - the resource pool service of the annotation demo.
+ * annotate_pool.c - the resource pool of the annotation demo (seeds/000):
+ * seeding it, and checking it at the end.
  *
- * The use case (seeds/000): on a data-annotation platform each annotator
- * holds at most one resource at a time; every claim has its own time limit;
- * finishing in time cancels the release; running over the limit returns the
- * resource to the pool. The annotator (annotator.c) claims a resource and
- * offers a release task to the delay queue "annotation-release", due when its
- * limit runs out. This service runs a delayq worker on that queue and performs
- * the releases that come due.
+ * The use case: on a data-annotation platform each annotator holds at most
+ * one resource at a time; every task has its own time limit; a resource not
+ * finished within it goes back to the pool by itself. Here the pool IS the
+ * delayq queue "annotation-pool": a free resource is a ready item (id "r1",
+ * payload its description), a claimed one is in flight under a lease, and
+ * the lease is the task's time limit (see annotator.c). There is no pool
+ * state besides the queue, and no release task: when a lease runs out, a
+ * scheduler puts the item back in the ready list.
  *
- * The pool itself is the application's own state, kept in Redis with plain
- * synchronous hiredis (delayq does not know about it):
- *   annot:free     SET   free resource ids ("r1" ...)
- *   annot:holder   HASH  resource -> claim id "r3:bob:1"
- *   annot:holding  HASH  annotator -> resource
- *   annot:stats    HASH  counters for the final check
- * A release is conditional on the claim id (RELEASE_LUA): releasing twice, or
- * releasing a claim that has ended, changes nothing. That is what makes the
- * race between "annotator finishes" and "deadline fires" harmless.
- *
- * usage: annotate_pool URL seed N      empty the pool keys, add r1..rN
- *        annotate_pool URL serve       run the release worker until SIGTERM
- *        annotate_pool URL check N     wait for the queue to drain, print a
- *                                      summary, exit 0 iff the invariants hold
+ * usage: annotate_pool URL seed N [--fresh]
+ *          offers r1..rN with delay 0. Offering an id that is ready or in
+ *          flight keeps the existing copy, so seeding twice never makes a
+ *          second copy of a resource. --fresh: the pool must be empty; also
+ *          clears the demo's ledger (annot:claims, annot:claim, annot:last).
+ *        annotate_pool URL check N [ABANDONED]
+ *          runs a scheduler for the pool until every resource is back (at
+ *          most 8 s), then checks the queue and the annotators' ledger (see
+ *          annotator.c) and exits 0 iff every invariant holds. ABANDONED:
+ *          how many claims are expected never to end (annotators killed).
+ *          Lines starting with '[' belong to the timeline; the rest is the
+ *          summary.
  * URL is redis://HOST:PORT. Timeline lines are stamped relative to
  * $DEMO_T0_MS (epoch ms), else to the program's start.
  */
@@ -39,30 +39,16 @@
 
 #include "delayq.h"
 
-#define QUEUE "annotation-release"
-#define KEYS_4 "annot:free", "annot:holder", "annot:holding", "annot:stats"
+#define QUEUE "annotation-pool"
+#define MAX_RES 64
+#define MAX_CLAIMS 1024
+#define SETTLE_MS 8000 /* check: longest wait for the resources to come back */
 
-/* Ends the claim ARGV[2] of resource ARGV[1] by annotator ARGV[3] and puts the
- * resource back in the free set, only if that claim still holds it. Counts
- * ARGV[4] on success, ARGV[4].."_stale" otherwise. Returns {1, ""} or
- * {0, current claim or ""}. Same text as in annotator.c. */
-static const char RELEASE_LUA[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local cur = redis.call('HGET', KEYS[2], ARGV[1])\n"
-    "if cur ~= ARGV[2] then\n"
-    "  redis.call('HINCRBY', KEYS[4], ARGV[4] .. '_stale', 1)\n"
-    "  return {0, cur or '', now}\n"
-    "end\n"
-    "redis.call('HDEL', KEYS[2], ARGV[1])\n"
-    "if redis.call('HGET', KEYS[3], ARGV[3]) == ARGV[1] then\n"
-    "  redis.call('HDEL', KEYS[3], ARGV[3])\n"
-    "end\n"
-    "if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then\n"
-    "  redis.call('HINCRBY', KEYS[4], 'violations', 1)\n"
-    "end\n"
-    "redis.call('HINCRBY', KEYS[4], ARGV[4], 1)\n"
-    "return {1, '', now}\n";
+static const char *const DESCRIPTIONS[] = {
+    "40 street photos: box every car",      "12 min of call audio: transcribe",
+    "300 product reviews: tag sentiment",   "25 chest X-rays: mark anomalies",
+    "80 receipts: extract totals",          "500 tweets: flag hate speech",
+};
 
 /* ------------------------------------------------------------------ timeline */
 
@@ -83,38 +69,20 @@ static void init_t0(void)
     t0_ms = (s && end && *end == '\0' && v > 0) ? (int64_t)v : wall_ms();
 }
 
-/* One timeline line "[  2.503s] NAME      text", stamped at epoch ms `at`.
- * Pool changes are stamped with the Redis server's TIME from inside the
- * script that made them (same host, same clock), so the merged timeline
- * shows them in the order Redis applied them. */
-__attribute__((format(printf, 2, 0)))
-static void vsay(int64_t at, const char *fmt, va_list ap)
+/* One timeline line "[  2.503s] pool      text", stamped at epoch ms `at`
+ * (the Redis server's clock where we have it: same host, same clock). */
+__attribute__((format(printf, 2, 3)))
+static void say_at(int64_t at, const char *fmt, ...)
 {
     char text[512];
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
     printf("[%7.3fs] %-9s %s\n", (double)(at - t0_ms) / 1000.0, "pool", text);
     fflush(stdout);
 }
 
-__attribute__((format(printf, 2, 3)))
-static void say_at(int64_t at, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsay(at, fmt, ap);
-    va_end(ap);
-}
-
-__attribute__((format(printf, 1, 2)))
-static void say(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsay(wall_ms(), fmt, ap);
-    va_end(ap);
-}
-
-/* "2.0s", or "450ms" below a second. */
 static const char *fmt_dur(char *buf, size_t len, int64_t ms)
 {
     if (ms < 1000 && ms > -1000)
@@ -124,7 +92,44 @@ static const char *fmt_dur(char *buf, size_t len, int64_t ms)
     return buf;
 }
 
-/* ------------------------------------------------------------------ app state */
+static const char *fmt_at(char *buf, size_t len, int64_t at)
+{
+    snprintf(buf, len, "%.3fs", (double)(at - t0_ms) / 1000.0);
+    return buf;
+}
+
+/* ------------------------------------------------------------------ the ledger (see annotator.c) */
+
+struct claim {
+    char res[DQ_ID_MAX + 1];
+    char who[40];
+    int attempt;
+    int64_t take_ms, lease_end, limit, work;
+    char plan[16];
+    int64_t ready_ms, rel_start, end_ms;
+    char outcome[16];
+};
+
+static int claim_parse(const char *text, struct claim *k)
+{
+    long long v[7];
+    memset(k, 0, sizeof *k);
+    int n = sscanf(text, "%128s %39s %d %lld %lld %lld %lld %15s %lld %lld %lld %15s", k->res,
+                   k->who, &k->attempt, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
+                   k->outcome);
+    k->take_ms = v[0], k->lease_end = v[1], k->limit = v[2], k->work = v[3];
+    k->ready_ms = v[4], k->rel_start = v[5], k->end_ms = v[6];
+    return n == 12 ? 0 : -1;
+}
+
+static int released(const struct claim *k) { return strcmp(k->outcome, "released") == 0; }
+static int refused(const struct claim *k) { return strcmp(k->outcome, "refused") == 0; }
+/* Never ended: its annotator died while holding it (or while releasing it). */
+static int abandoned(const struct claim *k) { return !released(k) && !refused(k); }
+
+/* When the resource stopped being k's: at the nack that gave it back (no
+ * earlier than rel_start, taken just before it), else at the lease's end. */
+static int64_t hold_end(const struct claim *k) { return released(k) ? k->rel_start : k->lease_end; }
 
 static redisContext *app_connect(const char *url)
 {
@@ -142,8 +147,7 @@ static redisContext *app_connect(const char *url)
     host[n] = '\0';
     if (p[n] == ':')
         port = atoi(p + n + 1);
-    struct timeval tv = {2, 0};
-    redisContext *r = redisConnectWithTimeout(host, port, tv);
+    redisContext *r = redisConnectWithTimeout(host, port, (struct timeval){2, 0});
     if (r == NULL || r->err) {
         fprintf(stderr, "annotate_pool: cannot connect to %s: %s\n", url,
                 r ? r->errstr : "out of memory");
@@ -154,7 +158,6 @@ static redisContext *app_connect(const char *url)
     return r;
 }
 
-/* Runs a command that must succeed; NULL (and a message) otherwise. */
 static redisReply *must(redisContext *r, redisReply *reply, const char *what)
 {
     if (reply == NULL) {
@@ -169,288 +172,357 @@ static redisReply *must(redisContext *r, redisReply *reply, const char *what)
     return reply;
 }
 
-static long long stat_get(redisReply *all, const char *name)
+static int64_t server_ms(redisContext *r)
 {
-    for (size_t i = 0; i + 1 < all->elements; i += 2)
-        if (strcmp(all->element[i]->str, name) == 0)
-            return atoll(all->element[i + 1]->str);
-    return 0;
+    redisReply *rep = must(r, redisCommand(r, "TIME"), "TIME");
+    if (!rep)
+        return -1;
+    int64_t ms = -1;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
+    freeReplyObject(rep);
+    return ms;
+}
+
+static dq_client *dq_open(const char *url)
+{
+    dq_client *c = dq_client_new(NULL, NULL);
+    if (!c) {
+        fprintf(stderr, "annotate_pool: out of memory\n");
+        return NULL;
+    }
+    int rc = dq_connect(c, url);
+    if (rc < 0) {
+        fprintf(stderr, "annotate_pool: %s: %s\n", dq_strerror(rc), dq_client_errstr(c));
+        dq_client_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 /* ------------------------------------------------------------------ seed */
 
-static int cmd_seed(redisContext *r, int n)
+/* Appends text to the string in buf (size bytes), as much as fits. */
+static void append(char *buf, size_t size, const char *text)
 {
-    redisReply *rep = must(r, redisCommand(r, "DEL %s %s %s %s", KEYS_4), "DEL");
-    if (!rep)
+    size_t used = strlen(buf), n = strlen(text);
+    if (n > size - 1 - used)
+        n = size - 1 - used;
+    memcpy(buf + used, text, n);
+    buf[used + n] = '\0';
+}
+
+static int cmd_seed(redisContext *app, const char *url, int n, int fresh)
+{
+    dq_client *c = dq_open(url);
+    if (!c)
         return 3;
-    freeReplyObject(rep);
-    char list[256] = "";
-    for (int i = 1; i <= n; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "r%d", i);
-        rep = must(r, redisCommand(r, "SADD annot:free %s", id), "SADD");
-        if (!rep)
+    int rc = 0;
+    if (fresh) {
+        dq_stats st;
+        rc = dq_get_stats(c, QUEUE, &st);
+        if (rc < 0) {
+            fprintf(stderr, "annotate_pool: stats: %s\n", dq_client_errstr(c));
+            dq_client_free(c);
             return 3;
+        }
+        if (st.pending + st.ready + st.in_flight + st.dead + st.set_aside > 0) {
+            fprintf(stderr, "annotate_pool: queue %s is not empty; --fresh wants an empty one "
+                            "(use a Redis of its own)\n", QUEUE);
+            dq_client_free(c);
+            return 3;
+        }
+        redisReply *rep = must(app, redisCommand(app, "DEL annot:claims annot:claim annot:last"),
+                               "DEL");
+        if (!rep) {
+            dq_client_free(c);
+            return 3;
+        }
         freeReplyObject(rep);
-        size_t used = strlen(list);
-        snprintf(list + used, sizeof list - used, "%s%s", i > 1 ? " " : "", id);
     }
-    say("seeded with %d free resources: %s", n, list);
+
+    dq_item items[MAX_RES];
+    dq_offer_result res[MAX_RES];
+    char ids[MAX_RES][16], pay[MAX_RES][96];
+    for (int i = 0; i < n; i++) {
+        snprintf(ids[i], sizeof ids[i], "r%d", i + 1);
+        int d = i % (int)(sizeof DESCRIPTIONS / sizeof DESCRIPTIONS[0]);
+        snprintf(pay[i], sizeof pay[i], "%s", DESCRIPTIONS[d]);
+        items[i] = (dq_item){.id = ids[i], .payload = pay[i], .payload_len = strlen(pay[i]),
+                             .delay_ms = 0};
+    }
+    /* One pipeline; each offer is atomic on its own. */
+    rc = dq_offer_many(c, QUEUE, items, (size_t)n, res);
+    if (rc != n) {
+        fprintf(stderr, "annotate_pool: offer: %s\n", dq_client_errstr(c));
+        dq_client_free(c);
+        return 3;
+    }
+    int64_t at = server_ms(app);
+    char added[MAX_RES * 8] = "", kept[MAX_RES * 48] = "";
+    for (int i = 0; i < n; i++) {
+        if (res[i].status == DQ_ADDED) {
+            append(added, sizeof added, added[0] ? " " : "");
+            append(added, sizeof added, ids[i]);
+            continue;
+        }
+        append(kept, sizeof kept, kept[0] ? ", " : "");
+        append(kept, sizeof kept, ids[i]);
+        append(kept, sizeof kept, res[i].status == DQ_REPLACED
+                                      ? " was on its way back (pending): replaced"
+                                  : res[i].state == DQ_STATE_IN_FLIGHT ? " claimed: kept"
+                                                                       : " free: kept");
+    }
+    if (added[0])
+        say_at(at, "seeded: %s offered with delay 0, ready to claim", added);
+    if (kept[0])
+        say_at(at, "seeded again: %s. Still one copy of each", kept);
+    dq_client_free(c);
     return 0;
-}
-
-/* ------------------------------------------------------------------ serve */
-
-struct service {
-    redisContext *app;
-    dq_client *dq;
-    int64_t started_ms;   /* wall clock at start: releases due before were
-                             caught up, not served on time                  */
-    int failed;
-};
-
-/* The worker's handler: one release task came due. payload = "r3 bob 2000". */
-static void on_release(dq_worker *w, dq_msg *msg, void *privdata)
-{
-    struct service *s = privdata;
-    char res[64], who[64], buf1[32], buf2[32];
-    long long limit = 0;
-    if (sscanf(msg->payload, "%63s %63s %lld", res, who, &limit) != 3) {
-        say("task %s: unreadable payload '%s', ignored", msg->id, (const char *)msg->payload);
-        dq_worker_done(w, msg, 1);
-        return;
-    }
-    redisReply *rep = must(s->app,
-                           redisCommand(s->app, "EVAL %s 4 %s %s %s %s %s %s %s %s", RELEASE_LUA,
-                                        KEYS_4, res, msg->id, who, "released_by_pool"),
-                           "release");
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 3) {
-        if (rep)
-            freeReplyObject(rep);
-        s->failed = 1;
-        dq_worker_done(w, msg, 1);
-        dq_stop(s->dq);
-        return;
-    }
-    /* Both times are the Redis server's clock: how late the scheduler was. */
-    int64_t late = msg->ready_ms - msg->due_ms;
-    int64_t at = rep->element[2]->integer;
-    fmt_dur(buf1, sizeof buf1, limit);
-    fmt_dur(buf2, sizeof buf2, late);
-    if (rep->element[0]->integer == 1) {
-        if (msg->due_ms < s->started_ms) {
-            redisReply *x = redisCommand(s->app, "HINCRBY annot:stats caught_up 1");
-            if (x)
-                freeReplyObject(x);
-            say_at(at, "%s released: %s timed out (limit %s); due while this service was down, "
-                "caught up %s late", res, who, buf1, buf2);
-        } else
-            say_at(at, "%s released: %s timed out (limit %s), fired %s after the deadline",
-                res, who, buf1, buf2);
-    } else {
-        const char *now = rep->element[1]->str;
-        say_at(at, "%s: %s's claim %s had already ended (%s), nothing to release", res, who,
-            msg->id, now[0] ? "resource held by a new claim" : "resource already free");
-    }
-    freeReplyObject(rep);
-    dq_worker_done(w, msg, 0);
-}
-
-static void on_signal(struct ev_loop *loop, ev_signal *sig, int revents)
-{
-    (void)loop;
-    (void)revents;
-    struct service *s = sig->data;
-    say("service stopping (signal %d)", sig->signum);
-    dq_stop(s->dq);
-}
-
-static int cmd_serve(redisContext *app, const char *url)
-{
-    struct service s = {.app = app, .started_ms = wall_ms()};
-    s.dq = dq_client_new(NULL, NULL);
-    if (!s.dq) {
-        fprintf(stderr, "annotate_pool: out of memory\n");
-        return 3;
-    }
-    int rc = dq_connect(s.dq, url);
-    if (rc < 0) {
-        fprintf(stderr, "annotate_pool: %s: %s\n", dq_strerror(rc), dq_client_errstr(s.dq));
-        dq_client_free(s.dq);
-        return 3;
-    }
-    dq_stats st;
-    rc = dq_get_stats(s.dq, QUEUE, &st);
-    if (rc < 0) {
-        fprintf(stderr, "annotate_pool: stats: %s: %s\n", dq_strerror(rc), dq_client_errstr(s.dq));
-        dq_client_free(s.dq);
-        return 3;
-    }
-    long long waiting = (long long)(st.pending + st.ready);
-    const char *tasks = waiting == 1 ? "task" : "tasks";
-    if (waiting == 0)
-        say("service up, worker on queue %s: no release tasks waiting", QUEUE);
-    else if (st.next_due_in_ms == 0 || st.ready > 0)
-        say("service up, worker on queue %s: %lld release %s waiting, the earliest "
-            "overdue: catching up", QUEUE, waiting, tasks);
-    else
-        say("service up, worker on queue %s: %lld release %s waiting, the next due in %lldms",
-            QUEUE, waiting, tasks, (long long)st.next_due_in_ms);
-
-    dq_worker *w = dq_worker_start(s.dq, QUEUE, 1, 0, on_release, &s);
-    if (!w) {
-        fprintf(stderr, "annotate_pool: worker: %s\n", dq_client_errstr(s.dq));
-        dq_client_free(s.dq);
-        return 3;
-    }
-    struct ev_loop *loop = dq_client_loop(s.dq);
-    ev_signal sigterm, sigint;
-    ev_signal_init(&sigterm, on_signal, SIGTERM);
-    ev_signal_init(&sigint, on_signal, SIGINT);
-    sigterm.data = sigint.data = &s;
-    ev_signal_start(loop, &sigterm);
-    ev_signal_start(loop, &sigint);
-
-    dq_run(s.dq);
-
-    dq_worker_counters wc;
-    dq_worker_get_counters(w, &wc);
-    dq_worker_stop(w);
-    ev_signal_stop(loop, &sigterm);
-    ev_signal_stop(loop, &sigint);
-    dq_client_free(s.dq);
-    say("service stopped after handling %llu release task%s", (unsigned long long)wc.taken,
-        wc.taken == 1 ? "" : "s");
-    return s.failed ? 3 : 0;
 }
 
 /* ------------------------------------------------------------------ check */
 
-static int cmd_check(redisContext *app, const char *url, int n)
+static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
 {
-    dq_client *dq = dq_client_new(NULL, NULL);
-    if (!dq)
+    (void)loop;
+    (void)revents;
+    dq_stop(t->data);
+}
+
+/* Runs c's loop (and so its scheduler) for ms. */
+static void idle(dq_client *c, int64_t ms)
+{
+    struct ev_loop *loop = dq_client_loop(c);
+    ev_timer t;
+    ev_now_update(loop);
+    ev_timer_init(&t, on_tick, (double)ms / 1000.0, 0);
+    t.data = c;
+    ev_timer_start(loop, &t);
+    dq_run(c);
+    ev_timer_stop(loop, &t);
+}
+
+static int by_res_then_take(const void *a, const void *b)
+{
+    const struct claim *x = a, *y = b;
+    int r = strcmp(x->res, y->res);
+    if (r)
+        return r;
+    return (x->take_ms > y->take_ms) - (x->take_ms < y->take_ms);
+}
+
+static int by_who_then_take(const void *a, const void *b)
+{
+    const struct claim *x = a, *y = b;
+    int r = strcmp(x->who, y->who);
+    if (r)
+        return r;
+    return (x->take_ms > y->take_ms) - (x->take_ms < y->take_ms);
+}
+
+/* Reads the whole ledger into ks (at most MAX_CLAIMS). Returns the count or -1. */
+static int read_ledger(redisContext *app, struct claim *ks)
+{
+    redisReply *toks = must(app, redisCommand(app, "LRANGE annot:claims 0 -1"), "LRANGE");
+    if (!toks)
+        return -1;
+    int n = 0;
+    for (size_t i = 0; i < toks->elements && n < MAX_CLAIMS; i++) {
+        redisReply *rec = must(app, redisCommand(app, "HGET annot:claim %s", toks->element[i]->str),
+                               "HGET");
+        if (!rec || rec->type != REDIS_REPLY_STRING || claim_parse(rec->str, &ks[n]) < 0) {
+            fprintf(stderr, "annotate_pool: ledger entry %s unreadable\n", toks->element[i]->str);
+            if (rec)
+                freeReplyObject(rec);
+            freeReplyObject(toks);
+            return -1;
+        }
+        freeReplyObject(rec);
+        n++;
+    }
+    freeReplyObject(toks);
+    return n;
+}
+
+static int cmd_check(redisContext *app, const char *url, int n, int expect_abandoned)
+{
+    dq_client *c = dq_open(url);
+    if (!c)
         return 3;
-    int rc = dq_connect(dq, url);
-    if (rc < 0) {
-        fprintf(stderr, "annotate_pool: %s: %s\n", dq_strerror(rc), dq_client_errstr(dq));
-        dq_client_free(dq);
+    /* This process is the pool's scheduler now: the annotators (the other
+     * schedulers) are gone, and a resource just given back, or whose lease
+     * runs out only now, needs one to become ready. */
+    if (dq_schedule(c, QUEUE) != 0) {
+        fprintf(stderr, "annotate_pool: schedule: %s\n", dq_client_errstr(c));
+        dq_client_free(c);
         return 3;
     }
-    /* Every timed-out claim's release must have been handled by the pool
-     * (released or found stale); poll for that, bounded. */
     dq_stats st = {0};
-    redisReply *stats = NULL;
-    long long timed_out = 0, by_pool = 0, stale = 0;
-    int64_t deadline = wall_ms() + 5000;
+    int64_t deadline = wall_ms() + SETTLE_MS;
+    int rc;
     for (;;) {
-        if (stats)
-            freeReplyObject(stats);
-        stats = must(app, redisCommand(app, "HGETALL annot:stats"), "HGETALL");
-        rc = dq_get_stats(dq, QUEUE, &st);
-        if (!stats || rc < 0) {
-            if (rc < 0)
-                fprintf(stderr, "annotate_pool: stats: %s\n", dq_strerror(rc));
-            if (stats)
-                freeReplyObject(stats);
-            dq_client_free(dq);
+        rc = dq_get_stats(c, QUEUE, &st);
+        if (rc < 0) {
+            fprintf(stderr, "annotate_pool: stats: %s\n", dq_client_errstr(c));
+            dq_client_free(c);
             return 3;
         }
-        timed_out = stat_get(stats, "timed_out");
-        by_pool = stat_get(stats, "released_by_pool");
-        stale = stat_get(stats, "released_by_pool_stale");
-        if ((st.pending == 0 && st.ready == 0 && by_pool + stale == timed_out) ||
-            wall_ms() >= deadline)
+        if ((st.pending == 0 && st.in_flight == 0) || wall_ms() >= deadline)
             break;
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
+        idle(c, 50);
     }
-    dq_client_free(dq);
+    int states[MAX_RES + 1] = {0};
+    for (int i = 1; i <= n; i++) {
+        char id[16];
+        dq_item_info info;
+        snprintf(id, sizeof id, "r%d", i);
+        rc = dq_lookup(c, QUEUE, id, &info);
+        if (rc < 0) {
+            fprintf(stderr, "annotate_pool: lookup: %s\n", dq_client_errstr(c));
+            dq_client_free(c);
+            return 3;
+        }
+        states[i] = info.state;
+    }
+    dq_client_free(c);
 
-    long long claims = stat_get(stats, "claims");
-    long long finished = stat_get(stats, "finished");
-    long long finished_late = stat_get(stats, "finished_late");
-    long long by_annot = stat_get(stats, "late_release_by_annotator");
-    long long violations = stat_get(stats, "violations");
-    long long finished_stale = stat_get(stats, "finished_stale");
-    freeReplyObject(stats);
-
-    redisReply *fr = must(app, redisCommand(app, "SCARD annot:free"), "SCARD");
-    redisReply *hr = must(app, redisCommand(app, "HLEN annot:holder"), "HLEN");
-    redisReply *ar = must(app, redisCommand(app, "HLEN annot:holding"), "HLEN");
-    if (!fr || !hr || !ar)
+    static struct claim ks[MAX_CLAIMS];
+    int nk = read_ledger(app, ks);
+    if (nk < 0)
         return 3;
-    long long nfree = fr->integer, held = hr->integer, holding = ar->integer;
-    freeReplyObject(fr);
-    freeReplyObject(hr);
-    freeReplyObject(ar);
-
-    long long caught_up = 0;
-    {
-        redisReply *x = must(app, redisCommand(app, "HGET annot:stats caught_up"), "HGET");
-        if (x && x->type == REDIS_REPLY_STRING)
-            caught_up = atoll(x->str);
-        if (x)
-            freeReplyObject(x);
-    }
-    printf("summary: %lld claims: %lld finished in time, %lld released by timeout\n", claims,
-           finished, timed_out);
-    printf("         timeouts: %lld released by the pool service (%lld caught up after its "
-           "restart), %lld by the annotator waking up first\n", by_pool, caught_up, by_annot);
-    if (finished_late)
-        printf("         %lld finished past the limit before the release fired, so the work "
-               "counted\n", finished_late);
-    printf("         pool back to %lld/%d free, %lld held; queue %s: %lld pending, %lld ready, "
-           "%lld set aside; %lld violations\n",
-           nfree, n, held, QUEUE, (long long)st.pending, (long long)st.ready,
-           (long long)st.set_aside, violations + finished_stale);
 
     int ok = 1;
-#define EXPECT(cond, text)                                                                     \
+#define EXPECT(cond, ...)                                                                      \
     do {                                                                                       \
         if (!(cond)) {                                                                         \
-            printf("FAILED: %s\n", text);                                                      \
+            printf("FAILED: " __VA_ARGS__);                                                    \
+            printf("\n");                                                                      \
             ok = 0;                                                                            \
         }                                                                                      \
     } while (0)
-    EXPECT(nfree == n && held == 0 && holding == 0, "every resource is back in the pool");
-    EXPECT(violations == 0, "no resource was ever held twice or freed twice");
-    EXPECT(finished_stale == 0, "a release cancelled in time never fired");
-    EXPECT(claims == finished + timed_out, "every claim ended exactly once");
-    EXPECT(by_pool + by_annot == timed_out, "every timed-out claim was released once");
-    EXPECT(by_pool + stale == timed_out, "every fired release task reached the pool service");
-    EXPECT(st.pending == 0 && st.ready == 0 && st.set_aside == 0, "the delay queue is empty");
+
+    /* One resource at a time: in claim order, each claim of a resource
+     * starts after the previous one ended (its nack, or its lease's end);
+     * and the resource became ready again no earlier than that. The pool
+     * lines of the timeline come from here: when a lease ran out, the next
+     * claim tells when a scheduler made the resource free again. */
+    qsort(ks, (size_t)nk, sizeof ks[0], by_res_then_take);
+    int overlaps = 0, timeouts = 0, late_accepted = 0, plan_broken = 0;
+    char b1[32], b2[32], b3[32];
+    for (int i = 0; i < nk; i++) {
+        const struct claim *a = &ks[i];
+        const struct claim *b = i + 1 < nk && strcmp(ks[i + 1].res, a->res) == 0 ? &ks[i + 1] : NULL;
+        if (b && (b->take_ms < hold_end(a) || b->ready_ms < hold_end(a))) {
+            overlaps++;
+            printf("FAILED: %s claimed by %s at %s while %s still held it (until %s)\n", b->res,
+                   b->who, fmt_at(b1, sizeof b1, b->take_ms), a->who,
+                   fmt_at(b2, sizeof b2, hold_end(a)));
+        }
+        if (released(a)) {
+            /* Accepted work must have been handed in within the lease. */
+            if (a->rel_start > a->lease_end) {
+                late_accepted++;
+                printf("FAILED: %s's release of %s was accepted %lld ms after the lease ended\n",
+                       a->who, a->res, (long long)(a->rel_start - a->lease_end));
+            }
+            if (strcmp(a->plan, "overrun") == 0)
+                plan_broken++;
+            continue;
+        }
+        timeouts++;
+        if (strcmp(a->plan, "overrun") != 0)
+            plan_broken++;
+        const char *why = refused(a) ? "asleep, handed in too late" : "killed, never came back";
+        fmt_dur(b3, sizeof b3, a->limit);
+        if (b)
+            say_at(b->ready_ms, "%s back in the pool: %s's lease (%s) ran out at %s, a scheduler "
+                   "returned it %lld ms later (%s: %s)", a->res, a->who, b3,
+                   fmt_at(b1, sizeof b1, a->lease_end), (long long)(b->ready_ms - a->lease_end),
+                   a->who, why);
+        else
+            say_at(a->lease_end, "%s: %s's lease (%s) runs out now; a scheduler puts %s back in "
+                   "the pool (%s: %s)", a->res, a->who, b3, a->res, a->who, why);
+    }
+    /* One resource per annotator: each claim starts after the annotator's
+     * previous one ended (it released or was refused: either way it let go). */
+    qsort(ks, (size_t)nk, sizeof ks[0], by_who_then_take);
+    int two_at_once = 0, nabandoned = 0, nreleased = 0, nrefused = 0, extended = 0;
+    for (int i = 0; i < nk; i++) {
+        const struct claim *a = &ks[i];
+        nabandoned += abandoned(a);
+        nreleased += released(a);
+        nrefused += refused(a);
+        extended += strcmp(a->plan, "extend") == 0;
+        if (i + 1 < nk && strcmp(ks[i + 1].who, a->who) == 0 &&
+            (a->rel_start == 0 || ks[i + 1].take_ms < a->rel_start)) {
+            two_at_once++;
+            printf("FAILED: %s claimed %s before letting go of %s\n", a->who, ks[i + 1].res,
+                   a->res);
+        }
+    }
+
+    int back = 0;
+    for (int i = 1; i <= n; i++)
+        back += states[i] == DQ_STATE_READY;
+    printf("summary: %d claims: %d finished in time (%d after dq_extend); %d timed out: %d "
+           "handed in too late and refused, %d abandoned (annotator killed)\n",
+           nk, nreleased, extended, timeouts, nrefused, nabandoned);
+    printf("         queue %s: %lld ready, %lld pending, %lld in flight, %lld dead, %lld set "
+           "aside; %d/%d resources free\n", QUEUE, (long long)st.ready, (long long)st.pending,
+           (long long)st.in_flight, (long long)st.dead, (long long)st.set_aside, back, n);
+
+    EXPECT(st.ready == n && st.pending == 0 && st.in_flight == 0 && st.dead == 0 &&
+               st.set_aside == 0,
+           "the pool holds every resource exactly once (ready == %d, nothing else)", n);
+    EXPECT(back == n, "every resource r1..r%d is free (ready)", n);
+    EXPECT(overlaps == 0, "no resource was ever held by two annotators at once");
+    EXPECT(two_at_once == 0, "no annotator ever held two resources at once");
+    EXPECT(late_accepted == 0, "no work handed in after its lease ran out was accepted");
+    EXPECT(plan_broken == 0, "every task planned in time was accepted, every overrun discarded");
+    EXPECT(nabandoned == expect_abandoned, "%d abandoned claim(s) expected, %d found",
+           expect_abandoned, nabandoned);
 #undef EXPECT
+    if (ok)
+        printf("invariants: each resource in the pool exactly once; never two holders; never "
+               "two resources per annotator; every timed-out claim's work discarded: OK\n");
     return ok ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------ main */
 
+static int usage(void)
+{
+    fprintf(stderr, "usage: annotate_pool URL seed N [--fresh] | check N [ABANDONED]\n");
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     init_t0();
-    if (argc < 3 || (strcmp(argv[2], "serve") != 0 && argc != 4)) {
-        fprintf(stderr, "usage: annotate_pool URL seed N | serve | check N\n");
-        return 2;
-    }
+    if (argc < 4 || argc > 5)
+        return usage();
     signal(SIGPIPE, SIG_IGN);
     const char *url = argv[1];
-    int n = argc == 4 ? atoi(argv[3]) : 0;
+    int n = atoi(argv[3]);
+    if (n < 1 || n > MAX_RES)
+        return usage();
+    int fresh = 0, expect_abandoned = 0;
+    if (strcmp(argv[2], "seed") == 0) {
+        if (argc == 5 && strcmp(argv[4], "--fresh") != 0)
+            return usage();
+        fresh = argc == 5;
+    } else if (strcmp(argv[2], "check") == 0) {
+        if (argc == 5 && (expect_abandoned = atoi(argv[4])) < 0)
+            return usage();
+    } else {
+        return usage();
+    }
     redisContext *app = app_connect(url);
     if (!app)
         return 3;
-    int rc;
-    if (strcmp(argv[2], "seed") == 0 && n > 0 && n <= 64)
-        rc = cmd_seed(app, n);
-    else if (strcmp(argv[2], "serve") == 0)
-        rc = cmd_serve(app, url);
-    else if (strcmp(argv[2], "check") == 0 && n > 0)
-        rc = cmd_check(app, url, n);
-    else {
-        fprintf(stderr, "usage: annotate_pool URL seed N | serve | check N\n");
-        rc = 2;
-    }
+    int rc = strcmp(argv[2], "seed") == 0 ? cmd_seed(app, url, n, fresh)
+                                          : cmd_check(app, url, n, expect_abandoned);
     redisFree(app);
     return rc;
 }

@@ -1,22 +1,43 @@
 /*
- * annotator.c - one annotator of the annotation demo (see annotate_pool.c).
+ * annotator.c - one annotator of the annotation demo (seeds/000).
  *
- * Each round: claim one free resource (atomically, CLAIM_LUA), offer a release
- * task to the delay queue "annotation-release" due after this claim's time
- * limit, work, then:
- *   - dq_cancel() says the task was still pending: the release never fired, so
- *     the work counts; the annotator returns the resource to the pool itself.
- *   - dq_cancel() says it was not pending: the deadline fired while the
- *     annotator was away ("fell asleep"); the work is discarded. It also tries
- *     the (conditional, idempotent) release itself, in case the pool service
- *     has not handled the fired task yet; whichever comes second is a no-op.
+ * The pool of resources IS the delayq queue "annotation-pool": each free
+ * resource is one ready item (id "r1", payload its description). So:
  *
- * usage: annotator URL NAME LIMIT WORK ROUNDS
- *   LIMIT  the time limit of each claim: 2s, 1500ms, ... (dq_parse_duration)
- *   WORK   how long each round takes, or a comma list used round by round
- *          ("800ms,3500ms"); longer than LIMIT = the annotator falls asleep
- *   ROUNDS how many resources to claim one after the other
+ *   claim     = a reliable take (dq_take_many with a lease): the lease is this
+ *               task's time limit, and max_attempts 0 means no limit (a
+ *               resource must never become a dead letter).
+ *   finish    = dq_nack(..., delay 0): the resource goes back to the pool.
+ *   time out  = nothing to do: when the lease runs out, a scheduler (every
+ *               annotator runs one for the pool, see idle()) puts the
+ *               resource back in the ready list. No release task, no cron.
+ *   too late  = the nack is refused (stale token): the resource has gone
+ *               back, maybe to another annotator, and the work is discarded.
+ *
+ * "At most one resource per annotator" is this program's rule: it claims one,
+ * ends that claim, and only then claims the next. "At most one annotator per
+ * resource" is delayq's: an id is in one place at a time, and only the token
+ * of the current lease can settle it.
+ *
+ * For the final check (annotate_pool check) each claim is also written to a
+ * ledger of the demo's own, with plain hiredis (delayq does not need it):
+ *   annot:claims  LIST  lease tokens, in claim order
+ *   annot:claim   HASH  token -> "res who attempt take_ms lease_end limit work
+ *                        plan ready_ms rel_start end_ms outcome"
+ *   annot:last    HASH  resource -> token of its latest claim
+ * Its times are the Redis server's: take_ms and lease_end come from
+ * dq_lookup (the lease end is exactly the take's time plus the lease),
+ * rel_start and end_ms from TIME just before and after the nack.
+ *
+ * usage: annotator URL NAME LIMIT WORK[,WORK...] ROUNDS [EXTEND]
+ *   LIMIT  the time limit of each task (the lease): 2s, 1500ms, ...
+ *   WORK   how long each task takes, or a comma list used round by round;
+ *          longer than LIMIT = the annotator falls asleep
+ *   ROUNDS how many tasks to do, one after the other
+ *   EXTEND when a task runs long, ask for this much more time (dq_extend)
+ *          once, at 2/3 of the limit
  * Exit: 0 done, 1 never got a resource, 2 usage, 3 Redis trouble.
+ * Timeline lines are stamped relative to $DEMO_T0_MS (epoch ms).
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -26,56 +47,23 @@
 #include <string.h>
 #include <time.h>
 
+#include <ev.h>
 #include <hiredis/hiredis.h>
 
 #include "delayq.h"
 
-#define QUEUE "annotation-release"
-#define KEYS_4 "annot:free", "annot:holder", "annot:holding", "annot:stats"
+#define QUEUE "annotation-pool"
 #define MAX_ROUNDS 64
 #define WAIT_FOR_FREE_MS 10000 /* give up a round after waiting this long */
-#define BREAK_MS 250           /* pause between rounds */
+#define BREAK_MS 250           /* pause between tasks */
 
-/* Takes a free resource for annotator ARGV[1], round ARGV[2]. Returns {claim
- * id "r3:bob:1", server time in ms}, or nil when the pool is empty. Refuses
- * (and counts a violation) if the annotator already holds one or the
- * resource popped from the free set has a holder. */
-static const char CLAIM_LUA[] =
-    "if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then\n"
-    "  redis.call('HINCRBY', KEYS[4], 'violations', 1)\n"
-    "  return redis.error_reply('annotator ' .. ARGV[1] .. ' already holds a resource')\n"
-    "end\n"
-    "local r = redis.call('SPOP', KEYS[1])\n"
-    "if not r then return false end\n"
-    "local claim = r .. ':' .. ARGV[1] .. ':' .. ARGV[2]\n"
-    "if redis.call('HSETNX', KEYS[2], r, claim) == 0 then\n"
-    "  redis.call('HINCRBY', KEYS[4], 'violations', 1)\n"
-    "  return redis.error_reply('resource ' .. r .. ' was free and held at once')\n"
-    "end\n"
-    "redis.call('HSET', KEYS[3], ARGV[1], r)\n"
-    "redis.call('HINCRBY', KEYS[4], 'claims', 1)\n"
-    "local t = redis.call('TIME')\n"
-    "return {claim, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}\n";
-
-/* Same text as in annotate_pool.c: ends claim ARGV[2] of resource ARGV[1] by
- * ARGV[3] only if it still holds it; counts ARGV[4] (or ARGV[4].."_stale"). */
-static const char RELEASE_LUA[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local cur = redis.call('HGET', KEYS[2], ARGV[1])\n"
-    "if cur ~= ARGV[2] then\n"
-    "  redis.call('HINCRBY', KEYS[4], ARGV[4] .. '_stale', 1)\n"
-    "  return {0, cur or '', now}\n"
-    "end\n"
-    "redis.call('HDEL', KEYS[2], ARGV[1])\n"
-    "if redis.call('HGET', KEYS[3], ARGV[3]) == ARGV[1] then\n"
-    "  redis.call('HDEL', KEYS[3], ARGV[3])\n"
-    "end\n"
-    "if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then\n"
-    "  redis.call('HINCRBY', KEYS[4], 'violations', 1)\n"
-    "end\n"
-    "redis.call('HINCRBY', KEYS[4], ARGV[4], 1)\n"
-    "return {1, '', now}\n";
+/* Appends a claim to the ledger: KEYS claims list, claim hash, last hash;
+ * ARGV token, record, resource. */
+static const char LEDGER_CLAIM_LUA[] =
+    "redis.call('RPUSH', KEYS[1], ARGV[1])\n"
+    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+    "redis.call('HSET', KEYS[3], ARGV[3], ARGV[1])\n"
+    "return 1\n";
 
 /* ------------------------------------------------------------------ timeline */
 
@@ -97,37 +85,21 @@ static void init_t0(void)
     t0_ms = (s && end && *end == '\0' && v > 0) ? (int64_t)v : wall_ms();
 }
 
-/* One timeline line "[  2.503s] NAME      text", stamped at epoch ms `at`.
- * Pool changes are stamped with the Redis server's TIME from inside the
- * script that made them (same host, same clock), so the merged timeline
- * shows them in the order Redis applied them. */
-__attribute__((format(printf, 2, 0)))
-static void vsay(int64_t at, const char *fmt, va_list ap)
+/* One timeline line "[  2.503s] NAME      text", stamped at epoch ms `at`
+ * (the Redis server's clock where we have it: same host, same clock). */
+__attribute__((format(printf, 2, 3)))
+static void say_at(int64_t at, const char *fmt, ...)
 {
     char text[512];
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
     printf("[%7.3fs] %-9s %s\n", (double)(at - t0_ms) / 1000.0, me, text);
     fflush(stdout);
 }
 
-__attribute__((format(printf, 2, 3)))
-static void say_at(int64_t at, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsay(at, fmt, ap);
-    va_end(ap);
-}
-
-__attribute__((format(printf, 1, 2)))
-static void say(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsay(wall_ms(), fmt, ap);
-    va_end(ap);
-}
-
+/* "2.0s", or "450ms" below a second. */
 static const char *fmt_dur(char *buf, size_t len, int64_t ms)
 {
     if (ms < 1000 && ms > -1000)
@@ -137,14 +109,48 @@ static const char *fmt_dur(char *buf, size_t len, int64_t ms)
     return buf;
 }
 
-static void sleep_ms(int64_t ms)
+/* A point in time on the timeline: "3.105s". */
+static const char *fmt_at(char *buf, size_t len, int64_t at)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    snprintf(buf, len, "%.3fs", (double)(at - t0_ms) / 1000.0);
+    return buf;
 }
 
-/* ------------------------------------------------------------------ app state */
+/* ------------------------------------------------------------------ the ledger */
+
+struct claim {
+    char res[DQ_ID_MAX + 1];
+    char who[40];
+    int attempt;            /* msg->attempt: how often delayq handed it out */
+    int64_t take_ms;        /* server ms of the take                        */
+    int64_t lease_end;      /* server ms; moves with dq_extend              */
+    int64_t limit, work;    /* ms                                           */
+    char plan[16];          /* "intime", "extend" or "overrun"              */
+    int64_t ready_ms;       /* when the resource became free for this claim */
+    int64_t rel_start;      /* server ms just before the nack, 0 before     */
+    int64_t end_ms;         /* server ms just after it, 0 before            */
+    char outcome[16];       /* "held", "releasing", "released", "refused"   */
+};
+
+static void claim_format(const struct claim *k, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s %d %lld %lld %lld %lld %s %lld %lld %lld %s", k->res, k->who,
+             k->attempt, (long long)k->take_ms, (long long)k->lease_end, (long long)k->limit,
+             (long long)k->work, k->plan, (long long)k->ready_ms, (long long)k->rel_start,
+             (long long)k->end_ms, k->outcome);
+}
+
+static int claim_parse(const char *text, struct claim *k)
+{
+    long long v[8];
+    memset(k, 0, sizeof *k);
+    int n = sscanf(text, "%128s %39s %d %lld %lld %lld %lld %15s %lld %lld %lld %15s", k->res,
+                   k->who, &k->attempt, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
+                   k->outcome);
+    k->take_ms = v[0], k->lease_end = v[1], k->limit = v[2], k->work = v[3];
+    k->ready_ms = v[4], k->rel_start = v[5], k->end_ms = v[6];
+    return n == 12 ? 0 : -1;
+}
 
 static redisContext *app_connect(const char *url)
 {
@@ -162,8 +168,7 @@ static redisContext *app_connect(const char *url)
     host[n] = '\0';
     if (p[n] == ':')
         port = atoi(p + n + 1);
-    struct timeval tv = {2, 0};
-    redisContext *r = redisConnectWithTimeout(host, port, tv);
+    redisContext *r = redisConnectWithTimeout(host, port, (struct timeval){2, 0});
     if (r == NULL || r->err) {
         fprintf(stderr, "annotator: cannot connect to %s: %s\n", url,
                 r ? r->errstr : "out of memory");
@@ -174,6 +179,7 @@ static redisContext *app_connect(const char *url)
     return r;
 }
 
+/* The reply of a command that must succeed; NULL (and a message) if not. */
 static redisReply *must(redisContext *r, redisReply *reply, const char *what)
 {
     if (reply == NULL) {
@@ -188,68 +194,103 @@ static redisReply *must(redisContext *r, redisReply *reply, const char *what)
     return reply;
 }
 
-/* Claims a resource, waiting up to WAIT_FOR_FREE_MS. Returns 1 and fills
- * claim_id, res, *waited (ms) and *at (server ms of the claim), 0 if none
- * came free, -1 on error. */
-static int claim(redisContext *r, int round, char *claim_id, size_t claim_len, char *res,
-                 size_t res_len, int64_t *waited, int64_t *at)
+/* The Redis server's clock in ms, or -1. */
+static int64_t server_ms(redisContext *r)
 {
-    char rbuf[16];
-    snprintf(rbuf, sizeof rbuf, "%d", round);
-    int64_t start = wall_ms();
-    int said = 0;
-    for (;;) {
-        redisReply *rep = must(r, redisCommand(r, "EVAL %s 4 %s %s %s %s %s %s", CLAIM_LUA,
-                                               KEYS_4, me, rbuf), "claim");
-        if (!rep)
-            return -1;
-        if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-            rep->element[0]->type == REDIS_REPLY_STRING) {
-            const char *id = rep->element[0]->str;
-            snprintf(claim_id, claim_len, "%s", id);
-            snprintf(res, res_len, "%.*s", (int)strcspn(id, ":"), id);
-            *at = rep->element[1]->integer;
-            freeReplyObject(rep);
-            *waited = said ? *at - start : 0;
-            return 1;
-        }
-        freeReplyObject(rep);
-        if (!said) {
-            say("no free resource, waiting");
-            said = 1;
-        }
-        if (wall_ms() - start >= WAIT_FOR_FREE_MS)
-            return 0;
-        sleep_ms(50);
-    }
-}
-
-/* Runs RELEASE_LUA; returns 1 released, 0 stale (cur gets the current claim
- * or ""), -1 error. *at: the server ms of the release. */
-static int release(redisContext *r, const char *res, const char *claim_id, const char *counter,
-                   char *cur, size_t cur_len, int64_t *at)
-{
-    redisReply *rep = must(r, redisCommand(r, "EVAL %s 4 %s %s %s %s %s %s %s %s", RELEASE_LUA,
-                                           KEYS_4, res, claim_id, me, counter), "release");
+    redisReply *rep = must(r, redisCommand(r, "TIME"), "TIME");
     if (!rep)
         return -1;
-    int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 ? (int)rep->element[0]->integer
-                                                                   : -1;
-    if (ok >= 0) {
-        snprintf(cur, cur_len, "%s", rep->element[1]->str);
-        *at = rep->element[2]->integer;
-    }
+    int64_t ms = -1;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
+        ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
     freeReplyObject(rep);
-    return ok;
+    return ms;
 }
 
-static int stat_incr(redisContext *r, const char *field)
+static int ledger_claim(redisContext *r, const char *token, const struct claim *k)
 {
-    redisReply *rep = must(r, redisCommand(r, "HINCRBY annot:stats %s 1", field), "HINCRBY");
+    char rec[512];
+    claim_format(k, rec, sizeof rec);
+    redisReply *rep = must(r, redisCommand(r, "EVAL %s 3 annot:claims annot:claim annot:last %s %s %s",
+                                           LEDGER_CLAIM_LUA, token, rec, k->res), "ledger");
     if (!rep)
         return -1;
     freeReplyObject(rep);
     return 0;
+}
+
+static int ledger_update(redisContext *r, const char *token, const struct claim *k)
+{
+    char rec[512];
+    claim_format(k, rec, sizeof rec);
+    redisReply *rep = must(r, redisCommand(r, "HSET annot:claim %s %s", token, rec), "ledger");
+    if (!rep)
+        return -1;
+    freeReplyObject(rep);
+    return 0;
+}
+
+/* Where resource res is now, by the ledger: "is dave's now (claim #4, since
+ * 3.105s)", or "is free" if its latest claim is still our own. */
+static void current_holder(redisContext *r, const char *res, const char *my_token, char *buf,
+                           size_t len)
+{
+    snprintf(buf, len, "is free");
+    redisReply *t = redisCommand(r, "HGET annot:last %s", res);
+    if (t && t->type == REDIS_REPLY_STRING && strcmp(t->str, my_token) != 0) {
+        redisReply *rec = redisCommand(r, "HGET annot:claim %s", t->str);
+        struct claim k;
+        char at[32];
+        if (rec && rec->type == REDIS_REPLY_STRING && claim_parse(rec->str, &k) == 0)
+            snprintf(buf, len, "is %s's now (claim #%d, since %s)", k.who, k.attempt,
+                     fmt_at(at, sizeof at, k.take_ms));
+        if (rec)
+            freeReplyObject(rec);
+    }
+    if (t)
+        freeReplyObject(t);
+}
+
+/* ------------------------------------------------------------------ delayq */
+
+static void on_idle_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)revents;
+    dq_stop(t->data);
+}
+
+/* Waits ms while running the client's loop, so that this process's
+ * scheduler for the pool keeps working: it is one of the processes that
+ * return resources whose lease ran out. (A plain sleep would be fine for
+ * the annotator itself, but its scheduler would sleep too.) */
+static void idle(dq_client *c, int64_t ms)
+{
+    struct ev_loop *loop = dq_client_loop(c);
+    ev_timer t;
+    ev_now_update(loop);
+    ev_timer_init(&t, on_idle_timer, (double)ms / 1000.0, 0);
+    t.data = c;
+    ev_timer_start(loop, &t);
+    dq_run(c);
+    ev_timer_stop(loop, &t);
+}
+
+/* The lease's end of a delivery we hold (server ms), or -1. */
+static int64_t lease_end_of(dq_client *c, const char *id)
+{
+    dq_item_info info;
+    int rc = dq_lookup(c, QUEUE, id, &info);
+    if (rc < 0) {
+        fprintf(stderr, "annotator %s: lookup: %s: %s\n", me, dq_strerror(rc), dq_client_errstr(c));
+        return -1;
+    }
+    if (info.state != DQ_STATE_IN_FLIGHT) {
+        fprintf(stderr, "annotator %s: %s is not in flight right after the take (state %d)\n",
+                me, id, info.state);
+        return -1;
+    }
+    return info.due_ms;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -272,13 +313,14 @@ static int parse_work(const char *text, int64_t *out, int max)
 
 int main(int argc, char **argv)
 {
-    int64_t limit, work[MAX_ROUNDS];
-    int nwork = -1, rounds = argc == 6 ? atoi(argv[5]) : 0;
-    if (argc != 6 || dq_parse_duration(argv[3], &limit) < 0 || limit <= 0 ||
+    int64_t limit = 0, extend = 0, work[MAX_ROUNDS];
+    int nwork = -1, rounds = argc >= 6 ? atoi(argv[5]) : 0;
+    if ((argc != 6 && argc != 7) || dq_parse_duration(argv[3], &limit) < 0 || limit <= 0 ||
         (nwork = parse_work(argv[4], work, MAX_ROUNDS)) < 0 || rounds < 1 ||
         rounds > MAX_ROUNDS || strlen(argv[2]) == 0 || strlen(argv[2]) > 32 ||
-        strpbrk(argv[2], ": \t") != NULL) {
-        fprintf(stderr, "usage: annotator URL NAME LIMIT WORK[,WORK...] ROUNDS\n"
+        strpbrk(argv[2], " \t") != NULL ||
+        (argc == 7 && (dq_parse_duration(argv[6], &extend) < 0 || extend <= 0))) {
+        fprintf(stderr, "usage: annotator URL NAME LIMIT WORK[,WORK...] ROUNDS [EXTEND]\n"
                         "  e.g. annotator redis://127.0.0.1:6379 bob 2s 800ms,3500ms 2\n");
         return 2;
     }
@@ -290,107 +332,173 @@ int main(int argc, char **argv)
     redisContext *app = app_connect(url);
     if (!app)
         return 3;
-    dq_client *dq = dq_client_new(NULL, NULL);
-    if (!dq) {
+    dq_client *c = dq_client_new(NULL, NULL);
+    if (!c) {
         redisFree(app);
         return 3;
     }
-    int rc = dq_connect(dq, url);
+    int rc = dq_connect(c, url);
     if (rc < 0) {
-        fprintf(stderr, "annotator %s: %s: %s\n", me, dq_strerror(rc), dq_client_errstr(dq));
+        fprintf(stderr, "annotator %s: %s: %s\n", me, dq_strerror(rc), dq_client_errstr(c));
+        goto fail;
+    }
+    /* Every annotator is also a scheduler of the pool: whichever of them is
+     * around returns the resources whose lease ran out (delayq keeps many
+     * schedulers of one queue out of each other's way). */
+    rc = dq_schedule(c, QUEUE);
+    if (rc < 0) {
+        fprintf(stderr, "annotator %s: schedule: %s\n", me, dq_client_errstr(c));
         goto fail;
     }
 
-    int got_any = 0;
+    /* The claim: the lease is the task's time limit. max_attempts 0: no
+     * limit, because every claim of a resource counts as an attempt and a
+     * resource must never end up a dead letter. */
+    dq_take_opts opts = {.lease_ms = limit, .max_attempts = 0};
+    int claims = 0, finished = 0, discarded = 0;
+    char b1[32], b2[32], b3[32], b4[32];
     for (int round = 1; round <= rounds; round++) {
-        char claim_id[128], res[64], cur[128], b1[32], b2[32], waited[48] = "";
-        int64_t w = work[(round - 1) % nwork], waited_ms, at;
-        rc = claim(app, round, claim_id, sizeof claim_id, res, sizeof res, &waited_ms, &at);
-        if (rc < 0)
-            goto fail;
+        int64_t w = work[(round - 1) % nwork];
+        dq_msg *msg = NULL;
+        /* Timeout 0: whatever is free now. Else say so, then wait. */
+        rc = dq_take_many(c, QUEUE, &opts, 0, &msg, 1);
         if (rc == 0) {
-            say("gave up: no resource came free within %s",
-                fmt_dur(b1, sizeof b1, WAIT_FOR_FREE_MS));
+            say_at(wall_ms(), "no free resource: waits");
+            rc = dq_take_many(c, QUEUE, &opts, WAIT_FOR_FREE_MS, &msg, 1);
+        }
+        if (rc < 0) {
+            fprintf(stderr, "annotator %s: take: %s: %s\n", me, dq_strerror(rc),
+                    dq_client_errstr(c));
+            goto fail;
+        }
+        if (rc == 0) {
+            say_at(wall_ms(), "gave up: no resource came free within %s",
+                   fmt_dur(b1, sizeof b1, WAIT_FOR_FREE_MS));
             continue;
         }
-        got_any = 1;
-        int64_t claimed_at = at;
+        claims++;
 
-        /* The release task: id = claim id, payload = "r3 bob 2000". */
-        char payload[160];
-        snprintf(payload, sizeof payload, "%s %s %lld", res, me, (long long)limit);
-        dq_item item = {.id = claim_id, .payload = payload, .payload_len = strlen(payload),
-                        .delay_ms = limit};
-        dq_offer_result offered;
-        rc = dq_offer(dq, QUEUE, &item, &offered);
-        if (rc < 0) {
-            fprintf(stderr, "annotator %s: offer: %s: %s\n", me, dq_strerror(rc),
-                    dq_client_errstr(dq));
-            goto fail;
-        }
-        fmt_dur(b1, sizeof b1, limit);
-        if (waited_ms > 0)
-            snprintf(waited, sizeof waited, " after waiting %s",
-                     fmt_dur(b2, sizeof b2, waited_ms));
-        fmt_dur(b2, sizeof b2, w);
-        if (w > limit)
-            say_at(at, "claimed %s%s (task %s, limit %s) ... and falls asleep for %s", res,
-                   waited, claim_id, b1, b2);
+        struct claim k = {.attempt = msg->attempt, .limit = limit, .work = w,
+                          .ready_ms = msg->ready_ms};
+        snprintf(k.res, sizeof k.res, "%s", msg->id);
+        snprintf(k.who, sizeof k.who, "%s", me);
+        snprintf(k.outcome, sizeof k.outcome, "held");
+        int64_t extend_at = limit * 2 / 3;
+        int extends = extend > 0 && w >= limit;
+        if (w < limit)
+            snprintf(k.plan, sizeof k.plan, "intime");
+        else if (extends && w < extend_at + extend)
+            snprintf(k.plan, sizeof k.plan, "extend");
         else
-            say_at(at, "claimed %s%s (task %s, limit %s), works %s", res, waited, claim_id, b1,
-                   b2);
+            snprintf(k.plan, sizeof k.plan, "overrun");
+        k.lease_end = lease_end_of(c, msg->id);
+        if (k.lease_end < 0)
+            goto fail_msg;
+        k.take_ms = k.lease_end - limit;
+        if (ledger_claim(app, msg->token, &k) < 0)
+            goto fail_msg;
 
-        sleep_ms(w);
+        fmt_dur(b1, sizeof b1, limit);
+        fmt_at(b2, sizeof b2, k.lease_end);
+        fmt_dur(b3, sizeof b3, w);
+        if (strcmp(k.plan, "intime") == 0)
+            say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; works %s", msg->id,
+                   msg->attempt, b1, b2, b3);
+        else if (extends)
+            say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; a long task "
+                   "(%s)", msg->id, msg->attempt, b1, b2, b3);
+        else
+            say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s ... and falls "
+                   "asleep for %s", msg->id, msg->attempt, b1, b2, b3);
 
-        int64_t now = wall_ms(), took = now - claimed_at;
-        fmt_dur(b2, sizeof b2, took);
-        rc = dq_cancel(dq, QUEUE, claim_id);
-        if (rc < 0) {
-            fprintf(stderr, "annotator %s: cancel: %s: %s\n", me, dq_strerror(rc),
-                    dq_client_errstr(dq));
-            goto fail;
-        }
-        if (rc == 1) {
-            /* The release never fired: the work counts, and the resource is
-             * still ours to give back. */
-            int late = now > offered.due_ms;
-            if (release(app, res, claim_id, "finished", cur, sizeof cur, &at) < 0 ||
-                (late && stat_incr(app, "finished_late") < 0))
-                goto fail;
-            if (late)
-                say_at(at, "finished %s in %s, past the %s limit, but the release had not "
-                           "fired yet: cancelled it, %s back in the pool", res, b2, b1, res);
-            else
-                say_at(at, "finished %s in %s (limit %s): release cancelled, %s back in the pool",
-                       res, b2, b1, res);
+        /* Work. The client's loop runs meanwhile (see idle). */
+        if (extends) {
+            idle(c, extend_at);
+            rc = dq_extend(c, QUEUE, msg->id, msg->token, extend);
+            if (rc < 0) {
+                fprintf(stderr, "annotator %s: extend: %s\n", me, dq_client_errstr(c));
+                goto fail_msg;
+            }
+            if (rc == 1) {
+                k.lease_end = lease_end_of(c, msg->id);
+                if (k.lease_end < 0 || ledger_update(app, msg->token, &k) < 0)
+                    goto fail_msg;
+                say_at(wall_ms(), "still on %s at %s of its %s limit: asks for %s more "
+                       "(dq_extend), lease now until %s", msg->id,
+                       fmt_dur(b1, sizeof b1, extend_at), fmt_dur(b2, sizeof b2, limit),
+                       fmt_dur(b3, sizeof b3, extend), fmt_at(b4, sizeof b4, k.lease_end));
+            } else {
+                say_at(wall_ms(), "asks for more time on %s: refused, the lease is gone",
+                       msg->id);
+            }
+            idle(c, w - extend_at);
         } else {
-            /* The deadline fired: the pool service takes the resource back
-             * (or has already); doing it here too is harmless. */
-            if (stat_incr(app, "timed_out") < 0)
-                goto fail;
-            rc = release(app, res, claim_id, "late_release_by_annotator", cur, sizeof cur, &at);
-            if (rc < 0)
-                goto fail;
-            if (rc == 1)
-                say_at(at, "woke up after %s (limit %s): the release had fired; gave %s back "
-                           "myself, work discarded", b2, b1, res);
-            else if (cur[0])
-                say_at(at, "woke up after %s (limit %s): too late, %s was taken back (now "
-                           "claim %s); work discarded", b2, b1, res, cur);
-            else
-                say_at(at, "woke up after %s (limit %s): too late, %s was taken back; work "
-                           "discarded", b2, b1, res);
+            idle(c, w);
         }
+
+        /* Give it back (the timeline stamps this at rel_start, which comes
+         * before the nack and so before any next claim of the resource).
+         * Why a nack with delay 0 and not ack + offer:
+         *  - one script, so atomic: the id moves from in flight straight to
+         *    the pool. With ack + offer the resource exists nowhere between
+         *    the two calls, and a crash there loses it for good;
+         *  - it presents the lease token, so a late annotator can never hand
+         *    back a resource that has meanwhile gone to someone else (it
+         *    gets 0, and nothing changes);
+         *  - it keeps the id in Redis all along: the pool holds each
+         *    resource exactly once, whatever happens.
+         * The costs: every claim counts as an attempt (max_attempts 0, so
+         * no limit), the "error" text is kept as the resource's last error,
+         * and the resource passes through pending: a scheduler makes it
+         * ready a few ms later, like a resource whose lease ran out. */
+        k.rel_start = server_ms(app);
+        snprintf(k.outcome, sizeof k.outcome, "releasing");
+        if (k.rel_start < 0 || ledger_update(app, msg->token, &k) < 0)
+            goto fail_msg;
+        char note[64];
+        snprintf(note, sizeof note, "released by %s", me);
+        rc = dq_nack(c, QUEUE, msg->id, msg->token, 0, note);
+        if (rc < 0 || rc == 2) {
+            fprintf(stderr, "annotator %s: nack: %s\n", me,
+                    rc == 2 ? "the resource became a dead letter" : dq_client_errstr(c));
+            goto fail_msg;
+        }
+        k.end_ms = server_ms(app);
+        snprintf(k.outcome, sizeof k.outcome, rc == 1 ? "released" : "refused");
+        if (k.end_ms < 0 || ledger_update(app, msg->token, &k) < 0)
+            goto fail_msg;
+        fmt_dur(b1, sizeof b1, k.rel_start - k.take_ms);
+        fmt_dur(b2, sizeof b2, limit);
+        if (rc == 1) {
+            finished++;
+            if (k.lease_end - k.take_ms > limit)
+                snprintf(b2 + strlen(b2), sizeof b2 - strlen(b2), ", extended");
+            say_at(k.rel_start, "finished %s in %s (limit %s): nack(delay 0) accepted, %s back in "
+                   "the pool", msg->id, b1, b2, msg->id);
+        } else {
+            discarded++;
+            char holder[160];
+            current_holder(app, msg->id, msg->token, holder, sizeof holder);
+            say_at(k.rel_start, "wakes up after %s (limit %s): release REFUSED, stale token: the "
+                   "lease ended at %s, %s went back to the pool and %s. Work discarded", b1, b2,
+                   fmt_at(b3, sizeof b3, k.lease_end), msg->id, holder);
+        }
+        dq_msg_free(msg);
         if (round < rounds)
-            sleep_ms(BREAK_MS);
+            idle(c, BREAK_MS);
+        continue;
+    fail_msg:
+        dq_msg_free(msg);
+        goto fail;
     }
-    say("done");
-    dq_client_free(dq);
+    say_at(wall_ms(), "done: %d claim%s, %d finished in time, %d discarded", claims,
+           claims == 1 ? "" : "s", finished, discarded);
+    dq_client_free(c);
     redisFree(app);
-    return got_any ? 0 : 1;
+    return claims > 0 ? 0 : 1;
 
 fail:
-    dq_client_free(dq);
+    dq_client_free(c);
     redisFree(app);
     return 3;
 }

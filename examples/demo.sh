@@ -1,16 +1,28 @@
 #!/bin/sh
 # demo.sh BUILD_DIR - the annotation demo (seeds/000) on a private redis-server.
 #
-# A pool of 3 resources, a pool service (annotate_pool serve: a delayq worker
-# on queue "annotation-release") and 4 annotators with their own time limits.
-# Some finish in time (their release task is cancelled), some fall asleep
-# (the delay queue hands the resource back). Half-way, the pool service is
-# stopped for 1.5 s and started again, like a deploy: a release that comes due
-# meanwhile is not lost, it is caught up at restart.
+# The pool of 3 resources IS the delayq queue "annotation-pool": a free
+# resource is a ready item. 5 annotators (examples/annotator.c) share it, each
+# with its own time limit. A claim is a reliable take whose lease is the
+# task's time limit; finishing is a nack with delay 0 (the resource goes
+# straight back); running over the limit needs no release task at all: the
+# lease runs out and a scheduler (every annotator runs one) returns the
+# resource. Who comes back too late finds the release refused: the work is
+# discarded.
 #
-# Prints the merged timeline, then a summary. Exits 0 iff every resource is
-# back in the pool, no resource was ever held twice, and every claim ended
-# exactly once. Every wait below is bounded; every process is stopped by pid.
+#   erin   is killed with SIGKILL mid-task: her resource comes back when her
+#          lease ends, with nobody left to release it.
+#   bob    falls asleep every time: his resource is returned and re-claimed
+#          while he sleeps; his late release is refused.
+#   alice  is steady and always in time.
+#   carol  has a long second task and asks for more time (dq_extend).
+#   dave   comes last and waits for a free resource.
+# At 2.5 s the pool is seeded again, like a re-run deploy job: every resource
+# is still in the queue exactly once (an id is never queued twice).
+#
+# Prints the merged timeline (Redis server time where there is one), then a
+# summary. Exits 0 iff every invariant holds (see annotate_pool check). Every
+# wait below is bounded; every process is stopped by pid.
 set -eu
 
 BUILD=${1:-build}
@@ -25,8 +37,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/delayq-demo.XXXXXX")
 LOG=$TMP/log      # one NAME.log (timeline lines) and NAME.err per process
 mkdir "$LOG"
 REDIS_PID=""
-POOL_PID=""
-ANNOT_PIDS=""
+ANNOT_PIDS=""     # annotators still to wait for or stop
+ERIN_PID=""
 
 # True while pid $1 runs (a zombie counts as gone).
 alive() {
@@ -45,11 +57,14 @@ stop() {
 }
 
 # The merged timeline: each process stamps its own lines with the time since
-# DEMO_T0_MS, in a fixed-width field, so a plain sort merges them.
+# DEMO_T0_MS, in a fixed-width field, so sorting on it merges them. Within one
+# millisecond a claim goes after whatever freed the resource.
 timeline() {
   echo
-  echo "timeline (seconds since the demo started):"
-  LC_ALL=C sort -s -t']' -k1,1 "$LOG"/*.log 2>/dev/null || true
+  echo "timeline (seconds since the demo started; Redis server time where there is one):"
+  cat "$LOG"/*.log 2>/dev/null |
+    LC_ALL=C awk '{ print substr($0, 1, 10) "\t" (index($0, " claimed ") ? 1 : 0) "\t" $0 }' |
+    LC_ALL=C sort -s -t"$(printf '\t')" -k1,1 -k2,2n | cut -f3- || true
   for e in "$LOG"/*.err; do
     [ -s "$e" ] && { echo "--- stderr of $(basename "$e" .err):"; cat "$e"; }
   done
@@ -65,7 +80,7 @@ cleanup() {
     timeline
     echo "demo: FAILED (exit $rc)"
   fi
-  for p in $ANNOT_PIDS $POOL_PID; do stop "$p" 20; done
+  for p in $ANNOT_PIDS $ERIN_PID; do stop "$p" 20; done
   stop "$REDIS_PID" 50
   rm -rf "$TMP"
   exit "$rc"
@@ -80,6 +95,20 @@ now_ms() { date +%s%3N; }
 note() {
   t=$(( $(now_ms) - DEMO_T0_MS ))
   printf '[%3d.%03ds] %-9s %s\n' $((t / 1000)) $((t % 1000)) demo "$*" >>"$LOG/demo.log"
+}
+
+# wait_for FILE TEXT: until FILE contains TEXT, at most 5 s.
+wait_for() {
+  i_=0
+  while [ "$i_" -lt 250 ] && ! grep -q "$2" "$1" 2>/dev/null; do sleep 0.02; i_=$((i_ + 1)); done
+  grep -q "$2" "$1" 2>/dev/null || { echo "demo: no '$2' in $(basename "$1") within 5 s" >&2; exit 3; }
+}
+
+# sleep_until MS_SINCE_T0
+sleep_until() {
+  left=$(( $1 - ($(now_ms) - DEMO_T0_MS) ))
+  [ "$left" -gt 0 ] && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
+  return 0
 }
 
 # ------------------------------------------------------------ private redis-server
@@ -116,62 +145,49 @@ echo "demo: private redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]
 DEMO_T0_MS=$(now_ms)
 export DEMO_T0_MS
 N=3
-"$EX/annotate_pool" "$URL" seed "$N" >"$LOG/pool.log" 2>"$LOG/pool.err"
+"$EX/annotate_pool" "$URL" seed "$N" --fresh >"$LOG/pool.log" 2>"$LOG/pool.err"
 
-# start_pool: runs the pool service, waits (bounded) for "service up".
-start_pool() {
-  "$EX/annotate_pool" "$URL" serve >>"$LOG/pool.log" 2>>"$LOG/pool.err" &
-  POOL_PID=$!
-  i=0
-  while [ "$i" -lt 50 ]; do
-    alive "$POOL_PID" || { echo "demo: the pool service died at start:" >&2; cat "$LOG/pool.err" >&2; exit 3; }
-    [ "$(grep -c 'service up' "$LOG/pool.log")" -ge "$1" ] && return 0
-    sleep 0.1; i=$((i + 1))
-  done
-  echo "demo: the pool service did not come up within 5 s" >&2
-  exit 3
-}
-start_pool 1
-
-#                name  limit   work (per round)       rounds
+# annotator NAME LIMIT WORK[,WORK...] ROUNDS [EXTEND]: starts one; its pid is $!.
 annotator() {
-  "$EX/annotator" "$URL" "$1" "$2" "$3" "$4" >"$LOG/$1.log" 2>"$LOG/$1.err" &
-  ANNOT_PIDS="$ANNOT_PIDS $!"
+  "$EX/annotator" "$URL" "$@" >"$LOG/$1.log" 2>"$LOG/$1.err" &
 }
-# bob goes first, so his first release falls due (at 2 s) while the pool
-# service is down; dave comes last and has to wait for a resource.
-annotator bob   2s     3500ms              2   # falls asleep every time
-i=0
-while [ "$i" -lt 50 ] && ! grep -q claimed "$LOG/bob.log"; do sleep 0.02; i=$((i + 1)); done
-annotator alice 3s     1s                  3   # steady, always in time
-annotator carol 1500ms 700ms,1s,600ms      3   # quick, tight limit
-sleep 0.05
-annotator dave  2500ms 1200ms,4s           2   # in time, then asleep
-echo "demo: 4 annotators share $N resources; the pool service restarts at 1.5 s; about 8 s to go..."
 
-# The "deploy": the pool service is down from 1.5 s to 3.0 s.
-sleep_until() { # sleep_until MS_SINCE_T0 (bounded by its own arithmetic)
-  left=$(( $1 - ($(now_ms) - DEMO_T0_MS) ))
-  [ "$left" -gt 0 ] && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
-  return 0
-}
-sleep_until 1500
-note "stopping the pool service (a deploy); release tasks keep waiting in Redis"
-stop "$POOL_PID" 50
-wait "$POOL_PID" || { echo "demo: the pool service failed when stopped" >&2; exit 3; }
-POOL_PID=""
-sleep_until 3000
-note "starting the pool service again"
-start_pool 2
+echo "demo: 5 annotators share $N resources; erin gets killed; about 8 s to go..."
+#          name  limit   work            rounds  extend
+annotator  erin  2s      6s              1       # SIGKILLed mid-task
+ERIN_PID=$!
+wait_for "$LOG/erin.log" claimed
+annotator  bob   1500ms  3s              2       # falls asleep every time
+ANNOT_PIDS="$ANNOT_PIDS $!"
+wait_for "$LOG/bob.log" claimed
+annotator  alice 3s      1s              3       # steady, always in time
+ANNOT_PIDS="$ANNOT_PIDS $!"
+wait_for "$LOG/alice.log" claimed
+annotator  carol 2s      1200ms,2500ms   2  2s   # long 2nd task: asks for 2s more
+ANNOT_PIDS="$ANNOT_PIDS $!"
+annotator  dave  2500ms  800ms           3       # has to wait for a resource
+ANNOT_PIDS="$ANNOT_PIDS $!"
 
-# Wait for the annotators (bounded: 30 s in all), collect their exit codes.
+# erin crashes 0.7 s into her task: nobody will ever release her resource.
+sleep 0.7
+note "kill -KILL erin (pid $ERIN_PID) in the middle of her task"
+kill -KILL "$ERIN_PID"
+wait "$ERIN_PID" 2>/dev/null || true
+ERIN_PID=""
+
+# A re-run of the seeding job while resources are claimed: nothing doubles.
+sleep_until 2500
+"$EX/annotate_pool" "$URL" seed "$N" >>"$LOG/pool.log" 2>>"$LOG/pool.err" ||
+  { echo "demo: the second seeding failed" >&2; exit 3; }
+
+# Wait for the annotators (bounded: 20 s in all), collect their exit codes.
 failed=0
 left=""   # stragglers, for the cleanup to stop
 i=0
 for p in $ANNOT_PIDS; do
-  while alive "$p" && [ "$i" -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  while alive "$p" && [ "$i" -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
   if alive "$p"; then
-    echo "demo: annotator pid $p still running after 30 s" >&2
+    echo "demo: annotator pid $p still running after 20 s" >&2
     failed=1
     left="$left $p"
   else
@@ -180,21 +196,19 @@ for p in $ANNOT_PIDS; do
 done
 ANNOT_PIDS=$left
 
-# The check runs while the pool service still serves the queue: it waits
-# (at most 5 s) for every fired release to be handled.
-note "all annotators are done; checking the pool and the queue"
+# The check runs a scheduler for the pool until every resource is back (at
+# most 8 s), then checks the queue and the ledger. 1 claim (erin's) never ended.
+note "all annotators are done; checking the pool"
 check_rc=0
-"$EX/annotate_pool" "$URL" check "$N" >"$TMP/check.out" 2>"$LOG/check.err" || check_rc=$?
-stop "$POOL_PID" 50
-wait "$POOL_PID" || failed=1
-POOL_PID=""
+"$EX/annotate_pool" "$URL" check "$N" 1 >"$TMP/check.out" 2>"$LOG/check.err" || check_rc=$?
+grep '^\[' "$TMP/check.out" >"$LOG/check.log" || true
 
 # ------------------------------------------------------------ report
 timeline
 echo
-cat "$TMP/check.out"
+grep -v '^\[' "$TMP/check.out" || true
 if [ -x "$BUILD/delayq" ]; then
-  echo "delayq stats annotation-release: $("$BUILD/delayq" --redis "$URL" stats annotation-release 2>&1 | tr '\n' ' ')"
+  echo "delayq stats annotation-pool: $("$BUILD/delayq" --redis "$URL" stats annotation-pool 2>&1 | tr '\n' ' ')"
 fi
 if [ "$check_rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
   echo "demo: FAILED (check exit $check_rc)"

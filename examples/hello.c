@@ -3,6 +3,10 @@
  * program. Offers three items with different delays, cancels one, then takes
  * the other two as they come due (in due-time order, not offer order).
  *
+ * dq_take is the plain take: it hands an item out and forgets it
+ * (at-most-once from then on). For at-least-once delivery, take with a lease
+ * (dq_take_many with dq_take_opts, or a worker: see worker.c) and ack.
+ *
  * usage: hello [URL]     default $DELAYQ_REDIS, else redis://127.0.0.1:6379
  */
 #include <stdio.h>
