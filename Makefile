@@ -96,7 +96,7 @@ $(BUILD)/tests/%: tests/integration/%.c $(STATIC) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -Itests $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS) -lcmocka
 
-$(BUILD)/examples/%: examples/%.c $(STATIC)
+$(BUILD)/examples/%: examples/%.c $(STATIC) $(wildcard examples/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 

@@ -27,16 +27,14 @@
  * $DEMO_T0_MS (epoch ms), else to the program's start.
  */
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <ev.h>
 #include <hiredis/hiredis.h>
 
+#include "annotate_common.h"
 #include "delayq.h"
 
 #define QUEUE "annotation-pool"
@@ -50,77 +48,7 @@ static const char *const DESCRIPTIONS[] = {
     "80 receipts: extract totals",          "500 tweets: flag hate speech",
 };
 
-/* ------------------------------------------------------------------ timeline */
-
-static int64_t t0_ms;
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void init_t0(void)
-{
-    const char *s = getenv("DEMO_T0_MS");
-    char *end = NULL;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    t0_ms = (s && end && *end == '\0' && v > 0) ? (int64_t)v : wall_ms();
-}
-
-/* One timeline line "[  2.503s] pool      text", stamped at epoch ms `at`
- * (the Redis server's clock where we have it: same host, same clock). */
-__attribute__((format(printf, 2, 3)))
-static void say_at(int64_t at, const char *fmt, ...)
-{
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("[%7.3fs] %-9s %s\n", (double)(at - t0_ms) / 1000.0, "pool", text);
-    fflush(stdout);
-}
-
-static const char *fmt_dur(char *buf, size_t len, int64_t ms)
-{
-    if (ms < 1000 && ms > -1000)
-        snprintf(buf, len, "%lldms", (long long)ms);
-    else
-        snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
-    return buf;
-}
-
-static const char *fmt_at(char *buf, size_t len, int64_t at)
-{
-    snprintf(buf, len, "%.3fs", (double)(at - t0_ms) / 1000.0);
-    return buf;
-}
-
 /* ------------------------------------------------------------------ the ledger (see annotator.c) */
-
-struct claim {
-    char res[DQ_ID_MAX + 1];
-    char who[40];
-    int attempt;
-    int64_t take_ms, lease_end, limit, work;
-    char plan[16];
-    int64_t ready_ms, rel_start, end_ms;
-    char outcome[16];
-};
-
-static int claim_parse(const char *text, struct claim *k)
-{
-    long long v[7];
-    memset(k, 0, sizeof *k);
-    int n = sscanf(text, "%128s %39s %d %lld %lld %lld %lld %15s %lld %lld %lld %15s", k->res,
-                   k->who, &k->attempt, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
-                   k->outcome);
-    k->take_ms = v[0], k->lease_end = v[1], k->limit = v[2], k->work = v[3];
-    k->ready_ms = v[4], k->rel_start = v[5], k->end_ms = v[6];
-    return n == 12 ? 0 : -1;
-}
 
 static int released(const struct claim *k) { return strcmp(k->outcome, "released") == 0; }
 static int refused(const struct claim *k) { return strcmp(k->outcome, "refused") == 0; }
@@ -130,59 +58,6 @@ static int abandoned(const struct claim *k) { return !released(k) && !refused(k)
 /* When the resource stopped being k's: at the nack that gave it back (no
  * earlier than rel_start, taken just before it), else at the lease's end. */
 static int64_t hold_end(const struct claim *k) { return released(k) ? k->rel_start : k->lease_end; }
-
-static redisContext *app_connect(const char *url)
-{
-    char host[256];
-    int port = 6379;
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0)
-        p += 8;
-    size_t n = strcspn(p, ":/");
-    if (n == 0 || n >= sizeof host) {
-        fprintf(stderr, "annotate_pool: bad URL '%s' (want redis://HOST:PORT)\n", url);
-        return NULL;
-    }
-    memcpy(host, p, n);
-    host[n] = '\0';
-    if (p[n] == ':')
-        port = atoi(p + n + 1);
-    redisContext *r = redisConnectWithTimeout(host, port, (struct timeval){2, 0});
-    if (r == NULL || r->err) {
-        fprintf(stderr, "annotate_pool: cannot connect to %s: %s\n", url,
-                r ? r->errstr : "out of memory");
-        redisFree(r);
-        return NULL;
-    }
-    redisSetTimeout(r, (struct timeval){5, 0});
-    return r;
-}
-
-static redisReply *must(redisContext *r, redisReply *reply, const char *what)
-{
-    if (reply == NULL) {
-        fprintf(stderr, "annotate_pool: %s: %s\n", what, r->errstr);
-        return NULL;
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "annotate_pool: %s: %s\n", what, reply->str);
-        freeReplyObject(reply);
-        return NULL;
-    }
-    return reply;
-}
-
-static int64_t server_ms(redisContext *r)
-{
-    redisReply *rep = must(r, redisCommand(r, "TIME"), "TIME");
-    if (!rep)
-        return -1;
-    int64_t ms = -1;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
-        ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
-    freeReplyObject(rep);
-    return ms;
-}
 
 static dq_client *dq_open(const char *url)
 {
@@ -282,26 +157,6 @@ static int cmd_seed(redisContext *app, const char *url, int n, int fresh)
 }
 
 /* ------------------------------------------------------------------ check */
-
-static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    (void)loop;
-    (void)revents;
-    dq_stop(t->data);
-}
-
-/* Runs c's loop (and so its scheduler) for ms. */
-static void idle(dq_client *c, int64_t ms)
-{
-    struct ev_loop *loop = dq_client_loop(c);
-    ev_timer t;
-    ev_now_update(loop);
-    ev_timer_init(&t, on_tick, (double)ms / 1000.0, 0);
-    t.data = c;
-    ev_timer_start(loop, &t);
-    dq_run(c);
-    ev_timer_stop(loop, &t);
-}
 
 static int by_res_then_take(const void *a, const void *b)
 {
@@ -518,7 +373,9 @@ int main(int argc, char **argv)
     } else {
         return usage();
     }
-    redisContext *app = app_connect(url);
+    tl_who = "pool";
+    snprintf(err_who, sizeof err_who, "annotate_pool");
+    redisContext *app = app_connect(url, "annotate_pool");
     if (!app)
         return 3;
     int rc = strcmp(argv[2], "seed") == 0 ? cmd_seed(app, url, n, fresh)

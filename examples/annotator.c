@@ -9,8 +9,9 @@
  *               resource must never become a dead letter).
  *   finish    = dq_nack(..., delay 0): the resource goes back to the pool.
  *   time out  = nothing to do: when the lease runs out, a scheduler (every
- *               annotator runs one for the pool, see idle()) puts the
- *               resource back in the ready list. No release task, no cron.
+ *               annotator runs one for the pool, see idle() in
+ *               annotate_common.h) puts the resource back in the ready
+ *               list. No release task, no cron.
  *   too late  = the nack is refused (stale token): the resource has gone
  *               back, maybe to another annotator, and the work is discarded.
  *
@@ -40,16 +41,14 @@
  * Timeline lines are stamped relative to $DEMO_T0_MS (epoch ms).
  */
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <ev.h>
 #include <hiredis/hiredis.h>
 
+#include "annotate_common.h"
 #include "delayq.h"
 
 #define QUEUE "annotation-pool"
@@ -65,147 +64,9 @@ static const char LEDGER_CLAIM_LUA[] =
     "redis.call('HSET', KEYS[3], ARGV[3], ARGV[1])\n"
     "return 1\n";
 
-/* ------------------------------------------------------------------ timeline */
-
-static int64_t t0_ms;
-static const char *me = "annotator";
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void init_t0(void)
-{
-    const char *s = getenv("DEMO_T0_MS");
-    char *end = NULL;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    t0_ms = (s && end && *end == '\0' && v > 0) ? (int64_t)v : wall_ms();
-}
-
-/* One timeline line "[  2.503s] NAME      text", stamped at epoch ms `at`
- * (the Redis server's clock where we have it: same host, same clock). */
-__attribute__((format(printf, 2, 3)))
-static void say_at(int64_t at, const char *fmt, ...)
-{
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("[%7.3fs] %-9s %s\n", (double)(at - t0_ms) / 1000.0, me, text);
-    fflush(stdout);
-}
-
-/* "2.0s", or "450ms" below a second. */
-static const char *fmt_dur(char *buf, size_t len, int64_t ms)
-{
-    if (ms < 1000 && ms > -1000)
-        snprintf(buf, len, "%lldms", (long long)ms);
-    else
-        snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
-    return buf;
-}
-
-/* A point in time on the timeline: "3.105s". */
-static const char *fmt_at(char *buf, size_t len, int64_t at)
-{
-    snprintf(buf, len, "%.3fs", (double)(at - t0_ms) / 1000.0);
-    return buf;
-}
+static const char *me = "annotator"; /* this annotator's name (argv[2]) */
 
 /* ------------------------------------------------------------------ the ledger */
-
-struct claim {
-    char res[DQ_ID_MAX + 1];
-    char who[40];
-    int attempt;            /* msg->attempt: how often delayq handed it out */
-    int64_t take_ms;        /* server ms of the take                        */
-    int64_t lease_end;      /* server ms; moves with dq_extend              */
-    int64_t limit, work;    /* ms                                           */
-    char plan[16];          /* "intime", "extend" or "overrun"              */
-    int64_t ready_ms;       /* when the resource became free for this claim */
-    int64_t rel_start;      /* server ms just before the nack, 0 before     */
-    int64_t end_ms;         /* server ms just after it, 0 before            */
-    char outcome[16];       /* "held", "releasing", "released", "refused"   */
-};
-
-static void claim_format(const struct claim *k, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s %s %d %lld %lld %lld %lld %s %lld %lld %lld %s", k->res, k->who,
-             k->attempt, (long long)k->take_ms, (long long)k->lease_end, (long long)k->limit,
-             (long long)k->work, k->plan, (long long)k->ready_ms, (long long)k->rel_start,
-             (long long)k->end_ms, k->outcome);
-}
-
-static int claim_parse(const char *text, struct claim *k)
-{
-    long long v[8];
-    memset(k, 0, sizeof *k);
-    int n = sscanf(text, "%128s %39s %d %lld %lld %lld %lld %15s %lld %lld %lld %15s", k->res,
-                   k->who, &k->attempt, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
-                   k->outcome);
-    k->take_ms = v[0], k->lease_end = v[1], k->limit = v[2], k->work = v[3];
-    k->ready_ms = v[4], k->rel_start = v[5], k->end_ms = v[6];
-    return n == 12 ? 0 : -1;
-}
-
-static redisContext *app_connect(const char *url)
-{
-    char host[256];
-    int port = 6379;
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) == 0)
-        p += 8;
-    size_t n = strcspn(p, ":/");
-    if (n == 0 || n >= sizeof host) {
-        fprintf(stderr, "annotator: bad URL '%s' (want redis://HOST:PORT)\n", url);
-        return NULL;
-    }
-    memcpy(host, p, n);
-    host[n] = '\0';
-    if (p[n] == ':')
-        port = atoi(p + n + 1);
-    redisContext *r = redisConnectWithTimeout(host, port, (struct timeval){2, 0});
-    if (r == NULL || r->err) {
-        fprintf(stderr, "annotator: cannot connect to %s: %s\n", url,
-                r ? r->errstr : "out of memory");
-        redisFree(r);
-        return NULL;
-    }
-    redisSetTimeout(r, (struct timeval){5, 0});
-    return r;
-}
-
-/* The reply of a command that must succeed; NULL (and a message) if not. */
-static redisReply *must(redisContext *r, redisReply *reply, const char *what)
-{
-    if (reply == NULL) {
-        fprintf(stderr, "annotator %s: %s: %s\n", me, what, r->errstr);
-        return NULL;
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "annotator %s: %s: %s\n", me, what, reply->str);
-        freeReplyObject(reply);
-        return NULL;
-    }
-    return reply;
-}
-
-/* The Redis server's clock in ms, or -1. */
-static int64_t server_ms(redisContext *r)
-{
-    redisReply *rep = must(r, redisCommand(r, "TIME"), "TIME");
-    if (!rep)
-        return -1;
-    int64_t ms = -1;
-    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2)
-        ms = atoll(rep->element[0]->str) * 1000 + atoll(rep->element[1]->str) / 1000;
-    freeReplyObject(rep);
-    return ms;
-}
 
 static int ledger_claim(redisContext *r, const char *token, const struct claim *k)
 {
@@ -252,29 +113,6 @@ static void current_holder(redisContext *r, const char *res, const char *my_toke
 }
 
 /* ------------------------------------------------------------------ delayq */
-
-static void on_idle_timer(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    (void)loop;
-    (void)revents;
-    dq_stop(t->data);
-}
-
-/* Waits ms while running the client's loop, so that this process's
- * scheduler for the pool keeps working: it is one of the processes that
- * return resources whose lease ran out. (A plain sleep would be fine for
- * the annotator itself, but its scheduler would sleep too.) */
-static void idle(dq_client *c, int64_t ms)
-{
-    struct ev_loop *loop = dq_client_loop(c);
-    ev_timer t;
-    ev_now_update(loop);
-    ev_timer_init(&t, on_idle_timer, (double)ms / 1000.0, 0);
-    t.data = c;
-    ev_timer_start(loop, &t);
-    dq_run(c);
-    ev_timer_stop(loop, &t);
-}
 
 /* The lease's end of a delivery we hold (server ms), or -1. */
 static int64_t lease_end_of(dq_client *c, const char *id)
@@ -328,8 +166,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const char *url = argv[1];
     me = argv[2];
+    tl_who = me;
+    snprintf(err_who, sizeof err_who, "annotator %s", me);
 
-    redisContext *app = app_connect(url);
+    redisContext *app = app_connect(url, "annotator");
     if (!app)
         return 3;
     dq_client *c = dq_client_new(NULL, NULL);
