@@ -3,7 +3,7 @@
 -- Data layout of queue Q (all keys share the hash tag {Q}, one cluster slot):
 --   dq:{Q}:z        ZSET  timed ids: pending items (score = due_ms * ORD +
 --                         ordinal) and items in flight (score = lease end * ORD)
---   dq:{Q}:p:<n>    HASH  id -> record, n = score % BUCKETS
+--   dq:{Q}:p:<n>    HASH  id -> record, n = (due + ordinal) % BUCKETS
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:rs       SET   ids in the ready list (so an id is never queued twice)
 --   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
@@ -49,7 +49,12 @@ local function require_type(key, want)
   return nil
 end
 
-local function bucket_key(prefix, score) return prefix .. fmt(score % BUCKETS) end
+-- The payload bucket of a score: (due + ordinal) % BUCKETS, which spreads
+-- consecutive milliseconds over consecutive buckets. (Not score % BUCKETS:
+-- ORD divides BUCKETS, so that would use only BUCKETS / ORD buckets.)
+local function bucket_key(prefix, score)
+  return prefix .. fmt((math.floor(score / ORD) + score % ORD) % BUCKETS)
+end
 
 local function ready_entry(due, ready, id, payload)
   return '1|' .. fmt(due) .. '|' .. fmt(ready) .. '|' .. #id .. '|' .. id .. payload

@@ -1,0 +1,153 @@
+#!/bin/sh
+# bench/run.sh BUILD_DIR - delayq's benchmark on a private redis-server.
+#
+#   sh bench/run.sh build            (make bench calls it after building)
+#
+# Starts redis-server (default settings, except: 127.0.0.1 on a free port,
+# never 6379, data in a mktemp -d directory, and `save ""` so no RDB snapshot
+# forks in the middle of a figure) pinned to core 0 with taskset, then runs
+# BUILD_DIR/bench/dqbench pinned to core 1 (its children and redis-benchmark
+# inherit the pinning). The figures go to stdout and to
+# BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
+# starts is stopped by pid from a trap. The whole run is bounded by
+# DQ_BENCH_TIMEOUT seconds (default 600).
+#
+# Knobs (environment):
+#   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
+#                           output then says SCALED next to every figure)
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline   run only these phases
+#   DQ_BENCH_TIMEOUT=600    seconds
+set -u
+
+if [ $# -ne 1 ]; then
+    echo "usage: sh bench/run.sh BUILD_DIR" >&2
+    exit 2
+fi
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "$1" in
+    /*) BUILD_DIR=$1 ;;
+    *) BUILD_DIR=$(pwd)/$1 ;;
+esac
+BENCH="$BUILD_DIR/bench/dqbench"
+if [ ! -x "$BENCH" ]; then
+    echo "run.sh: $BENCH not built (run make first)" >&2
+    exit 2
+fi
+for tool in redis-server redis-cli redis-benchmark python3; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "run.sh: $tool not found (make deps installs it)" >&2
+        exit 2
+    fi
+done
+
+# Pinning: redis-server on core 0, the clients on core 1.
+NCPU=$(nproc 2>/dev/null || echo 1)
+if [ "$NCPU" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    PIN_SERVER="taskset -c 0"
+    PIN_CLIENT="taskset -c 1"
+else
+    echo "run.sh: WARNING: fewer than 2 cores or no taskset: nothing is pinned; figures are not comparable" >&2
+    PIN_SERVER=""
+    PIN_CLIENT=""
+fi
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/delayq-bench.XXXXXX") || exit 2
+SERVER_PID=
+BENCH_PID=
+
+cleanup() {
+    trap - EXIT INT TERM
+    if [ -n "$BENCH_PID" ] && kill -0 "$BENCH_PID" 2>/dev/null; then
+        kill -TERM "$BENCH_PID" 2>/dev/null
+        wait "$BENCH_PID" 2>/dev/null
+    fi
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null
+        i=0
+        while [ $i -lt 100 ] && kill -0 "$SERVER_PID" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        kill -KILL "$SERVER_PID" 2>/dev/null
+        wait "$SERVER_PID" 2>/dev/null
+    fi
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'echo "run.sh: interrupted" >&2; exit 130' INT
+trap 'echo "run.sh: terminated" >&2; exit 143' TERM
+
+pick_port() {
+    python3 -c '
+import socket
+for _ in range(50):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    if p != 6379:
+        print(p)
+        break
+'
+}
+
+ping() {
+    [ "$(redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null)" = PONG ]
+}
+
+started=0
+for attempt in 1 2 3 4 5; do
+    PORT=$(pick_port)
+    [ -n "$PORT" ] || { echo "run.sh: cannot pick a port" >&2; exit 2; }
+    ping && continue # somebody else's server answers there
+    # taskset execs redis-server, so $! is the server's pid.
+    $PIN_SERVER redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" \
+        --daemonize no --logfile "$DIR/redis.log" --save '' --appendonly no \
+        </dev/null >/dev/null 2>&1 &
+    SERVER_PID=$!
+    i=0
+    while [ $i -lt 100 ]; do
+        ping && break
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    if ping; then
+        started=1
+        break
+    fi
+    echo "run.sh: redis-server did not start on port $PORT (attempt $attempt)" >&2
+    tail -n 5 "$DIR/redis.log" >&2 2>/dev/null
+    kill -KILL "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+    SERVER_PID=
+done
+[ $started -eq 1 ] || { echo "run.sh: could not start redis-server" >&2; exit 2; }
+
+echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unpinned}), dir $DIR" >&2
+echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${DQ_BENCH_ONLY:+ --only $DQ_BENCH_ONLY}" >&2
+
+RESULTS="$BUILD_DIR/bench/results.txt"
+set --
+[ -n "${DQ_BENCH_ONLY:-}" ] && set -- --only "$DQ_BENCH_ONLY"
+# In the background so that a signal to run.sh can stop it; timeout bounds
+# the run (and kills the benchmark's children with it, by process group).
+# shellcheck disable=SC2086
+timeout -k 10 "${DQ_BENCH_TIMEOUT:-600}" $PIN_CLIENT "$BENCH" --port "$PORT" "$@" > "$RESULTS.tmp" &
+BENCH_PID=$!
+# Show the figures as they come.
+tail -f "$RESULTS.tmp" --pid "$BENCH_PID" 2>/dev/null &
+TAIL_PID=$!
+wait "$BENCH_PID"
+rc=$?
+BENCH_PID=
+wait "$TAIL_PID" 2>/dev/null
+mv "$RESULTS.tmp" "$RESULTS"
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "run.sh: the benchmark did not finish within ${DQ_BENCH_TIMEOUT:-600} s" >&2
+elif [ $rc -ne 0 ]; then
+    echo "run.sh: the benchmark failed (exit $rc)" >&2
+else
+    echo "run.sh: results in $RESULTS" >&2
+fi
+exit $rc
