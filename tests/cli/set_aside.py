@@ -44,7 +44,8 @@ section("a payload record of an unknown format")
 due = server_ms() - 500
 score = due * ORD
 redis("ZADD", "dq:{sf}:z", str(score), "weird")
-redis("HSET", f"dq:{{sf}}:p:{score % BUCKETS}", "weird", "9future-format")
+# The bucket of a score, as lua/common.lua computes it: (due + ordinal) % BUCKETS.
+redis("HSET", f"dq:{{sf}}:p:{(score // ORD + score % ORD) % BUCKETS}", "weird", "9future-format")
 r = dq("take", "sf", "--count", "0", "--json", "--timeout", "800ms")
 eq((r.rc, r.out), (0, b""), "nothing delivered")
 aside = redis("LRANGE", "dq:{sf}:x", 0, -1)
