@@ -6,6 +6,8 @@
 --   dq:{Q}:p:<n>    HASH  id -> record, n = (due + ordinal) % BUCKETS
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:rs       SET   ids in the ready list (so an id is never queued twice)
+--   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
+--                         BLPOPs one, so each entry wakes one waiter, not all
 --   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
@@ -62,6 +64,17 @@ end
 
 local function aside_entry(reason, id, raw)
   return '1|' .. reason .. '|' .. #id .. '|' .. id .. (raw or '')
+end
+
+-- Pushes n wake tokens (one per entry made ready).
+local function signal(sig, n)
+  while n > 0 do
+    local k = math.min(n, 100)
+    local t = {}
+    for i = 1, k do t[i] = '1' end
+    redis.call('RPUSH', sig, unpack(t))
+    n = n - k
+  end
 end
 
 local function earliest_due(z)

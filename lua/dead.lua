@@ -1,6 +1,6 @@
 -- dead.lua: the dead letters of a queue.
 -- KEYS[1] dead letters, KEYS[2] dead times, KEYS[3] ready list, KEYS[4] ready
--- ids, KEYS[5] z
+-- ids, KEYS[5] z, KEYS[6] wake tokens
 -- ARGV[1] operation, then:
 --   'list' offset limit  -> flat {id, died, attempts, due, reason, err, payload}*
 --   'count'              -> n
@@ -10,7 +10,7 @@
 -- A redriven item starts over: attempts 0, due now. An id that is active
 -- again (pending, ready or in flight) is dropped from the dead letters
 -- instead, so redrive never makes a second copy.
-local dead, deadz, ready, rs, z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local dead, deadz, ready, rs, z, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op = ARGV[1]
 
 local function parse_dead(rec)
@@ -31,6 +31,7 @@ local function redrive(id, now)
   if redis.call('ZSCORE', z, id) or redis.call('SISMEMBER', rs, id) == 1 then return 0 end
   redis.call('RPUSH', ready, ready_entry(now, now, id, r.payload))
   redis.call('SADD', rs, id)
+  redis.pcall('RPUSH', sig, '1')
   return 1
 end
 

@@ -1,5 +1,5 @@
 -- offer.lua: adds or replaces pending items, one or many per call.
--- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids
+-- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids, KEYS[4] wake tokens
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, then 6 fields per
 -- item: id, payload, 'd' (delay) or 'a' (absolute due), ms, keep ('1': keep
 -- an existing pending id instead of replacing it), fresh ('1': the id was
@@ -13,7 +13,7 @@
 -- TIME, the type check) are paid once per call, so batches are cheap. All
 -- items are checked before the first write, and the reads of the first item
 -- fail the script on a key of the wrong type, so a call never half-applies.
-local z, ready, rs = KEYS[1], KEYS[2], KEYS[3]
+local z, ready, rs, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local prefix, chan = ARGV[1], ARGV[2]
 local n = (#ARGV - 2) / 6
 
@@ -66,6 +66,7 @@ local function offer_one(id, payload, due, keep, fresh)
     -- Due already and nothing due is waiting: straight to the ready list.
     redis.call('RPUSH', ready, ready_entry(due, now, id, payload))
     redis.pcall('SADD', rs, id)
+    redis.pcall('RPUSH', sig, '1')
     if old then
       redis.call('ZREM', z, id)
       redis.pcall('HDEL', bucket_key(prefix, old), id)

@@ -1,16 +1,19 @@
 -- take.lua: pops up to N ready entries for a consumer, atomically.
 -- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids, KEYS[4] set-aside list,
--- KEYS[5] counters
+-- KEYS[5] counters, KEYS[6] wake tokens
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] N,
 -- ARGV[4] lease ms (0: no lease, the entries are simply handed out),
 -- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
--- ARGV[6] max attempts recorded with a lease (0: no limit)
+-- ARGV[6] max attempts recorded with a lease (0: no limit),
+-- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP)
+-- One wake token goes with each entry taken (the caller's own counts), so
+-- the tokens left match the entries left.
 -- With a lease each entry goes into z, scored by the lease's end, with a
 -- record holding its token; the scheduler returns it to the ready list when
 -- the lease runs out, unless ack, nack or extend comes first with the token.
 -- Returns a flat array, six fields per message:
 --   id, payload, due_ms, ready_ms, attempt, token ('' without a lease).
-local z, ready, rs, aside, counters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local z, ready, rs, aside, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, chan = ARGV[1], ARGV[2]
 local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 
@@ -18,7 +21,14 @@ local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local err = require_type(rs, 'set') or require_type(z, 'zset')
 if err then return err end
 local entries = redis.call('LPOP', ready, count)
-if not entries then return {} end
+if not entries then
+  -- Nothing ready, so no token is owed: drop strays (from takes that
+  -- found their entry taken by a caller that was not woken).
+  redis.pcall('DEL', sig)
+  return {}
+end
+local owed = #entries - (ARGV[7] == '1' and 1 or 0)
+if owed > 0 then redis.pcall('LPOP', sig, owed) end
 
 local now = server_now_ms()
 local deadline = now + lease

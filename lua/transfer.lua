@@ -2,9 +2,14 @@
 -- due time came, and items in flight whose lease ran out (those count an
 -- attempt; past their max attempts they go to the dead letters instead).
 -- KEYS[1] z, KEYS[2] ready list, KEYS[3] set-aside list, KEYS[4] ready ids,
--- KEYS[5] counters, KEYS[6] dead letters, KEYS[7] dead-letter times
+-- KEYS[5] counters, KEYS[6] dead letters, KEYS[7] dead-letter times,
+-- KEYS[8] wake tokens
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel,
--- ARGV[3] most items to handle, ARGV[4] time budget in microseconds.
+-- ARGV[3] most items to handle, ARGV[4] time budget in microseconds,
+-- ARGV[5] '1' to also top the wake tokens up to the ready entries (catch-up
+-- and safety runs: a token can be lost with a consumer that died between
+-- its BLPOP and its take; not on every run, where consumers woken but not
+-- yet taking would make it add tokens nobody needs).
 -- Works in chunks and stops at the count or time budget, so Redis is never
 -- blocked for long; the caller runs it again while 'more' is 1.
 -- An entry it cannot decode goes to the set-aside list with a reason, so one
@@ -13,6 +18,7 @@
 -- buried}: start_us is the server's clock when the run began, which clients
 -- use to map due times onto their own clocks.
 local z, ready, aside, rs, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local sig = KEYS[8]
 local prefix, chan = ARGV[1], ARGV[2]
 local max_items, budget_us = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 100
@@ -69,12 +75,20 @@ while done < max_items do
   if #out > 0 then
     redis.call('RPUSH', ready, unpack(out))
     redis.call('SADD', rs, unpack(ready_ids))
+    signal(sig, #out)
   end
   if #bad > 0 then redis.call('RPUSH', aside, unpack(bad)) end
   moved, set_aside, done = moved + #out, set_aside + #bad, done + n
   if n < want or server_now_us() - start_us >= budget_us then break end
 end
 if expired > 0 then redis.pcall('HINCRBY', counters, 'inflight', -expired) end
+if ARGV[5] == '1' then
+  local have = redis.pcall('LLEN', sig)
+  if type(have) == 'number' then
+    local missing = redis.call('LLEN', ready) - have
+    if missing > 0 then signal(sig, math.min(missing, 1000)) end
+  end
+end
 
 local next_due = earliest_due(z)
 local more = 0

@@ -172,6 +172,7 @@ void dq__keys_init(dq__keys *k, const char *queue) {
     dq__key(k->counters, sizeof k->counters, queue, "n");
     dq__key(k->dead, sizeof k->dead, queue, "d");
     dq__key(k->dead_times, sizeof k->dead_times, queue, "dz");
+    dq__key(k->signal, sizeof k->signal, queue, "s");
 }
 
 /* ------------------------------------------------------------ server clock */

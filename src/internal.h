@@ -135,6 +135,7 @@ typedef struct dq__keys {
     char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
     char ready_ids[DQ__KEY_MAX], counters[DQ__KEY_MAX];
     char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
+    char signal[DQ__KEY_MAX];
 } dq__keys;
 void dq__keys_init(dq__keys *k, const char *queue);
 

@@ -108,7 +108,7 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
                       chunk_done_fn *done, void *privdata) {
     offer_chunk *oc = calloc(1, sizeof *oc);
-    size_t argc = 5 + 6 * n;
+    size_t argc = 6 + 6 * n;
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
     char(*ms)[24] = malloc(n * sizeof *ms);
@@ -119,8 +119,8 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
         dq__keys k;
         dq__keys_init(&k, queue);
-        const char *head[5] = {k.z, k.ready, k.ready_ids, k.prefix, k.chan};
-        for (int i = 0; i < 5; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+        const char *head[6] = {k.z, k.ready, k.ready_ids, k.signal, k.prefix, k.chan};
+        for (int i = 0; i < 6; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
             char *id = oc->results[i].id;
@@ -128,8 +128,8 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             else dq__id_generate(id);
             int abs = it->due_ms > 0;
             int msl = snprintf(ms[i], sizeof ms[i], "%" PRId64, abs ? it->due_ms : it->delay_ms);
-            const char **a = argv + 5 + 6 * i;
-            size_t *l = lens + 5 + 6 * i;
+            const char **a = argv + 6 + 6 * i;
+            size_t *l = lens + 6 + 6 * i;
             a[0] = id, l[0] = strlen(id);
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
             a[2] = abs ? "a" : "d", l[2] = 1;
@@ -137,7 +137,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             a[4] = (it->flags & DQ_OFFER_KEEP) ? "1" : "0", l[4] = 1;
             a[5] = it->id ? "0" : "1", l[5] = 1;
         }
-        rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 3, (int)argc - 3, argv, lens, chunk_reply, oc);
+        rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens, chunk_reply, oc);
         if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
@@ -318,7 +318,8 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
 
 int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
                   int nargs, const char **argv, sync_ints *s) {
-    size_t lens[8];
+    size_t lens[16];
+    if (nkeys + nargs > 16) return dq__fail(c, DQ_EINVAL, "too many script arguments");
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
     memset(s, 0, sizeof *s);
     s->c = c;

@@ -154,8 +154,9 @@ static int dead_ints(dq_client *c, const char *queue, const char *op, const char
                      dq__sync_ints *s) {
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[7] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, op, arg ? arg : ""};
-    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 5, arg ? 2 : 1, argv, s);
+    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, k.signal, op,
+                           arg ? arg : ""};
+    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 6, arg ? 2 : 1, argv, s);
 }
 
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
@@ -271,11 +272,11 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     char off[24], lim[24];
     snprintf(off, sizeof off, "%zu", offset);
     snprintf(lim, sizeof lim, "%zu", limit);
-    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, "list", off, lim};
-    size_t lens[8];
-    for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
+    const char *argv[9] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, k.signal, "list", off, lim};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
-    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 5, 3, argv, lens, dead_list_reply, &l);
+    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 6, 3, argv, lens, dead_list_reply, &l);
     if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
     dq__wait(c, &l.done);
     if (l.status) {

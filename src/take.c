@@ -4,11 +4,12 @@
  * A take runs lua/take.lua on the command connection, which pops up to N
  * ready entries atomically (and, with a lease, puts each in flight). When
  * the ready list is empty, it waits on a blocking connection of its own with
- * "BLMOVE ready ready RIGHT RIGHT 0": a wait that returns as soon as the list
- * has an entry but takes nothing from it (the entry is put back where it
- * was). Then it runs the script again. So the blocking connection never holds
- * an item: a take can end at any moment (timeout, cancel, a dying process)
- * without losing one, and only the script decides who gets what.
+ * "BLPOP <wake tokens> 0": whatever makes an entry ready pushes one token, so
+ * each entry wakes one waiter, not every idle consumer. Then it runs the
+ * script again. The blocking connection never holds an item, only a token:
+ * a take can end at any moment (timeout, cancel, a dying process) without
+ * losing an item, and only the script decides who gets what. A token lost
+ * that way is put back by the schedulers' catch-up and safety runs.
  *
  * The take's own timeout is a libev timer, not a blocking command's timeout
  * (Redis checks those only every 100 ms at the default hz 10). A take always
@@ -44,7 +45,8 @@ struct dq_take_req {
     dq__conn *conn;         /* blocking connection for the wait, or NULL */
     ev_timer timer;         /* the timeout, then retries and deferrals    */
     take_token *token;      /* the script run in flight, if any           */
-    int peek_out;           /* a BLMOVE wait is out on conn               */
+    int peek_out;           /* a BLPOP wait is out on conn                */
+    int woke;               /* the last wait popped a token (tell the script) */
     int ending;             /* timeout or cancel: finish at the next step */
     int retrying;           /* the timer is a retry, not the timeout      */
     double deadline;        /* ev_now() time of the timeout; < 0: none    */
@@ -197,17 +199,19 @@ static void run_script(dq_take_req *t) {
     }
     token->take = t;
     char count[16], lease[24], max[16], tprefix[DQ_ID_GENERATED_LEN + 2];
+    const char *woke = t->woke ? "1" : "0";
+    t->woke = 0;
     snprintf(count, sizeof count, "%zu", t->max);
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);
     dq__id_generate(tprefix); /* 128 random bits: tokens never repeat */
     strcat(tprefix, ".");
     const dq__keys *k = &t->keys;
-    const char *argv[11] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->prefix,
-                            k->chan, count, lease, tprefix, max};
-    size_t lens[11];
-    for (int i = 0; i < 11; i++) lens[i] = strlen(argv[i]);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 5, 6, argv, lens, script_reply, token) != 0) {
+    const char *argv[13] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
+                            k->prefix, k->chan, count, lease, tprefix, max, woke};
+    size_t lens[13];
+    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
+    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 6, 7, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
@@ -229,10 +233,11 @@ static void peek_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     }
     if (!reply) return; /* the connection comes back and on_conn_up waits again */
     if (reply->type == REDIS_REPLY_ERROR) {
-        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.ready),
+        finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.signal),
                NULL, 0);
         return;
     }
+    t->woke = reply->type == REDIS_REPLY_ARRAY;
     run_script(t); /* something is ready (or the wait was cut): look */
 }
 
@@ -248,9 +253,9 @@ static void wait_for_entries(dq_take_req *t) {
         t->conn->on_up = on_conn_up;
     }
     if (t->conn->state != DQ__UP) return; /* on_conn_up looks then */
-    const char *argv[6] = {"BLMOVE", t->keys.ready, t->keys.ready, "RIGHT", "RIGHT", "0"};
-    size_t lens[6] = {6, strlen(t->keys.ready), strlen(t->keys.ready), 5, 5, 1};
-    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 6, argv, lens, peek_reply, t) == 0)
+    const char *argv[3] = {"BLPOP", t->keys.signal, "0"};
+    size_t lens[3] = {5, strlen(t->keys.signal), 1};
+    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, peek_reply, t) == 0)
         t->peek_out = 1;
 }
 
