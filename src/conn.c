@@ -29,11 +29,11 @@ struct dq__req {
     void *privdata;
     double deadline;         /* ev_now seconds; 0 = none                  */
     int retried;             /* already resent once with EVAL             */
-    /* For scripts: the arguments, kept to retry with EVAL on NOSCRIPT. */
+    /* For scripts: the command as sent (RESP), kept to retry with EVAL on
+     * NOSCRIPT; one buffer instead of a copy of every argument. */
     enum dq__script script;
-    int argc;
-    char **argv;
-    size_t *argvlen;
+    char *cmd;
+    size_t cmd_len;
 };
 
 static const struct {
@@ -67,11 +67,7 @@ static void set_err(dq__conn *conn, int code, const char *fmt, ...) {
 /* ------------------------------------------------------------ request FIFO */
 
 static void req_free(dq__req *r) {
-    if (r->argv) {
-        for (int i = 0; i < r->argc; i++) free(r->argv[i]);
-        free(r->argv);
-        free(r->argvlen);
-    }
+    if (r->cmd) redisFreeCommand(r->cmd);
     free(r);
 }
 
@@ -129,7 +125,7 @@ static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
     dq__conn *conn = r->conn;
     fifo_remove(conn, r);
     rearm_cmd_timer(conn);
-    if (is_noscript(reply) && r->argv && !r->retried && resend_as_eval(r) == 0) return;
+    if (is_noscript(reply) && r->cmd && !r->retried && resend_as_eval(r) == 0) return;
     int code = 0;
     if (!reply) {
         /* hiredis saw the connection end: on_disconnect follows. */
@@ -141,8 +137,8 @@ static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
     req_free(r);
 }
 
-static int send_req(dq__conn *conn, dq__req *r, int argc, const char **argv, const size_t *lens,
-                    unsigned flags) {
+/* Sends the RESP command cmd (len bytes; hiredis copies it). */
+static int send_req(dq__conn *conn, dq__req *r, const char *cmd, size_t len, unsigned flags) {
     if (!conn->ac || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
@@ -158,7 +154,7 @@ static int send_req(dq__conn *conn, dq__req *r, int argc, const char **argv, con
         ev_now_update(conn->client->loop);
         r->deadline = ev_now(conn->client->loop) + conn->client->opt.command_timeout_ms / 1000.0;
     }
-    if (redisAsyncCommandArgv(conn->ac, on_reply, r, argc, argv, lens) != REDIS_OK) {
+    if (redisAsyncFormattedCommand(conn->ac, on_reply, r, cmd, len) != REDIS_OK) {
         set_err(conn, DQ_ECONNECT, "cannot send to Redis: %s",
                 conn->ac->errstr ? conn->ac->errstr : "connection closing");
         return DQ_ECONNECT;
@@ -174,23 +170,12 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
     if (!r) return DQ_ENOMEM;
     r->fn = fn;
     r->privdata = privdata;
-    int rc = send_req(conn, r, argc, argv, argvlen, flags);
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    int rc = len < 0 ? DQ_ENOMEM : send_req(conn, r, cmd, (size_t)len, flags);
+    if (cmd) redisFreeCommand(cmd);
     if (rc) req_free(r);
     return rc;
-}
-
-static int copy_args(dq__req *r, int argc, const char **argv, const size_t *lens) {
-    r->argc = argc;
-    r->argv = calloc((size_t)argc, sizeof *r->argv);
-    r->argvlen = malloc((size_t)argc * sizeof *r->argvlen);
-    if (!r->argv || !r->argvlen) return DQ_ENOMEM;
-    for (int i = 0; i < argc; i++) {
-        r->argv[i] = malloc(lens[i] ? lens[i] : 1);
-        if (!r->argv[i]) return DQ_ENOMEM;
-        memcpy(r->argv[i], argv[i], lens[i]);
-        r->argvlen[i] = lens[i];
-    }
-    return 0;
 }
 
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
@@ -216,8 +201,11 @@ int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
         r->fn = fn;
         r->privdata = privdata;
         r->script = script;
-        rc = copy_args(r, argc, av, al);
-        if (rc == 0) rc = send_req(conn, r, argc, av, al, 0);
+        int len = redisFormatCommandArgv(&r->cmd, argc, av, al);
+        if (len >= 0) {
+            r->cmd_len = (size_t)len;
+            rc = send_req(conn, r, r->cmd, r->cmd_len, 0);
+        }
         if (rc) req_free(r);
     }
     free(av);
@@ -228,17 +216,29 @@ int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
 /* The script cache was flushed under us (SCRIPT FLUSH, failover): send the
  * body with EVAL, which also reloads it. */
 static int resend_as_eval(dq__req *r) {
-    const char **av = malloc((size_t)r->argc * sizeof *av);
-    if (!av) return -1;
-    for (int i = 0; i < r->argc; i++) av[i] = r->argv[i];
-    size_t *al = r->argvlen;
-    size_t sha_len = al[1];
-    av[0] = "EVAL", al[0] = 4;
-    av[1] = scripts[r->script].body, al[1] = scripts[r->script].len;
+    /* The command starts "*<argc>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n": keep
+     * the count and what follows the sha, put EVAL and the body between. */
+    const char *crlf = memchr(r->cmd, '\n', r->cmd_len);
+    if (!crlf) return -1;
+    size_t head = (size_t)(crlf + 1 - r->cmd);
+    size_t skip = head + strlen("$7\r\nEVALSHA\r\n") + strlen("$40\r\n") + 40 + 2;
+    if (skip > r->cmd_len) return -1;
+    const char *body = scripts[r->script].body;
+    size_t blen = scripts[r->script].len;
+    char mid[48];
+    int mlen = snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", blen);
+    size_t len = head + (size_t)mlen + blen + 2 + (r->cmd_len - skip);
+    char *cmd = malloc(len);
+    if (!cmd) return -1;
+    char *p = cmd;
+    memcpy(p, r->cmd, head), p += head;
+    memcpy(p, mid, (size_t)mlen), p += mlen;
+    memcpy(p, body, blen), p += blen;
+    memcpy(p, "\r\n", 2), p += 2;
+    memcpy(p, r->cmd + skip, r->cmd_len - skip);
     r->retried = 1;
-    int rc = send_req(r->conn, r, r->argc, av, al, 0);
-    al[0] = 7, al[1] = sha_len; /* argv still holds EVALSHA and the sha */
-    free(av);
+    int rc = send_req(r->conn, r, cmd, len, 0);
+    free(cmd);
     return rc;
 }
 

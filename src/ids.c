@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <sodium.h>
 
@@ -32,6 +33,25 @@ int dq__crypto_init(void)
     return 0;
 }
 
+/* Random bytes are drawn a block at a time: one getrandom() call per 64 ids
+ * instead of one per id (a producer offers tens of thousands a second).
+ * Each byte is used once; the block is per thread, as clients may live in
+ * different threads. */
+#define RANDOM_BLOCK (64 * ID_RANDOM_BYTES)
+static _Thread_local unsigned char random_block[RANDOM_BLOCK];
+static _Thread_local size_t random_used = RANDOM_BLOCK;
+
+static void random_take(unsigned char *out, size_t n)
+{
+    if (random_used + n > RANDOM_BLOCK) {
+        randombytes_buf(random_block, sizeof random_block);
+        random_used = 0;
+    }
+    memcpy(out, random_block + random_used, n);
+    sodium_memzero(random_block + random_used, n);
+    random_used += n;
+}
+
 void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
 {
     unsigned char bin[ID_RANDOM_BYTES];
@@ -45,7 +65,7 @@ void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
     /* A leading '-' would read as an option on command lines: draw again
      * (1 time in 64; the id keeps its 128 random bits). */
     do {
-        randombytes_buf(bin, sizeof bin);
+        random_take(bin, sizeof bin);
         sodium_bin2base64(out, DQ_ID_GENERATED_LEN + 1, bin, sizeof bin,
                           sodium_base64_VARIANT_URLSAFE_NO_PADDING);
     } while (out[0] == '-');
