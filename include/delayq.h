@@ -240,7 +240,9 @@ typedef void dq_offer_cb(dq_client *c, int status, const dq_offer_result *result
                          void *privdata);
 
 /* Offers without waiting: cb runs on the loop when Redis answers (or the
- * command fails). The item and its payload are copied before return.
+ * command fails). The item and its payload are copied before return. Offers
+ * made before the loop next polls go out together, as few script calls as
+ * possible, in call order and before any later command of c.
  * Returns 0 or DQ_EINVAL, DQ_ETOOBIG, DQ_ECONNECT (not connected), DQ_ENOMEM. */
 DQ_EXPORT int dq_offer_async(dq_client *c, const char *queue, const dq_item *item,
                              dq_offer_cb *cb, void *privdata) DQ_NODISCARD;

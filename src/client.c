@@ -54,6 +54,7 @@ dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
     }
     c->clock_best_rtt_us = INT64_MAX;
     ev_timer_init(&c->reaper, NULL, 0, 0);
+    ev_prepare_init(&c->offers_flush, NULL);
     return c;
 }
 
@@ -149,6 +150,8 @@ void dq_client_free(dq_client *c) {
     dq__worker_free_all(c);
     dq__take_free_all(c);
     dq__sched_free_all(c);
+    dq__offers_flush(c);
+    if (c->loop) ev_prepare_stop(c->loop, &c->offers_flush);
     drain(c);
     while (c->idle_blocking) {
         dq__conn *b = c->idle_blocking;

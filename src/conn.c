@@ -166,6 +166,7 @@ static int send_req(dq__conn *conn, dq__req *r, const char *cmd, size_t len, uns
 
 int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
                   const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
+    if (conn->kind == DQ__CONN_CMD) dq__offers_flush(conn->client); /* keep call order */
     dq__req *r = calloc(1, sizeof *r);
     if (!r) return DQ_ENOMEM;
     r->fn = fn;
@@ -181,6 +182,7 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
                   const char **argv, const size_t *argvlen, dq__reply_fn *fn,
                   void *privdata) {
+    if (conn->kind == DQ__CONN_CMD) dq__offers_flush(conn->client); /* keep call order */
     int argc = 3 + nkeys + nargs;
     const char **av = malloc((size_t)argc * sizeof *av);
     size_t *al = malloc((size_t)argc * sizeof *al);

@@ -118,10 +118,18 @@ struct dq_client {
     int64_t clock_best_rtt_us;
     double clock_sampled_at;
     dq_sched_counters counters;
+    struct dq__offer_batch *offers; /* dq_offer_async calls not sent yet */
+    ev_prepare offers_flush;        /* sends them before the loop polls  */
+    int flushing;
     dq_log_fn *log_fn;
     void *log_privdata;
     char errstr[DQ__ERRSTR_MAX];
 };
+
+/* Sends the offers dq_offer_async has gathered, as few script calls as
+ * possible. Called before the loop polls and before any other command goes
+ * out on the command connection, so commands keep the order of the calls. */
+void dq__offers_flush(dq_client *c);
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -152,15 +152,71 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
     return rc;
 }
 
-typedef struct single {
+/* dq_offer_async gathers offers here, and the batch goes out as one script
+ * call when the loop is about to poll (or sooner: when full, for another
+ * queue, or before any other command): pipelined offers then cost what
+ * dq_offer_many costs. Each offer keeps its own callback. */
+typedef struct pending_offer {
+    dq_item item;
+    char id[DQ_ID_MAX + 1];
+    void *payload; /* a copy, freed once sent */
     dq_offer_cb *cb;
     void *privdata;
-} single;
+} pending_offer;
 
-static void single_done(offer_chunk *oc, int status) {
-    single *one = oc->privdata;
-    one->cb(oc->c, status, status ? NULL : &oc->results[0], one->privdata);
-    free(one);
+struct dq__offer_batch {
+    char queue[DQ_QUEUE_MAX + 1];
+    size_t n, bytes;
+    pending_offer offers[CHUNK_ITEMS];
+};
+
+typedef struct sent_batch {
+    size_t n;
+    dq_offer_cb *cb[CHUNK_ITEMS];
+    void *privdata[CHUNK_ITEMS];
+} sent_batch;
+
+static void sent_batch_done(offer_chunk *oc, int status) {
+    sent_batch *sb = oc->privdata;
+    for (size_t i = 0; i < sb->n; i++)
+        sb->cb[i](oc->c, status, status ? NULL : &oc->results[i], sb->privdata[i]);
+    free(sb);
+}
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
+    (void)loop, (void)revents;
+    dq__offers_flush(w->data);
+}
+
+void dq__offers_flush(dq_client *c) {
+    struct dq__offer_batch *b = c->offers;
+    if (!b || c->flushing) return;
+    c->offers = NULL;
+    ev_prepare_stop(c->loop, &c->offers_flush);
+    dq_item items[CHUNK_ITEMS];
+    sent_batch *sb = malloc(sizeof *sb);
+    int rc = sb ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < b->n; i++) {
+        items[i] = b->offers[i].item;
+        items[i].id = b->offers[i].id[0] ? b->offers[i].id : NULL; /* NULL: generate */
+        items[i].payload = b->offers[i].payload;
+        if (sb) sb->cb[i] = b->offers[i].cb, sb->privdata[i] = b->offers[i].privdata;
+    }
+    if (sb) {
+        sb->n = b->n;
+        c->flushing = 1;
+        rc = send_chunk(c, b->queue, items, b->n, sent_batch_done, sb);
+        c->flushing = 0;
+    }
+    if (rc) {
+        /* Accepted already: report the failure through each callback. */
+        free(sb);
+        c->callback_depth++;
+        for (size_t i = 0; i < b->n; i++) b->offers[i].cb(c, rc, NULL, b->offers[i].privdata);
+        c->callback_depth--;
+    }
+    for (size_t i = 0; i < b->n; i++) free(b->offers[i].payload);
+    free(b);
 }
 
 int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
@@ -169,12 +225,43 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     if (!bad) bad = check_item(c, item);
     if (bad) return bad;
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
-    single *one = malloc(sizeof *one);
-    if (!one) return dq__fail(c, DQ_ENOMEM, "out of memory");
-    one->cb = cb, one->privdata = privdata;
-    int rc = send_chunk(c, queue, item, 1, single_done, one);
-    if (rc) free(one);
-    return rc;
+    if (c->cmd->state != DQ__UP)
+        return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
+                        c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
+    struct dq__offer_batch *b = c->offers;
+    if (b && (strcmp(b->queue, queue) != 0 || b->n == CHUNK_ITEMS ||
+              b->bytes + item->payload_len > CHUNK_BYTES)) {
+        dq__offers_flush(c);
+        b = NULL;
+    }
+    if (!b) {
+        b = malloc(sizeof *b);
+        if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
+        snprintf(b->queue, sizeof b->queue, "%s", queue);
+        b->n = b->bytes = 0;
+    }
+    pending_offer *p = &b->offers[b->n];
+    p->payload = malloc(item->payload_len ? item->payload_len : 1);
+    if (!p->payload) {
+        if (!c->offers) free(b);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    if (item->payload_len) memcpy(p->payload, item->payload, item->payload_len);
+    p->item = *item;
+    /* The id is fixed now (generated if need be); the script learns whether
+     * it was generated from item.id being NULL, so keep that. */
+    if (item->id) snprintf(p->id, sizeof p->id, "%s", item->id);
+    else p->id[0] = '\0';
+    p->cb = cb, p->privdata = privdata;
+    b->n++;
+    b->bytes += item->payload_len;
+    c->offers = b;
+    if (!ev_is_active(&c->offers_flush)) {
+        ev_prepare_init(&c->offers_flush, on_prepare);
+        c->offers_flush.data = c;
+        ev_prepare_start(c->loop, &c->offers_flush);
+    }
+    return 0;
 }
 
 typedef struct sync_offer {
