@@ -45,7 +45,7 @@ struct dq_take_req {
     dq__conn *conn;         /* blocking connection for the wait, or NULL */
     ev_timer timer;         /* the timeout, then retries and deferrals    */
     take_token *token;      /* the script run in flight, if any           */
-    int peek_out;           /* a BLPOP wait is out on conn                */
+    int wait_out;           /* a BLPOP wait is out on conn                */
     int woke;               /* the last wait popped a token (tell the script) */
     int ending;             /* timeout or cancel: finish at the next step */
     int retrying;           /* the timer is a retry, not the timeout      */
@@ -113,7 +113,7 @@ static void release_conn(dq_take_req *t) {
     dq__conn *conn = t->conn;
     t->conn = NULL;
     if (!conn) return;
-    if (!t->peek_out && conn->state == DQ__UP) dq__blocking_release(t->c, conn);
+    if (!t->wait_out && conn->state == DQ__UP) dq__blocking_release(t->c, conn);
     else dq__conn_retire(conn); /* still waiting, or broken: not reusable */
 }
 
@@ -222,11 +222,11 @@ static void run_script(dq_take_req *t) {
 
 /* ------------------------------------------------------------ waiting */
 
-static void peek_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dq_take_req *t = privdata;
     (void)conn, (void)code;
     if (t->done) return;
-    t->peek_out = 0;
+    t->wait_out = 0;
     if (t->ending) {
         finish(t, t->end_status, NULL, 0);
         return;
@@ -242,7 +242,7 @@ static void peek_reply(dq__conn *conn, redisReply *reply, int code, void *privda
 }
 
 static void wait_for_entries(dq_take_req *t) {
-    if (t->peek_out || t->done) return;
+    if (t->wait_out || t->done) return;
     if (!t->conn) {
         t->conn = dq__blocking_acquire(t->c);
         if (!t->conn) {
@@ -255,8 +255,8 @@ static void wait_for_entries(dq_take_req *t) {
     if (t->conn->state != DQ__UP) return; /* on_conn_up looks then */
     const char *argv[3] = {"BLPOP", t->keys.signal, "0"};
     size_t lens[3] = {5, strlen(t->keys.signal), 1};
-    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, peek_reply, t) == 0)
-        t->peek_out = 1;
+    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, wait_reply, t) == 0)
+        t->wait_out = 1;
 }
 
 static void on_conn_up(dq__conn *conn, void *privdata) {
@@ -278,7 +278,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     t->ending = 1;
     if (t->token) return;                   /* the script's reply finishes */
-    if (t->peek_out) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
+    if (t->wait_out) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
     else finish(t, t->end_status, NULL, 0);
 }
 
