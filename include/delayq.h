@@ -135,8 +135,11 @@ typedef struct dq_options {
                                 default 2000                                 */
     int64_t backoff_base_ms; /* dq_nack with delay < 0 waits base * 2^(attempt
                                 - 1), capped, times a random factor in
-                                [1/2, 1]; default 1000                       */
-    int64_t backoff_max_ms;  /* the cap; default 600000 (10 minutes)        */
+                                [1/2, 1]. Default DQ_QUEUE_SETTING: the
+                                queue's policy (dq_queue_config), else 1000 */
+    int64_t backoff_max_ms;  /* the cap; default DQ_QUEUE_SETTING: the
+                                queue's, else 600000 (10 minutes). Set both
+                                or neither                                  */
 } dq_options;
 
 /* Fills *opts with the defaults above. */
@@ -349,20 +352,50 @@ DQ_EXPORT int dq_take(dq_client *c, const char *queue, int64_t timeout_ms,
 
 typedef struct dq_take_req dq_take_req;
 
+/* A setting of the queue's own (dq_queue_config), or the default below when
+ * the queue has none. */
+#define DQ_QUEUE_SETTING (-1)
+
 /* How to take. */
 typedef struct dq_take_opts {
     int64_t lease_ms;  /* 0: no lease (at-most-once); > 0: the item stays in
-                          flight this long unless acked, nacked or extended */
+                          flight this long unless acked, nacked or extended;
+                          DQ_QUEUE_SETTING: the queue's lease               */
     int max_attempts;  /* with a lease: deliveries before an item that keeps
                           failing or timing out becomes a dead letter;
-                          0 = no limit. Default 16                          */
+                          0 = no limit; DQ_QUEUE_SETTING: the queue's       */
 } dq_take_opts;
 
 #define DQ_LEASE_DEFAULT_MS 30000
 #define DQ_MAX_ATTEMPTS_DEFAULT 16
 
-/* Fills *opts: a lease of DQ_LEASE_DEFAULT_MS, DQ_MAX_ATTEMPTS_DEFAULT. */
+/* Fills *opts: the queue's lease and max attempts (DQ_QUEUE_SETTING), which
+ * default to DQ_LEASE_DEFAULT_MS and DQ_MAX_ATTEMPTS_DEFAULT. */
 DQ_EXPORT void dq_take_opts_init(dq_take_opts *opts);
+
+/* A queue's own settings, kept in Redis (dq:{Q}:cfg), so every consumer of
+ * the queue shares them: the lease and max attempts of takes and workers
+ * that ask for DQ_QUEUE_SETTING, and the backoff of nacks without a delay
+ * from clients whose backoff options are DQ_QUEUE_SETTING. */
+typedef struct dq_queue_config {
+    int64_t lease_ms;        /* default DQ_LEASE_DEFAULT_MS; >= 1            */
+    int64_t max_attempts;    /* default DQ_MAX_ATTEMPTS_DEFAULT; 0 = no limit */
+    int64_t backoff_base_ms; /* default 1000                                 */
+    int64_t backoff_max_ms;  /* default 600000; >= backoff_base_ms           */
+} dq_queue_config;
+
+/* Reads queue's settings (defaults filled in) into *out. */
+DQ_EXPORT int dq_queue_config_get(dq_client *c, const char *queue,
+                                  dq_queue_config *out) DQ_NODISCARD;
+
+/* Sets the fields of *set that are >= 0; a field of DQ_QUEUE_SETTING stays
+ * as it is. *out (may be NULL) receives the settings after the change. All
+ * or nothing: a bad value (DQ_EREDIS/DQ_EINVAL) changes nothing. */
+DQ_EXPORT int dq_queue_config_set(dq_client *c, const char *queue, const dq_queue_config *set,
+                                  dq_queue_config *out) DQ_NODISCARD;
+
+/* Resets all of queue's settings to the defaults. */
+DQ_EXPORT int dq_queue_config_reset(dq_client *c, const char *queue) DQ_NODISCARD;
 
 /* Completion of an async take. status: 1 with msg, 0 on timeout (msg NULL),
  * or a negative code (DQ_ECLOSED when cancelled or the client is freed).
@@ -456,7 +489,7 @@ typedef struct dq_worker dq_worker;
 /* A handler owns msg until it calls dq_worker_done(w, msg, status), now or
  * later from the loop (asynchronous work is fine). Until then the message
  * counts against the worker's concurrency. Workers take with a lease
- * (dq_worker_start_ex sets it; default DQ_LEASE_DEFAULT_MS): a handler that
+ * (dq_worker_start_ex sets it; default: the queue's): a handler that
  * never finishes, or a process that dies, leaves the lease to run out and
  * the item is delivered again. */
 typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);

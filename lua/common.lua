@@ -12,6 +12,8 @@
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
 --   dq:{Q}:n        HASH  counters: inflight
+--   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
+--                         backoff_base_ms, backoff_max_ms (absent: defaults)
 --   dq:{Q}:w        channel: the earliest due time in z (ms), or -1
 -- The ordinal (0..ORD-1) keeps equal due times in offer order; it costs no
 -- key and no member bytes. Records are bucketed so each hash stays a small
@@ -64,6 +66,15 @@ end
 
 local function aside_entry(reason, id, raw)
   return '1|' .. reason .. '|' .. #id .. '|' .. id .. (raw or '')
+end
+
+-- The queue's settings, for the arguments given as -1 ("the queue's").
+local CFG_DEFAULTS = {lease_ms = 30000, max_attempts = 16, backoff_base_ms = 1000,
+                      backoff_max_ms = 600000}
+local function queue_setting(cfg, field, given)
+  if given >= 0 then return given end
+  local v = redis.call('HGET', cfg, field)
+  return v and tonumber(v) or CFG_DEFAULTS[field]
 end
 
 -- Pushes n wake tokens (one per entry made ready).

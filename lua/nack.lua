@@ -1,9 +1,11 @@
 -- nack.lua: a consumer failed an item it holds a lease on: retry it after a
 -- delay, or bury it among the dead letters if it has had all its attempts.
--- KEYS[1] z, KEYS[2] counters, KEYS[3] dead letters, KEYS[4] dead times
+-- KEYS[1] z, KEYS[2] counters, KEYS[3] dead letters, KEYS[4] dead times,
+-- KEYS[5] queue settings
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] id,
 -- ARGV[4] token, ARGV[5] delay ms (< 0: backoff), ARGV[6] error text (kept,
--- 1000 bytes max), ARGV[7] backoff base ms, ARGV[8] backoff cap ms,
+-- 1000 bytes max), ARGV[7] backoff base ms, ARGV[8] backoff cap ms (each -1:
+-- the queue's setting),
 -- ARGV[9] a random fraction in [0, 1] for the backoff's jitter.
 -- The backoff is base * 2^(attempts - 1), capped, times (1 + fraction) / 2;
 -- computed here, where the attempt count is, so no extra round trip.
@@ -24,7 +26,8 @@ if r.max > 0 and r.attempts >= r.max then
 end
 local delay = tonumber(ARGV[5])
 if delay < 0 then
-  local base, cap = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local base = queue_setting(KEYS[5], 'backoff_base_ms', tonumber(ARGV[7]))
+  local cap = queue_setting(KEYS[5], 'backoff_max_ms', tonumber(ARGV[8]))
   delay = base
   for _ = 2, r.attempts do
     if delay >= cap then break end

@@ -1,10 +1,11 @@
 -- take.lua: pops up to N ready entries for a consumer, atomically.
 -- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids, KEYS[4] set-aside list,
--- KEYS[5] counters, KEYS[6] wake tokens
+-- KEYS[5] counters, KEYS[6] wake tokens, KEYS[7] queue settings
 -- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] N,
--- ARGV[4] lease ms (0: no lease, the entries are simply handed out),
+-- ARGV[4] lease ms (0: no lease, the entries are simply handed out; -1: the
+-- queue's setting),
 -- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
--- ARGV[6] max attempts recorded with a lease (0: no limit),
+-- ARGV[6] max attempts recorded with a lease (0: no limit; -1: the queue's),
 -- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP)
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
@@ -31,6 +32,8 @@ local owed = #entries - (ARGV[7] == '1' and 1 or 0)
 if owed > 0 then redis.pcall('LPOP', sig, owed) end
 
 local now = server_now_ms()
+lease = queue_setting(KEYS[7], 'lease_ms', lease)
+if lease > 0 then max = queue_setting(KEYS[7], 'max_attempts', max) end
 local deadline = now + lease
 local score = deadline * ORD
 local first_before = nil

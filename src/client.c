@@ -20,16 +20,17 @@ void dq_options_init(dq_options *o) {
     o->max_payload = DQ_PAYLOAD_DEFAULT_MAX;
     o->transfer_batch = 1000;
     o->transfer_budget_us = 2000;
-    o->backoff_base_ms = 1000;
-    o->backoff_max_ms = 600000;
+    o->backoff_base_ms = -1; /* the queue's policy */
+    o->backoff_max_ms = -1;
 }
 
 static int options_valid(const dq_options *o) {
     return o->connect_timeout_ms > 0 && o->command_timeout_ms >= 0 && o->safety_check_ms >= 10 &&
            o->reconnect_max_ms >= 20 && o->max_payload <= DQ_PAYLOAD_HARD_MAX &&
            o->transfer_batch >= 1 && o->transfer_batch <= 100000 && o->transfer_budget_us >= 100 &&
-           o->backoff_base_ms >= 0 && o->backoff_max_ms >= o->backoff_base_ms &&
-           o->backoff_max_ms <= DQ_DUE_MAX_MS;
+           o->backoff_base_ms >= -1 && o->backoff_max_ms >= -1 &&
+           (o->backoff_base_ms < 0) == (o->backoff_max_ms < 0) &&
+           o->backoff_max_ms >= o->backoff_base_ms && o->backoff_max_ms <= DQ_DUE_MAX_MS;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
@@ -176,6 +177,7 @@ void dq__keys_init(dq__keys *k, const char *queue) {
     dq__key(k->dead, sizeof k->dead, queue, "d");
     dq__key(k->dead_times, sizeof k->dead_times, queue, "dz");
     dq__key(k->signal, sizeof k->signal, queue, "s");
+    dq__key(k->config, sizeof k->config, queue, "cfg");
 }
 
 /* ------------------------------------------------------------ server clock */

@@ -51,6 +51,7 @@ static const struct {
     [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_SHA},
     [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_SHA},
     [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_SHA},
+    [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_SHA},
 };
 
 static void set_err(dq__conn *conn, int code, const char *fmt, ...)

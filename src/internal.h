@@ -76,7 +76,7 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 /* Script ids: one per lua/<name>.lua. */
 enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKUP,
                   DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
-                  DQ__LUA_DEAD, DQ__LUA_COUNT };
+                  DQ__LUA_DEAD, DQ__LUA_CONFIG, DQ__LUA_COUNT };
 
 /* Runs a script with EVALSHA (EVAL again on NOSCRIPT). keys then args. */
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
@@ -143,7 +143,7 @@ typedef struct dq__keys {
     char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
     char ready_ids[DQ__KEY_MAX], counters[DQ__KEY_MAX];
     char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
-    char signal[DQ__KEY_MAX];
+    char signal[DQ__KEY_MAX], config[DQ__KEY_MAX];
 } dq__keys;
 void dq__keys_init(dq__keys *k, const char *queue);
 

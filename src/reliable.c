@@ -21,9 +21,13 @@ static int check_lease_args(dq_client *c, const char *queue, const char *id, con
 }
 
 int64_t dq_backoff_ms(const dq_client *c, int attempt) {
-    int64_t d = c->opt.backoff_base_ms;
-    for (int i = 1; i < attempt && d < c->opt.backoff_max_ms; i++) d *= 2;
-    if (d > c->opt.backoff_max_ms) d = c->opt.backoff_max_ms;
+    /* The client's policy, or the library's default one (a queue's own
+     * setting is applied inside the nack script instead). */
+    int64_t base = c->opt.backoff_base_ms >= 0 ? c->opt.backoff_base_ms : 1000;
+    int64_t cap = c->opt.backoff_max_ms >= 0 ? c->opt.backoff_max_ms : 600000;
+    int64_t d = base;
+    for (int i = 1; i < attempt && d < cap; i++) d *= 2;
+    if (d > cap) d = cap;
     /* Jitter in [1/2, 1] spreads the retries of items that failed together. */
     uint32_t half = (uint32_t)(d / 2 > UINT32_MAX - 1 ? UINT32_MAX - 1 : d / 2);
     return d - half + dq__random_uniform(half + 1);
@@ -94,11 +98,11 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
     snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
     snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
     snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
-    const char *argv[13] = {k.z, k.counters, k.dead, k.dead_times, k.prefix, k.chan, id, token,
-                            delay, error ? error : "", base, cap, frac};
-    size_t lens[13];
-    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, DQ__LUA_NACK, 4, 9, argv, lens, cb, privdata);
+    const char *argv[14] = {k.z, k.counters, k.dead, k.dead_times, k.config, k.prefix, k.chan,
+                            id, token, delay, error ? error : "", base, cap, frac};
+    size_t lens[14];
+    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, DQ__LUA_NACK, 5, 9, argv, lens, cb, privdata);
 }
 
 /* ------------------------------------------------------------ sync */
@@ -297,4 +301,55 @@ void dq_dead_letters_free(dq_dead_letter *d, size_t n) {
         free(d[i].payload);
     }
     free(d);
+}
+
+/* ------------------------------------------------------------ queue settings */
+
+static const char *const config_fields[4] = {"lease_ms", "max_attempts", "backoff_base_ms",
+                                             "backoff_max_ms"};
+
+/* values: what to write per field: "" leaves it, "-" resets it. */
+static int config_call(dq_client *c, const char *queue, char values[4][24], dq_queue_config *out) {
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    if (rc) return rc;
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    const char *argv[9] = {k.config};
+    for (int i = 0; i < 4; i++) argv[1 + 2 * i] = config_fields[i], argv[2 + 2 * i] = values[i];
+    dq__sync_ints s;
+    rc = dq__eval_ints(c, queue, DQ__LUA_CONFIG, 1, 8, argv, &s);
+    if (rc) return rc;
+    if (s.count != 4) return dq__fail(c, DQ_EPROTO, "unexpected queue settings reply");
+    if (out) {
+        out->lease_ms = s.v[0];
+        out->max_attempts = s.v[1];
+        out->backoff_base_ms = s.v[2];
+        out->backoff_max_ms = s.v[3];
+    }
+    return 0;
+}
+
+int dq_queue_config_get(dq_client *c, const char *queue, dq_queue_config *out) {
+    char values[4][24] = {"", "", "", ""};
+    return config_call(c, queue, values, out);
+}
+
+int dq_queue_config_set(dq_client *c, const char *queue, const dq_queue_config *set,
+                        dq_queue_config *out) {
+    const int64_t v[4] = {set->lease_ms, set->max_attempts, set->backoff_base_ms,
+                          set->backoff_max_ms};
+    char values[4][24];
+    for (int i = 0; i < 4; i++) {
+        if (v[i] < DQ_QUEUE_SETTING || v[i] > DQ_DUE_MAX_MS)
+            return dq__fail(c, DQ_EINVAL, "queue setting %s out of range", config_fields[i]);
+        if (v[i] < 0) values[i][0] = '\0';
+        else snprintf(values[i], sizeof values[i], "%" PRId64, v[i]);
+    }
+    return config_call(c, queue, values, out);
+}
+
+int dq_queue_config_reset(dq_client *c, const char *queue) {
+    char values[4][24] = {"-", "-", "-", "-"};
+    return config_call(c, queue, values, NULL);
 }

@@ -59,8 +59,8 @@ static void wait_for_entries(dq_take_req *t);
 static void on_conn_up(dq__conn *conn, void *privdata);
 
 void dq_take_opts_init(dq_take_opts *o) {
-    o->lease_ms = DQ_LEASE_DEFAULT_MS;
-    o->max_attempts = DQ_MAX_ATTEMPTS_DEFAULT;
+    o->lease_ms = DQ_QUEUE_SETTING;
+    o->max_attempts = DQ_QUEUE_SETTING;
 }
 
 /* ------------------------------------------------------------ messages */
@@ -207,11 +207,11 @@ static void run_script(dq_take_req *t) {
     dq__id_generate(tprefix); /* 128 random bits: tokens never repeat */
     strcat(tprefix, ".");
     const dq__keys *k = &t->keys;
-    const char *argv[13] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
-                            k->prefix, k->chan, count, lease, tprefix, max, woke};
-    size_t lens[13];
-    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 6, 7, argv, lens, script_reply, token) != 0) {
+    const char *argv[14] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
+                            k->config, k->prefix, k->chan, count, lease, tprefix, max, woke};
+    size_t lens[14];
+    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
+    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 7, 7, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
@@ -290,7 +290,8 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
                              int64_t timeout_ms, size_t max, int *rc) {
     *rc = dq__check_queue(c, queue);
     if (*rc) return NULL;
-    if (opts && (opts->lease_ms < 0 || opts->lease_ms > DQ_DUE_MAX_MS || opts->max_attempts < 0)) {
+    if (opts && (opts->lease_ms < DQ_QUEUE_SETTING || opts->lease_ms > DQ_DUE_MAX_MS ||
+                 opts->max_attempts < DQ_QUEUE_SETTING)) {
         *rc = dq__fail(c, DQ_EINVAL, "invalid take options: lease %" PRId64 " ms, max attempts %d",
                        opts->lease_ms, opts->max_attempts);
         return NULL;

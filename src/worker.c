@@ -109,8 +109,9 @@ dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, 
     dq_take_opts def;
     dq_take_opts_init(&def);
     if (!opts) opts = &def;
-    if (opts->lease_ms <= 0 || opts->max_attempts < 0) {
-        dq__fail(c, DQ_EINVAL, "worker needs a lease > 0 and max attempts >= 0");
+    if ((opts->lease_ms <= 0 && opts->lease_ms != DQ_QUEUE_SETTING) ||
+        opts->max_attempts < DQ_QUEUE_SETTING) {
+        dq__fail(c, DQ_EINVAL, "worker needs a lease (> 0, or the queue's) and max attempts >= 0");
         return NULL;
     }
     if (!(flags & DQ_WORKER_NO_SCHEDULER) && dq_schedule(c, queue) != 0) return NULL;

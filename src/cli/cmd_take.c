@@ -41,7 +41,8 @@ const char cli_usage_take[] =
     "                  see 'delayq dead'). Each item prints as\n"
     "                  ID<TAB>TOKEN<TAB>PAYLOAD (raw payload bytes); with --json the\n"
     "                  object adds \"attempt\" (1 on first delivery) and \"token\"\n"
-    "  --lease DUR     with --ack manual: how long the lease lasts; default 30s\n"
+    "  --lease DUR     with --ack manual: how long the lease lasts; default: the\n"
+    "                  queue's (delayq config), else 30s\n"
     "  --redis URL     the Redis server (see 'delayq --help')\n"
     "\n"
     "Without --json each item is printed as its raw payload bytes followed by a\n"
@@ -167,10 +168,10 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
         cli_err("take: invalid --ack '%s': the only mode is 'manual'", ack);
         return CLI_USAGE;
     }
-    dq_take_opts_init(opts);
+    dq_take_opts_init(opts); /* the queue's lease and max attempts */
     if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms))
         return CLI_USAGE;
-    if (opts->lease_ms <= 0) {
+    if (lease && opts->lease_ms <= 0) {
         cli_err("take: invalid lease '%s': it must be longer than 0", lease);
         return CLI_USAGE;
     }

@@ -37,7 +37,6 @@ extern char **environ;
 
 #define SHELL "/bin/sh"
 #define CONCURRENCY_MAX 10000
-#define DEFAULT_MAX_ATTEMPTS 16
 
 const char cli_usage_work[] =
     "usage: delayq work QUEUE --exec CMD [--concurrency N] [--lease DUR]\n"
@@ -61,10 +60,11 @@ const char cli_usage_work[] =
     "  --concurrency N     commands running at once, 1 to 10000; default 1\n"
     "  --lease DUR         how long an item may stay in hand before it is\n"
     "                      delivered again elsewhere (250ms, 30s, 5m, 2h, 1d,\n"
-    "                      milliseconds); default 30s. A command running longer\n"
-    "                      than this may see its item delivered twice.\n"
+    "                      milliseconds); default: the queue's (delayq config),\n"
+    "                      else 30s. A command running longer than this may\n"
+    "                      see its item delivered twice.\n"
     "  --max-attempts N    deliveries before an item becomes a dead letter;\n"
-    "                      default 16, 0 = no limit\n"
+    "                      0 = no limit; default: the queue's, else 16\n"
     "  --redis URL         the Redis server (see 'delayq --help')\n"
     "\n"
     "The first SIGINT or SIGTERM stops taking items and waits for the running\n"
@@ -435,8 +435,7 @@ static int parse_int(const char *what, const char *text, int min, int max, int *
 static int parse_options(const char *conc, const char *lease, const char *max,
                          dq_take_opts *opts, int *concurrency)
 {
-    dq_take_opts_init(opts);
-    opts->max_attempts = DEFAULT_MAX_ATTEMPTS;
+    dq_take_opts_init(opts); /* the queue's lease and max attempts, unless given */
     if (conc && parse_int("concurrency", conc, 1, CONCURRENCY_MAX, concurrency))
         return CLI_USAGE;
     if (lease) {
@@ -491,6 +490,12 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
         return CLI_FAIL;
     }
     rc = cli_connect_on(env, r.loop, &r.c);
+    if (!rc && r.max_attempts < 0) {
+        /* For the "last attempt" line: the queue's setting. */
+        dq_queue_config qc;
+        if (dq_queue_config_get(r.c, r.queue, &qc) == 0)
+            r.max_attempts = (int)qc.max_attempts;
+    }
     if (!rc) {
         rc = run(&r, concurrency, &take_opts);
         cli_close(r.c);

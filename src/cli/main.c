@@ -44,6 +44,9 @@ static const char usage_main[] =
     "  stats QUEUE [--json] pending, ready, next_due_in_ms, inflight, dead of a queue\n"
     "  dead QUEUE list [--json] | count | redrive [ID] | purge\n"
     "                       the items that ran out of attempts\n"
+    "  config QUEUE [--lease DUR] [--max-attempts N] [--backoff-base DUR]\n"
+    "               [--backoff-max DUR] [--reset] [--json]\n"
+    "                       the queue's own settings, for consumers that set none\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -74,6 +77,7 @@ static const command commands[] = {
     {"extend", cli_cmd_extend, cli_usage_extend},
     {"work", cli_cmd_work, cli_usage_work},
     {"dead", cli_cmd_dead, cli_usage_dead},
+    {"config", cli_cmd_config, cli_usage_config},
     {NULL, NULL, NULL},
 };
 

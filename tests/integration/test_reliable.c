@@ -810,7 +810,7 @@ static void test_take_many(void **state)
     expect_stats(c, q, 0, 0, 0, 0);
     DQT_EXPECT(c, dq_take_many(c, q, &o, 0, none, 65), DQ_EINVAL);
     DQT_EXPECT(c, dq_take_many(c, q, &o, 0, none, 0), DQ_EINVAL);
-    dq_take_opts bad = lease_opts(-1, 3);
+    dq_take_opts bad = lease_opts(-2, 3); /* -1 is DQ_QUEUE_SETTING */
     DQT_EXPECT(c, dq_take_many(c, q, &bad, 0, none, 1), DQ_EINVAL);
     dq_client_free(c);
 }
