@@ -437,8 +437,9 @@ DQ_EXPORT void dq_take_cancel(dq_take_req *req);
 /* Done with it: removes the item for good. */
 DQ_EXPORT int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) DQ_NODISCARD;
 
-/* Failed: back to pending, due after delay_ms (< 0: the client's backoff for
- * the delivery's attempt number), keeping error (may be NULL; 1000 bytes
+/* Failed: back to pending, due after delay_ms (< 0: the backoff for the
+ * delivery's attempt number: the client's dq_options.backoff_*, else the
+ * queue's, computed by the server where the attempt count is), keeping error (may be NULL; 1000 bytes
  * kept) as its last error. Returns 1 if it will be retried, 2 if it had had
  * its max attempts and is now a dead letter, 0 if stale (see above). */
 DQ_EXPORT int dq_nack(dq_client *c, const char *queue, const char *id, const char *token,
@@ -448,7 +449,9 @@ DQ_EXPORT int dq_nack(dq_client *c, const char *queue, const char *id, const cha
 DQ_EXPORT int dq_extend(dq_client *c, const char *queue, const char *id, const char *token,
                         int64_t lease_ms) DQ_NODISCARD;
 
-/* The backoff dq_nack uses for a delivery's attempt number (>= 1), in ms. */
+/* The backoff for an attempt number (>= 1), in ms, by the client's
+ * dq_options.backoff_* (or the library defaults if those are the queue's:
+ * this call does not read the queue's settings). */
 DQ_EXPORT int64_t dq_backoff_ms(const dq_client *c, int attempt);
 
 /* ------------------------------------------------------------------ dead letters */
@@ -508,7 +511,7 @@ DQ_EXPORT dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int con
                                         dq_handler *handler, void *privdata);
 
 /* Ends the handling of msg and frees it. status 0 acks it; anything else
- * nacks it with the client's backoff (error, which may be NULL, is kept as
+ * nacks it with the backoff (see dq_nack; error, which may be NULL, is kept as
  * its last error), so it is retried until its max attempts. */
 DQ_EXPORT void dq_worker_done(dq_worker *w, dq_msg *msg, int status);
 DQ_EXPORT void dq_worker_fail(dq_worker *w, dq_msg *msg, const char *error);
