@@ -77,27 +77,16 @@ trap cleanup EXIT
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT
 trap 'echo "run.sh: terminated" >&2; exit 143' TERM
 
-pick_port() {
-    python3 -c '
-import socket
-for _ in range(50):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    if p != 6379:
-        print(p)
-        break
-'
-}
-
+# The port picker and PING probe of the test harness; the server itself is
+# started here, pinned to its core and without AOF.
+. "$ROOT/tests/lib/redis.sh"
 ping() {
-    [ "$(redis-cli -h 127.0.0.1 -p "$PORT" PING 2>/dev/null)" = PONG ]
+    DQ_TEST_REDIS_PORT=$PORT redis_ping
 }
 
 started=0
 for attempt in 1 2 3 4 5; do
-    PORT=$(pick_port)
+    PORT=$(redis_pick_port)
     [ -n "$PORT" ] || { echo "run.sh: cannot pick a port" >&2; exit 2; }
     ping && continue # somebody else's server answers there
     # taskset execs redis-server, so $! is the server's pid.
