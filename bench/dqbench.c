@@ -706,33 +706,26 @@ static void reset_slots(void) {
     }
 }
 
-static pid_t spawn_consumer(int idx, const cons_args *a) {
+/* Forks child idx, which runs body(idx, arg) and exits. */
+static pid_t spawn_child(int idx, void (*body)(int idx, const void *arg), const void *arg) {
     fflush(stdout);
     fflush(stderr);
     pid_t p = fork();
     if (p < 0) die("fork: %s", strerror(errno));
     if (p == 0) {
         child_common(idx);
-        child_consumer(idx, a);
+        body(idx, arg);
         _exit(0);
     }
     kids[nkids++] = p;
     return p;
 }
 
-static pid_t spawn_offerer(int idx, const offer_args *a) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t p = fork();
-    if (p < 0) die("fork: %s", strerror(errno));
-    if (p == 0) {
-        child_common(idx);
-        child_offerer(idx, a);
-        _exit(0);
-    }
-    kids[nkids++] = p;
-    return p;
-}
+static void consumer_body(int idx, const void *arg) { child_consumer(idx, arg); }
+static void offerer_body(int idx, const void *arg) { child_offerer(idx, arg); }
+
+static pid_t spawn_consumer(int idx, const cons_args *a) { return spawn_child(idx, consumer_body, a); }
+static pid_t spawn_offerer(int idx, const offer_args *a) { return spawn_child(idx, offerer_body, a); }
 
 static void check_kids_failed(int n) {
     for (int i = 0; i < n; i++)

@@ -237,8 +237,8 @@ static inline int64_t dqt_server_ms(void)
     return ms;
 }
 
-/* A 127.0.0.1 TCP port nobody listens on (bound and released just now). */
-static inline int dqt_closed_port(void)
+/* A TCP socket bound to a free 127.0.0.1 port; *port gets the port. */
+static inline int dqt_loopback_socket(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -249,8 +249,16 @@ static inline int dqt_closed_port(void)
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     socklen_t len = sizeof a;
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* A 127.0.0.1 TCP port nobody listens on (bound and released just now). */
+static inline int dqt_closed_port(void)
+{
+    int port;
+    close(dqt_loopback_socket(&port));
+    return port;
 }
 
 /* Prints a message's fields (for failure diagnostics). */

@@ -77,18 +77,11 @@ static void test_connect_closed_port(void **state)
 static void test_connect_silent_server(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int port;
+    int fd = dqt_loopback_socket(&port);
     assert_int_equal(listen(fd, 16), 0); /* never accept()ed: the kernel completes the handshake */
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
 
     dq_options o;
     dq_options_init(&o);
