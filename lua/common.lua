@@ -12,6 +12,8 @@
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
 --   dq:{Q}:n        HASH  counters: inflight
+--   dq:{Q}:t:<req> STRING a take's result, until its taker has the reply
+--                         (60 s at most): a retried take replays it
 --   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
 --                         backoff_base_ms, backoff_max_ms (absent: defaults)
 --   dq:{Q}:w        channel: the earliest due time in z (ms), or -1

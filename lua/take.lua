@@ -6,7 +6,12 @@
 -- queue's setting),
 -- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
 -- ARGV[6] max attempts recorded with a lease (0: no limit; -1: the queue's),
--- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP)
+-- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP),
+-- ARGV[8] the call's result key (dq:{Q}:t:<token prefix>): the result is kept
+-- there for 60 s, and a call repeated with the same key (its reply was lost
+-- with the connection) gets the same result back instead of popping more, so
+-- a take whose reply is lost loses nothing. The caller deletes the key once
+-- it has the reply.
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
 -- With a lease each entry goes into z, scored by the lease's end, with a
@@ -21,6 +26,8 @@ local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 -- Everything this script writes after the LPOP must not fail half way.
 local err = require_type(rs, 'set') or require_type(z, 'zset')
 if err then return err end
+local replay = redis.call('GET', ARGV[8])
+if replay then return cmsgpack.unpack(replay) end
 local entries = redis.call('LPOP', ready, count)
 if not entries then
   -- Nothing ready, so no token is owed: drop strays (from takes that
@@ -65,4 +72,5 @@ if leased > 0 then
   redis.pcall('HINCRBY', counters, 'inflight', leased)
   if first_before == nil or score < first_before then redis.call('PUBLISH', chan, fmt(deadline)) end
 end
+if #out > 0 then redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000) end
 return out

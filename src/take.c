@@ -47,6 +47,9 @@ struct dq_take_req {
     take_token *token;      /* the script run in flight, if any           */
     int wait_out;           /* a BLPOP wait is out on conn                */
     int woke;               /* the last wait popped a token (tell the script) */
+    char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 4]; /* dq:{Q}:t:<request>,
+                               "" before the first call; kept until a reply
+                               comes, so a retry replays a lost result   */
     int ending;             /* timeout or cancel: finish at the next step */
     int retrying;           /* the timer is a retry, not the timeout      */
     double deadline;        /* ev_now() time of the timeout; < 0: none    */
@@ -132,6 +135,18 @@ static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
 
 /* ------------------------------------------------------------ the script */
 
+static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)conn, (void)reply, (void)code, (void)privdata;
+}
+
+/* The result is in hand: its replay copy in Redis can go (it would expire
+ * after 60 s anyway). Pipelined behind whatever comes next. */
+static void forget_result(dq_take_req *t) {
+    const char *argv[2] = {"UNLINK", t->result_key};
+    size_t lens[2] = {6, strlen(t->result_key)};
+    (void)dq__conn_send(t->c->cmd, 0, 2, argv, lens, ignore_reply, NULL);
+}
+
 static void script_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     take_token *token = privdata;
     dq_take_req *t = token->take;
@@ -143,6 +158,10 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         else run_script(t); /* retries once the connection is back */
         return;
     }
+    /* A reply came: the request is settled, and its token counted. */
+    t->woke = 0;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) forget_result(t);
+    t->result_key[0] = '\0';
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 6 != 0) {
         finish(t, dq__reply_failure(t->c, conn, reply, code, t->queue), NULL, 0);
         return;
@@ -200,18 +219,25 @@ static void run_script(dq_take_req *t) {
     token->take = t;
     char count[16], lease[24], max[16], tprefix[DQ_ID_GENERATED_LEN + 2];
     const char *woke = t->woke ? "1" : "0";
-    t->woke = 0;
+    if (!t->result_key[0]) {
+        /* A new request: 128 random bits, so tokens never repeat. A retry
+         * after a lost reply keeps the request, and the script replays it. */
+        char request[DQ_ID_GENERATED_LEN + 1];
+        dq__id_generate(request);
+        dq__key(t->result_key, sizeof t->result_key, t->queue, "t:");
+        strcat(t->result_key, request);
+    }
+    snprintf(tprefix, sizeof tprefix, "%s.", strrchr(t->result_key, ':') + 1);
     snprintf(count, sizeof count, "%zu", t->max);
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);
-    dq__id_generate(tprefix); /* 128 random bits: tokens never repeat */
-    strcat(tprefix, ".");
     const dq__keys *k = &t->keys;
-    const char *argv[14] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
-                            k->config, k->prefix, k->chan, count, lease, tprefix, max, woke};
-    size_t lens[14];
-    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 7, 7, argv, lens, script_reply, token) != 0) {
+    const char *argv[15] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
+                            k->config, k->prefix, k->chan, count, lease, tprefix, max, woke,
+                            t->result_key};
+    size_t lens[15];
+    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
+    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 7, 8, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
