@@ -261,9 +261,12 @@ eq((r.rc, msgs), (1, []), "a dead letter is not delivered")
 section("work --exec failing every time, --max-attempts 3: exactly 3 deliveries, then dead")
 Q = "rel-work"
 LOG = os.path.join(TMP, "fail.log")
-PAY = os.path.join(TMP, "fail.payloads")
+PAYDIR = os.path.join(TMP, "fail.payloads")
+os.makedirs(PAYDIR, exist_ok=True)
+# One file per delivery: with --concurrency 2, appends from two commands to one
+# file would interleave ("job onejob two"), which says nothing about delayq.
 fail_cmd = (f'echo "$DELAYQ_ID $DELAYQ_ATTEMPT $DELAYQ_QUEUE" >> {q(LOG)}; '
-            f'{{ cat; echo; }} >> {q(PAY)}; exit 7')
+            f'cat > {q(PAYDIR)}/"$DELAYQ_ID.$DELAYQ_ATTEMPT"; exit 7')
 offer(Q, "0", "job one", "w1")
 offer(Q, "200ms", "job two", "w2")
 w = work(Q, fail_cmd, "--max-attempts", "3", "--concurrency", "2", "--lease", "30s")
@@ -276,11 +279,11 @@ eq(bad, 0, "no malformed log line")
 for id_ in ("w1", "w2"):
     eq(sorted(a for i, a, _ in recs if i == id_), [1, 2, 3], f"{id_}: delivered exactly 3 times, attempts 1, 2, 3")
 ok(all(rest == [Q] for _, _, rest in recs), "DELAYQ_QUEUE set for every command")
-try:
-    with open(PAY, "rb") as f:
-        pays = sorted(f.read().split(b"\n")[:-1])
-except FileNotFoundError:
-    pays = []
+pays = []
+for name in sorted(os.listdir(PAYDIR)):
+    with open(os.path.join(PAYDIR, name), "rb") as f:
+        pays.append(f.read())
+pays.sort()
 eq(pays, [b"job one"] * 3 + [b"job two"] * 3, "the payload on every command's stdin")
 eq(w.running(), True, "the worker keeps running")
 eq(w.stop(signal.SIGTERM), 0, "SIGTERM: exit 0")
