@@ -1569,6 +1569,41 @@ static void mem_reference(int64_t n) {
     add_row("3", "memory reference: plain zset + one hash", ours, "(brief: about 230 B)", "-", "-", -1);
 }
 
+/* Keys of one family: how many, their bytes, their encodings, the longest. */
+typedef struct key_family {
+    long long keys, bytes, listpack, other, largest;
+} key_family;
+
+/* Adds every key matching pattern (SCAN, so robust to how many there are)
+ * to *f; len_cmd (ZCARD, HLEN) gives a key's length. */
+static void scan_family(const char *pattern, const char *len_cmd, key_family *f) {
+    char cursor[32] = "0";
+    do {
+        redisReply *sr = rcmd(ctl, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        snprintf(cursor, sizeof cursor, "%s", sr->element[0]->str);
+        redisReply *keys = sr->element[1];
+        for (size_t i = 0; i < keys->elements; i++) {
+            redisAppendCommand(ctl, "OBJECT ENCODING %s", keys->element[i]->str);
+            redisAppendCommand(ctl, "MEMORY USAGE %s SAMPLES 0", keys->element[i]->str);
+            redisAppendCommand(ctl, "%s %s", len_cmd, keys->element[i]->str);
+        }
+        for (size_t i = 0; i < keys->elements; i++) {
+            redisReply *r[3];
+            for (int k = 0; k < 3; k++)
+                if (redisGetReply(ctl, (void **)&r[k]) != REDIS_OK) die("redis: %s", ctl->errstr);
+            f->keys++;
+            if (r[0]->type == REDIS_REPLY_STRING || r[0]->type == REDIS_REPLY_STATUS) {
+                if (strcmp(r[0]->str, "listpack") == 0) f->listpack++;
+                else f->other++;
+            }
+            if (r[1]->type == REDIS_REPLY_INTEGER) f->bytes += r[1]->integer;
+            if (r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer > f->largest) f->largest = r[2]->integer;
+            for (int k = 0; k < 3; k++) freeReplyObject(r[k]);
+        }
+        freeReplyObject(sr);
+    } while (strcmp(cursor, "0") != 0);
+}
+
 static void phase_mem(void) {
     int64_t n = scaled(1000000);
     out("\n== Figure 3: Redis memory per pending item%s\n", scaled_tag());
@@ -1582,61 +1617,28 @@ static void phase_mem(void) {
     double t = fill(LAT_Q, n, &fs, 512, "fill 1M far-future");
     double m1 = info_num("memory", "used_memory");
     double per = (m1 - m0) / (double)n;
-    /* Breakdown: the zset alone, and the payload buckets by encoding. */
-    char z[160];
-    snprintf(z, sizeof z, "dq:{%s}:z", LAT_Q);
-    long long zbytes = 0;
-    {
-        redisReply *r = rcmd(ctl, "MEMORY USAGE %s SAMPLES 0", z);
-        zbytes = r->integer;
-        freeReplyObject(r);
-    }
-    /* Every payload bucket key, found with SCAN (robust to the bucket count). */
-    long long hbytes = 0, listpack = 0, hashtable = 0, other = 0, maxlen = 0, nbuckets = 0;
-    char cursor[32] = "0";
+    /* Breakdown by key family (lua/common.lua): the slot index, the slots,
+     * the id index buckets. */
+    key_family idx = {0}, slots = {0}, ids = {0};
     char pattern[160];
-    snprintf(pattern, sizeof pattern, "dq:{%s}:p:*", LAT_Q);
-    do {
-        redisReply *sr = rcmd(ctl, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
-        snprintf(cursor, sizeof cursor, "%s", sr->element[0]->str);
-        redisReply *keys = sr->element[1];
-        for (size_t i = 0; i < keys->elements; i++) {
-            redisAppendCommand(ctl, "OBJECT ENCODING %s", keys->element[i]->str);
-            redisAppendCommand(ctl, "MEMORY USAGE %s SAMPLES 0", keys->element[i]->str);
-            redisAppendCommand(ctl, "HLEN %s", keys->element[i]->str);
-        }
-        for (size_t i = 0; i < keys->elements; i++) {
-            redisReply *r;
-            nbuckets++;
-            if (redisGetReply(ctl, (void **)&r) != REDIS_OK) die("redis: %s", ctl->errstr);
-            if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
-                if (strcmp(r->str, "listpack") == 0) listpack++;
-                else if (strcmp(r->str, "hashtable") == 0) hashtable++;
-                else other++;
-            }
-            freeReplyObject(r);
-            if (redisGetReply(ctl, (void **)&r) != REDIS_OK) die("redis: %s", ctl->errstr);
-            if (r->type == REDIS_REPLY_INTEGER) hbytes += r->integer;
-            freeReplyObject(r);
-            if (redisGetReply(ctl, (void **)&r) != REDIS_OK) die("redis: %s", ctl->errstr);
-            if (r->type == REDIS_REPLY_INTEGER && r->integer > maxlen) maxlen = r->integer;
-            freeReplyObject(r);
-        }
-        freeReplyObject(sr);
-    } while (strcmp(cursor, "0") != 0);
-    redisReply *cr = rcmd(ctl, "CONFIG GET hash-max-listpack-entries");
-    long long hle = cr->elements == 2 ? atoll(cr->element[1]->str) : -1;
-    freeReplyObject(cr);
+    snprintf(pattern, sizeof pattern, "dq:{%s}:zs", LAT_Q);
+    scan_family(pattern, "ZCARD", &idx);
+    snprintf(pattern, sizeof pattern, "dq:{%s}:q:*", LAT_Q);
+    scan_family(pattern, "ZCARD", &slots);
+    snprintf(pattern, sizeof pattern, "dq:{%s}:i:*", LAT_Q);
+    scan_family(pattern, "HLEN", &ids);
     out("   filled in %.1f s (%.0f offers/s, dq_offer_async, 512 in flight)\n", t, (double)n / t);
     out("   ours: %.1f bytes per pending item (target <= 160; BullMQ 326 with empty payloads)\n", per);
-    out("   breakdown (MEMORY USAGE): zset %.1f B/item, payload buckets %.1f B/item;\n"
-        "   %lld bucket keys: %lld listpack, %lld hashtable, %lld other; largest %lld fields;\n"
-        "   hash-max-listpack-entries %lld\n",
-        (double)zbytes / (double)n, (double)hbytes / (double)n, nbuckets, listpack, hashtable, other, maxlen, hle);
+    out("   breakdown (MEMORY USAGE, per item): slot index %.1f B, slots %.1f B, id index %.1f B\n",
+        (double)idx.bytes / (double)n, (double)slots.bytes / (double)n, (double)ids.bytes / (double)n);
+    out("   %lld slots (%lld listpack, %lld other), %.1f records each on average, largest %lld;\n"
+        "   %lld id index buckets (%lld listpack, %lld other), largest %lld ids\n",
+        slots.keys, slots.listpack, slots.other, slots.keys ? (double)n / (double)slots.keys : 0.0,
+        slots.largest, ids.keys, ids.listpack, ids.other, ids.largest);
     char ours[32], ref[44];
     snprintf(ours, sizeof ours, "%.1f B", per);
-    snprintf(ref, sizeof ref, "zset %.0f + buckets %.0f B", (double)zbytes / (double)n,
-             (double)hbytes / (double)n);
+    snprintf(ref, sizeof ref, "slots %.0f + ids %.0f B", (double)slots.bytes / (double)n,
+             (double)ids.bytes / (double)n);
     add_row("3", "memory per pending item (1M, 16-byte payload)", ours, ref, "-", "<= 160 B", per <= 160);
 
     out("\n== Figure 4 at %" PRId64 " pending: end-to-end lateness%s\n", n, scaled_tag());

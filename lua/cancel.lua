@@ -1,17 +1,17 @@
 -- cancel.lua: removes a pending item (not one in flight: that belongs to
 -- its consumer until ack, nack or the end of its lease).
--- KEYS[1] z; ARGV[1] payload bucket prefix, ARGV[2] id.
+-- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id.
 -- Returns 1 if it was pending and is now removed, 0 if it was not pending.
-local z, prefix, id = KEYS[1], ARGV[1], ARGV[2]
-local s = redis.call('ZSCORE', z, id)
-if not s then return 0 end
-local score = tonumber(s)
-local bucket = bucket_key(prefix, score)
-local rec = redis.pcall('HGET', bucket, id)
-if type(rec) == 'string' and string.sub(rec, 1, 1) == '2' then
-  local r = parse_record(rec, score)
-  if r and r.token ~= '' then return 0 end
-end
-redis.call('ZREM', z, id)
-redis.pcall('HDEL', bucket, id)
+local zs, P, id = KEYS[1], ARGV[1], ARGV[2]
+local err = require_type(zs, 'zset')
+if err then return err end
+local score = id_score(P, id)
+if not score then return 0 end
+local key, rec = slot_find(P, zs, id, score)
+if not key then return 0 end -- ready
+local r = parse_record(rec, score)
+if r and r.token ~= '' then return 0 end
+redis.call('ZREM', key, rec)
+id_del(P, id)
+redis.pcall('HINCRBY', KEYS[2], 'pending', -1)
 return 1

@@ -1,29 +1,41 @@
 -- common.lua: prepended to every delayq script at build time.
 --
--- Data layout of queue Q (all keys share the hash tag {Q}, one cluster slot):
---   dq:{Q}:z        ZSET  timed ids: pending items (score = due_ms * ORD +
---                         ordinal) and items in flight (score = lease end * ORD)
---   dq:{Q}:p:<n>    HASH  id -> record, n = (due + ordinal) % BUCKETS
+-- Data layout of queue Q (all keys share the hash tag {Q}, one cluster slot;
+-- P below is the prefix "dq:{Q}:", passed to the scripts that need it):
+--   dq:{Q}:zs       ZSET  the slot index: slot name -> the slot's lower bound
+--   P..q:<name>     ZSET  a slot: timed entries (member = the whole record,
+--                         see below), score = due_ms * ORD + ordinal for
+--                         pending items, lease end * ORD + ordinal in flight
+--   P..i:<h>        HASH  the id index, h = a hash of the id: id -> score of
+--                         the id's record; an id whose record is in no slot
+--                         is in the ready list
 --   dq:{Q}:r        LIST  ready entries, oldest first
---   dq:{Q}:rs       SET   ids in the ready list (so an id is never queued twice)
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all
 --   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
---   dq:{Q}:n        HASH  counters: inflight
+--   dq:{Q}:n        HASH  counters: pending, inflight, slots (names issued)
 --   dq:{Q}:t:<req> STRING a take's result, until its taker has the reply
 --                         (60 s at most): a retried take replays it
 --   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
 --                         backoff_base_ms, backoff_max_ms (absent: defaults)
---   dq:{Q}:w        channel: the earliest due time in z (ms), or -1
--- The ordinal (0..ORD-1) keeps equal due times in offer order; it costs no
--- key and no member bytes. Records are bucketed so each hash stays a small
--- listpack (about 45 bytes an item instead of 100 for one big hash).
+--   dq:{Q}:w        channel: the earliest due time in the slots (ms), or -1
+--
+-- Why slots: one big zset costs about 125 bytes an entry (skiplist node,
+-- dict entry, member string). Small zsets of at most SLOT_CAP entries stay
+-- listpacks (Redis's default zset-max-listpack-entries is 128), where an
+-- entry costs its bytes plus two or three. Slot i holds the scores in
+-- [bound i, bound i+1): a slot that grows past SLOT_CAP splits in two, so
+-- any spread of due times (a burst in one second, a trickle over a year)
+-- gives slots of SLOT_CAP / 2 .. SLOT_CAP entries. The record is the member,
+-- so a transfer moves whole ranks of a slot with a few calls per chunk and
+-- none per item. Emptied slots leave the index when a transfer reaches them.
+-- The ordinal (0..ORD-1) keeps equal due times in offer order.
 --
 -- Formats (the first byte is the format version):
---   record v1  "1" .. payload                      never delivered yet
---   record v2  "2|attempts|max|due|tlen|elen|" .. token .. err .. payload
+--   record v1  "1|idlen|" .. id .. payload               never delivered yet
+--   record v2  "2|attempts|max|due|idlen|tlen|elen|" .. id .. token .. err .. payload
 --              token ~= '': in flight (score = lease end); else a retry
 --   ready v1   "1|due|ready|idlen|" .. id .. payload          attempts 0
 --   ready v2   "2|due|ready|attempts|idlen|elen|" .. id .. err .. payload
@@ -31,8 +43,9 @@
 -- Numbers are formatted with %.0f: Lua 5.1's tostring keeps only 14 digits
 -- (numbers passed to redis.call are converted exactly, with %.17g).
 local ORD = 2048
-local BUCKETS = 8192
 local DUE_MAX = 4398046511103
+local SLOT_CAP = 100
+local ID_BUCKETS = 32768
 
 local function fmt(n) return string.format('%.0f', n) end
 
@@ -55,11 +68,10 @@ local function require_type(key, want)
   return nil
 end
 
--- The payload bucket of a score: (due + ordinal) % BUCKETS, which spreads
--- consecutive milliseconds over consecutive buckets. (Not score % BUCKETS:
--- ORD divides BUCKETS, so that would use only BUCKETS / ORD buckets.)
-local function bucket_key(prefix, score)
-  return prefix .. fmt((math.floor(score / ORD) + score % ORD) % BUCKETS)
+-- The id index bucket of an id. SHA-1 rather than a few of the id's bytes:
+-- ids made by applications ("order-17", "order-18") must spread too.
+local function id_key(P, id)
+  return P .. 'i:' .. (tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
 end
 
 local function ready_entry(due, ready, id, payload)
@@ -90,43 +102,55 @@ local function signal(sig, n)
   end
 end
 
-local function earliest_due(z)
-  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  if first[2] == nil then return -1, nil end
-  local score = tonumber(first[2])
-  return math.floor(score / ORD), score
+-- Records ------------------------------------------------------------------
+
+local function record_v1(id, payload)
+  return '1|' .. #id .. '|' .. id .. payload
 end
 
--- Records and entries ------------------------------------------------------
+local function record_v2(r, id)
+  return '2|' .. r.attempts .. '|' .. r.max .. '|' .. fmt(r.due) .. '|' .. #id .. '|' ..
+         #r.token .. '|' .. #r.err .. '|' .. id .. r.token .. r.err .. r.payload
+end
 
--- A record as a table, or nil if it cannot be decoded. score: its z score.
+-- The id of a record, or nil if it cannot be decoded.
+local function record_id(rec)
+  local il, pos = string.match(rec, '^1|(%d+)|()')
+  if not il then il, pos = string.match(rec, '^2|%d+|%d+|%d+|(%d+)|%d+|%d+|()') end
+  if not il then return nil end
+  il = tonumber(il)
+  if il < 1 or pos + il - 1 > #rec then return nil end
+  return string.sub(rec, pos, pos + il - 1)
+end
+
+-- A record as a table, or nil if it cannot be decoded. score: its score.
 local function parse_record(rec, score)
   local v = string.sub(rec, 1, 1)
   if v == '1' then
+    local il, pos = string.match(rec, '^1|(%d+)|()')
+    if not il then return nil end
+    il = tonumber(il)
+    if il < 1 or pos + il - 1 > #rec then return nil end
     return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
-            payload = string.sub(rec, 2)}
+            id = string.sub(rec, pos, pos + il - 1), payload = string.sub(rec, pos + il)}
   end
   if v ~= '2' then return nil end
-  local a, m, d, tl, el, pos = string.match(rec, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
+  local a, m, d, il, tl, el, pos = string.match(rec, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
   if not a then return nil end
-  tl, el = tonumber(tl), tonumber(el)
-  if pos + tl + el - 1 > #rec then return nil end
+  il, tl, el = tonumber(il), tonumber(tl), tonumber(el)
+  if il < 1 or pos + il + tl + el - 1 > #rec then return nil end
+  local t0 = pos + il
   return {attempts = tonumber(a), max = tonumber(m), due = tonumber(d),
-          token = string.sub(rec, pos, pos + tl - 1),
-          err = string.sub(rec, pos + tl, pos + tl + el - 1),
-          payload = string.sub(rec, pos + tl + el)}
-end
-
-local function record_v2(r)
-  return '2|' .. r.attempts .. '|' .. r.max .. '|' .. fmt(r.due) .. '|' .. #r.token .. '|' ..
-         #r.err .. '|' .. r.token .. r.err .. r.payload
+          id = string.sub(rec, pos, t0 - 1), token = string.sub(rec, t0, t0 + tl - 1),
+          err = string.sub(rec, t0 + tl, t0 + tl + el - 1),
+          payload = string.sub(rec, t0 + tl + el)}
 end
 
 -- The ready entry of a record that becomes ready now.
-local function ready_entry_of(r, id, now)
-  if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, id, r.payload) end
-  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. r.attempts .. '|' .. #id .. '|' ..
-         #r.err .. '|' .. id .. r.err .. r.payload
+local function ready_entry_of(r, now)
+  if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, r.id, r.payload) end
+  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. r.attempts .. '|' .. #r.id .. '|' ..
+         #r.err .. '|' .. r.id .. r.err .. r.payload
 end
 
 -- A ready entry as a table, or nil if it cannot be decoded.
@@ -152,30 +176,226 @@ local function dead_record(r, reason, now)
          #r.err .. '|' .. reason .. r.err .. r.payload
 end
 
--- Moves a record to the dead letters of the queue.
-local function bury(dead, deadz, id, r, reason, now)
-  redis.call('HSET', dead, id, dead_record(r, reason, now))
-  redis.call('ZADD', deadz, now, id)
+-- Moves a record to the dead letters of the queue (the caller has taken it
+-- out of its slot).
+local function bury(P, dead, deadz, r, reason, now)
+  redis.call('HSET', dead, r.id, dead_record(r, reason, now))
+  redis.call('ZADD', deadz, now, r.id)
+  redis.call('HDEL', id_key(P, r.id), r.id)
 end
 
--- The record of a leased id if token matches, as (record, score, bucket);
--- nil if the id is unknown, not in flight, or the token is stale: another
--- lease's, or one that has ended (now, server ms, is at or past its end),
--- even if no scheduler has returned the item yet.
-local function leased_record(z, prefix, id, token, now)
-  local s = redis.call('ZSCORE', z, id)
-  if not s then return nil end
-  local score = tonumber(s)
-  if math.floor(score / ORD) <= now then return nil end
-  local bucket = bucket_key(prefix, score)
-  local rec = redis.call('HGET', bucket, id)
-  local r = rec and parse_record(rec, score)
+-- Slots ----------------------------------------------------------------------
+
+local function slot_key(P, name) return P .. 'q:' .. name end
+
+-- The slot whose range holds score: (name, lower bound), or nil if score is
+-- below every bound (or there is no slot).
+local function slot_at(zs, score)
+  local s = redis.call('ZREVRANGEBYSCORE', zs, score, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if s[1] == nil then return nil end
+  return s[1], tonumber(s[2])
+end
+
+-- The highest score in [lo, hi] over all slots, or nil, starting from the
+-- slot (name, bound) that holds hi. Usually that slot alone; a split bound
+-- inside [lo, hi] makes it look one slot further down.
+local function last_score_in(P, zs, lo, hi, name, bound)
+  for _ = 1, 64 do
+    local s = redis.call('ZREVRANGEBYSCORE', slot_key(P, name), hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
+    if s[2] then return tonumber(s[2]) end
+    if bound <= lo then return nil end
+    hi = bound - 1
+    name, bound = slot_at(zs, hi)
+    if not name then return nil end
+  end
+  return nil
+end
+
+-- Splits a slot that grew past SLOT_CAP: the upper half moves to a new slot.
+-- Tried at SLOT_CAP + 1 entries and every 32 more, so a slot that cannot
+-- split (one score, more than ORD offers in one millisecond) is not
+-- re-examined on every offer.
+local function split_if_full(P, zs, counters, key)
+  local card = redis.call('ZCARD', key)
+  if card <= SLOT_CAP or (card - SLOT_CAP - 1) % 32 ~= 0 then return end
+  local mid = tonumber(redis.call('ZRANGE', key, math.floor(card / 2), math.floor(card / 2), 'WITHSCORES')[2])
+  local low = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+  if mid == low then
+    -- The lower half is all one score: split above it.
+    local nx = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(mid), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if nx[2] == nil then return end
+    mid = tonumber(nx[2])
+  end
+  local upper = redis.call('ZRANGEBYSCORE', key, mid, '+inf', 'WITHSCORES', 'LIMIT', 0, 4 * SLOT_CAP)
+  if #upper / 2 >= 4 * SLOT_CAP then return end -- one score dominates: leave it
+  local args = {}
+  for i = 1, #upper, 2 do
+    args[#args + 1] = upper[i + 1]
+    args[#args + 1] = upper[i]
+  end
+  local new = fmt(redis.call('HINCRBY', counters, 'slots', 1))
+  redis.call('ZADD', slot_key(P, new), unpack(args))
+  redis.call('ZREMRANGEBYSCORE', key, mid, '+inf')
+  redis.call('ZADD', zs, mid, new)
+end
+
+-- slot_insert's general case: [lo, hi] straddles a slot bound, or lies
+-- below the first slot, or there is no slot yet.
+local function slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+  local score = lo
+  local name, bound = slot_at(zs, hi)
+  if ordinal and name then
+    local l = last_score_in(P, zs, lo, hi, name, bound)
+    if l then score = math.min(l + 1, hi) end
+  end
+  name = slot_at(zs, score)
+  if not name then
+    name = redis.call('ZRANGE', zs, 0, 0)[1] or fmt(redis.call('HINCRBY', counters, 'slots', 1))
+    redis.call('ZADD', zs, score, name) -- a new slot, or the first one now starts lower
+  end
+  local key = slot_key(P, name)
+  redis.call('ZADD', key, score, rec)
+  split_if_full(P, zs, counters, key)
+  return score
+end
+
+-- Adds a record with a score in [lo, lo + ORD - 1]: the first free ordinal
+-- after the latest record of the same millisecond if ordinal, else lo
+-- itself. Returns the score. The caller announces a score below the first
+-- bound it read before (see first_bound).
+-- hint: nil, or a table the caller keeps across the inserts of one run: the
+-- last slot used (name, bound, upper = the next bound, last score, card),
+-- so a batch that stays in one slot looks the slot up once.
+-- Time mostly moves forward, so the common insert lands at or after the end
+-- of its slot: the slot's last score then gives the ordinal (no scan of the
+-- listpack), and a full slot is not split but followed by a new one that
+-- starts with this record (nothing moves, and slots stay full).
+local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
+  local hi = ordinal and lo + ORD - 1 or lo
+  local h = hint
+  if not (h and h.name and h.bound <= lo and (h.upper == nil or hi < h.upper)) then
+    local name, bound = slot_at(zs, hi)
+    if not name or bound > lo then
+      if hint then hint.name = nil end
+      return slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+    end
+    local key = slot_key(P, name)
+    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    h = hint or {}
+    h.name, h.bound, h.upper = name, bound, nx[2] and tonumber(nx[2]) or nil
+    h.last, h.card = tail[2] and tonumber(tail[2]) or nil, redis.call('ZCARD', key)
+  end
+  local key = slot_key(P, h.name)
+  local score = lo
+  if ordinal and h.last and h.last >= lo then
+    if h.last <= hi then
+      score = math.min(h.last + 1, hi)
+    else
+      local s = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
+      if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
+    end
+  end
+  if h.card >= SLOT_CAP and h.last and score > h.last then
+    -- Appending to a full slot: start the next one here.
+    local name = fmt(redis.call('HINCRBY', counters, 'slots', 1))
+    redis.call('ZADD', zs, score, name)
+    redis.call('ZADD', slot_key(P, name), score, rec)
+    h.name, h.bound, h.last, h.card = name, score, score, 1
+    return score
+  end
+  redis.call('ZADD', key, score, rec)
+  h.card = h.card + 1
+  if not h.last or score > h.last then h.last = score end
+  if h.card > SLOT_CAP then
+    split_if_full(P, zs, counters, key)
+    h.name = nil -- the slot may have split: look it up again next time
+  end
+  return score
+end
+
+-- The record of id at score: (slot key, record), or nil if it is in no
+-- slot. Equal scores are rare (more than ORD records in a millisecond), so
+-- the scan is usually over one member.
+local function slot_find(P, zs, id, score)
+  local name = slot_at(zs, score)
+  if not name then return nil end
+  local key = slot_key(P, name)
+  local off = 0
+  while true do
+    local recs = redis.call('ZRANGEBYSCORE', key, score, score, 'LIMIT', off, 100)
+    for _, rec in ipairs(recs) do
+      if record_id(rec) == id then return key, rec end
+    end
+    if #recs < 100 then return nil end
+    off = off + 100
+  end
+end
+
+-- The score of an id's record (pending, in flight, or ready when it is in
+-- no slot), or nil for an id the queue does not hold.
+local function id_score(P, id)
+  local s = redis.call('HGET', id_key(P, id), id)
+  return s and tonumber(s) or nil
+end
+
+local function id_set(P, id, score)
+  redis.call('HSET', id_key(P, id), id, fmt(score))
+end
+
+local function id_del(P, id)
+  redis.call('HDEL', id_key(P, id), id)
+end
+
+-- The lower bound of the first slot: at or before the earliest score, and a
+-- time every scheduler has heard of (offers announce a new first score,
+-- transfers publish the score they raise it to), so announcing only scores
+-- below it is enough. nil if there is no slot.
+local function first_bound(zs)
+  local f = redis.call('ZRANGE', zs, 0, 0, 'WITHSCORES')
+  return f[2] and tonumber(f[2]) or nil
+end
+
+-- The earliest score in the slots, or nil; drops emptied slots from the
+-- front of the index and raises the first bound to the earliest score.
+local function earliest_score(P, zs)
+  for _ = 1, 1000 do
+    local f = redis.call('ZRANGE', zs, 0, 0, 'WITHSCORES')
+    if f[1] == nil then return nil end
+    local e = redis.call('ZRANGE', slot_key(P, f[1]), 0, 0, 'WITHSCORES')
+    if e[2] then
+      local score = tonumber(e[2])
+      if score > tonumber(f[2]) then redis.call('ZADD', zs, score, f[1]) end
+      return score
+    end
+    redis.call('ZREM', zs, f[1])
+  end
+  return first_bound(zs)
+end
+
+local function earliest_due(P, zs)
+  local s = earliest_score(P, zs)
+  if s == nil then return -1 end
+  return math.floor(s / ORD)
+end
+
+-- The record of a leased id if token matches, as (record table, slot key,
+-- raw record); nil if the id is unknown, not in flight, or the token is
+-- stale: another lease's, or one that has ended (now, server ms, is at or
+-- past its end), even if no scheduler has returned the item yet.
+local function leased_record(P, zs, id, token, now)
+  local score = id_score(P, id)
+  if not score or math.floor(score / ORD) <= now then return nil end
+  local key, rec = slot_find(P, zs, id, score)
+  if not key then return nil end
+  local r = parse_record(rec, score)
   if not r or r.token == '' or r.token ~= token then return nil end
-  return r, score, bucket
+  return r, key, rec
 end
 
--- Publishes the new earliest due time if score is now the first in z.
-local function announce_if_first(z, chan, score, due)
-  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  if first[2] and tonumber(first[2]) >= score then redis.call('PUBLISH', chan, due) end
+-- Publishes the new earliest due time if score is before the first bound.
+local function announce_if_first(zs, chan, score, bound_before)
+  if bound_before == nil or score < bound_before then
+    redis.call('PUBLISH', chan, fmt(math.floor(score / ORD)))
+  end
 end

@@ -1,7 +1,6 @@
 -- dead.lua: the dead letters of a queue.
--- KEYS[1] dead letters, KEYS[2] dead times, KEYS[3] ready list, KEYS[4] ready
--- ids, KEYS[5] z, KEYS[6] wake tokens
--- ARGV[1] operation, then:
+-- KEYS[1] dead letters, KEYS[2] dead times, KEYS[3] ready list, KEYS[4] wake
+-- tokens; ARGV[1] key prefix, ARGV[2] operation, then:
 --   'list' offset limit  -> flat {id, died, attempts, due, reason, err, payload}*
 --   'count'              -> n
 --   'redrive' id         -> 1 if moved back to the ready list, else 0
@@ -10,8 +9,8 @@
 -- A redriven item starts over: attempts 0, due now. An id that is active
 -- again (pending, ready or in flight) is dropped from the dead letters
 -- instead, so redrive never makes a second copy.
-local dead, deadz, ready, rs, z, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local op = ARGV[1]
+local dead, deadz, ready, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local P, op = ARGV[1], ARGV[2]
 
 local function parse_dead(rec)
   local died, a, d, rl, el, pos = string.match(rec, '^1|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
@@ -28,16 +27,16 @@ local function redrive(id, now)
   if not rec then return 0 end
   local r = parse_dead(rec)
   if not r then return 0 end
-  if redis.call('ZSCORE', z, id) or redis.call('SISMEMBER', rs, id) == 1 then return 0 end
+  if id_score(P, id) then return 0 end
   redis.call('RPUSH', ready, ready_entry(now, now, id, r.payload))
-  redis.call('SADD', rs, id)
+  id_set(P, id, now * ORD)
   redis.pcall('RPUSH', sig, '1')
   return 1
 end
 
 if op == 'count' then return redis.call('ZCARD', deadz) end
 if op == 'list' then
-  local off, lim = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local off, lim = tonumber(ARGV[3]), tonumber(ARGV[4])
   local ids = redis.call('ZRANGE', deadz, off, off + lim - 1)
   local out = {}
   for _, id in ipairs(ids) do
@@ -51,11 +50,11 @@ if op == 'list' then
   end
   return out
 end
-local err = require_type(ready, 'list') or require_type(rs, 'set')
+local err = require_type(ready, 'list')
 if err then return err end
-if op == 'redrive' then return redrive(ARGV[2], server_now_ms()) end
+if op == 'redrive' then return redrive(ARGV[3], server_now_ms()) end
 if op == 'redrive_all' or op == 'purge' then
-  local ids = redis.call('ZRANGE', deadz, 0, tonumber(ARGV[2]) - 1)
+  local ids = redis.call('ZRANGE', deadz, 0, tonumber(ARGV[3]) - 1)
   local now, n = server_now_ms(), 0
   for _, id in ipairs(ids) do
     if op == 'purge' then

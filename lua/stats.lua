@@ -1,18 +1,18 @@
 -- stats.lua: counts of one queue, all O(1) but one O(log N) look-up.
--- KEYS[1] z, KEYS[2] ready list, KEYS[3] set-aside list, KEYS[4] counters,
--- KEYS[5] dead times.
+-- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] set-aside list,
+-- KEYS[4] counters, KEYS[5] dead times; ARGV[1] key prefix.
 -- Returns {pending, ready, next_due_in_ms or -1, set_aside, inflight, dead};
--- next_due_in_ms counts lease ends too (they are due events of z).
+-- next_due_in_ms counts lease ends too (they are due events of the slots).
 local err = require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or
             require_type(KEYS[3], 'list') or require_type(KEYS[4], 'hash') or
             require_type(KEYS[5], 'zset')
 if err then return err end
-local timed = redis.call('ZCARD', KEYS[1])
+local pending = tonumber(redis.call('HGET', KEYS[4], 'pending') or 0)
 local ready = redis.call('LLEN', KEYS[2])
 local aside = redis.call('LLEN', KEYS[3])
 local inflight = tonumber(redis.call('HGET', KEYS[4], 'inflight') or 0)
 local dead = redis.call('ZCARD', KEYS[5])
-local next_due = earliest_due(KEYS[1])
+local next_due = earliest_due(ARGV[1], KEYS[1])
 local next_in = -1
 if next_due >= 0 then next_in = math.max(0, next_due - server_now_ms()) end
-return {timed - inflight, ready, fmt(next_in), aside, inflight, dead}
+return {math.max(pending, 0), ready, fmt(next_in), aside, inflight, dead}

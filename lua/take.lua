@@ -1,7 +1,7 @@
 -- take.lua: pops up to N ready entries for a consumer, atomically.
--- KEYS[1] z, KEYS[2] ready list, KEYS[3] ready ids, KEYS[4] set-aside list,
--- KEYS[5] counters, KEYS[6] wake tokens, KEYS[7] queue settings
--- ARGV[1] payload bucket prefix, ARGV[2] wake channel, ARGV[3] N,
+-- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] set-aside list,
+-- KEYS[4] counters, KEYS[5] wake tokens, KEYS[6] queue settings
+-- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] N,
 -- ARGV[4] lease ms (0: no lease, the entries are simply handed out; -1: the
 -- queue's setting),
 -- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
@@ -14,17 +14,18 @@
 -- it has the reply.
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
--- With a lease each entry goes into z, scored by the lease's end, with a
--- record holding its token; the scheduler returns it to the ready list when
--- the lease runs out, unless ack, nack or extend comes first with the token.
+-- Without a lease the id leaves the id index. With a lease each entry goes
+-- into the slots, scored by the lease's end, with a record holding its
+-- token; the scheduler returns it to the ready list when the lease runs
+-- out, unless ack, nack or extend comes first with the token.
 -- Returns a flat array, six fields per message:
 --   id, payload, due_ms, ready_ms, attempt, token ('' without a lease).
-local z, ready, rs, aside, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local prefix, chan = ARGV[1], ARGV[2]
+local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local P, chan = ARGV[1], ARGV[2]
 local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 
 -- Everything this script writes after the LPOP must not fail half way.
-local err = require_type(rs, 'set') or require_type(z, 'zset')
+local err = require_type(zs, 'zset') or require_type(counters, 'hash')
 if err then return err end
 local replay = redis.call('GET', ARGV[8])
 if replay then return cmsgpack.unpack(replay) end
@@ -39,38 +40,42 @@ local owed = #entries - (ARGV[7] == '1' and 1 or 0)
 if owed > 0 then redis.pcall('LPOP', sig, owed) end
 
 local now = server_now_ms()
-lease = queue_setting(KEYS[7], 'lease_ms', lease)
-if lease > 0 then max = queue_setting(KEYS[7], 'max_attempts', max) end
-local deadline = now + lease
-local score = deadline * ORD
-local first_before = nil
-if lease > 0 then first_before = select(2, earliest_due(z)) end
-local out, ids, bad, leased = {}, {}, {}, 0
+lease = queue_setting(cfg, 'lease_ms', lease)
+if lease > 0 then max = queue_setting(cfg, 'max_attempts', max) end
+local deadline = math.min(now + lease, DUE_MAX)
+local bound = nil
+if lease > 0 then bound = first_bound(zs) end
+local out, bad, leased, first = {}, {}, 0, nil
 for i, e in ipairs(entries) do
   local m = parse_entry(e)
   if not m then
     bad[#bad + 1] = aside_entry('undecodable ready entry', '', e)
   else
-    ids[#ids + 1] = m.id
     m.attempts = m.attempts + 1
     local token = ''
     if lease > 0 then
       token = tprefix .. i
-      redis.call('HSET', bucket_key(prefix, score), m.id, record_v2({attempts = m.attempts,
-        max = max, due = m.due, token = token, err = m.err, payload = m.payload}))
-      redis.call('ZADD', z, score, m.id)
+      local r = {attempts = m.attempts, max = max, due = m.due, token = token, err = m.err,
+                 payload = m.payload}
+      -- Ordinals i - 1 keep this call's leases apart without a look-up;
+      -- other calls in the same millisecond may share a score (rare, cheap).
+      local score = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
+                                record_v2(r, m.id), false)
+      id_set(P, m.id, score)
+      if first == nil or score < first then first = score end
       leased = leased + 1
+    else
+      id_del(P, m.id)
     end
     local k = #out
     out[k + 1], out[k + 2], out[k + 3] = m.id, m.payload, fmt(m.due)
     out[k + 4], out[k + 5], out[k + 6] = fmt(m.ready), m.attempts, token
   end
 end
-if #ids > 0 then redis.call('SREM', rs, unpack(ids)) end
 if #bad > 0 then redis.pcall('RPUSH', aside, unpack(bad)) end
 if leased > 0 then
-  redis.pcall('HINCRBY', counters, 'inflight', leased)
-  if first_before == nil or score < first_before then redis.call('PUBLISH', chan, fmt(deadline)) end
+  redis.call('HINCRBY', counters, 'inflight', leased)
+  announce_if_first(zs, chan, first, bound)
 end
 if #out > 0 then redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000) end
 return out

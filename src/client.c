@@ -167,12 +167,11 @@ void dq_client_free(dq_client *c) {
 }
 
 void dq__keys_init(dq__keys *k, const char *queue) {
-    dq__key(k->z, sizeof k->z, queue, "z");
+    dq__key(k->z, sizeof k->z, queue, "zs");
     dq__key(k->ready, sizeof k->ready, queue, "r");
     dq__key(k->aside, sizeof k->aside, queue, "x");
-    dq__key(k->prefix, sizeof k->prefix, queue, "p:");
+    dq__key(k->prefix, sizeof k->prefix, queue, "");
     dq__key(k->chan, sizeof k->chan, queue, "w");
-    dq__key(k->ready_ids, sizeof k->ready_ids, queue, "rs");
     dq__key(k->counters, sizeof k->counters, queue, "n");
     dq__key(k->dead, sizeof k->dead, queue, "d");
     dq__key(k->dead_times, sizeof k->dead_times, queue, "dz");

@@ -141,7 +141,7 @@ int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format
 typedef struct dq__keys {
     char z[DQ__KEY_MAX], ready[DQ__KEY_MAX], aside[DQ__KEY_MAX];
     char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
-    char ready_ids[DQ__KEY_MAX], counters[DQ__KEY_MAX];
+    char counters[DQ__KEY_MAX];
     char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
     char signal[DQ__KEY_MAX], config[DQ__KEY_MAX];
 } dq__keys;

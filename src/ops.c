@@ -119,7 +119,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
         dq__keys k;
         dq__keys_init(&k, queue);
-        const char *head[6] = {k.z, k.ready, k.ready_ids, k.signal, k.prefix, k.chan};
+        const char *head[6] = {k.z, k.ready, k.counters, k.signal, k.prefix, k.chan};
         for (int i = 0; i < 6; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
@@ -422,9 +422,9 @@ int dq_cancel(dq_client *c, const char *queue, const char *id) {
     if (bad) return bad;
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[3] = {k.z, k.prefix, id};
+    const char *argv[4] = {k.z, k.counters, k.prefix, id};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_CANCEL, 1, 2, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_CANCEL, 2, 2, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -433,9 +433,9 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     if (bad) return bad;
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[5] = {k.z, k.ready_ids, k.dead, k.prefix, id};
+    const char *argv[4] = {k.z, k.dead, k.prefix, id};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_LOOKUP, 3, 2, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_LOOKUP, 2, 2, argv, &s);
     if (rc) return rc;
     if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
         return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
@@ -450,9 +450,9 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     if (bad) return bad;
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[5] = {k.z, k.ready, k.aside, k.counters, k.dead_times};
+    const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_STATS, 5, 0, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
     if (s.count != 6) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];

@@ -146,9 +146,9 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
     dq__keys_init(&k, queue);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-    const char *argv[6] = {k.z, k.prefix, id, token, lease, k.chan};
+    const char *argv[7] = {k.z, k.counters, k.prefix, id, token, lease, k.chan};
     dq__sync_ints s;
-    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 1, 5, argv, &s);
+    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 2, 5, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -158,9 +158,8 @@ static int dead_ints(dq_client *c, const char *queue, const char *op, const char
                      dq__sync_ints *s) {
     dq__keys k;
     dq__keys_init(&k, queue);
-    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, k.signal, op,
-                           arg ? arg : ""};
-    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 6, arg ? 2 : 1, argv, s);
+    const char *argv[7] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, op, arg ? arg : ""};
+    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 4, arg ? 3 : 2, argv, s);
 }
 
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
@@ -276,11 +275,11 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     char off[24], lim[24];
     snprintf(off, sizeof off, "%zu", offset);
     snprintf(lim, sizeof lim, "%zu", limit);
-    const char *argv[9] = {k.dead, k.dead_times, k.ready, k.ready_ids, k.z, k.signal, "list", off, lim};
-    size_t lens[9];
-    for (int i = 0; i < 9; i++) lens[i] = strlen(argv[i]);
+    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, "list", off, lim};
+    size_t lens[8];
+    for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
-    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 6, 3, argv, lens, dead_list_reply, &l);
+    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 4, 4, argv, lens, dead_list_reply, &l);
     if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
     dq__wait(c, &l.done);
     if (l.status) {

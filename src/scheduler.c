@@ -150,16 +150,16 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     const dq__keys *k = &s->keys;
     /* Runs not fired by a due time (catch-up, safety) also top up the wake
      * tokens, which a dying consumer can lose. */
-    const char *argv[13] = {k->z, k->ready, k->aside, k->ready_ids, k->counters, k->dead,
-                            k->dead_times, k->signal, k->prefix, k->chan, batch, budget,
+    const char *argv[12] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
+                            k->signal, k->prefix, k->chan, batch, budget,
                             fired_for < 0 ? "1" : "0"};
-    size_t lens[13];
+    size_t lens[12];
     snprintf(batch, sizeof batch, "%d", c->opt.transfer_batch);
     snprintf(budget, sizeof budget, "%d", c->opt.transfer_budget_us);
-    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
+    for (int i = 0; i < 12; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TRANSFER, 8, 5, argv, lens, transfer_reply, s) != 0) {
+    if (dq__conn_eval(c->cmd, DQ__LUA_TRANSFER, 7, 5, argv, lens, transfer_reply, s) != 0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);

@@ -232,12 +232,11 @@ static void run_script(dq_take_req *t) {
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);
     const dq__keys *k = &t->keys;
-    const char *argv[15] = {k->z, k->ready, k->ready_ids, k->aside, k->counters, k->signal,
-                            k->config, k->prefix, k->chan, count, lease, tprefix, max, woke,
-                            t->result_key};
-    size_t lens[15];
-    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 7, 8, argv, lens, script_reply, token) != 0) {
+    const char *argv[14] = {k->z, k->ready, k->aside, k->counters, k->signal, k->config,
+                            k->prefix, k->chan, count, lease, tprefix, max, woke, t->result_key};
+    size_t lens[14];
+    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
+    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 6, 8, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */

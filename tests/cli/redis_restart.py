@@ -39,7 +39,7 @@ ok(redis_start(), "redis started again on the same port and dir")
 t_up = time.time()
 note(f"Redis was down for {t_up - t_stop:.2f} s")
 try:
-    left = redis("ZCARD", f"dq:{{{Q}}}:z") + redis("LLEN", f"dq:{{{Q}}}:r")
+    left = slot_records(Q) + redis("LLEN", f"dq:{{{Q}}}:r")
     note(f"after the restart: {left} items pending or ready, {consumer.count()} delivered")
 except RedisError as exc:
     note(f"after the restart: {exc}")
@@ -82,8 +82,8 @@ if consumer.err.strip() or sched.err.strip():
     note(f"consumer stderr: {consumer.err.decode(errors='replace').strip()[:500]}")
     note(f"scheduler stderr: {sched.err.decode(errors='replace').strip()[:500]}")
 try:
-    left = (redis("ZCARD", f"dq:{{{Q}}}:z"), redis("LLEN", f"dq:{{{Q}}}:r"), redis("LLEN", f"dq:{{{Q}}}:x"))
-    eq(left, (0, 0, 0), "nothing left pending, ready or set aside")
+    left = (slot_records(Q), redis("LLEN", f"dq:{{{Q}}}:r"), redis("LLEN", f"dq:{{{Q}}}:x"), id_index_size(Q))
+    eq(left, (0, 0, 0, 0), "nothing left pending, ready, set aside or in the id index")
 except RedisError as exc:
     ok(False, "Redis answers after the test", exc)
 

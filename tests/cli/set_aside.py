@@ -7,7 +7,15 @@ import sys
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-ORD, BUCKETS = 2048, 8192
+ORD = 2048
+
+
+def plant(queue, score, record):
+    """Puts a raw record into a slot of its own, as lua/common.lua lays them
+    out: the slot index dq:{Q}:zs names slot 'planted', dq:{Q}:q:planted."""
+    redis("ZADD", f"dq:{{{queue}}}:zs", str(score), "planted")
+    redis("ZADD", f"dq:{{{queue}}}:q:planted", str(score), record)
+
 
 section("an undecodable entry in the ready list")
 redis("RPUSH", "dq:{sx}:r", "garbage that is no entry")
@@ -26,26 +34,23 @@ if p is not None:
 r = dq("stats", "sx")
 ok(r.rc == 0 and b"set_aside 1\n" in r.out, "plain stats shows set_aside 1", r.out)
 
-section("a pending id without its payload record")
+section("a slot record whose lengths do not add up")
 now = server_ms()
 due = now - 1000
-redis("ZADD", "dq:{sp}:z", str(due * ORD), "orphan")
+plant("sp", due * ORD, "1|99|orphan")
 eq(dq("offer", "sp", "100ms", "fine", "--id", "f1").rc, 0, "offer a good item after it")
 r = dq("take", "sp", "--count", "1", "--json", "--timeout", "3s")
 msgs = r.json_lines()
 eq((r.rc, [m["id"] for m in msgs]), (0, ["f1"]), "the good item is delivered")
 aside = redis("LRANGE", "dq:{sp}:x", 0, -1)
-eq(len(aside), 1, "the orphan id is set aside")
+eq(len(aside), 1, "the broken record is set aside")
 if aside:
-    ok(b"orphan" in aside[0] and aside[0].startswith(b"1|"), "... naming the id, with a reason", aside[0])
-eq(redis("ZCARD", "dq:{sp}:z"), 0, "nothing left pending")
+    ok(aside[0].endswith(b"1|99|orphan") and aside[0].startswith(b"1|"), "... raw, with a reason", aside[0])
+eq(redis("EXISTS", "dq:{sp}:q:planted"), 0, "nothing left in the slot")
 
-section("a payload record of an unknown format")
+section("a record of an unknown format")
 due = server_ms() - 500
-score = due * ORD
-redis("ZADD", "dq:{sf}:z", str(score), "weird")
-# The bucket of a score, as lua/common.lua computes it: (due + ordinal) % BUCKETS.
-redis("HSET", f"dq:{{sf}}:p:{(score // ORD + score % ORD) % BUCKETS}", "weird", "9future-format")
+plant("sf", due * ORD, "9future-format")
 r = dq("take", "sf", "--count", "0", "--json", "--timeout", "800ms")
 eq((r.rc, r.out), (0, b""), "nothing delivered")
 aside = redis("LRANGE", "dq:{sf}:x", 0, -1)

@@ -360,6 +360,65 @@ static void test_offer_many(void **state)
     dq_client_free(c);
 }
 
+/* 3,000 items due in one millisecond: more than the 2048 ordinals, so the
+ * slot holding them cannot split by score. All come out in offer order
+ * (the ordinals run out after 2048: those past it share the last score and
+ * must still all arrive), taken with leases and acked. */
+static void test_one_millisecond(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "onems");
+    dq_client *c = dqt_client(NULL);
+    enum { N = 3000 };
+    dq_item *items = calloc(N, sizeof *items);
+    char(*ids)[16] = calloc(N, sizeof *ids);
+    assert_non_null(items);
+    assert_non_null(ids);
+    int64_t due = dqt_server_ms() + 1500;
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "o%04d", i);
+        items[i].id = ids[i];
+        items[i].payload = ids[i];
+        items[i].payload_len = strlen(ids[i]);
+        items[i].due_ms = due;
+    }
+    DQT_EXPECT(c, dq_offer_many(c, q, items, N, NULL), N);
+    dq_item_info info;
+    DQT_EXPECT(c, dq_lookup(c, q, "o2999", &info), 0);
+    assert_int_equal(info.state, DQ_STATE_PENDING);
+    assert_int_equal(info.due_ms, due);
+    DQT_EXPECT(c, dq_cancel(c, q, "o2500"), 1); /* past the ordinals: found by scanning */
+    DQT_EXPECT(c, dq_schedule(c, q), 0);
+    dq_take_opts opts;
+    dq_take_opts_init(&opts);
+    opts.lease_ms = 60000;
+    int got = 0, order_ok = 1, next = 0;
+    for (int round = 0; round < 200 && got < N - 1; round++) {
+        dq_msg *msgs[64];
+        int n = dq_take_many(c, q, &opts, 5000, msgs, 64);
+        assert_true(n > 0);
+        for (int k = 0; k < n; k++) {
+            if (next == 2500) next++;
+            if (next < 2048 && strcmp(msgs[k]->id, ids[next]) != 0) order_ok = 0;
+            assert_int_equal(msgs[k]->due_ms, due);
+            assert_true(msgs[k]->ready_ms >= due);
+            DQT_EXPECT(c, dq_ack(c, q, msgs[k]->id, msgs[k]->token), 1);
+            dq_msg_free(msgs[k]);
+            next++;
+        }
+        got += n;
+    }
+    assert_int_equal(got, N - 1);
+    assert_true(order_ok); /* offer order for the first 2048 at least */
+    dq_stats st;
+    DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
+    assert_int_equal(st.pending + st.ready + st.in_flight, 0);
+    free(items);
+    free(ids);
+    dq_client_free(c);
+}
+
 /* ------------------------------------------------------------ cancel, lookup, stats */
 
 static void test_cancel_lookup(void **state)
@@ -407,9 +466,9 @@ static void test_cancel_lookup(void **state)
     DQT_EXPECT(c, dq_cancel(c, q, "stay"), 0);
     DQT_EXPECT(c, dq_lookup(c, q, "stay", &info), 0);
     assert_int_equal(info.state, DQ_STATE_UNKNOWN);
-    /* No payload record left behind. */
+    /* No record and no id index entry left behind. */
     char pat[128];
-    snprintf(pat, sizeof pat, "dq:{%s}:p:*", q);
+    snprintf(pat, sizeof pat, "dq:{%s}:[qi]:*", q);
     redisReply *r = dqt_redis("KEYS %s", pat);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 0);
@@ -616,7 +675,7 @@ static void test_wrongtype(void **state)
     char q[64], ok[64], key[128];
     dqt_queue(q, sizeof q, "wrong");
     dqt_queue(ok, sizeof ok, "fine");
-    snprintf(key, sizeof key, "dq:{%s}:z", q);
+    snprintf(key, sizeof key, "dq:{%s}:zs", q);
     redisReply *r = dqt_redis("SET %s foo", key);
     freeReplyObject(r);
 
@@ -706,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_delay_respected),
         cmocka_unit_test(test_due_in_past),
         cmocka_unit_test(test_offer_many),
+        cmocka_unit_test(test_one_millisecond),
         cmocka_unit_test(test_cancel_lookup),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_keep_replace),

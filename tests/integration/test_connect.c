@@ -44,7 +44,7 @@ static void test_acl_user_and_db(void **state)
     dq_item it = {.id = "a1", .payload = "x", .payload_len = 1, .delay_ms = 60000};
     DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
     char key[128];
-    snprintf(key, sizeof key, "dq:{%s}:z", q);
+    snprintf(key, sizeof key, "dq:{%s}:zs", q);
     assert_int_equal(exists_in_db(2, key), 1); /* in db 2 ... */
     assert_int_equal(exists_in_db(0, key), 0); /* ... not in db 0 */
     dq_client_free(c);

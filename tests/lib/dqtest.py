@@ -14,6 +14,7 @@ latest when the test exits).
 """
 import atexit
 import base64
+import hashlib
 import json
 import os
 import signal
@@ -352,10 +353,28 @@ def server_ms():
     return int(s) * 1000 + int(us) // 1000
 
 
+def id_index_key(queue, id_):
+    """The id index bucket of an id, as lua/common.lua's id_key computes it."""
+    h = int(hashlib.sha1(id_.encode() if isinstance(id_, str) else id_).hexdigest()[:4], 16) % 32768
+    return f"dq:{{{queue}}}:i:{h}"
+
+
+def slot_records(queue):
+    """How many records the queue's slots hold (pending and in flight)."""
+    names = redis("ZRANGE", f"dq:{{{queue}}}:zs", 0, -1)
+    return sum(redis("ZCARD", f"dq:{{{queue}}}:q:{n.decode()}") for n in names)
+
+
+def id_index_size(queue):
+    """How many ids the queue's id index holds (pending, ready, in flight)."""
+    return sum(redis("HLEN", k) for k in redis("KEYS", f"dq:{{{queue}}}:i:*"))
+
+
 def zscore_due(queue, id_):
-    """The due ms of a pending id from the zset score (score = due*2048 + ordinal)."""
-    s = redis("ZSCORE", f"dq:{{{queue}}}:z", id_)
-    return None if s is None else int(float(s)) // 2048
+    """The due ms (or lease end) of an id from its score in the id index
+    (score = due*2048 + ordinal); None if the queue does not hold it."""
+    s = redis("HGET", id_index_key(queue, id_), id_)
+    return None if s is None else int(s) // 2048
 
 
 def redis_stop():

@@ -20,7 +20,7 @@ import shutil
 import signal
 import tempfile
 
-from dqtest import SLOW, Redis, RedisError, bg_dq, dq, ok, wait_for  # noqa: F401
+from dqtest import SLOW, Redis, RedisError, bg_dq, dq, ok, wait_for, zscore_due  # noqa: F401
 
 _tmpdirs = []
 _pids = []  # extra processes (a killed worker's commands) to stop at exit
@@ -151,6 +151,4 @@ def dead_count(queue):
 
 def lease_end(queue, id_):
     """The lease end (server ms) of an id in flight, from its zset score."""
-    with Redis() as r:
-        s = r.cmd("ZSCORE", f"dq:{{{queue}}}:z", id_)
-    return None if s is None else int(float(s)) // 2048
+    return zscore_due(queue, id_)

@@ -1,0 +1,89 @@
+"""slots.py - the slot layout (lua/common.lua) holds its invariants under
+splits: every slot stays a small listpack (but one of a single score),
+slot i holds only scores in [bound i, bound i+1), ids come out in due order
+with equal due times in offer order, nothing is lost, and the id index is
+empty once everything is delivered."""
+import os
+import random
+import sys
+
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+SLOT_CAP = 100
+Q = "slots"
+
+
+def slots(queue):
+    """[(name, bound, [(score, record), ...])] in index order."""
+    out = []
+    idx = redis("ZRANGE", f"dq:{{{queue}}}:zs", 0, -1, "WITHSCORES")
+    for i in range(0, len(idx), 2):
+        name, bound = idx[i].decode(), int(float(idx[i + 1]))
+        recs = redis("ZRANGE", f"dq:{{{queue}}}:q:{name}", 0, -1, "WITHSCORES")
+        out.append((name, bound, [(int(float(recs[j + 1])), recs[j]) for j in range(0, len(recs), 2)]))
+    return out
+
+
+def check_layout(queue, what, one_score_ok=False):
+    ss = slots(queue)
+    ok(len(ss) > 1, f"{what}: more than one slot ({len(ss)})")
+    big = [(n, len(r)) for n, _, r in ss if len(r) > SLOT_CAP and not (one_score_ok and len({s for s, _ in r}) == 1)]
+    eq(big, [], f"{what}: no slot over {SLOT_CAP} records")
+    enc = {redis("OBJECT", "ENCODING", f"dq:{{{queue}}}:q:{n}") for n, _, r in ss if r and len(r) <= SLOT_CAP}
+    eq(enc, {b"listpack"}, f"{what}: the slots are listpacks")
+    bad = []
+    for i, (n, bound, recs) in enumerate(ss):
+        upper = ss[i + 1][1] if i + 1 < len(ss) else None
+        for s, _ in recs:
+            if (i > 0 and s < bound) or (upper is not None and s >= upper):
+                bad.append((n, bound, upper, s))
+    eq(bad[:3], [], f"{what}: every score lies in its slot's range")
+    return ss
+
+
+section("3,000 offers with random delays 1-3 s, 300 at one due time: splits")
+rng = random.Random(7)
+lines, want = [], []
+for i in range(3000):
+    d = rng.randint(1000, 3000)
+    lines.append(f"{d}ms\tr{i:04d}\tp{i}")
+for i in range(300):
+    lines.append(f"1500ms\ts{i:03d}\tsame {i}")
+r = dq("offer", Q, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
+eq((r.rc, r.out), (0, b"3300\n"), "offer --batch: 3300")
+eq(id_index_size(Q), 3300, "3300 ids in the id index")
+eq(slot_records(Q), 3300, "3300 records in the slots")
+check_layout(Q, "after the offers")
+p = stats(Q)
+if p is not None:
+    eq(p["pending"], 3300, "stats: 3300 pending")
+
+section("cancel and replace inside the slots")
+eq(dq("cancel", Q, "r0005").rc, 0, "cancel r0005")
+eq(dq("offer", Q, "2500ms", "moved", "--id", "r0006").rc, 0, "replace r0006 (due in 2.5 s)")
+eq(slot_records(Q), 3299, "3299 records")
+check_layout(Q, "after cancel and replace")
+
+section("delivered in due order, equal due times in offer order, none lost")
+sched = bg_dq("schedule", Q)
+r = dq("take", Q, "--count", "3299", "--json", "--timeout", "15s", timeout=60)
+sched.stop()
+msgs = r.json_lines()
+eq((r.rc, len(msgs)), (0, 3299), "take --count 3299: all of them")
+ids = [m["id"] for m in msgs]
+eq(len(set(ids)), 3299, "no id twice")
+ok("r0005" not in ids, "the cancelled id is not delivered")
+eq([m["payload"] for m in msgs if m["id"] == "r0006"], ["moved"], "the replaced id carries its new payload")
+dues = [m["due_ms"] for m in msgs]
+eq(dues, sorted(dues), "due_ms non-decreasing in delivery order")
+same = [m["id"] for m in msgs if m["id"].startswith("s")]
+eq(same, [f"s{i:03d}" for i in range(300)], "the 300 with one due time in offer order")
+ok(all(m["ready_ms"] >= m["due_ms"] for m in msgs), "never early: ready_ms >= due_ms")
+eq((slot_records(Q), id_index_size(Q), redis("LLEN", f"dq:{{{Q}}}:r")), (0, 0, 0),
+   "nothing left in the slots, the id index or the ready list")
+p = stats(Q)
+if p is not None:
+    eq((p["pending"], p["ready"]), (0, 0), "stats: 0 pending, 0 ready")
+
+finish()
