@@ -288,6 +288,15 @@ static long long rint_cmd(const char *fmt, ...) {
     return v;
 }
 
+/* Items pending in queue (in its slots, not in flight): the counter the
+ * scripts keep in dq:{Q}:n (lua/common.lua). */
+static long long pending_count(const char *queue) {
+    redisReply *r = rcmd(ctl, "HGET dq:{%s}:n pending", queue);
+    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
 /* A field of an INFO section, as text (into buf); "" if absent. */
 static const char *info_field(const char *section, const char *field, char *buf, size_t size) {
     redisReply *r = rcmd(ctl, "INFO %s", section);
@@ -1719,9 +1728,7 @@ static void fill_due_backlog(const char *queue, int64_t n, const char *label) {
     out("   backlog: %" PRId64 " offers (due within [T+1 s, T+2 s]) in %.1f s (%.0f/s)\n", n, secs,
         (double)n / secs);
     while (server_ms() < t0 + 2010) usleep(10000);
-    char z[160];
-    snprintf(z, sizeof z, "dq:{%s}:z", queue);
-    long long zc = rint_cmd("ZCARD %s", z);
+    long long zc = pending_count(queue);
     if (zc != n) out("   note: %lld of %" PRId64 " are pending (the rest went straight to ready)\n", zc, n);
 }
 
@@ -1766,8 +1773,7 @@ static void run_drain(const cons_args *ca, int procs, uint64_t target, double ti
 
 static void phase_backlog(void) {
     int64_t n = scaled(1000000);
-    char z[160], rl[160], ours[32], ref[44], ratio[16], nt[34];
-    snprintf(z, sizeof z, "dq:{%s}:z", CU_Q);
+    char rl[160], ours[32], ref[44], ratio[16], nt[34];
     snprintf(rl, sizeof rl, "dq:{%s}:r", CU_Q);
     double f = machine_factor();
     out("\n== Figure 5: backlog catch-up%s\n", scaled_tag());
@@ -1799,7 +1805,7 @@ static void phase_backlog(void) {
         double rtt = mono() - p0;
         if (rtt > max_ping) max_ping = rtt;
         if (mono() >= next_z) {
-            left = rint_cmd("ZCARD %s", z);
+            left = pending_count(CU_Q);
             next_z = mono() + 0.02;
         }
         if (mono() > next_p) {
@@ -1954,8 +1960,6 @@ static int64_t fill_same_deadline(int64_t n, const char *label) {
 
 static void phase_deadline(void) {
     int64_t n = scaled(100000);
-    char z[160];
-    snprintf(z, sizeof z, "dq:{%s}:z", SD_Q);
     out("\n== Figure 6: same-deadline stress%s\n", scaled_tag());
     double f = machine_factor();
     /* Reference: Redisson's design on the same server. Its transfer runs one
@@ -1986,7 +1990,7 @@ static void phase_deadline(void) {
     double t0 = mono();
     int64_t moved_ms = -1;
     while (mono() < t0 + 120) {
-        if (server_ms() > due && rint_cmd("ZCARD %s", z) == 0) {
+        if (server_ms() > due && pending_count(SD_Q) == 0) {
             moved_ms = server_ms();
             break;
         }
@@ -2025,7 +2029,7 @@ static void phase_deadline(void) {
     double next_p = t0 + 2;
     moved_ms = -1;
     while ((int64_t)total_delivered(4) < n && mono() < t0 + 120) {
-        if (moved_ms < 0 && server_ms() > due && rint_cmd("ZCARD %s", z) == 0) moved_ms = server_ms();
+        if (moved_ms < 0 && server_ms() > due && pending_count(SD_Q) == 0) moved_ms = server_ms();
         if (mono() > next_p) {
             next_p += 2;
             check_kids_failed(4);
