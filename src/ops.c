@@ -52,9 +52,9 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
         code = dq__reply_error_code(reply);
         if (code == DQ_EWRONGTYPE && !strstr(reply->str, "dq:{"))
             return dq__fail(c, code,
-                            "%.*s (queue %s: dq:{%s}:z must be a zset, dq:{%s}:r a list, "
-                            "dq:{%s}:p:* hashes)",
-                            len, reply->str, queue, queue, queue, queue);
+                            "%.*s (queue %s: dq:{%s}:zs and dq:{%s}:q:* must be zsets, "
+                            "dq:{%s}:r a list, dq:{%s}:i:* hashes)",
+                            len, reply->str, queue, queue, queue, queue, queue);
         return dq__fail(c, code, "%.*s", len, reply->str);
     }
     return dq__fail(c, DQ_EPROTO, "unexpected reply type %d from Redis", reply->type);
