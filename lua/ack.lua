@@ -3,9 +3,9 @@
 -- ARGV[3] token. Returns 1 if acked, 0 if the id is not in flight or the
 -- token is not the current lease's (it expired and went to someone else).
 local P, id = ARGV[1], ARGV[2]
-local r, key, rec = leased_record(P, KEYS[1], id, ARGV[3], server_now_ms())
+local r, key, rec, ik = leased_record(P, KEYS[1], id, ARGV[3], server_now_ms())
 if not r then return 0 end
 redis.call('ZREM', key, rec)
-id_del(P, id)
+id_del(ik, id)
 redis.pcall('HINCRBY', KEYS[2], 'inflight', -1)
 return 1

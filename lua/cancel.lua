@@ -5,13 +5,13 @@
 local zs, P, id = KEYS[1], ARGV[1], ARGV[2]
 local err = require_type(zs, 'zset')
 if err then return err end
-local score = id_score(P, id)
+local score, ik = id_score(P, id)
 if not score then return 0 end
 local key, rec = slot_find(P, zs, id, score)
 if not key then return 0 end -- ready
 local r = parse_record(rec, score)
 if r and r.token ~= '' then return 0 end
 redis.call('ZREM', key, rec)
-id_del(P, id)
+id_del(ik, id)
 redis.pcall('HINCRBY', KEYS[2], 'pending', -1)
 return 1

@@ -333,18 +333,21 @@ local function slot_find(P, zs, id, score)
 end
 
 -- The score of an id's record (pending, in flight, or ready when it is in
--- no slot), or nil for an id the queue does not hold.
+-- no slot), or nil for an id the queue does not hold; and the id's index
+-- key (ik), for the id_set or id_del that usually follows, so the SHA-1 is
+-- computed once.
 local function id_score(P, id)
-  local s = redis.call('HGET', id_key(P, id), id)
-  return s and tonumber(s) or nil
+  local ik = id_key(P, id)
+  local s = redis.call('HGET', ik, id)
+  return s and tonumber(s) or nil, ik
 end
 
-local function id_set(P, id, score)
-  redis.call('HSET', id_key(P, id), id, fmt(score))
+local function id_set(ik, id, score)
+  redis.call('HSET', ik, id, fmt(score))
 end
 
-local function id_del(P, id)
-  redis.call('HDEL', id_key(P, id), id)
+local function id_del(ik, id)
+  redis.call('HDEL', ik, id)
 end
 
 -- The lower bound of the first slot: at or before the earliest score, and a
@@ -380,21 +383,21 @@ local function earliest_due(P, zs)
 end
 
 -- The record of a leased id if token matches, as (record table, slot key,
--- raw record); nil if the id is unknown, not in flight, or the token is
+-- raw record, id index key); nil if the id is unknown, not in flight, or the token is
 -- stale: another lease's, or one that has ended (now, server ms, is at or
 -- past its end), even if no scheduler has returned the item yet.
 local function leased_record(P, zs, id, token, now)
-  local score = id_score(P, id)
+  local score, ik = id_score(P, id)
   if not score or math.floor(score / ORD) <= now then return nil end
   local key, rec = slot_find(P, zs, id, score)
   if not key then return nil end
   local r = parse_record(rec, score)
   if not r or r.token == '' or r.token ~= token then return nil end
-  return r, key, rec
+  return r, key, rec, ik
 end
 
 -- Publishes the new earliest due time if score is before the first bound.
-local function announce_if_first(zs, chan, score, bound_before)
+local function announce_if_first(chan, score, bound_before)
   if bound_before == nil or score < bound_before then
     redis.call('PUBLISH', chan, fmt(math.floor(score / ORD)))
   end

@@ -27,9 +27,10 @@ local function redrive(id, now)
   if not rec then return 0 end
   local r = parse_dead(rec)
   if not r then return 0 end
-  if id_score(P, id) then return 0 end
+  local active, ik = id_score(P, id)
+  if active then return 0 end
   redis.call('RPUSH', ready, ready_entry(now, now, id, r.payload))
-  id_set(P, id, now * ORD)
+  id_set(ik, id, now * ORD)
   redis.pcall('RPUSH', sig, '1')
   return 1
 end

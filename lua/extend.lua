@@ -4,12 +4,12 @@
 -- Returns {1, new lease end ms}, or {0, 0} for an unknown id or a stale token.
 local zs, counters, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local now = server_now_ms()
-local r, key, rec = leased_record(P, zs, id, ARGV[3], now)
+local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)
 if not r then return {0, 0} end
 local deadline = math.min(now + tonumber(ARGV[4]), DUE_MAX)
 local bound = first_bound(zs)
 redis.call('ZREM', key, rec)
 local score = slot_insert(P, zs, counters, deadline * ORD, rec, false)
-id_set(P, id, score)
-announce_if_first(zs, ARGV[5], score, bound)
+id_set(ik, id, score)
+announce_if_first(ARGV[5], score, bound)
 return {1, fmt(deadline)}

@@ -13,7 +13,7 @@
 local zs, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan, id = ARGV[1], ARGV[2], ARGV[3]
 local now = server_now_ms()
-local r, key, rec = leased_record(P, zs, id, ARGV[4], now)
+local r, key, rec, ik = leased_record(P, zs, id, ARGV[4], now)
 if not r then return {0, 0} end
 redis.call('ZREM', key, rec)
 redis.pcall('HINCRBY', counters, 'inflight', -1)
@@ -37,7 +37,7 @@ end
 local due = math.min(now + delay, DUE_MAX)
 local bound = first_bound(zs)
 local score = slot_insert(P, zs, counters, due * ORD, record_v2(r, id), true)
-id_set(P, id, score)
+id_set(ik, id, score)
 redis.pcall('HINCRBY', counters, 'pending', 1)
-announce_if_first(zs, chan, score, bound)
+announce_if_first(chan, score, bound)
 return {1, fmt(due)}

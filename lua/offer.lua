@@ -41,9 +41,10 @@ local hint = {} -- the slot of the last insert (see slot_insert)
 
 -- Offers one item; returns its 4 reply fields.
 local function offer_one(id, payload, due, keep, fresh)
-  local replaced = false
+  local replaced, ik = false, nil
   if not fresh then
-    local old = id_score(P, id)
+    local old
+    old, ik = id_score(P, id)
     if old then
       local key, rec = slot_find(P, zs, id, old)
       if not key then return 3, 0, 2 end -- ready
@@ -58,18 +59,19 @@ local function offer_one(id, payload, due, keep, fresh)
     end
   end
   local status = replaced and 2 or 1
+  ik = ik or id_key(P, id)
 
   -- Due already, and nothing due waits (a bound that is too early only
   -- sends the item through the scheduler): straight to the ready list.
   if due <= now and (bound == nil or bound >= (now + 1) * ORD) then
     redis.call('RPUSH', ready, ready_entry(due, now, id, payload))
     redis.pcall('RPUSH', sig, '1')
-    id_set(P, id, due * ORD)
+    id_set(ik, id, due * ORD)
     return status, due, 2
   end
 
   local score = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
-  id_set(P, id, score)
+  id_set(ik, id, score)
   added = added + 1
   if bound == nil or score < bound then
     bound = score

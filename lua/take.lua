@@ -61,11 +61,11 @@ for i, e in ipairs(entries) do
       -- other calls in the same millisecond may share a score (rare, cheap).
       local score = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
                                 record_v2(r, m.id), false)
-      id_set(P, m.id, score)
+      id_set(id_key(P, m.id), m.id, score)
       if first == nil or score < first then first = score end
       leased = leased + 1
     else
-      id_del(P, m.id)
+      id_del(id_key(P, m.id), m.id)
     end
     local k = #out
     out[k + 1], out[k + 2], out[k + 3] = m.id, m.payload, fmt(m.due)
@@ -75,7 +75,7 @@ end
 if #bad > 0 then redis.pcall('RPUSH', aside, unpack(bad)) end
 if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', leased)
-  announce_if_first(zs, chan, first, bound)
+  announce_if_first(chan, first, bound)
 end
 if #out > 0 then redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000) end
 return out

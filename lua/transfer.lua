@@ -58,7 +58,7 @@ for _ = 1, 10000 do
       if not r then
         local id = record_id(rec)
         bad[#bad + 1] = aside_entry('unknown record format', id or '', rec)
-        if id then id_del(P, id) end -- not counted: most likely not ours
+        if id then id_del(id_key(P, id), id) end -- not counted: most likely not ours
       elseif r.token ~= '' then
         -- A lease ran out: its consumer died or stalled.
         expired = expired + 1
