@@ -40,14 +40,27 @@
 --   ready v1   "1|due|ready|idlen|" .. id .. payload          attempts 0
 --   ready v2   "2|due|ready|attempts|idlen|elen|" .. id .. err .. payload
 --   dead       "1|died|attempts|due|rlen|elen|" .. reason .. err .. payload
--- Numbers are formatted with %.0f: Lua 5.1's tostring keeps only 14 digits
--- (numbers passed to redis.call are converted exactly, with %.17g).
+-- Numbers are formatted with fmt (%d): Lua 5.1's tostring keeps only 14
+-- digits, and %d formats the integers used here (all below 2^53) exactly and
+-- several times faster than %.0f or the %.17g that redis.call applies to a
+-- number argument, so hot paths pass scores to Redis as strings.
 local ORD = 2048
 local DUE_MAX = 4398046511103
 local SLOT_CAP = 100
 local ID_BUCKETS = 32768
 
-local function fmt(n) return string.format('%.0f', n) end
+local function fmt(n) return string.format('%d', n) end
+
+-- fmt for the small numbers (lengths) of records: cached per call.
+local small_num = {}
+local function nstr(n)
+  local s = small_num[n]
+  if not s then
+    s = fmt(n)
+    small_num[n] = s
+  end
+  return s
+end
 
 local function server_now_ms()
   local t = redis.call('TIME')
@@ -71,11 +84,11 @@ end
 -- The id index bucket of an id. SHA-1 rather than a few of the id's bytes:
 -- ids made by applications ("order-17", "order-18") must spread too.
 local function id_key(P, id)
-  return P .. 'i:' .. (tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
+  return P .. 'i:' .. fmt(tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
 end
 
 local function ready_entry(due, ready, id, payload)
-  return '1|' .. fmt(due) .. '|' .. fmt(ready) .. '|' .. #id .. '|' .. id .. payload
+  return '1|' .. fmt(due) .. '|' .. fmt(ready) .. '|' .. nstr(#id) .. '|' .. id .. payload
 end
 
 local function aside_entry(reason, id, raw)
@@ -105,7 +118,7 @@ end
 -- Records ------------------------------------------------------------------
 
 local function record_v1(id, payload)
-  return '1|' .. #id .. '|' .. id .. payload
+  return '1|' .. nstr(#id) .. '|' .. id .. payload
 end
 
 local function record_v2(r, id)
@@ -259,59 +272,114 @@ local function slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
   return score
 end
 
+-- Whether the slot in hint h can take a record for [lo, hi]: hi lies in
+-- the slot's range, and the highest score in [lo, hi] over all slots is
+-- known. It is when the slot starts at or below lo, or when the slot's last
+-- score lies in [lo, hi] (a millisecond whose ordinals run across a slot
+-- bound: every slot below holds lower scores). The next bound is read only
+-- when hi passes the highest score the slot was looked up for.
+local function hint_fits(zs, h, lo, hi, ordinal)
+  if not h.name or hi < h.bound then return false end
+  if not (h.bound <= lo or (ordinal and h.last and h.last >= lo and h.last <= hi)) then
+    return false
+  end
+  if hi <= h.seen then return true end
+  if h.upper == nil then
+    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    h.upper = nx[2] and tonumber(nx[2]) or math.huge
+  end
+  return hi < h.upper
+end
+
+-- Writes the records slot_insert held back in hint (see slot_insert).
+local function slot_flush(hint)
+  local n = hint.np
+  if n and n > 0 then
+    redis.call('ZADD', hint.pkey, unpack(hint.pend, 1, n))
+    hint.np = 0
+  end
+end
+
+-- Adds rec with score ss (a string) to the slot key: at once, or held back
+-- in hint h when one is given (one ZADD then writes a run of records).
+local function slot_add(h, key, ss, rec, hint)
+  if not hint then
+    redis.call('ZADD', key, ss, rec)
+    return
+  end
+  local n = h.np or 0
+  if n > 0 and h.pkey ~= key then
+    slot_flush(h)
+    n = 0
+  end
+  h.pend = h.pend or {}
+  h.pend[n + 1], h.pend[n + 2], h.pkey, h.np = ss, rec, key, n + 2
+end
+
 -- Adds a record with a score in [lo, lo + ORD - 1]: the first free ordinal
 -- after the latest record of the same millisecond if ordinal, else lo
--- itself. Returns the score. The caller announces a score below the first
--- bound it read before (see first_bound).
+-- itself. Returns the score, and the score as a string (fmt). The caller
+-- announces a score below the first bound it read before (see first_bound).
 -- hint: nil, or a table the caller keeps across the inserts of one run: the
--- last slot used (name, bound, upper = the next bound, last score, card),
--- so a batch that stays in one slot looks the slot up once.
+-- last slot used (name, bound, seen = the highest score it was looked up
+-- for, upper = the next bound once read, last score, card), so a batch
+-- that stays in one slot looks the slot up once, and records held back to
+-- be written with one ZADD a slot. With a hint, call slot_flush(hint)
+-- before reading or changing a slot, and before the script ends.
 -- Time mostly moves forward, so the common insert lands at or after the end
 -- of its slot: the slot's last score then gives the ordinal (no scan of the
 -- listpack), and a full slot is not split but followed by a new one that
 -- starts with this record (nothing moves, and slots stay full).
 local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
   local hi = ordinal and lo + ORD - 1 or lo
-  local h = hint
-  if not (h and h.name and h.bound <= lo and (h.upper == nil or hi < h.upper)) then
+  local h = hint or {}
+  if not hint_fits(zs, h, lo, hi, ordinal) then
+    if hint then slot_flush(h) end
     local name, bound = slot_at(zs, hi)
-    if not name or bound > lo then
-      if hint then hint.name = nil end
-      return slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+    h.name = nil
+    if name then
+      local key = slot_key(P, name)
+      local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      h.name, h.key, h.bound, h.seen, h.upper = name, key, bound, hi, nil
+      h.last, h.card = tail[2] and tonumber(tail[2]) or nil, redis.call('ZCARD', key)
     end
-    local key = slot_key(P, name)
-    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    h = hint or {}
-    h.name, h.bound, h.upper = name, bound, nx[2] and tonumber(nx[2]) or nil
-    h.last, h.card = tail[2] and tonumber(tail[2]) or nil, redis.call('ZCARD', key)
+    if not hint_fits(zs, h, lo, hi, ordinal) then
+      h.name = nil
+      local score = slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+      return score, fmt(score)
+    end
   end
-  local key = slot_key(P, h.name)
+  local key = h.key
   local score = lo
   if ordinal and h.last and h.last >= lo then
     if h.last <= hi then
       score = math.min(h.last + 1, hi)
     else
+      if hint then slot_flush(h) end
       local s = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
       if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
     end
   end
   if h.card >= SLOT_CAP and h.last and score > h.last then
-    -- Appending to a full slot: start the next one here.
-    local name = fmt(redis.call('HINCRBY', counters, 'slots', 1))
-    redis.call('ZADD', zs, score, name)
-    redis.call('ZADD', slot_key(P, name), score, rec)
-    h.name, h.bound, h.last, h.card = name, score, score, 1
-    return score
+    -- Appending to a full slot: start the next one here. It ends where
+    -- the full one ended (h.upper and h.seen stay true).
+    local name, ss = fmt(redis.call('HINCRBY', counters, 'slots', 1)), fmt(score)
+    redis.call('ZADD', zs, ss, name)
+    key = slot_key(P, name)
+    slot_add(h, key, ss, rec, hint)
+    h.name, h.key, h.bound, h.last, h.card = name, key, score, score, 1
+    return score, ss
   end
-  redis.call('ZADD', key, score, rec)
+  local ss = fmt(score)
+  slot_add(h, key, ss, rec, hint)
   h.card = h.card + 1
   if not h.last or score > h.last then h.last = score end
   if h.card > SLOT_CAP then
+    if hint then slot_flush(h) end
     split_if_full(P, zs, counters, key)
     h.name = nil -- the slot may have split: look it up again next time
   end
-  return score
+  return score, ss
 end
 
 -- The record of id at score: (slot key, record), or nil if it is in no
@@ -342,8 +410,9 @@ local function id_score(P, id)
   return s and tonumber(s) or nil, ik
 end
 
+-- score: a number, or a number already formatted with fmt.
 local function id_set(ik, id, score)
-  redis.call('HSET', ik, id, fmt(score))
+  redis.call('HSET', ik, id, type(score) == 'string' and score or fmt(score))
 end
 
 local function id_del(ik, id)

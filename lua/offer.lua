@@ -1,48 +1,66 @@
 -- offer.lua: adds or replaces pending items, one or many per call.
 -- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] counters, KEYS[4] wake tokens
--- ARGV[1] key prefix, ARGV[2] wake channel, then 6 fields per item: id,
--- payload, 'd' (delay) or 'a' (absolute due), ms, keep ('1': keep an
--- existing pending id instead of replacing it), fresh ('1': the id was just
--- generated, so it cannot exist).
--- Returns 4 fields per item: status (1 added, 2 replaced, 3 kept), due_ms,
--- now_ms, state of the id after the offer (1 pending, 2 ready, 3 in flight).
+-- ARGV[1] key prefix, ARGV[2] wake channel, then 4 fields per item: id,
+-- payload, ms, flags. flags is one digit, the sum of 1 (ms is an absolute
+-- due time; else a delay), 2 (keep an existing pending id instead of
+-- replacing it) and 4 (fresh: the id was just generated, so it cannot exist).
+-- Returns the server time (ms), then 3 integers per item: status (1 added,
+-- 2 replaced, 3 kept), due_ms, state of the id after the offer (1 pending,
+-- 2 ready, 3 in flight).
 -- An id is never queued twice: one that is ready or in flight is kept as it
 -- is, whatever 'keep' says (replacing it would break its consumer's lease).
 --
 -- Cost matters here (every item passes once): the fixed costs (the call,
--- TIME, the type check) are paid once per call, so batches are cheap. All
--- items are checked before the first write, and the reads of the first item
--- fail the script on a key of the wrong type, so a call never half-applies.
+-- TIME, the type check, the slot look-up) are paid once per call, and the
+-- records bound for one slot are written with one ZADD, so batches are
+-- cheap. All items are checked before the first write, and the reads of the
+-- first item fail the script on a key of the wrong type, so a call never
+-- half-applies.
 local zs, ready, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan = ARGV[1], ARGV[2]
-local n = (#ARGV - 2) / 6
-
--- A ready list or counters of another type would fail half way: refuse up front.
-local err = require_type(ready, 'list') or require_type(counters, 'hash')
-if err then return err end
+local n = (#ARGV - 2) / 4
 
 local now = server_now_ms()
-local dues = {}
+local dues, flags = {}, {}
 for i = 1, n do
-  local b = 2 + (i - 1) * 6
-  local due = tonumber(ARGV[b + 4])
-  if ARGV[b + 3] == 'd' then due = now + due end
+  local b = 2 + (i - 1) * 4
+  local f = tonumber(ARGV[b + 4])
+  local due = tonumber(ARGV[b + 3])
+  if not f or not due or f < 0 or f > 7 then
+    return redis.error_reply('ERR delayq: malformed offer arguments for item ' .. i)
+  end
+  if f % 2 == 0 then due = now + due end
   if due > DUE_MAX then
     return redis.error_reply('ERR delayq: due time beyond ' .. DUE_MAX .. ' ms after the epoch')
   end
-  dues[i] = due
+  dues[i], flags[i] = due, f
 end
 
-local out = {}
+-- A ready list or counters of another type would fail half way (or later,
+-- in a transfer): refuse up front.
+local err = require_type(ready, 'list') or require_type(counters, 'hash')
+if err then return err end
+
+local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
 local bound = first_bound(zs) -- at or before every score (see first_bound)
 local added = 0 -- net change of the pending count
-local hint = {} -- the slot of the last insert (see slot_insert)
+local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
+-- Id index writes held back until the records they point at are written:
+-- a failed call then leaves no index entry without its record.
+local idx, nidx = {}, 0
 
--- Offers one item; returns its 4 reply fields.
+local function flush()
+  slot_flush(hint)
+  for i = 1, nidx, 3 do id_set(idx[i], idx[i + 1], idx[i + 2]) end
+  nidx = 0
+end
+
+-- Offers one item; returns its status, due time and state.
 local function offer_one(id, payload, due, keep, fresh)
   local replaced, ik = false, nil
   if not fresh then
+    flush() -- an id may come twice in one call: the index and slots must be current
     local old
     old, ik = id_score(P, id)
     if old then
@@ -70,8 +88,9 @@ local function offer_one(id, payload, due, keep, fresh)
     return status, due, 2
   end
 
-  local score = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
-  id_set(ik, id, score)
+  local score, ss = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
+  idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
+  nidx = nidx + 3
   added = added + 1
   if bound == nil or score < bound then
     bound = score
@@ -81,12 +100,13 @@ local function offer_one(id, payload, due, keep, fresh)
 end
 
 for i = 1, n do
-  local b = 2 + (i - 1) * 6
-  local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], ARGV[b + 5] == '1',
-                                       ARGV[b + 6] == '1')
+  local b = 2 + (i - 1) * 4
+  local f = flags[i]
+  local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4)
   local k = #out
-  out[k + 1], out[k + 2], out[k + 3], out[k + 4] = status, fmt(due), fmt(now), state
+  out[k + 1], out[k + 2], out[k + 3] = status, due, state
 end
+flush()
 if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
 if announce then redis.call('PUBLISH', chan, fmt(announce)) end
 return out

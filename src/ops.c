@@ -84,15 +84,16 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     offer_chunk *oc = privdata;
     dq_client *c = oc->c;
     int status = 0;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 * oc->n) {
+    /* The reply: the server time, then status, due time and state per item. */
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 + 3 * oc->n) {
         status = dq__reply_failure(c, conn, reply, code, oc->queue);
     } else {
         for (size_t i = 0; i < oc->n; i++) {
-            redisReply **f = reply->element + 4 * i;
+            redisReply **f = reply->element + 1 + 3 * i;
             dq_offer_result *r = &oc->results[i];
             r->status = (int)dq__reply_int(f[0]);
             r->due_ms = dq__reply_int(f[1]);
-            int state = (int)dq__reply_int(f[3]);
+            int state = (int)dq__reply_int(f[2]);
             r->state = state == 3 ? DQ_STATE_IN_FLIGHT : state == 2 ? DQ_STATE_READY : DQ_STATE_PENDING;
         }
     }
@@ -108,7 +109,7 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
                       chunk_done_fn *done, void *privdata) {
     offer_chunk *oc = calloc(1, sizeof *oc);
-    size_t argc = 6 + 6 * n;
+    size_t argc = 6 + 4 * n;
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
     char(*ms)[24] = malloc(n * sizeof *ms);
@@ -128,14 +129,15 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             else dq__id_generate(id);
             int abs = it->due_ms > 0;
             int msl = snprintf(ms[i], sizeof ms[i], "%" PRId64, abs ? it->due_ms : it->delay_ms);
-            const char **a = argv + 6 + 6 * i;
-            size_t *l = lens + 6 + 6 * i;
+            /* flags (see lua/offer.lua): 1 absolute, 2 keep, 4 fresh id */
+            static const char *const digit[8] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+            int flags = abs | ((it->flags & DQ_OFFER_KEEP) ? 2 : 0) | (it->id ? 0 : 4);
+            const char **a = argv + 6 + 4 * i;
+            size_t *l = lens + 6 + 4 * i;
             a[0] = id, l[0] = strlen(id);
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
-            a[2] = abs ? "a" : "d", l[2] = 1;
-            a[3] = ms[i], l[3] = (size_t)msl;
-            a[4] = (it->flags & DQ_OFFER_KEEP) ? "1" : "0", l[4] = 1;
-            a[5] = it->id ? "0" : "1", l[5] = 1;
+            a[2] = ms[i], l[2] = (size_t)msl;
+            a[3] = digit[flags], l[3] = 1;
         }
         rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens, chunk_reply, oc);
         if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
