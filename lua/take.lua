@@ -46,6 +46,7 @@ local deadline = math.min(now + lease, DUE_MAX)
 local bound = nil
 if lease > 0 then bound = first_bound(zs) end
 local out, bad, leased, first = {}, {}, 0, nil
+local hint = {} -- the leases of one take share a deadline, so usually one slot
 for i, e in ipairs(entries) do
   local m = parse_entry(e)
   if not m then
@@ -59,9 +60,9 @@ for i, e in ipairs(entries) do
                  payload = m.payload}
       -- Ordinals i - 1 keep this call's leases apart without a look-up;
       -- other calls in the same millisecond may share a score (rare, cheap).
-      local score = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
-                                record_v2(r, m.id), false)
-      id_set(id_key(P, m.id), m.id, score)
+      local score, ss = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
+                                    record_v2(r, m.id), false, hint)
+      id_set(id_key(P, m.id), m.id, ss)
       if first == nil or score < first then first = score end
       leased = leased + 1
     else
@@ -72,6 +73,7 @@ for i, e in ipairs(entries) do
     out[k + 4], out[k + 5], out[k + 6] = fmt(m.ready), m.attempts, token
   end
 end
+slot_flush(hint)
 if #bad > 0 then redis.pcall('RPUSH', aside, unpack(bad)) end
 if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', leased)

@@ -109,13 +109,14 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
                       chunk_done_fn *done, void *privdata) {
     offer_chunk *oc = calloc(1, sizeof *oc);
-    size_t argc = 6 + 4 * n;
+    size_t argc = 6 + 5 * n;
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
     char(*ms)[24] = malloc(n * sizeof *ms);
+    char(*bucket)[8] = malloc(n * sizeof *bucket);
     if (oc) oc->results = calloc(n, sizeof *oc->results);
     int rc = DQ_ENOMEM;
-    if (oc && oc->results && argv && lens && ms) {
+    if (oc && oc->results && argv && lens && ms && bucket) {
         oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
         dq__keys k;
@@ -132,12 +133,14 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             /* flags (see lua/offer.lua): 1 absolute, 2 keep, 4 fresh id */
             static const char *const digit[8] = {"0", "1", "2", "3", "4", "5", "6", "7"};
             int flags = abs | ((it->flags & DQ_OFFER_KEEP) ? 2 : 0) | (it->id ? 0 : 4);
-            const char **a = argv + 6 + 4 * i;
-            size_t *l = lens + 6 + 4 * i;
+            int bl = snprintf(bucket[i], sizeof bucket[i], "%u", dq__id_bucket(id));
+            const char **a = argv + 6 + 5 * i;
+            size_t *l = lens + 6 + 5 * i;
             a[0] = id, l[0] = strlen(id);
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
             a[2] = ms[i], l[2] = (size_t)msl;
             a[3] = digit[flags], l[3] = 1;
+            a[4] = bucket[i], l[4] = (size_t)bl;
         }
         rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens, chunk_reply, oc);
         if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
@@ -147,6 +150,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
     free(argv);
     free(lens);
     free(ms);
+    free(bucket);
     if (rc && oc) {
         free(oc->results);
         free(oc);

@@ -73,6 +73,16 @@ int dq__crypto_init(void);
 void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1]);
 /* A uniformly random integer in [0, upper) (upper > 0), for jitter. */
 uint32_t dq__random_uniform(uint32_t upper);
+/* ------------------------------------------------------------ id index (idindex.c) */
+
+/* Buckets of a queue's id index; equals ID_BUCKETS in lua/common.lua. */
+#define DQ__ID_BUCKETS 32768u
+/* SHA-1 of len bytes into out (FIPS 180-4). */
+void dq__sha1(const void *data, size_t len, unsigned char out[20]);
+/* The id index bucket of a NUL-terminated id, as lua/common.lua's id_key
+ * computes it: the first 16 bits of SHA-1(id) modulo DQ__ID_BUCKETS. */
+unsigned dq__id_bucket(const char *id);
+
 /* Standard base64 (with padding) of len bytes into a malloc'ed NUL-terminated
  * string; NULL when out of memory. The caller frees. */
 char *dq__base64_encode(const void *data, size_t len);

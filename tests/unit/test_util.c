@@ -1,7 +1,8 @@
 /*
  * test_util.c - unit tests of the small helpers: dq_parse_duration
  * (src/duration.c), dq_strerror (src/errors.c) and the libsodium wrapper
- * (src/ids.c: init, generated ids, uniform random numbers, base64).
+ * (src/ids.c: init, generated ids, uniform random numbers, base64) and the
+ * id index bucket (src/idindex.c: SHA-1, as the Lua scripts compute it).
  * URL, codec and text helpers have their own test_url/test_codec/test_text.
  */
 #include <limits.h>
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,6 +294,57 @@ static void test_base64_long(void **state)
     }
 }
 
+/* ------------------------------------------------------------ id index */
+
+static void hex(const unsigned char *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static void test_sha1_vectors(void **state)
+{
+    (void)state;
+    /* FIPS 180-4 examples, and lengths around the one- and two-block
+     * padding boundaries (55, 56, 64 bytes), checked with sha1sum. */
+    static const struct {
+        const char *in;
+        const char *digest;
+    } cases[] = {
+        {"", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
+        {"abc", "a9993e364706816aba3e25717850c26c9cd0d89d"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "84983e441c3bd26ebaae4aa1f95129e5e54670f1"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "c1c8bbdc22796e28c0e15163d20899b65621d65a"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "c2db330f6083854c99d4b5bfb6e8f29f201be699"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "0098ba824b5c16427bd7a1122a5a442a25ec644d"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char d[20];
+        char h[41];
+        dq__sha1(cases[i].in, strlen(cases[i].in), d);
+        hex(d, sizeof d, h);
+        assert_string_equal(h, cases[i].digest);
+    }
+}
+
+static void test_id_bucket(void **state)
+{
+    (void)state;
+    /* SHA-1("abc") starts a999: 0xa999 % 32768 = 10649, as
+     * tonumber('a999', 16) % 32768 in lua/common.lua. */
+    assert_int_equal(dq__id_bucket("abc"), 0xa999 % 32768);
+    assert_int_equal(dq__id_bucket(""), 0xda39 % 32768);
+    for (int i = 0; i < 1000; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "order-%d", i);
+        assert_true(dq__id_bucket(id) < DQ__ID_BUCKETS);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +361,8 @@ int main(void)
         cmocka_unit_test(test_base64_vectors),
         cmocka_unit_test(test_base64_null_and_huge),
         cmocka_unit_test(test_base64_long),
+        cmocka_unit_test(test_sha1_vectors),
+        cmocka_unit_test(test_id_bucket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
