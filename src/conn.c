@@ -180,6 +180,12 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
     return rc;
 }
 
+void dq__conn_write_now(dq__conn *conn) {
+    /* hiredis stops the write watcher itself once the buffer is out; the
+     * start and stop cancel out in libev before it reaches epoll. */
+    if (conn && conn->ac && conn->state == DQ__UP) redisAsyncHandleWrite(conn->ac);
+}
+
 int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
                   const char **argv, const size_t *argvlen, dq__reply_fn *fn,
                   void *privdata) {

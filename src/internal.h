@@ -83,6 +83,10 @@ int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
                   const char **argv, const size_t *argvlen, dq__reply_fn *fn,
                   void *privdata);
 
+/* Writes what the connection has queued now, without waiting for the loop
+ * (no-op unless UP). Not from inside one of the connection's callbacks. */
+void dq__conn_write_now(dq__conn *conn);
+
 /* Closes a connection that may be inside one of its own callbacks: fails
  * what is pending now, frees the struct later from the loop. */
 void dq__conn_retire(dq__conn *conn);
