@@ -99,4 +99,21 @@ msgs = r.json_lines()
 eq((r.rc, [(m["id"], m["payload"]) for m in msgs]), (0, [("b2", "other"), ("b1", "old")]),
    "b2 now, b1 with its old payload at its old time")
 
+section("one batch naming an id twice: the later line replaces the earlier")
+# Offers in one script call hold their slot and id index writes back until
+# the call ends; an id seen twice must find its first copy all the same.
+r = dq("offer", "tw", "--batch", "-", stdin=b"200ms\tt1\tfirst\n250ms\tt2\tother\n300ms\tt1\tsecond\n")
+eq((r.rc, r.out), (0, b"3\n"), "offer --batch of 3 lines (t1 twice) prints 3")
+p = stats("tw")
+if p is not None:
+    eq(p["pending"], 2, "two items pending, not three")
+eq((slot_records("tw"), id_index_size("tw")), (2, 2), "two records and two id index entries")
+r = dq("take", "tw", "--count", "0", "--json", "--timeout", "1500ms")
+msgs = r.json_lines()
+eq((r.rc, [(m["id"], m["payload"]) for m in msgs]), (0, [("t2", "other"), ("t1", "second")]),
+   "t1 once, with the later payload and due time")
+p = stats("tw")
+if p is not None:
+    eq((p["pending"], p["ready"]), (0, 0), "nothing left")
+
 finish()
