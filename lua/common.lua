@@ -291,9 +291,10 @@ local function hint_fits(zs, h, lo, hi, ordinal)
   return hi < h.upper
 end
 
--- Writes the records slot_insert held back in hint (see slot_insert).
+-- Writes the records slot_insert held back in hint (see slot_insert); a
+-- nil hint holds nothing.
 local function slot_flush(hint)
-  local n = hint.np
+  local n = hint and hint.np
   if n and n > 0 then
     redis.call('ZADD', hint.pkey, unpack(hint.pend, 1, n))
     hint.np = 0
@@ -301,19 +302,19 @@ local function slot_flush(hint)
 end
 
 -- Adds rec with score ss (a string) to the slot key: at once, or held back
--- in hint h when one is given (one ZADD then writes a run of records).
-local function slot_add(h, key, ss, rec, hint)
+-- in hint when one is given (one ZADD then writes a run of records).
+local function slot_add(hint, key, ss, rec)
   if not hint then
     redis.call('ZADD', key, ss, rec)
     return
   end
-  local n = h.np or 0
-  if n > 0 and h.pkey ~= key then
-    slot_flush(h)
+  local n = hint.np or 0
+  if n > 0 and hint.pkey ~= key then
+    slot_flush(hint)
     n = 0
   end
-  h.pend = h.pend or {}
-  h.pend[n + 1], h.pend[n + 2], h.pkey, h.np = ss, rec, key, n + 2
+  hint.pend = hint.pend or {}
+  hint.pend[n + 1], hint.pend[n + 2], hint.pkey, hint.np = ss, rec, key, n + 2
 end
 
 -- Adds a record with a score in [lo, lo + ORD - 1]: the first free ordinal
@@ -334,7 +335,7 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
   local hi = ordinal and lo + ORD - 1 or lo
   local h = hint or {}
   if not hint_fits(zs, h, lo, hi, ordinal) then
-    if hint then slot_flush(h) end
+    slot_flush(hint)
     local name, bound = slot_at(zs, hi)
     h.name = nil
     if name then
@@ -355,7 +356,7 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
     if h.last <= hi then
       score = math.min(h.last + 1, hi)
     else
-      if hint then slot_flush(h) end
+      slot_flush(hint)
       local s = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
       if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
     end
@@ -366,16 +367,16 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
     local name, ss = fmt(redis.call('HINCRBY', counters, 'slots', 1)), fmt(score)
     redis.call('ZADD', zs, ss, name)
     key = slot_key(P, name)
-    slot_add(h, key, ss, rec, hint)
+    slot_add(hint, key, ss, rec)
     h.name, h.key, h.bound, h.last, h.card = name, key, score, score, 1
     return score, ss
   end
   local ss = fmt(score)
-  slot_add(h, key, ss, rec, hint)
+  slot_add(hint, key, ss, rec)
   h.card = h.card + 1
   if not h.last or score > h.last then h.last = score end
   if h.card > SLOT_CAP then
-    if hint then slot_flush(h) end
+    slot_flush(hint)
     split_if_full(P, zs, counters, key)
     h.name = nil -- the slot may have split: look it up again next time
   end
@@ -404,10 +405,14 @@ end
 -- no slot), or nil for an id the queue does not hold; and the id's index
 -- key (ik), for the id_set or id_del that usually follows, so the SHA-1 is
 -- computed once.
+local function id_score_in(ik, id)
+  local s = redis.call('HGET', ik, id)
+  return s and tonumber(s) or nil
+end
+
 local function id_score(P, id)
   local ik = id_key(P, id)
-  local s = redis.call('HGET', ik, id)
-  return s and tonumber(s) or nil, ik
+  return id_score_in(ik, id), ik
 end
 
 -- score: a number, or a number already formatted with fmt.

@@ -50,21 +50,24 @@ local hint = {} -- the slot of the last insert, and records held back (see slot_
 -- Id index writes held back until the records they point at are written:
 -- a failed call then leaves no index entry without its record.
 local idx, nidx = {}, 0
+local held = {} -- ids whose writes are held back
 
 local function flush()
   slot_flush(hint)
   for i = 1, nidx, 3 do id_set(idx[i], idx[i + 1], idx[i + 2]) end
-  nidx = 0
+  nidx, held = 0, {}
 end
 
 -- Offers one item; returns its status, due time and state.
 local function offer_one(id, payload, due, keep, fresh, ik)
   local replaced = false
   if not fresh then
-    flush() -- an id may come twice in one call: the index and slots must be current
-    local old = redis.call('HGET', ik, id)
-    old = old and tonumber(old)
+    -- An id may come twice in one call: its first copy must be written
+    -- before the look-up, and before its slot is read or changed.
+    if held[id] then flush() end
+    local old = id_score_in(ik, id)
     if old then
+      flush()
       local key, rec = slot_find(P, zs, id, old)
       if not key then return 3, 0, 2 end -- ready
       if string.sub(rec, 1, 1) == '2' then
@@ -90,7 +93,7 @@ local function offer_one(id, payload, due, keep, fresh, ik)
 
   local score, ss = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
   idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
-  nidx = nidx + 3
+  nidx, held[id] = nidx + 3, true
   added = added + 1
   if bound == nil or score < bound then
     bound = score
