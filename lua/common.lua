@@ -166,22 +166,25 @@ local function ready_entry_of(r, now)
          #r.err .. '|' .. r.id .. r.err .. r.payload
 end
 
--- A ready entry as a table, or nil if it cannot be decoded.
-local function parse_entry(e)
+-- The head of a ready entry, as strings: due, attempts (before this
+-- delivery), then as numbers the id length, the error length and the
+-- position of the id; nil if it cannot be decoded. Checks what the client's
+-- decoder (src/codec.c) checks, so an entry the script hands out decodes:
+-- numbers of at most 15 digits (attempts 9), an id of 1..128 bytes,
+-- lengths that fit.
+local function entry_head(e)
   local v = string.sub(e, 1, 1)
   local d, rd, a, il, el, pos
   if v == '1' then
     d, rd, il, pos = string.match(e, '^1|(%d+)|(%d+)|(%d+)|()')
-    a, el = 0, 0
+    a, el = '0', '0'
   elseif v == '2' then
     d, rd, a, il, el, pos = string.match(e, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
   end
-  if not d then return nil end
+  if not d or #d > 15 or #rd > 15 or #a > 9 or #il > 3 or #el > 15 then return nil end
   il, el = tonumber(il), tonumber(el)
-  if il < 1 or pos + il + el - 1 > #e then return nil end
-  return {due = tonumber(d), ready = tonumber(rd), attempts = tonumber(a),
-          id = string.sub(e, pos, pos + il - 1), err = string.sub(e, pos + il, pos + il + el - 1),
-          payload = string.sub(e, pos + il + el)}
+  if il < 1 or il > 128 or pos + il + el - 1 > #e then return nil end
+  return d, a, il, el, pos
 end
 
 local function dead_record(r, reason, now)

@@ -18,8 +18,13 @@
 -- into the slots, scored by the lease's end, with a record holding its
 -- token; the scheduler returns it to the ready list when the lease runs
 -- out, unless ack, nack or extend comes first with the token.
--- Returns a flat array, six fields per message:
---   id, payload, due_ms, ready_ms, attempt, token ('' without a lease).
+-- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is 1
+-- when the entries were leased (entry i's token is then the token prefix
+-- .. i), 0 when handed out; ei is the i-th entry popped, as it was in the
+-- ready list (the caller decodes it: attempt = its attempts + 1), or '' for
+-- one that could not be decoded and went to the set-aside list. Raw entries
+-- cost the script no parsing into tables, no number formatting, and one
+-- reply element per message instead of six.
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local P, chan = ARGV[1], ARGV[2]
 local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
@@ -45,32 +50,31 @@ if lease > 0 then max = queue_setting(cfg, 'max_attempts', max) end
 local deadline = math.min(now + lease, DUE_MAX)
 local bound = nil
 if lease > 0 then bound = first_bound(zs) end
-local out, bad, leased, first = {}, {}, 0, nil
+local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local hint = {} -- the leases of one take share a deadline, so usually one slot
+local maxs = lease > 0 and fmt(max) or nil
 for i, e in ipairs(entries) do
-  local m = parse_entry(e)
-  if not m then
+  local d, a, il, el, pos = entry_head(e)
+  if not d then
     bad[#bad + 1] = aside_entry('undecodable ready entry', '', e)
+    out[i + 1] = ''
   else
-    m.attempts = m.attempts + 1
-    local token = ''
+    local id = string.sub(e, pos, pos + il - 1)
     if lease > 0 then
-      token = tprefix .. i
-      local r = {attempts = m.attempts, max = max, due = m.due, token = token, err = m.err,
-                 payload = m.payload}
+      local token = tprefix .. i
+      local rec = '2|' .. (a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. il .. '|' .. #token .. '|' ..
+                  el .. '|' .. id .. token .. string.sub(e, pos + il)
       -- Ordinals i - 1 keep this call's leases apart without a look-up;
       -- other calls in the same millisecond may share a score (rare, cheap).
       local score, ss = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
-                                    record_v2(r, m.id), false, hint)
-      id_set(id_key(P, m.id), m.id, ss)
+                                    rec, false, hint)
+      id_set(id_key(P, id), id, ss)
       if first == nil or score < first then first = score end
       leased = leased + 1
     else
-      id_del(id_key(P, m.id), m.id)
+      id_del(id_key(P, id), id)
     end
-    local k = #out
-    out[k + 1], out[k + 2], out[k + 3] = m.id, m.payload, fmt(m.due)
-    out[k + 4], out[k + 5], out[k + 6] = fmt(m.ready), m.attempts, token
+    out[i + 1] = e
   end
 end
 slot_flush(hint)
@@ -79,5 +83,5 @@ if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', leased)
   announce_if_first(chan, first, bound)
 end
-if #out > 0 then redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000) end
+redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000)
 return out

@@ -4,7 +4,8 @@
  * Owns the validity rules for queue names and ids, the key layout
  * "dq:{queue}:<suffix>" (the braces are a cluster hash tag, so all keys of a
  * queue share one slot), and the two list-entry formats of lua/common.lua:
- *   ready     "1|<due>|<ready>|<idlen>|<id><payload>"  (decoded here)
+ *   ready     "1|<due>|<ready>|<idlen>|<id><payload>"  (decoded here, and
+ *             "2|<due>|<ready>|<attempts>|<idlen>|<elen>|<id><err><payload>")
  *   set-aside "1|<reason>|<idlen>|<id><raw>"           (encoded here)
  * The payload is the tail of an entry, so it may hold any bytes ('|', NUL)
  * and is never scanned.
@@ -83,23 +84,33 @@ static int read_decimal(const char *buf, size_t len, size_t *pos, int64_t *out)
 
 int dq__entry_decode(const char *buf, size_t len, dq__entry *out)
 {
-    size_t pos = 2;
-    int64_t due, ready, idlen;
-    if (buf == NULL || out == NULL || len < 2 || buf[0] != '1' || buf[1] != '|')
+    size_t pos = 2, rest;
+    int64_t due, ready, attempts = 0, idlen, errlen = 0;
+    if (buf == NULL || out == NULL || len < 2 || (buf[0] != '1' && buf[0] != '2') || buf[1] != '|')
         return DQ_EPROTO;
-    if (read_decimal(buf, len, &pos, &due) != 0 || read_decimal(buf, len, &pos, &ready) != 0 ||
-        read_decimal(buf, len, &pos, &idlen) != 0)
+    if (read_decimal(buf, len, &pos, &due) != 0 || read_decimal(buf, len, &pos, &ready) != 0)
+        return DQ_EPROTO;
+    if (buf[0] == '2' && read_decimal(buf, len, &pos, &attempts) != 0)
+        return DQ_EPROTO;
+    if (read_decimal(buf, len, &pos, &idlen) != 0)
+        return DQ_EPROTO;
+    if (buf[0] == '2' && read_decimal(buf, len, &pos, &errlen) != 0)
         return DQ_EPROTO;
     /* No valid offer makes an empty or over-long id; refusing them here
      * means no consumer has to re-check before copying the id. */
-    if (idlen == 0 || idlen > DQ_ID_MAX || (uint64_t)idlen > len - pos)
+    rest = len - pos;
+    if (idlen == 0 || idlen > DQ_ID_MAX || (uint64_t)idlen > rest ||
+        (uint64_t)errlen > rest - (size_t)idlen || attempts > INT32_MAX - 1)
         return DQ_EPROTO;
     out->due_ms = due;
     out->ready_ms = ready;
+    out->attempts = attempts;
     out->id = buf + pos;
     out->id_len = (size_t)idlen;
-    out->payload = buf + pos + (size_t)idlen;
-    out->payload_len = len - pos - (size_t)idlen;
+    out->err = buf + pos + (size_t)idlen;
+    out->err_len = (size_t)errlen;
+    out->payload = out->err + (size_t)errlen;
+    out->payload_len = rest - (size_t)idlen - (size_t)errlen;
     return 0;
 }
 

@@ -21,7 +21,8 @@
 
 #include "internal.h"
 
-#define RETRY_S 0.1 /* while the command connection is down */
+#define RETRY_S 0.1  /* while the command connection is down */
+#define TAKE_MAX 64  /* messages one call may take: dq_take_many's limit */
 
 typedef void take_done_fn(dq_take_req *t, int status, dq_msg **msgs, size_t n);
 
@@ -68,34 +69,34 @@ void dq_take_opts_init(dq_take_opts *o) {
 
 /* ------------------------------------------------------------ messages */
 
-static dq_msg *msg_new(const char *queue, redisReply **f) {
-    const redisReply *id = f[0], *payload = f[1], *token = f[5];
-    if (id->type != REDIS_REPLY_STRING || payload->type != REDIS_REPLY_STRING ||
-        token->type != REDIS_REPLY_STRING)
-        return NULL;
-    size_t ql = strlen(queue);
-    dq_msg *m = malloc(sizeof *m + ql + 1 + id->len + 1 + payload->len + 1 + token->len + 1);
+/* A message from a decoded ready entry; token: NULL without a lease. One
+ * allocation holds the struct and NUL-terminated copies of every string. */
+static dq_msg *msg_new(const char *queue, const dq__entry *e, const char *token) {
+    size_t ql = strlen(queue), tl = token ? strlen(token) : 0;
+    dq_msg *m = malloc(sizeof *m + ql + 1 + e->id_len + 1 + e->payload_len + 1 + tl + 1);
     if (!m) return NULL;
     char *p = (char *)(m + 1);
     memcpy(p, queue, ql + 1);
     m->queue = p;
     p += ql + 1;
-    memcpy(p, id->str, id->len);
-    p[id->len] = '\0';
+    memcpy(p, e->id, e->id_len);
+    p[e->id_len] = '\0';
     m->id = p;
-    m->id_len = id->len;
-    p += id->len + 1;
-    memcpy(p, payload->str, payload->len);
-    p[payload->len] = '\0';
+    m->id_len = e->id_len;
+    p += e->id_len + 1;
+    if (e->payload_len) memcpy(p, e->payload, e->payload_len);
+    p[e->payload_len] = '\0';
     m->payload = p;
-    m->payload_len = payload->len;
-    p += payload->len + 1;
-    memcpy(p, token->str, token->len);
-    p[token->len] = '\0';
-    m->token = token->len ? p : NULL;
-    m->due_ms = dq__reply_int(f[2]);
-    m->ready_ms = dq__reply_int(f[3]);
-    m->attempt = (int)dq__reply_int(f[4]);
+    m->payload_len = e->payload_len;
+    p += e->payload_len + 1;
+    m->token = NULL;
+    if (token) {
+        memcpy(p, token, tl + 1);
+        m->token = p;
+    }
+    m->due_ms = e->due_ms;
+    m->ready_ms = e->ready_ms;
+    m->attempt = (int)e->attempts + 1;
     return m;
 }
 
@@ -147,6 +148,49 @@ static void forget_result(dq_take_req *t) {
     (void)dq__conn_send(t->c->cmd, 0, 2, argv, lens, ignore_reply, NULL);
 }
 
+/* An entry the script handed out but this client cannot decode (the
+ * script checks what the decoder checks, so only a version skew between the
+ * two gets here): it goes to the set-aside list rather than away. */
+static void set_aside(dq_take_req *t, const redisReply *e) {
+    size_t len;
+    char *rec = dq__aside_encode("undecodable by the client", "", 0, e->str, e->len, &len);
+    dq__log(t->c, "queue %s: a delivered entry could not be decoded; set aside", t->queue);
+    if (!rec) return;
+    const char *argv[3] = {"RPUSH", t->keys.aside, rec};
+    size_t lens[3] = {5, strlen(t->keys.aside), len};
+    (void)dq__conn_send(t->c->cmd, 0, 3, argv, lens, ignore_reply, NULL);
+    free(rec);
+}
+
+/* The script's reply: {} or {lease, entry 1, ..., entry n} (lua/take.lua);
+ * entry i's token is "<request>.<i>" when leased, and an empty entry is one
+ * the script set aside. Fills msgs; returns how many, or -1 if the reply is
+ * not of that shape. */
+static int decode_reply(dq_take_req *t, const redisReply *reply, const char *request,
+                        dq_msg **msgs, size_t max) {
+    if (reply->type != REDIS_REPLY_ARRAY) return -1;
+    if (reply->elements == 0) return 0;
+    const redisReply *lease = reply->element[0];
+    if (lease->type != REDIS_REPLY_INTEGER || reply->elements - 1 > max) return -1;
+    size_t got = 0;
+    for (size_t i = 1; i < reply->elements; i++) {
+        const redisReply *r = reply->element[i];
+        if (r->type != REDIS_REPLY_STRING) return -1;
+        if (r->len == 0) continue; /* set aside by the script */
+        dq__entry e;
+        if (dq__entry_decode(r->str, r->len, &e) != 0) {
+            set_aside(t, r);
+            continue;
+        }
+        char token[DQ_ID_GENERATED_LEN + 24];
+        if (lease->integer) snprintf(token, sizeof token, "%s.%zu", request, i);
+        dq_msg *m = msg_new(t->queue, &e, lease->integer ? token : NULL);
+        if (m) msgs[got++] = m;
+        else dq__log(t->c, "queue %s: out of memory for a delivery", t->queue);
+    }
+    return (int)got;
+}
+
 static void script_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     take_token *token = privdata;
     dq_take_req *t = token->take;
@@ -160,27 +204,21 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     /* A reply came: the request is settled, and its token counted. */
     t->woke = 0;
+    char request[DQ_ID_GENERATED_LEN + 1];
+    const char *colon = strrchr(t->result_key, ':');
+    snprintf(request, sizeof request, "%s", colon ? colon + 1 : "");
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) forget_result(t);
     t->result_key[0] = '\0';
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 6 != 0) {
+    dq_msg *msgs[TAKE_MAX];
+    int n = decode_reply(t, reply, request, msgs, t->max);
+    if (n < 0) {
         finish(t, dq__reply_failure(t->c, conn, reply, code, t->queue), NULL, 0);
         return;
     }
-    size_t n = reply->elements / 6;
-    if (n == 0) {
-        if (t->ending) finish(t, t->end_status, NULL, 0);
-        else wait_for_entries(t);
-        return;
-    }
-    dq_msg *msgs[64];
-    size_t got = 0;
-    for (size_t i = 0; i < n && got < sizeof msgs / sizeof msgs[0]; i++) {
-        dq_msg *m = msg_new(t->queue, reply->element + 6 * i);
-        if (m) msgs[got++] = m;
-        else dq__log(t->c, "queue %s: a delivery could not be decoded or allocated", t->queue);
-    }
-    if (got) finish(t, 1, msgs, got);
-    else finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
+    if (n > 0) finish(t, 1, msgs, (size_t)n);
+    else if (t->ending) finish(t, t->end_status, NULL, 0);
+    else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
+    else wait_for_entries(t);
 }
 
 /* Arms the timer for whichever comes first: a retry or the timeout. */
@@ -405,7 +443,7 @@ static void sync_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
 int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
                  dq_msg **msgs, size_t max) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    if (!msgs || max == 0 || max > 64) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+    if (!msgs || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
     sync_take s = {0, 0, msgs, max, 0};
     int rc;
     dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);

@@ -42,12 +42,17 @@ int dq__key(char *buf, size_t size, const char *queue, const char *suffix);
 
 /* ------------------------------------------------------------ entries (codec.c) */
 
-/* A ready-list entry "1|due|ready|idlen|<id><payload>", decoded in place:
- * id and payload point into the buffer that was decoded. */
+/* A ready-list entry, decoded in place (id, error and payload point into
+ * the buffer that was decoded):
+ *   "1|due|ready|idlen|<id><payload>"                 never delivered
+ *   "2|due|ready|attempts|idlen|elen|<id><err><payload>"  delivered before */
 typedef struct dq__entry {
     int64_t due_ms, ready_ms;
+    int64_t attempts; /* deliveries before this one */
     const char *id;
     size_t id_len;
+    const char *err; /* the last failure's text (empty for version 1) */
+    size_t err_len;
     const char *payload;
     size_t payload_len;
 } dq__entry;

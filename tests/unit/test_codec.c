@@ -178,6 +178,30 @@ static void test_entry_decode_number_edges(void **state)
     assert_memory_equal(d.payload, "y", 1);
 }
 
+/* Version 2 (delivered before): attempts and the last error come first. */
+static void test_entry_decode_v2(void **state)
+{
+    static const char e[] = "2|1700000000123|1700000000456|3|2|4|idoopspay|load";
+    static const char no_err[] = "2|5|6|15|1|0|x";
+    dq__entry d;
+    (void)state;
+    assert_int_equal(dq__entry_decode(e, sizeof e - 1, &d), 0);
+    assert_int_equal(d.due_ms, 1700000000123LL);
+    assert_int_equal(d.ready_ms, 1700000000456LL);
+    assert_int_equal(d.attempts, 3);
+    assert_int_equal(d.id_len, 2);
+    assert_memory_equal(d.id, "id", 2);
+    assert_int_equal(d.err_len, 4);
+    assert_memory_equal(d.err, "oops", 4);
+    assert_int_equal(d.payload_len, 8);
+    assert_memory_equal(d.payload, "pay|load", 8);
+    assert_int_equal(dq__entry_decode(no_err, sizeof no_err - 1, &d), 0);
+    assert_int_equal(d.attempts, 15);
+    assert_int_equal(d.err_len, 0);
+    assert_int_equal(d.payload_len, 0);
+    assert_ptr_equal(d.payload, no_err + sizeof no_err - 1);
+}
+
 static void test_entry_decode_id_limit(void **state)
 {
     char e[300];
@@ -196,7 +220,7 @@ static const char *const bad_entries[] = {
     "",
     "1",
     "1|",
-    "2|1|2|1|a",           /* unknown version */
+    "3|1|2|1|a",           /* unknown version */
     "0|1|2|1|a",
     "11|1|2|1|a",
     "x|1|2|1|a",
@@ -230,6 +254,14 @@ static const char *const bad_entries[] = {
     "1|10000000000000000000|2|1|a", /* 20 digits */
     "1|00000000000000000001|2|1|a", /* 20 digits, small value */
     "1|1|2|18446744073709551617|a", /* 2^64 + 1: would wrap to 1 */
+    "2|1|2|1|a",           /* version 2: no attempts or error length */
+    "2|1|2|3|1|a",         /* no error length */
+    "2|1|2|3|1|5|abc",     /* error past the end */
+    "2|1|2|3|2|1|ab",
+    "2|1|2|3|0|0|",        /* empty id */
+    "2|1|2|-3|1|0|a",      /* sign */
+    "2|1|2|3|1|-1|a",
+    "2|1|2|2147483647|1|0|a", /* attempts + 1 overflows an int */
 };
 
 static void test_entry_decode_malformed(void **state)
@@ -367,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_entry_decode_binary),
         cmocka_unit_test(test_entry_decode_empty_payload),
         cmocka_unit_test(test_entry_decode_number_edges),
+        cmocka_unit_test(test_entry_decode_v2),
         cmocka_unit_test(test_entry_decode_id_limit),
         cmocka_unit_test(test_entry_decode_malformed),
         cmocka_unit_test(test_entry_decode_truncated),
