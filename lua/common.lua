@@ -159,6 +159,25 @@ local function parse_record(rec, score)
           payload = string.sub(rec, t0 + tl + el)}
 end
 
+-- The ready entry of a version 1 record (never delivered) that becomes
+-- ready at nows (fmt of now), or nil for any other record: the record with
+-- the due and ready times put in after its version. dues: a per-call cache
+-- of formatted due times (neighbours in a slot often share one).
+local function ready_entry_v1(rec, score, nows, dues)
+  if string.byte(rec, 1) ~= 49 then return nil end -- '1'
+  local il, pos = string.match(rec, '^1|(%d+)|()')
+  if not il then return nil end
+  il = tonumber(il)
+  if il < 1 or pos + il - 1 > #rec then return nil end
+  local due = math.floor(score / ORD)
+  local ds = dues[due]
+  if not ds then
+    ds = fmt(due)
+    dues[due] = ds
+  end
+  return '1|' .. ds .. '|' .. nows .. string.sub(rec, 2)
+end
+
 -- The ready entry of a record that becomes ready now.
 local function ready_entry_of(r, now)
   if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, r.id, r.payload) end

@@ -28,6 +28,7 @@ local CHUNK = 100
 local start_us = server_now_us()
 local now = math.floor(start_us / 1000)
 local limit = '(' .. fmt((now + 1) * ORD)
+local nows, dues = fmt(now), {}
 local moved, set_aside, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local checked = false
 
@@ -54,24 +55,32 @@ for _ = 1, 10000 do
     local out, bad = {}, {}
     for i = 1, #items, 2 do
       local rec, score = items[i], tonumber(items[i + 1])
-      local r = parse_record(rec, score)
-      if not r then
-        local id = record_id(rec)
-        bad[#bad + 1] = aside_entry('unknown record format', id or '', rec)
-        if id then id_del(id_key(P, id), id) end -- not counted: most likely not ours
-      elseif r.token ~= '' then
-        -- A lease ran out: its consumer died or stalled.
-        expired = expired + 1
-        r.token = ''
-        if r.max > 0 and r.attempts >= r.max then
-          bury(P, dead, deadz, r, 'lease expired on attempt ' .. r.attempts .. ' of ' .. r.max, now)
-          buried = buried + 1
+      -- Most records were never delivered (version 1): their ready entry
+      -- is the record with the two times put in, no table needed.
+      local e = ready_entry_v1(rec, score, nows, dues)
+      if e then
+        pending_out = pending_out + 1
+        out[#out + 1] = e
+      else
+        local r = parse_record(rec, score)
+        if not r then
+          local id = record_id(rec)
+          bad[#bad + 1] = aside_entry('unknown record format', id or '', rec)
+          if id then id_del(id_key(P, id), id) end -- not counted: most likely not ours
+        elseif r.token ~= '' then
+          -- A lease ran out: its consumer died or stalled.
+          expired = expired + 1
+          r.token = ''
+          if r.max > 0 and r.attempts >= r.max then
+            bury(P, dead, deadz, r, 'lease expired on attempt ' .. r.attempts .. ' of ' .. r.max, now)
+            buried = buried + 1
+          else
+            out[#out + 1] = ready_entry_of(r, now)
+          end
         else
+          pending_out = pending_out + 1
           out[#out + 1] = ready_entry_of(r, now)
         end
-      else
-        pending_out = pending_out + 1
-        out[#out + 1] = ready_entry_of(r, now)
       end
     end
     redis.call('ZREMRANGEBYRANK', key, 0, n - 1)
