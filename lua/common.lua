@@ -51,7 +51,9 @@ local ID_BUCKETS = 32768
 
 local function fmt(n) return string.format('%d', n) end
 
--- fmt for the small numbers (lengths) of records: cached per call.
+-- fmt for the small numbers (lengths, counts) of records: cached per call.
+-- Never concatenate a number directly: Lua formats it with %.14g, through
+-- the C library's floating-point printer, several times slower.
 local small_num = {}
 local function nstr(n)
   local s = small_num[n]
@@ -92,7 +94,7 @@ local function ready_entry(due, ready, id, payload)
 end
 
 local function aside_entry(reason, id, raw)
-  return '1|' .. reason .. '|' .. #id .. '|' .. id .. (raw or '')
+  return '1|' .. reason .. '|' .. nstr(#id) .. '|' .. id .. (raw or '')
 end
 
 -- The queue's settings, for the arguments given as -1 ("the queue's").
@@ -122,8 +124,8 @@ local function record_v1(id, payload)
 end
 
 local function record_v2(r, id)
-  return '2|' .. r.attempts .. '|' .. r.max .. '|' .. fmt(r.due) .. '|' .. #id .. '|' ..
-         #r.token .. '|' .. #r.err .. '|' .. id .. r.token .. r.err .. r.payload
+  return '2|' .. nstr(r.attempts) .. '|' .. nstr(r.max) .. '|' .. fmt(r.due) .. '|' .. nstr(#id) ..
+         '|' .. nstr(#r.token) .. '|' .. nstr(#r.err) .. '|' .. id .. r.token .. r.err .. r.payload
 end
 
 -- The id of a record, or nil if it cannot be decoded.
@@ -181,8 +183,8 @@ end
 -- The ready entry of a record that becomes ready now.
 local function ready_entry_of(r, now)
   if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, r.id, r.payload) end
-  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. r.attempts .. '|' .. #r.id .. '|' ..
-         #r.err .. '|' .. r.id .. r.err .. r.payload
+  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. nstr(#r.id) ..
+         '|' .. nstr(#r.err) .. '|' .. r.id .. r.err .. r.payload
 end
 
 -- The head of a ready entry, as strings: due, attempts (before this
@@ -207,8 +209,8 @@ local function entry_head(e)
 end
 
 local function dead_record(r, reason, now)
-  return '1|' .. fmt(now) .. '|' .. r.attempts .. '|' .. fmt(r.due) .. '|' .. #reason .. '|' ..
-         #r.err .. '|' .. reason .. r.err .. r.payload
+  return '1|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. fmt(r.due) .. '|' .. nstr(#reason) ..
+         '|' .. nstr(#r.err) .. '|' .. reason .. r.err .. r.payload
 end
 
 -- Moves a record to the dead letters of the queue (the caller has taken it
@@ -226,7 +228,7 @@ local function slot_key(P, name) return P .. 'q:' .. name end
 -- The slot whose range holds score: (name, lower bound), or nil if score is
 -- below every bound (or there is no slot).
 local function slot_at(zs, score)
-  local s = redis.call('ZREVRANGEBYSCORE', zs, score, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local s = redis.call('ZREVRANGEBYSCORE', zs, score, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if s[1] == nil then return nil end
   return s[1], tonumber(s[2])
 end
@@ -236,7 +238,7 @@ end
 -- inside [lo, hi] makes it look one slot further down.
 local function last_score_in(P, zs, lo, hi, name, bound)
   for _ = 1, 64 do
-    local s = redis.call('ZREVRANGEBYSCORE', slot_key(P, name), hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
+    local s = redis.call('ZREVRANGEBYSCORE', slot_key(P, name), hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
     if s[2] then return tonumber(s[2]) end
     if bound <= lo then return nil end
     hi = bound - 1
@@ -254,10 +256,10 @@ local function split_if_full(P, zs, counters, key)
   local card = redis.call('ZCARD', key)
   if card <= SLOT_CAP or (card - SLOT_CAP - 1) % 32 ~= 0 then return end
   local mid = tonumber(redis.call('ZRANGE', key, math.floor(card / 2), math.floor(card / 2), 'WITHSCORES')[2])
-  local low = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+  local low = tonumber(redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')[2])
   if mid == low then
     -- The lower half is all one score: split above it.
-    local nx = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(mid), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local nx = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(mid), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     if nx[2] == nil then return end
     mid = tonumber(nx[2])
   end
@@ -268,7 +270,7 @@ local function split_if_full(P, zs, counters, key)
     args[#args + 1] = upper[i + 1]
     args[#args + 1] = upper[i]
   end
-  local new = fmt(redis.call('HINCRBY', counters, 'slots', 1))
+  local new = fmt(redis.call('HINCRBY', counters, 'slots', '1'))
   redis.call('ZADD', slot_key(P, new), unpack(args))
   redis.call('ZREMRANGEBYSCORE', key, mid, '+inf')
   redis.call('ZADD', zs, mid, new)
@@ -285,7 +287,7 @@ local function slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
   end
   name = slot_at(zs, score)
   if not name then
-    name = redis.call('ZRANGE', zs, 0, 0)[1] or fmt(redis.call('HINCRBY', counters, 'slots', 1))
+    name = redis.call('ZRANGE', zs, '0', '0')[1] or fmt(redis.call('HINCRBY', counters, 'slots', '1'))
     redis.call('ZADD', zs, score, name) -- a new slot, or the first one now starts lower
   end
   local key = slot_key(P, name)
@@ -307,7 +309,7 @@ local function hint_fits(zs, h, lo, hi, ordinal)
   end
   if hi <= h.seen then return true end
   if h.upper == nil then
-    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     h.upper = nx[2] and tonumber(nx[2]) or math.huge
   end
   return hi < h.upper
@@ -362,7 +364,7 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
     h.name = nil
     if name then
       local key = slot_key(P, name)
-      local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local tail = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
       h.name, h.key, h.bound, h.seen, h.upper = name, key, bound, hi, nil
       h.last, h.card = tail[2] and tonumber(tail[2]) or nil, redis.call('ZCARD', key)
     end
@@ -379,14 +381,14 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
       score = math.min(h.last + 1, hi)
     else
       slot_flush(hint)
-      local s = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', 0, 1)
+      local s = redis.call('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
       if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
     end
   end
   if h.card >= SLOT_CAP and h.last and score > h.last then
     -- Appending to a full slot: start the next one here. It ends where
     -- the full one ended (h.upper and h.seen stay true).
-    local name, ss = fmt(redis.call('HINCRBY', counters, 'slots', 1)), fmt(score)
+    local name, ss = fmt(redis.call('HINCRBY', counters, 'slots', '1')), fmt(score)
     redis.call('ZADD', zs, ss, name)
     key = slot_key(P, name)
     slot_add(hint, key, ss, rec)
@@ -409,12 +411,13 @@ end
 -- slot. Equal scores are rare (more than ORD records in a millisecond), so
 -- the scan is usually over one member.
 local function slot_find(P, zs, id, score)
-  local name = slot_at(zs, score)
+  local ss = fmt(score) -- a number argument would be formatted with %.17g
+  local name = slot_at(zs, ss)
   if not name then return nil end
   local key = slot_key(P, name)
   local off = 0
   while true do
-    local recs = redis.call('ZRANGEBYSCORE', key, score, score, 'LIMIT', off, 100)
+    local recs = redis.call('ZRANGEBYSCORE', key, ss, ss, 'LIMIT', nstr(off), '100')
     for _, rec in ipairs(recs) do
       if record_id(rec) == id then return key, rec end
     end
@@ -451,7 +454,7 @@ end
 -- transfers publish the score they raise it to), so announcing only scores
 -- below it is enough. nil if there is no slot.
 local function first_bound(zs)
-  local f = redis.call('ZRANGE', zs, 0, 0, 'WITHSCORES')
+  local f = redis.call('ZRANGE', zs, '0', '0', 'WITHSCORES')
   return f[2] and tonumber(f[2]) or nil
 end
 
@@ -459,9 +462,9 @@ end
 -- front of the index and raises the first bound to the earliest score.
 local function earliest_score(P, zs)
   for _ = 1, 1000 do
-    local f = redis.call('ZRANGE', zs, 0, 0, 'WITHSCORES')
+    local f = redis.call('ZRANGE', zs, '0', '0', 'WITHSCORES')
     if f[1] == nil then return nil end
-    local e = redis.call('ZRANGE', slot_key(P, f[1]), 0, 0, 'WITHSCORES')
+    local e = redis.call('ZRANGE', slot_key(P, f[1]), '0', '0', 'WITHSCORES')
     if e[2] then
       local score = tonumber(e[2])
       if score > tonumber(f[2]) then redis.call('ZADD', zs, score, f[1]) end

@@ -27,14 +27,14 @@
 -- reply element per message instead of six.
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local P, chan = ARGV[1], ARGV[2]
-local count, lease, tprefix, max = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 
 -- Everything this script writes after the LPOP must not fail half way.
 local err = require_type(zs, 'zset') or require_type(counters, 'hash')
 if err then return err end
 local replay = redis.call('GET', ARGV[8])
 if replay then return cmsgpack.unpack(replay) end
-local entries = redis.call('LPOP', ready, count)
+local entries = redis.call('LPOP', ready, ARGV[3])
 if not entries then
   -- Nothing ready, so no token is owed: drop strays (from takes that
   -- found their entry taken by a caller that was not woken).
@@ -42,7 +42,7 @@ if not entries then
   return {}
 end
 local owed = #entries - (ARGV[7] == '1' and 1 or 0)
-if owed > 0 then redis.pcall('LPOP', sig, owed) end
+if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
 
 local now = server_now_ms()
 lease = queue_setting(cfg, 'lease_ms', lease)
@@ -61,9 +61,9 @@ for i, e in ipairs(entries) do
   else
     local id = string.sub(e, pos, pos + il - 1)
     if lease > 0 then
-      local token = tprefix .. i
-      local rec = '2|' .. (a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. il .. '|' .. #token .. '|' ..
-                  el .. '|' .. id .. token .. string.sub(e, pos + il)
+      local token = tprefix .. nstr(i)
+      local rec = '2|' .. nstr(a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. nstr(il) .. '|' ..
+                  nstr(#token) .. '|' .. nstr(el) .. '|' .. id .. token .. string.sub(e, pos + il)
       -- Ordinals i - 1 keep this call's leases apart without a look-up;
       -- other calls in the same millisecond may share a score (rare, cheap).
       local score, ss = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
@@ -80,7 +80,7 @@ end
 slot_flush(hint)
 if #bad > 0 then redis.pcall('RPUSH', aside, unpack(bad)) end
 if leased > 0 then
-  redis.call('HINCRBY', counters, 'inflight', leased)
+  redis.call('HINCRBY', counters, 'inflight', nstr(leased))
   announce_if_first(chan, first, bound)
 end
 redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000)

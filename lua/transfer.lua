@@ -34,11 +34,11 @@ local checked = false
 
 for _ = 1, 10000 do
   if done >= max_items then break end
-  local first = redis.call('ZRANGE', zs, 0, 0)
+  local first = redis.call('ZRANGE', zs, '0', '0')
   if first[1] == nil then break end
   local key = slot_key(P, first[1])
   local want = math.min(CHUNK, max_items - done)
-  local items = redis.call('ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', 0, want)
+  local items = redis.call('ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))
   local n = #items / 2
   if n == 0 then
     -- Nothing due in the first slot: done, unless it is an emptied one.
@@ -83,7 +83,7 @@ for _ = 1, 10000 do
         end
       end
     end
-    redis.call('ZREMRANGEBYRANK', key, 0, n - 1)
+    redis.call('ZREMRANGEBYRANK', key, '0', nstr(n - 1))
     if #out > 0 then
       redis.call('RPUSH', ready, unpack(out))
       signal(sig, #out)

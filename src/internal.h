@@ -201,6 +201,21 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
                    int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
                    void *privdata);
 
+/* Waits (without a timeout) for 1..max (at most 64) items of queue and
+ * passes them to cb, which owns the messages; status 1, or a negative code
+ * with no messages (DQ_ECLOSED once cancelled). *req as dq_take_async. */
+typedef void dq__take_batch_cb(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata);
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, size_t max,
+                         dq__take_batch_cb *cb, void *privdata, struct dq_take_req **req);
+
+/* Acks n deliveries (1..DQ__ACK_BATCH) of queue in one script call; the
+ * messages are only read during the call. cb gets status 1 and results[i]
+ * (1 acked, 0 stale) for each, or a negative status and results NULL. */
+#define DQ__ACK_BATCH 64
+typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n, void *privdata);
+int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, size_t n,
+                       dq__acks_cb *cb, void *privdata);
+
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);
 

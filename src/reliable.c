@@ -84,6 +84,55 @@ int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *t
     return settle_send(c, queue, DQ__LUA_ACK, 2, 3, argv, lens, cb, privdata);
 }
 
+typedef struct ack_batch {
+    dq_client *c;
+    char queue[DQ_QUEUE_MAX + 1];
+    size_t n;
+    dq__acks_cb *cb;
+    void *privdata;
+} ack_batch;
+
+static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    ack_batch *b = privdata;
+    int results[DQ__ACK_BATCH];
+    int status = 1;
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n) {
+        for (size_t i = 0; i < b->n; i++) results[i] = (int)dq__reply_int(reply->element[i]);
+    } else {
+        status = dq__reply_failure(b->c, conn, reply, code, b->queue);
+        if (status >= 0) status = DQ_EPROTO;
+    }
+    b->c->callback_depth++;
+    b->cb(b->c, status, status == 1 ? results : NULL, b->n, b->privdata);
+    b->c->callback_depth--;
+    free(b);
+}
+
+int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, size_t n,
+                       dq__acks_cb *cb, void *privdata) {
+    if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 64 deliveries");
+    int rc = dq__check_queue(c, queue);
+    for (size_t i = 0; !rc && i < n; i++) rc = check_lease_args(c, queue, msgs[i]->id, msgs[i]->token);
+    if (rc) return rc;
+    ack_batch *b = malloc(sizeof *b);
+    if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    b->c = c;
+    snprintf(b->queue, sizeof b->queue, "%s", queue);
+    b->n = n, b->cb = cb, b->privdata = privdata;
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    const char *argv[3 + 2 * DQ__ACK_BATCH] = {k.z, k.counters, k.prefix};
+    size_t lens[3 + 2 * DQ__ACK_BATCH];
+    for (size_t i = 0; i < n; i++) argv[3 + 2 * i] = msgs[i]->id, argv[4 + 2 * i] = msgs[i]->token;
+    for (size_t i = 0; i < 3 + 2 * n; i++) lens[i] = strlen(argv[i]);
+    rc = dq__conn_eval(c->cmd, DQ__LUA_ACK, 2, 1 + 2 * (int)n, argv, lens, ack_batch_reply, b);
+    if (rc) {
+        free(b);
+        return dq__fail(c, rc, "%s", c->cmd->errstr);
+    }
+    return 0;
+}
+
 int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
                    int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
                    void *privdata) {

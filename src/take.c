@@ -41,6 +41,7 @@ struct dq_take_req {
     size_t max;             /* messages one script run may pop           */
     take_done_fn *done_fn;
     dq_take_cb *cb;         /* dq_take_async's callback                   */
+    dq__take_batch_cb *batch_cb; /* dq__take_batch_async's callback      */
     void *privdata;
     dq_msg **out;           /* dq_take_many's array                       */
     dq__conn *conn;         /* blocking connection for the wait, or NULL */
@@ -396,6 +397,24 @@ int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts,
     if (!t) return rc;
     t->done_fn = async_done;
     t->cb = cb;
+    t->privdata = privdata;
+    if (out) *out = t;
+    take_start(t);
+    return 0;
+}
+
+static void batch_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
+    t->batch_cb(t->c, status, status == 1 ? msgs : NULL, status == 1 ? n : 0, t->privdata);
+}
+
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, size_t max,
+                         dq__take_batch_cb *cb, void *privdata, dq_take_req **out) {
+    if (!cb || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+    int rc;
+    dq_take_req *t = take_new(c, queue, opts, -1, max, &rc);
+    if (!t) return rc;
+    t->done_fn = batch_done;
+    t->batch_cb = cb;
     t->privdata = privdata;
     if (out) *out = t;
     take_start(t);

@@ -1,9 +1,17 @@
 /*
  * worker.c - runs a handler for every item of a queue with up to N messages
- * in hand at once: N async takes with a lease keep the pipeline full, and a
- * message counts until dq_worker_done, which acks it (success) or nacks it
- * with the client's backoff (failure). A handler that never finishes, or a
- * process that dies, leaves the lease to run out: the item comes back.
+ * in hand at once. A message counts until dq_worker_done, which acks it
+ * (success) or nacks it with the client's backoff (failure). A handler that
+ * never finishes, or a process that dies, leaves the lease to run out: the
+ * item comes back.
+ *
+ * Batching: the worker asks for every free place in one take (up to 64
+ * messages a script call, at most WORKER_TAKES takes out at once), and the
+ * acks of dq_worker_done are gathered and sent as one script call when the
+ * loop is about to poll (or once 64 are waiting). Both happen from one
+ * prepare watcher, so a burst of handlers finishing in one loop iteration
+ * costs one ack call and one take call, not one of each per message. Nacks
+ * (failures, the rare case) go out one by one at once.
  *
  * Lifetime: the worker stays allocated while anything can still call into
  * it: a handler running (busy), takes waiting, messages in hand, or ack/nack
@@ -14,24 +22,39 @@
 
 #include "internal.h"
 
+#define WORKER_TAKES 2      /* takes out at once: one can wait while one returns */
+#define TAKE_BATCH 64       /* messages one take asks for at most                */
+#define RETRY_AFTER_S 0.5   /* after a take failed (not a stop), before the next */
+
+typedef struct take_slot {
+    struct dq_worker *w;
+    int index;
+} take_slot;
+
 struct dq_worker {
     dq_worker *next;
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
     dq_take_opts opts;
     int concurrency;
-    int waiting;        /* takes outstanding                         */
-    int settling;       /* acks/nacks sent, replies to come          */
+    int asked;          /* messages the outstanding takes may bring  */
+    int settling;       /* ack/nack calls sent, replies to come      */
     int busy;           /* inside the handler: never free now        */
     int stopping;
     int orphaned;       /* the client is going: free when settled    */
     dq_handler *handler;
     void *privdata;
-    dq_take_req **reqs; /* outstanding takes, to cancel them on stop */
+    dq_take_req *reqs[WORKER_TAKES]; /* outstanding takes, to cancel on stop */
+    int req_max[WORKER_TAKES];
+    dq_msg *acks[DQ__ACK_BATCH];     /* done, their ack not sent yet     */
+    size_t nacks;
+    ev_prepare flush;   /* sends the acks and refills before the loop polls */
+    ev_timer retry;     /* a pause after a failed take                  */
     dq_worker_counters counters;
 };
 
 static void refill(dq_worker *w);
+static void flush_acks(dq_worker *w);
 
 static void unlink_worker(dq_worker *w) {
     for (dq_worker **p = &w->c->workers; *p; p = &(*p)->next) {
@@ -43,7 +66,9 @@ static void unlink_worker(dq_worker *w) {
 }
 
 static void release(dq_worker *w) {
-    free(w->reqs);
+    ev_prepare_stop(w->c->loop, &w->flush);
+    ev_timer_stop(w->c->loop, &w->retry);
+    for (size_t i = 0; i < w->nacks; i++) dq_msg_free(w->acks[i]);
     free(w);
 }
 
@@ -53,49 +78,70 @@ static void maybe_free(dq_worker *w) {
         release(w);
         return;
     }
-    if (!w->stopping || w->waiting > 0 || w->counters.in_hand > 0) return;
+    if (!w->stopping || w->asked > 0 || w->counters.in_hand > 0) return;
     unlink_worker(w);
     release(w);
 }
 
-typedef struct slot {
-    dq_worker *w;
-    int index;
-} slot;
+/* Asks the prepare watcher to flush acks and refill before the next poll. */
+static void later(dq_worker *w) {
+    if (!ev_is_active(&w->flush)) ev_prepare_start(w->c->loop, &w->flush);
+}
 
-static void on_take(dq_client *c, int status, dq_msg *msg, void *privdata) {
-    slot *s = privdata;
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents) {
+    (void)revents;
+    dq_worker *w = p->data;
+    ev_prepare_stop(loop, p);
+    flush_acks(w);
+    refill(w);
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *t, int revents) {
+    (void)loop, (void)revents;
+    refill(t->data);
+}
+
+/* ------------------------------------------------------------ taking */
+
+static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
+    take_slot *s = privdata;
     dq_worker *w = s->w;
     w->reqs[s->index] = NULL;
+    w->asked -= w->req_max[s->index];
     free(s);
-    w->waiting--;
     w->busy++;
     if (status == 1) {
-        w->counters.taken++;
-        w->counters.in_hand++;
-        w->handler(w, msg, w->privdata); /* a taken message is always handled */
-    } else if (status < 0 && status != DQ_ECLOSED) {
+        w->counters.taken += n;
+        w->counters.in_hand += (int)n;
+        /* A taken message is always handled, even if a handler stops the
+         * worker on the way. */
+        for (size_t i = 0; i < n; i++) w->handler(w, msgs[i], w->privdata);
+    } else if (status != DQ_ECLOSED) {
         dq__log(c, "worker %s: take failed: %s", w->queue, c->errstr);
+        if (!w->stopping && !w->orphaned) ev_timer_start(c->loop, &w->retry);
     }
     w->busy--;
     if (w->stopping || w->orphaned) maybe_free(w);
-    else refill(w);
+    else later(w);
 }
 
+/* Asks for every free place, in takes of up to TAKE_BATCH. */
 static void refill(dq_worker *w) {
-    while (!w->stopping && w->waiting + w->counters.in_hand < w->concurrency) {
-        int i = 0;
-        while (i < w->concurrency && w->reqs[i]) i++;
-        if (i == w->concurrency) return;
-        slot *s = malloc(sizeof *s);
+    for (int i = 0; i < WORKER_TAKES; i++) {
+        int free_places = w->concurrency - w->counters.in_hand - w->asked;
+        if (w->stopping || ev_is_active(&w->retry) || free_places <= 0) return;
+        if (w->reqs[i]) continue;
+        int max = free_places < TAKE_BATCH ? free_places : TAKE_BATCH;
+        take_slot *s = malloc(sizeof *s);
         if (!s) return;
         s->w = w;
         s->index = i;
-        if (dq_take_async_ex(w->c, w->queue, &w->opts, -1, on_take, s, &w->reqs[i]) != 0) {
+        if (dq__take_batch_async(w->c, w->queue, &w->opts, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
             free(s);
             return;
         }
-        w->waiting++;
+        w->req_max[i] = max;
+        w->asked += max;
     }
 }
 
@@ -116,9 +162,7 @@ dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, 
     }
     if (!(flags & DQ_WORKER_NO_SCHEDULER) && dq_schedule(c, queue) != 0) return NULL;
     dq_worker *w = calloc(1, sizeof *w);
-    if (w) w->reqs = calloc((size_t)concurrency, sizeof *w->reqs);
-    if (!w || !w->reqs) {
-        free(w);
+    if (!w) {
         dq__fail(c, DQ_ENOMEM, "out of memory");
         return NULL;
     }
@@ -128,6 +172,10 @@ dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, 
     w->concurrency = concurrency;
     w->handler = handler;
     w->privdata = privdata;
+    ev_prepare_init(&w->flush, on_prepare);
+    w->flush.data = w;
+    ev_timer_init(&w->retry, on_retry, RETRY_AFTER_S, 0);
+    w->retry.data = w;
     w->next = c->workers;
     c->workers = w;
     refill(w);
@@ -141,36 +189,68 @@ dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, uns
 
 /* ------------------------------------------------------------ settling */
 
-static void on_settled(dq_client *c, int status, void *privdata) {
-    dq_worker *w = privdata;
-    w->settling--;
+static void log_settle_failure(dq_worker *w, int status) {
     if (status == 0) {
         w->counters.stale++;
-        dq__log(c, "worker %s: lease had run out before ack/nack; the item went elsewhere",
+        dq__log(w->c, "worker %s: lease had run out before ack/nack; the item went elsewhere",
                 w->queue);
     } else if (status < 0 && status != DQ_ECLOSED) {
-        dq__log(c, "worker %s: ack/nack failed (%s); the lease will run out and the item "
-                   "come back", w->queue, c->errstr);
+        dq__log(w->c, "worker %s: ack/nack failed (%s); the lease will run out and the item "
+                      "come back", w->queue, w->c->errstr);
     }
+}
+
+static void on_settled(dq_client *c, int status, void *privdata) {
+    (void)c;
+    dq_worker *w = privdata;
+    w->settling--;
+    log_settle_failure(w, status);
     if (w->stopping || w->orphaned) maybe_free(w);
 }
 
+static void on_acked(dq_client *c, int status, const int *results, size_t n, void *privdata) {
+    (void)c;
+    dq_worker *w = privdata;
+    w->settling--;
+    if (status < 0) log_settle_failure(w, status);
+    for (size_t i = 0; results && i < n; i++)
+        if (results[i] == 0) log_settle_failure(w, 0);
+    if (w->stopping || w->orphaned) maybe_free(w);
+}
+
+static void flush_acks(dq_worker *w) {
+    size_t n = w->nacks;
+    if (n == 0) return;
+    w->nacks = 0;
+    if (dq__ack_many_async(w->c, w->queue, w->acks, n, on_acked, w) == 0) w->settling++;
+    else dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue,
+                 n, w->c->errstr);
+    for (size_t i = 0; i < n; i++) dq_msg_free(w->acks[i]);
+}
+
 static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
-    int rc = 0;
-    if (msg->token) {
-        rc = ok ? dq__ack_async(w->c, w->queue, msg->id, msg->token, on_settled, w)
-                : dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt,
-                                 on_settled, w);
-        if (rc == 0) w->settling++;
-        else dq__log(w->c, "worker %s: cannot %s %s now (%s); its lease will run out", w->queue,
-                     ok ? "ack" : "nack", msg->id, w->c->errstr);
+    if (msg->token && ok) {
+        if (w->nacks == DQ__ACK_BATCH) flush_acks(w);
+        w->acks[w->nacks++] = msg; /* freed once its ack is sent */
+    } else {
+        if (msg->token) {
+            if (dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt,
+                               on_settled, w) == 0)
+                w->settling++;
+            else dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out",
+                         w->queue, msg->id, w->c->errstr);
+        }
+        dq_msg_free(msg);
     }
-    dq_msg_free(msg);
     w->counters.in_hand--;
     if (ok) w->counters.succeeded++;
     else w->counters.failed++;
-    if (w->stopping) maybe_free(w);
-    else refill(w);
+    if (w->stopping) {
+        flush_acks(w);
+        maybe_free(w);
+    } else {
+        later(w);
+    }
 }
 
 void dq_worker_done(dq_worker *w, dq_msg *msg, int status) {
@@ -184,7 +264,9 @@ void dq_worker_fail(dq_worker *w, dq_msg *msg, const char *error) {
 void dq_worker_stop(dq_worker *w) {
     if (w->stopping) return;
     w->stopping = 1;
-    for (int i = 0; i < w->concurrency; i++)
+    flush_acks(w);
+    ev_timer_stop(w->c->loop, &w->retry);
+    for (int i = 0; i < WORKER_TAKES; i++)
         if (w->reqs[i]) dq_take_cancel(w->reqs[i]);
     maybe_free(w);
 }
@@ -194,9 +276,13 @@ void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out) { *out 
 void dq__worker_free_all(dq_client *c) {
     /* The takes end with DQ_ECLOSED when the client frees them. Messages
      * still in hand can no longer be settled (their leases will run out);
-     * a worker with acks in flight is freed when their replies fail as the
-     * command connection closes, within dq_client_free. */
-    for (dq_worker *w = c->workers; w; w = w->next) w->stopping = 1;
+     * gathered acks go out now, and a worker with acks in flight is freed
+     * when their replies come, or fail as the command connection closes,
+     * within dq_client_free. */
+    for (dq_worker *w = c->workers; w; w = w->next) {
+        w->stopping = 1;
+        flush_acks(w);
+    }
     dq__take_free_all(c);
     while (c->workers) {
         dq_worker *w = c->workers;
