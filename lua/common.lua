@@ -46,7 +46,7 @@
 -- number argument, so hot paths pass scores to Redis as strings.
 local ORD = 2048
 local DUE_MAX = 4398046511103
-local SLOT_CAP = 100
+local SLOT_CAP = 64
 local ID_BUCKETS = 32768
 
 local function fmt(n) return string.format('%d', n) end
@@ -263,7 +263,7 @@ local function split_if_full(P, zs, counters, key)
     if nx[2] == nil then return end
     mid = tonumber(nx[2])
   end
-  local upper = redis.call('ZRANGEBYSCORE', key, mid, '+inf', 'WITHSCORES', 'LIMIT', 0, 4 * SLOT_CAP)
+  local upper = redis.call('ZRANGEBYSCORE', key, mid, '+inf', 'WITHSCORES', 'LIMIT', '0', fmt(4 * SLOT_CAP))
   if #upper / 2 >= 4 * SLOT_CAP then return end -- one score dominates: leave it
   local args = {}
   for i = 1, #upper, 2 do
@@ -410,10 +410,23 @@ end
 -- The record of id at score: (slot key, record), or nil if it is in no
 -- slot. Equal scores are rare (more than ORD records in a millisecond), so
 -- the scan is usually over one member.
-local function slot_find(P, zs, id, score)
+-- cache: nil, or a table kept across the look-ups of one call: the last
+-- slot found and its range, so records that share a slot (the leases of one
+-- take) look it up once.
+local function slot_find(P, zs, id, score, cache)
   local ss = fmt(score) -- a number argument would be formatted with %.17g
-  local name = slot_at(zs, ss)
-  if not name then return nil end
+  local name
+  if cache and cache.name and score >= cache.bound and score < cache.upper then
+    name = cache.name
+  else
+    local bound
+    name, bound = slot_at(zs, ss)
+    if not name then return nil end
+    if cache then
+      local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+      cache.name, cache.bound, cache.upper = name, bound, nx[2] and tonumber(nx[2]) or math.huge
+    end
+  end
   local key = slot_key(P, name)
   local off = 0
   while true do
@@ -484,11 +497,14 @@ end
 -- The record of a leased id if token matches, as (record table, slot key,
 -- raw record, id index key); nil if the id is unknown, not in flight, or the token is
 -- stale: another lease's, or one that has ended (now, server ms, is at or
--- past its end), even if no scheduler has returned the item yet.
-local function leased_record(P, zs, id, token, now)
-  local score, ik = id_score(P, id)
+-- past its end), even if no scheduler has returned the item yet. ik: the
+-- id's index key when the caller has it (the client sends the bucket), else
+-- nil; cache: see slot_find.
+local function leased_record(P, zs, id, token, now, ik, cache)
+  ik = ik or id_key(P, id)
+  local score = id_score_in(ik, id)
   if not score or math.floor(score / ORD) <= now then return nil end
-  local key, rec = slot_find(P, zs, id, score)
+  local key, rec = slot_find(P, zs, id, score, cache)
   if not key then return nil end
   local r = parse_record(rec, score)
   if not r or r.token == '' or r.token ~= token then return nil end

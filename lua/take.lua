@@ -64,10 +64,11 @@ for i, e in ipairs(entries) do
       local token = tprefix .. nstr(i)
       local rec = '2|' .. nstr(a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. nstr(il) .. '|' ..
                   nstr(#token) .. '|' .. nstr(el) .. '|' .. id .. token .. string.sub(e, pos + il)
-      -- Ordinals i - 1 keep this call's leases apart without a look-up;
-      -- other calls in the same millisecond may share a score (rare, cheap).
-      local score, ss = slot_insert(P, zs, counters, deadline * ORD + math.min(i - 1, ORD - 1),
-                                    rec, false, hint)
+      -- With ordinals, leases follow the latest record of their
+      -- millisecond (the hint knows it after the first), so takes in the
+      -- same millisecond append instead of sharing scores, and a full
+      -- slot is followed by a new one instead of split.
+      local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true, hint)
       id_set(id_key(P, id), id, ss)
       if first == nil or score < first then first = score end
       leased = leased + 1

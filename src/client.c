@@ -184,6 +184,14 @@ void dq__keys_init(dq__keys *k, const char *queue) {
     dq__key(k->config, sizeof k->config, queue, "cfg");
 }
 
+const dq__keys *dq__keys_of(dq_client *c, const char *queue) {
+    if (strcmp(c->keys_queue, queue) != 0) {
+        dq__keys_init(&c->keys_cache, queue);
+        snprintf(c->keys_queue, sizeof c->keys_queue, "%s", queue);
+    }
+    return &c->keys_cache;
+}
+
 /* ------------------------------------------------------------ server clock */
 
 /* A sample taken over a short round trip pins the offset best: keep the

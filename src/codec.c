@@ -82,6 +82,24 @@ static int read_decimal(const char *buf, size_t len, size_t *pos, int64_t *out)
     return 0;
 }
 
+size_t dq__fmt_i64(char *buf, int64_t v)
+{
+    char tmp[20];
+    size_t n = 0, len = 0;
+    /* Through the magnitude as unsigned, so INT64_MIN does not overflow. */
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        buf[len++] = '-';
+    while (n)
+        buf[len++] = tmp[--n];
+    buf[len] = '\0';
+    return len;
+}
+
 int dq__entry_decode(const char *buf, size_t len, dq__entry *out)
 {
     size_t pos = 2, rest;

@@ -68,8 +68,44 @@ static void set_err(dq__conn *conn, int code, const char *fmt, ...) {
 /* ------------------------------------------------------------ request FIFO */
 
 static void req_free(dq__req *r) {
-    if (r->cmd) redisFreeCommand(r->cmd);
+    free(r->cmd);
     free(r);
+}
+
+/* ------------------------------------------------------------ RESP */
+
+/* Appends one RESP bulk string "$<len>\r\n<bytes>\r\n" at p; returns the end. */
+static char *put_bulk(char *p, const char *s, size_t len) {
+    *p++ = '$';
+    p += dq__fmt_i64(p, (int64_t)len);
+    *p++ = '\r', *p++ = '\n';
+    if (len) memcpy(p, s, len);
+    p += len;
+    *p++ = '\r', *p++ = '\n';
+    return p;
+}
+
+/* Room for a bulk string's framing: '$', up to 20 digits, two CRLFs. */
+#define BULK_FRAME 25
+
+/* Formats a command of head[0..nhead-1] then argv[0..argc-1] as a RESP
+ * array into a malloc'ed buffer (*out, freed with free). Returns its length,
+ * or -1 when out of memory. hiredis's formatter calls sprintf per argument;
+ * this is on the path of every request. */
+static long format_command(char **out, int nhead, const char **head, const size_t *headlen,
+                           int argc, const char **argv, const size_t *argvlen) {
+    size_t room = 1 + 20 + 2;
+    for (int i = 0; i < nhead; i++) room += BULK_FRAME + headlen[i];
+    for (int i = 0; i < argc; i++) room += BULK_FRAME + argvlen[i];
+    char *buf = malloc(room), *p = buf;
+    if (!buf) return -1;
+    *p++ = '*';
+    p += dq__fmt_i64(p, nhead + argc);
+    *p++ = '\r', *p++ = '\n';
+    for (int i = 0; i < nhead; i++) p = put_bulk(p, head[i], headlen[i]);
+    for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], argvlen[i]);
+    *out = buf;
+    return p - buf;
 }
 
 static void fifo_push(dq__conn *conn, dq__req *r) {
@@ -173,9 +209,9 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
     r->fn = fn;
     r->privdata = privdata;
     char *cmd = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    long len = format_command(&cmd, 0, NULL, NULL, argc, argv, argvlen);
     int rc = len < 0 ? DQ_ENOMEM : send_req(conn, r, cmd, (size_t)len, flags);
-    if (cmd) redisFreeCommand(cmd);
+    free(cmd);
     if (rc) req_free(r);
     return rc;
 }
@@ -190,35 +226,21 @@ int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
                   const char **argv, const size_t *argvlen, dq__reply_fn *fn,
                   void *privdata) {
     if (conn->kind == DQ__CONN_CMD) dq__offers_flush(conn->client); /* keep call order */
-    int argc = 3 + nkeys + nargs;
-    const char **av = malloc((size_t)argc * sizeof *av);
-    size_t *al = malloc((size_t)argc * sizeof *al);
-    if (!av || !al) {
-        free(av);
-        free(al);
-        return DQ_ENOMEM;
-    }
-    int rc = DQ_ENOMEM;
-    char nk[16];
-    av[0] = "EVALSHA", al[0] = 7;
-    av[1] = scripts[script].sha, al[1] = 40;
-    al[2] = (size_t)snprintf(nk, sizeof nk, "%d", nkeys), av[2] = nk;
-    for (int i = 0; i < nkeys + nargs; i++) av[3 + i] = argv[i], al[3 + i] = argvlen[i];
-
+    char nk[21];
+    const char *head[3] = {"EVALSHA", scripts[script].sha, nk};
+    size_t headlen[3] = {7, 40, dq__fmt_i64(nk, nkeys)};
     dq__req *r = calloc(1, sizeof *r);
-    if (r) {
-        r->fn = fn;
-        r->privdata = privdata;
-        r->script = script;
-        int len = redisFormatCommandArgv(&r->cmd, argc, av, al);
-        if (len >= 0) {
-            r->cmd_len = (size_t)len;
-            rc = send_req(conn, r, r->cmd, r->cmd_len, 0);
-        }
-        if (rc) req_free(r);
+    if (!r) return DQ_ENOMEM;
+    r->fn = fn;
+    r->privdata = privdata;
+    r->script = script;
+    int rc = DQ_ENOMEM;
+    long len = format_command(&r->cmd, 3, head, headlen, nkeys + nargs, argv, argvlen);
+    if (len >= 0) {
+        r->cmd_len = (size_t)len;
+        rc = send_req(conn, r, r->cmd, r->cmd_len, 0);
     }
-    free(av);
-    free(al);
+    if (rc) req_free(r);
     return rc;
 }
 

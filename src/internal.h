@@ -99,6 +99,14 @@ int dq__reply_error_code(const redisReply *reply);
 
 /* ------------------------------------------------------------ client (client.c) */
 
+/* Keys of a queue, built once per use. */
+typedef struct dq__keys {
+    char z[DQ__KEY_MAX], ready[DQ__KEY_MAX], aside[DQ__KEY_MAX];
+    char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
+    char counters[DQ__KEY_MAX];
+    char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
+    char signal[DQ__KEY_MAX], config[DQ__KEY_MAX];
+} dq__keys;
 typedef struct dq__sched dq__sched;
 
 struct dq_client {
@@ -122,6 +130,8 @@ struct dq_client {
     int64_t clock_best_rtt_us;
     double clock_sampled_at;
     dq_sched_counters counters;
+    char keys_queue[DQ_QUEUE_MAX + 1]; /* the queue keys_cache is for, or "" */
+    dq__keys keys_cache;
     struct dq__offer_batch *offers; /* dq_offer_async calls not sent yet */
     ev_prepare offers_flush;        /* sends them before the loop polls  */
     int flushing;
@@ -141,15 +151,10 @@ void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2
 /* Records the client's last failure message and returns code. */
 int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Keys of a queue, built once per use. */
-typedef struct dq__keys {
-    char z[DQ__KEY_MAX], ready[DQ__KEY_MAX], aside[DQ__KEY_MAX];
-    char prefix[DQ__KEY_MAX], chan[DQ__KEY_MAX];
-    char counters[DQ__KEY_MAX];
-    char dead[DQ__KEY_MAX], dead_times[DQ__KEY_MAX];
-    char signal[DQ__KEY_MAX], config[DQ__KEY_MAX];
-} dq__keys;
 void dq__keys_init(dq__keys *k, const char *queue);
+/* The keys of queue from the client's one-queue cache (the hot paths use
+ * one queue over and over); valid until the next call. */
+const dq__keys *dq__keys_of(dq_client *c, const char *queue);
 
 /* Feeds one clock sample: local send/receive (ev_time) and server us. */
 void dq__clock_sample(dq_client *c, double sent, double received, int64_t server_us);

@@ -105,52 +105,56 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 }
 
 /* Sends items[0..n-1] (already checked) in one call. Returns 0 (done will
- * run) or a negative code (it will not). */
+ * run) or a negative code (it will not). One allocation holds the argument
+ * arrays and the numbers' text; no printf on the way (this is the path of
+ * every offer, one at a time included). */
 static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
                       chunk_done_fn *done, void *privdata) {
+    enum { HEAD = 6, PER_ITEM = 5, MS_LEN = 24, BUCKET_LEN = 8 };
     offer_chunk *oc = calloc(1, sizeof *oc);
-    size_t argc = 6 + 5 * n;
-    const char **argv = malloc(argc * sizeof *argv);
-    size_t *lens = malloc(argc * sizeof *lens);
-    char(*ms)[24] = malloc(n * sizeof *ms);
-    char(*bucket)[8] = malloc(n * sizeof *bucket);
+    size_t argc = HEAD + PER_ITEM * n;
+    void *mem = malloc(argc * (sizeof(const char *) + sizeof(size_t)) + n * (MS_LEN + BUCKET_LEN));
     if (oc) oc->results = calloc(n, sizeof *oc->results);
     int rc = DQ_ENOMEM;
-    if (oc && oc->results && argv && lens && ms && bucket) {
+    if (oc && oc->results && mem) {
+        const char **argv = mem;
+        size_t *lens = (size_t *)(argv + argc);
+        char *text = (char *)(lens + argc);
         oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
-        dq__keys k;
-        dq__keys_init(&k, queue);
-        const char *head[6] = {k.z, k.ready, k.counters, k.signal, k.prefix, k.chan};
-        for (int i = 0; i < 6; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+        const dq__keys *k = dq__keys_of(c, queue);
+        const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan};
+        for (int i = 0; i < HEAD; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
-            char *id = oc->results[i].id;
-            if (it->id) snprintf(id, DQ_ID_MAX + 1, "%s", it->id);
-            else dq__id_generate(id);
+            char *id = oc->results[i].id, *ms = text, *bucket = text + MS_LEN;
+            text += MS_LEN + BUCKET_LEN;
+            size_t idl;
+            if (it->id) {
+                idl = strlen(it->id); /* checked: at most DQ_ID_MAX */
+                memcpy(id, it->id, idl + 1);
+            } else {
+                dq__id_generate(id);
+                idl = DQ_ID_GENERATED_LEN;
+            }
             int abs = it->due_ms > 0;
-            int msl = snprintf(ms[i], sizeof ms[i], "%" PRId64, abs ? it->due_ms : it->delay_ms);
             /* flags (see lua/offer.lua): 1 absolute, 2 keep, 4 fresh id */
             static const char *const digit[8] = {"0", "1", "2", "3", "4", "5", "6", "7"};
             int flags = abs | ((it->flags & DQ_OFFER_KEEP) ? 2 : 0) | (it->id ? 0 : 4);
-            int bl = snprintf(bucket[i], sizeof bucket[i], "%u", dq__id_bucket(id));
-            const char **a = argv + 6 + 5 * i;
-            size_t *l = lens + 6 + 5 * i;
-            a[0] = id, l[0] = strlen(id);
+            const char **a = argv + HEAD + PER_ITEM * i;
+            size_t *l = lens + HEAD + PER_ITEM * i;
+            a[0] = id, l[0] = idl;
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
-            a[2] = ms[i], l[2] = (size_t)msl;
+            a[2] = ms, l[2] = dq__fmt_i64(ms, abs ? it->due_ms : it->delay_ms);
             a[3] = digit[flags], l[3] = 1;
-            a[4] = bucket[i], l[4] = (size_t)bl;
+            a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
         rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens, chunk_reply, oc);
         if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
     }
-    free(argv);
-    free(lens);
-    free(ms);
-    free(bucket);
+    free(mem);
     if (rc && oc) {
         free(oc->results);
         free(oc);
@@ -275,12 +279,11 @@ typedef struct sync_offer {
     dq_offer_result *out;
 } sync_offer;
 
-static void sync_offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata) {
-    (void)c;
-    sync_offer *s = privdata;
+static void sync_chunk_done(offer_chunk *oc, int status) {
+    sync_offer *s = oc->privdata;
     s->status = status;
     if (s->out) {
-        if (result) *s->out = *result;
+        if (status == 0) *s->out = oc->results[0];
         else s->out->status = status;
     }
     s->done = 1;
@@ -288,8 +291,15 @@ static void sync_offer_cb(dq_client *c, int status, const dq_offer_result *resul
 
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
+    int bad = dq__check_queue(c, queue);
+    if (!bad) bad = check_item(c, item);
+    if (bad) return bad;
+    if (c->cmd->state != DQ__UP)
+        return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
+                        c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
+    /* Straight to one script call: nothing to gather, nothing to copy. */
     sync_offer s = {0, 0, result};
-    int rc = dq_offer_async(c, queue, item, sync_offer_cb, &s);
+    int rc = send_chunk(c, queue, item, 1, sync_chunk_done, &s);
     if (rc) return rc;
     dq__wait(c, &s.done);
     return s.status;

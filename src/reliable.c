@@ -76,12 +76,13 @@ int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *t
                   dq__settle_cb *cb, void *privdata) {
     int rc = check_lease_args(c, queue, id, token);
     if (rc) return rc;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[5] = {k.z, k.counters, k.prefix, id, token};
-    size_t lens[5];
-    for (int i = 0; i < 5; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, DQ__LUA_ACK, 2, 3, argv, lens, cb, privdata);
+    const dq__keys *k = dq__keys_of(c, queue);
+    char bucket[21];
+    dq__fmt_i64(bucket, dq__id_bucket(id));
+    const char *argv[6] = {k->z, k->counters, k->prefix, id, token, bucket};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, DQ__LUA_ACK, 2, 4, argv, lens, cb, privdata);
 }
 
 typedef struct ack_batch {
@@ -119,13 +120,16 @@ int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, siz
     b->c = c;
     snprintf(b->queue, sizeof b->queue, "%s", queue);
     b->n = n, b->cb = cb, b->privdata = privdata;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[3 + 2 * DQ__ACK_BATCH] = {k.z, k.counters, k.prefix};
-    size_t lens[3 + 2 * DQ__ACK_BATCH];
-    for (size_t i = 0; i < n; i++) argv[3 + 2 * i] = msgs[i]->id, argv[4 + 2 * i] = msgs[i]->token;
-    for (size_t i = 0; i < 3 + 2 * n; i++) lens[i] = strlen(argv[i]);
-    rc = dq__conn_eval(c->cmd, DQ__LUA_ACK, 2, 1 + 2 * (int)n, argv, lens, ack_batch_reply, b);
+    const dq__keys *k = dq__keys_of(c, queue);
+    const char *argv[3 + 3 * DQ__ACK_BATCH] = {k->z, k->counters, k->prefix};
+    size_t lens[3 + 3 * DQ__ACK_BATCH];
+    char buckets[DQ__ACK_BATCH][21];
+    for (size_t i = 0; i < n; i++) {
+        dq__fmt_i64(buckets[i], dq__id_bucket(msgs[i]->id));
+        argv[3 + 3 * i] = msgs[i]->id, argv[4 + 3 * i] = msgs[i]->token, argv[5 + 3 * i] = buckets[i];
+    }
+    for (size_t i = 0; i < 3 + 3 * n; i++) lens[i] = strlen(argv[i]);
+    rc = dq__conn_eval(c->cmd, DQ__LUA_ACK, 2, 1 + 3 * (int)n, argv, lens, ack_batch_reply, b);
     if (rc) {
         free(b);
         return dq__fail(c, rc, "%s", c->cmd->errstr);

@@ -40,6 +40,10 @@ int dq__id_valid(const char *id);
  * Returns the length, or -1 if it does not fit. */
 int dq__key(char *buf, size_t size, const char *queue, const char *suffix);
 
+/* Writes v in decimal and a NUL into buf (at least 21 bytes); returns the
+ * length. For the hot paths: snprintf costs a few hundred ns a call. */
+size_t dq__fmt_i64(char *buf, int64_t v);
+
 /* ------------------------------------------------------------ entries (codec.c) */
 
 /* A ready-list entry, decoded in place (id, error and payload point into

@@ -10,7 +10,7 @@ import sys
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-SLOT_CAP = 100
+SLOT_CAP = 64
 Q = "slots"
 
 

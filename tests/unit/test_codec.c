@@ -110,6 +110,22 @@ static void test_key_longest_queue(void **state)
     assert_string_equal(buf + 4 + DQ_QUEUE_MAX, "}:p:8191");
 }
 
+/* dq__fmt_i64 agrees with printf's %lld on the edges and around them. */
+static void test_fmt_i64(void **state)
+{
+    static const int64_t values[] = {0, 1, 9, 10, 99, 100, -1, -9, -10, 4398046511103LL,
+                                     1700000000123LL * 2048, INT64_MAX, INT64_MAX - 1,
+                                     INT64_MIN, INT64_MIN + 1, 1000000000000000000LL};
+    char got[21], want[32];
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof values / sizeof values[0]; i++) {
+        int n = snprintf(want, sizeof want, "%lld", (long long)values[i]);
+        assert_int_equal(dq__fmt_i64(got, values[i]), (size_t)n);
+        assert_string_equal(got, want);
+    }
+}
+
 /* ------------------------------------------------------------ ready entries */
 
 static void test_entry_decode_basic(void **state)
@@ -395,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_id_valid),
         cmocka_unit_test(test_key),
         cmocka_unit_test(test_key_longest_queue),
+        cmocka_unit_test(test_fmt_i64),
         cmocka_unit_test(test_entry_decode_basic),
         cmocka_unit_test(test_entry_decode_binary),
         cmocka_unit_test(test_entry_decode_empty_payload),
