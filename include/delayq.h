@@ -499,7 +499,10 @@ typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
 
 /* Runs handler for items of queue with up to concurrency (>= 1) messages in
  * hand at once. Also schedules the queue unless DQ_WORKER_NO_SCHEDULER is in
- * flags. Returns a worker, or NULL (see dq_client_errstr) on bad arguments. */
+ * flags. Returns a worker, or NULL (see dq_client_errstr) on bad arguments.
+ * The worker takes in batches (every free place in one round trip, up to 64)
+ * and sends the acks of dq_worker_done together once per loop iteration,
+ * before the loop polls; dq_worker_stop and dq_client_free send them too. */
 #define DQ_WORKER_NO_SCHEDULER (1u << 0)
 DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
                                      unsigned flags, dq_handler *handler, void *privdata);

@@ -7,6 +7,7 @@
  * JSON output of binary payloads. Keeping sodium behind these four calls
  * means the rest of the library builds against util.h alone.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,13 +37,31 @@ int dq__crypto_init(void)
 /* Random bytes are drawn a block at a time: one getrandom() call per 64 ids
  * instead of one per id (a producer offers tens of thousands a second).
  * Each byte is used once; the block is per thread, as clients may live in
- * different threads. */
+ * different threads. A forked child must not use what is left of its
+ * parent's block: parent and children would make the same ids (and the same
+ * take requests, whose results are then replayed to both). The fork handler
+ * empties the block in the child; the child's one thread is the one that
+ * called fork, so resetting its thread-local is enough. */
 #define RANDOM_BLOCK (64 * ID_RANDOM_BYTES)
 static _Thread_local unsigned char random_block[RANDOM_BLOCK];
 static _Thread_local size_t random_used = RANDOM_BLOCK;
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
+static void random_forget_in_child(void)
+{
+    sodium_memzero(random_block, sizeof random_block);
+    random_used = RANDOM_BLOCK;
+}
+
+static void install_fork_handler(void)
+{
+    /* On failure (ENOMEM) ids stay unique per process, not across forks. */
+    (void)pthread_atfork(NULL, NULL, random_forget_in_child);
+}
 
 static void random_take(unsigned char *out, size_t n)
 {
+    (void)pthread_once(&fork_handler_once, install_fork_handler);
     if (random_used + n > RANDOM_BLOCK) {
         randombytes_buf(random_block, sizeof random_block);
         random_used = 0;

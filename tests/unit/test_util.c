@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -197,6 +199,37 @@ static void test_id_generate_unique(void **state)
     free(ids);
 }
 
+/* A forked child never makes an id its parent makes: ids are drawn from a
+ * block of random bytes, and a child must not use what the parent left. */
+static void test_id_generate_after_fork(void **state)
+{
+    char first[DQ_ID_GENERATED_LEN + 1], parent[8][DQ_ID_GENERATED_LEN + 1];
+    char child[8][DQ_ID_GENERATED_LEN + 1];
+    int fds[2], i, j, status;
+    pid_t pid;
+    (void)state;
+    dq__id_generate(first); /* the block is now in use, most of it left */
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        for (i = 0; i < 8; i++)
+            dq__id_generate(child[i]);
+        _exit(write(fds[1], child, sizeof child) == (ssize_t)sizeof child ? 0 : 1);
+    }
+    close(fds[1]);
+    for (i = 0; i < 8; i++)
+        dq__id_generate(parent[i]);
+    assert_int_equal(read(fds[0], child, sizeof child), (ssize_t)sizeof child);
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (i = 0; i < 8; i++)
+        for (j = 0; j < 8; j++)
+            assert_string_not_equal(parent[i], child[j]);
+}
+
 static void test_random_uniform(void **state)
 {
     int seen[10] = {0};
@@ -356,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_strerror_distinct),
         cmocka_unit_test(test_crypto_init),
         cmocka_unit_test(test_id_generate_format),
+        cmocka_unit_test(test_id_generate_after_fork),
         cmocka_unit_test(test_id_generate_unique),
         cmocka_unit_test(test_random_uniform),
         cmocka_unit_test(test_base64_vectors),
