@@ -1816,7 +1816,7 @@ static void phase_backlog(void) {
     cons_args la = {CU_Q, CONS_WORKER, DRAIN_CONC, DQ_WORKER_NO_SCHEDULER};
     run_drain(&la, 4, (uint64_t)(ready_len / 2), 120, "consumption, dq_worker", &lib);
     out("   5b consumption only (the ready list; 4 processes, dq_worker with NO_SCHEDULER, %d in\n"
-        "      flight each, one take round trip per item%s): %" PRIu64 " items in %.2f s = %.0f items/s\n"
+        "      flight each, takes and acks batched%s): %" PRIu64 " items in %.2f s = %.0f items/s\n"
         "      (LPOP reference %.0f/s), Redis CPU %.2f us per item\n",
         DRAIN_CONC, ", lease + ack", lib.got, lib.secs, (double)lib.got / lib.secs,
         lpop_rate, lib.cpu_item);
