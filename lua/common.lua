@@ -128,13 +128,26 @@ local function record_v2(r, id)
          '|' .. nstr(#r.token) .. '|' .. nstr(#r.err) .. '|' .. id .. r.token .. r.err .. r.payload
 end
 
--- The id of a record, or nil if it cannot be decoded.
-local function record_id(rec)
+-- The id length and id position of a version 1 record, or nil if rec is
+-- not one that decodes.
+local function v1_head(rec)
+  if string.byte(rec, 1) ~= 49 then return nil end -- '1'
   local il, pos = string.match(rec, '^1|(%d+)|()')
-  if not il then il, pos = string.match(rec, '^2|%d+|%d+|%d+|(%d+)|%d+|%d+|()') end
   if not il then return nil end
   il = tonumber(il)
   if il < 1 or pos + il - 1 > #rec then return nil end
+  return il, pos
+end
+
+-- The id of a record, or nil if it cannot be decoded.
+local function record_id(rec)
+  local il, pos = v1_head(rec)
+  if not il then
+    il, pos = string.match(rec, '^2|%d+|%d+|%d+|(%d+)|%d+|%d+|()')
+    if not il then return nil end
+    il = tonumber(il)
+    if il < 1 or pos + il - 1 > #rec then return nil end
+  end
   return string.sub(rec, pos, pos + il - 1)
 end
 
@@ -142,10 +155,8 @@ end
 local function parse_record(rec, score)
   local v = string.sub(rec, 1, 1)
   if v == '1' then
-    local il, pos = string.match(rec, '^1|(%d+)|()')
+    local il, pos = v1_head(rec)
     if not il then return nil end
-    il = tonumber(il)
-    if il < 1 or pos + il - 1 > #rec then return nil end
     return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
             id = string.sub(rec, pos, pos + il - 1), payload = string.sub(rec, pos + il)}
   end
@@ -166,11 +177,7 @@ end
 -- the due and ready times put in after its version. dues: a per-call cache
 -- of formatted due times (neighbours in a slot often share one).
 local function ready_entry_v1(rec, score, nows, dues)
-  if string.byte(rec, 1) ~= 49 then return nil end -- '1'
-  local il, pos = string.match(rec, '^1|(%d+)|()')
-  if not il then return nil end
-  il = tonumber(il)
-  if il < 1 or pos + il - 1 > #rec then return nil end
+  if not v1_head(rec) then return nil end
   local due = math.floor(score / ORD)
   local ds = dues[due]
   if not ds then

@@ -197,11 +197,9 @@ typedef struct dq__sync_ints {
 int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
                   int nargs, const char **argv, dq__sync_ints *s);
 
-/* Settling a leased delivery asynchronously (reliable.c). status: the
- * script's answer (1 done, 2 buried by nack, 0 stale) or a negative code. */
+/* Nacking a leased delivery asynchronously (reliable.c). status: the
+ * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
 typedef void dq__settle_cb(dq_client *c, int status, void *privdata);
-int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *token,
-                  dq__settle_cb *cb, void *privdata);
 int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
                    int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
                    void *privdata);
@@ -213,13 +211,14 @@ typedef void dq__take_batch_cb(dq_client *c, int status, dq_msg **msgs, size_t n
 int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, size_t max,
                          dq__take_batch_cb *cb, void *privdata, struct dq_take_req **req);
 
-/* Acks n deliveries (1..DQ__ACK_BATCH) of queue in one script call; the
- * messages are only read during the call. cb gets status 1 and results[i]
- * (1 acked, 0 stale) for each, or a negative status and results NULL. */
+/* Acks n deliveries (1..DQ__ACK_BATCH) of queue, given by id and token, in
+ * one script call; the strings are only read during the call. cb gets
+ * status 1 and results[i] (1 acked, 0 stale) for each, or a negative status
+ * and results NULL. */
 #define DQ__ACK_BATCH 64
 typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n, void *privdata);
-int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, size_t n,
-                       dq__acks_cb *cb, void *privdata);
+int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
+                       const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata);
 
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);

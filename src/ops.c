@@ -229,15 +229,24 @@ void dq__offers_flush(dq_client *c) {
     free(b);
 }
 
+static int check_offer(dq_client *c, const char *queue, const dq_item *item) {
+    int bad = dq__check_queue(c, queue);
+    return bad ? bad : check_item(c, item);
+}
+
+/* An offer is never queued in the client while Redis is away. */
+static int check_connected(dq_client *c) {
+    if (c->cmd->state == DQ__UP) return 0;
+    return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
+                    c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
+}
+
 int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
                    void *privdata) {
-    int bad = dq__check_queue(c, queue);
-    if (!bad) bad = check_item(c, item);
+    int bad = check_offer(c, queue, item);
     if (bad) return bad;
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
-    if (c->cmd->state != DQ__UP)
-        return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
-                        c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
+    if ((bad = check_connected(c)) != 0) return bad;
     struct dq__offer_batch *b = c->offers;
     if (b && (strcmp(b->queue, queue) != 0 || b->n == CHUNK_ITEMS ||
               b->bytes + item->payload_len > CHUNK_BYTES)) {
@@ -291,12 +300,9 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
 
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    int bad = dq__check_queue(c, queue);
-    if (!bad) bad = check_item(c, item);
+    int bad = check_offer(c, queue, item);
+    if (!bad) bad = check_connected(c);
     if (bad) return bad;
-    if (c->cmd->state != DQ__UP)
-        return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
-                        c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
     /* Straight to one script call: nothing to gather, nothing to copy. */
     sync_offer s = {0, 0, result};
     int rc = send_chunk(c, queue, item, 1, sync_chunk_done, &s);

@@ -12,12 +12,16 @@
 
 #define DEAD_BATCH "500" /* dead letters one redrive/purge run handles */
 
-static int check_lease_args(dq_client *c, const char *queue, const char *id, const char *token) {
-    int rc = dq__check_queue(c, queue);
-    if (!rc) rc = dq__check_id(c, id);
+static int check_lease(dq_client *c, const char *id, const char *token) {
+    int rc = dq__check_id(c, id);
     if (!rc && (!token || !*token || strlen(token) > 64))
         rc = dq__fail(c, DQ_EINVAL, "invalid lease token '%s'", token ? token : "(null)");
     return rc;
+}
+
+static int check_lease_args(dq_client *c, const char *queue, const char *id, const char *token) {
+    int rc = dq__check_queue(c, queue);
+    return rc ? rc : check_lease(c, id, token);
 }
 
 int64_t dq_backoff_ms(const dq_client *c, int attempt) {
@@ -72,19 +76,6 @@ static int settle_send(dq_client *c, const char *queue, enum dq__script script, 
     return 0;
 }
 
-int dq__ack_async(dq_client *c, const char *queue, const char *id, const char *token,
-                  dq__settle_cb *cb, void *privdata) {
-    int rc = check_lease_args(c, queue, id, token);
-    if (rc) return rc;
-    const dq__keys *k = dq__keys_of(c, queue);
-    char bucket[21];
-    dq__fmt_i64(bucket, dq__id_bucket(id));
-    const char *argv[6] = {k->z, k->counters, k->prefix, id, token, bucket};
-    size_t lens[6];
-    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, DQ__LUA_ACK, 2, 4, argv, lens, cb, privdata);
-}
-
 typedef struct ack_batch {
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
@@ -109,11 +100,11 @@ static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *p
     free(b);
 }
 
-int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, size_t n,
-                       dq__acks_cb *cb, void *privdata) {
+int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
+                       const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata) {
     if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 64 deliveries");
     int rc = dq__check_queue(c, queue);
-    for (size_t i = 0; !rc && i < n; i++) rc = check_lease_args(c, queue, msgs[i]->id, msgs[i]->token);
+    for (size_t i = 0; !rc && i < n; i++) rc = check_lease(c, ids[i], tokens[i]);
     if (rc) return rc;
     ack_batch *b = malloc(sizeof *b);
     if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
@@ -125,8 +116,8 @@ int dq__ack_many_async(dq_client *c, const char *queue, dq_msg *const *msgs, siz
     size_t lens[3 + 3 * DQ__ACK_BATCH];
     char buckets[DQ__ACK_BATCH][21];
     for (size_t i = 0; i < n; i++) {
-        dq__fmt_i64(buckets[i], dq__id_bucket(msgs[i]->id));
-        argv[3 + 3 * i] = msgs[i]->id, argv[4 + 3 * i] = msgs[i]->token, argv[5 + 3 * i] = buckets[i];
+        dq__fmt_i64(buckets[i], dq__id_bucket(ids[i]));
+        argv[3 + 3 * i] = ids[i], argv[4 + 3 * i] = tokens[i], argv[5 + 3 * i] = buckets[i];
     }
     for (size_t i = 0; i < 3 + 3 * n; i++) lens[i] = strlen(argv[i]);
     rc = dq__conn_eval(c->cmd, DQ__LUA_ACK, 2, 1 + 3 * (int)n, argv, lens, ack_batch_reply, b);
@@ -171,10 +162,15 @@ static void sync_settle_cb(dq_client *c, int status, void *privdata) {
     s->done = 1;
 }
 
+static void sync_ack_cb(dq_client *c, int status, const int *results, size_t n, void *privdata) {
+    (void)n;
+    sync_settle_cb(c, results ? results[0] : status, privdata);
+}
+
 int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     sync_settle s = {0, 0};
-    int rc = dq__ack_async(c, queue, id, token, sync_settle_cb, &s);
+    int rc = dq__ack_many_async(c, queue, &id, &token, 1, sync_ack_cb, &s);
     if (rc) return rc;
     dq__wait(c, &s.done);
     return s.status;

@@ -149,6 +149,13 @@ static void forget_result(dq_take_req *t) {
     (void)dq__conn_send(t->c->cmd, 0, 2, argv, lens, ignore_reply, NULL);
 }
 
+/* The request id of the script call out (the tail of dq:{Q}:t:<request>);
+ * the lease tokens of its messages are "<request>.<i>". */
+static const char *request_of(const dq_take_req *t) {
+    const char *colon = strrchr(t->result_key, ':');
+    return colon ? colon + 1 : "";
+}
+
 /* An entry the script handed out but this client cannot decode (the
  * script checks what the decoder checks, so only a version skew between the
  * two gets here): it goes to the set-aside list rather than away. */
@@ -173,6 +180,10 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
     if (reply->elements == 0) return 0;
     const redisReply *lease = reply->element[0];
     if (lease->type != REDIS_REPLY_INTEGER || reply->elements - 1 > max) return -1;
+    char token[DQ_ID_GENERATED_LEN + 24]; /* "<request>.", then i per message */
+    size_t prefix_len = strlen(request);
+    memcpy(token, request, prefix_len);
+    token[prefix_len++] = '.';
     size_t got = 0;
     for (size_t i = 1; i < reply->elements; i++) {
         const redisReply *r = reply->element[i];
@@ -183,8 +194,7 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
             set_aside(t, r);
             continue;
         }
-        char token[DQ_ID_GENERATED_LEN + 24];
-        if (lease->integer) snprintf(token, sizeof token, "%s.%zu", request, i);
+        if (lease->integer) dq__fmt_i64(token + prefix_len, (int64_t)i);
         dq_msg *m = msg_new(t->queue, &e, lease->integer ? token : NULL);
         if (m) msgs[got++] = m;
         else dq__log(t->c, "queue %s: out of memory for a delivery", t->queue);
@@ -205,9 +215,8 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     /* A reply came: the request is settled, and its token counted. */
     t->woke = 0;
-    char request[DQ_ID_GENERATED_LEN + 1];
-    const char *colon = strrchr(t->result_key, ':');
-    snprintf(request, sizeof request, "%s", colon ? colon + 1 : "");
+    char request[DQ_ID_GENERATED_LEN + 1]; /* result_key is cleared below */
+    snprintf(request, sizeof request, "%s", request_of(t));
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) forget_result(t);
     t->result_key[0] = '\0';
     dq_msg *msgs[TAKE_MAX];
@@ -266,7 +275,7 @@ static void run_script(dq_take_req *t) {
         dq__key(t->result_key, sizeof t->result_key, t->queue, "t:");
         strcat(t->result_key, request);
     }
-    snprintf(tprefix, sizeof tprefix, "%s.", strrchr(t->result_key, ':') + 1);
+    snprintf(tprefix, sizeof tprefix, "%s.", request_of(t));
     snprintf(count, sizeof count, "%zu", t->max);
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);

@@ -222,7 +222,9 @@ static void flush_acks(dq_worker *w) {
     size_t n = w->nacks;
     if (n == 0) return;
     w->nacks = 0;
-    if (dq__ack_many_async(w->c, w->queue, w->acks, n, on_acked, w) == 0) w->settling++;
+    const char *ids[DQ__ACK_BATCH], *tokens[DQ__ACK_BATCH];
+    for (size_t i = 0; i < n; i++) ids[i] = w->acks[i]->id, tokens[i] = w->acks[i]->token;
+    if (dq__ack_many_async(w->c, w->queue, ids, tokens, n, on_acked, w) == 0) w->settling++;
     else dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue,
                  n, w->c->errstr);
     for (size_t i = 0; i < n; i++) dq_msg_free(w->acks[i]);
