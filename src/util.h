@@ -14,20 +14,64 @@
 
 /* ------------------------------------------------------------ URL (url.c) */
 
+/* Topologies a URL names. */
+enum dq__topology {
+    DQ__TOPO_SINGLE = 0,   /* redis:// or unix://: one node                 */
+    DQ__TOPO_SENTINEL = 1, /* redis-sentinel://: ask sentinels for MASTER   */
+    DQ__TOPO_CLUSTER = 2   /* redis-cluster://: a Redis Cluster             */
+};
+
+#define DQ__URL_NODES_MAX 16
+#define DQ__URL_MASKED_MAX 200
+
+/* One TCP address. */
+typedef struct dq__addr {
+    char host[256];      /* IPv4, name, or IPv6 without brackets            */
+    int port;
+} dq__addr;
+
 typedef struct dq__url {
+    int topology;        /* enum dq__topology                               */
     int is_unix;         /* 1: unix socket at path; 0: TCP host:port        */
-    char host[256];      /* TCP host (IPv4, name, or IPv6 without brackets) */
-    int port;            /* TCP port, default 6379                          */
+    char host[256];      /* single TCP: host (== nodes[0].host)             */
+    int port;            /* single TCP: port, default 6379 (== nodes[0])    */
     char path[108];      /* unix socket path                                */
+    int nnodes;          /* TCP: 1 (single) or the sentinels / seed nodes   */
+    dq__addr nodes[DQ__URL_NODES_MAX]; /* sentinel default port 26379,
+                                          cluster and single 6379           */
+    char master[128];    /* sentinel: the monitored master's name           */
     char user[128];      /* ACL user, "" if none (percent-decoded)          */
     char password[256];  /* "" if none (percent-decoded)                    */
-    int db;              /* database number, default 0                      */
+    char sentinel_user[128];     /* sentinel: ?sentinel_user=, "" if none   */
+    char sentinel_password[256]; /* sentinel: ?sentinel_password=           */
+    int db;              /* database number, default 0 (always 0 in cluster)*/
+    char masked[DQ__URL_MASKED_MAX + 1]; /* the URL for messages: user info
+                            and sentinel_password replaced by "***", control
+                            bytes escaped, cut to DQ__URL_MASKED_MAX bytes
+                            with "..."; never holds a password             */
 } dq__url;
 
-/* Parses "redis://[[user:]password@]host[:port][/db]" or
- * "unix:///path.sock[?db=N]". "redis://:pw@h" means password only.
- * Returns 0, or DQ_EINVAL with a one-line reason in err (errlen bytes). */
+/* Parses one of
+ *   redis://[[user:]password@]host[:port][/db]
+ *   unix:///path.sock[?db=N]
+ *   redis-sentinel://[[user:]password@]host[:port][,host[:port]...][/db]
+ *       [?sentinel_user=U&sentinel_password=P]#MASTER
+ *   redis-cluster://[[user:]password@]host[:port][,host[:port]...]
+ * "redis://:pw@h" means password only. Returns 0, or DQ_EINVAL with a
+ * one-line reason in err (errlen bytes) that never quotes a password. */
 int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen);
+
+/* Writes the masked form of text (as dq__url.masked) into out (size bytes):
+ * for messages about a URL that may not parse. */
+void dq__url_mask(const char *text, char *out, size_t size);
+
+/* ------------------------------------------------------------ cluster slots (slot.c) */
+
+#define DQ__SLOTS 16384
+/* The cluster slot of a key, exactly as Redis computes it: CRC16 (XMODEM)
+ * of the key, or of the text between the first '{' and the next '}' when
+ * that text is not empty, modulo 16384. */
+unsigned dq__key_slot(const char *key, size_t len);
 
 /* ------------------------------------------------------------ names (codec.c) */
 
