@@ -101,8 +101,12 @@ enum dq_error {
     DQ_EPROTO = -8,     /* a reply or stored value delayq cannot decode      */
     DQ_ENOMEM = -9,     /* out of memory                                     */
     DQ_ECLOSED = -10,   /* the client, worker or take was stopped            */
-    DQ_EBUSY = -11      /* the operation is not allowed right now (e.g. a
+    DQ_EBUSY = -11,     /* the operation is not allowed right now (e.g. a
                            synchronous call from inside a callback)         */
+    DQ_ENOTDURABLE = -12 /* the write was made on the master, but fewer than
+                           dq_options.wait_replicas replicas confirmed it in
+                           wait_timeout_ms: a failover before it replicates
+                           may lose it. Results are filled as on success.  */
 };
 
 /* Static text for a DQ_E* code ("invalid argument", ...). Never NULL. */
@@ -140,6 +144,14 @@ typedef struct dq_options {
     int64_t backoff_max_ms;  /* the cap; default DQ_QUEUE_SETTING: the
                                 queue's, else 600000 (10 minutes). Set both
                                 or neither                                  */
+    int wait_replicas;       /* durable writes: every write of a call
+                                (offers, leased takes, ack, nack, extend,
+                                cancel, config, dead-letter redrive and
+                                purge) is followed by WAIT wait_replicas
+                                wait_timeout_ms on the same connection; the
+                                call returns DQ_ENOTDURABLE when fewer
+                                confirm. 0 (default): no WAIT               */
+    int wait_timeout_ms;     /* default 1000; 0 waits forever (WAIT's rule) */
 } dq_options;
 
 /* Fills *opts with the defaults above. */
@@ -151,13 +163,20 @@ DQ_EXPORT void dq_options_init(dq_options *opts);
  * holds an out-of-range value. Connect with dq_connect() before use. */
 DQ_EXPORT dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts);
 
-/* Connects to Redis, waiting (running the loop) up to connect_timeout_ms.
- * url: "redis://[[user:]password@]host[:port][/db]" (port 6379, db 0 by
- * default) or "unix:///path/to/redis.sock[?db=N]"; percent-escapes allowed
- * in user and password. Authenticates, selects the db and loads the scripts.
- * Returns 0, DQ_EINVAL (bad URL), DQ_ECONNECT, DQ_ETIMEDOUT or DQ_EAUTH.
- * After a success the client reconnects by itself whenever a connection is
- * lost. Call once per client. */
+/* Connects to Redis, waiting (running the loop) up to connect_timeout_ms per
+ * attempt. url picks the topology:
+ *   redis://[[user:]password@]host[:port][/db]     one node (port 6379, db 0)
+ *   unix:///path/to/redis.sock[?db=N]              one node
+ *   redis-sentinel://[[user:]password@]host[:port][,host[:port]...][/db]
+ *       [?sentinel_user=U&sentinel_password=P]#MASTER
+ *                      the master the sentinels (port 26379) name MASTER
+ *   redis-cluster://[[user:]password@]host[:port][,host[:port]...]
+ *                      a Redis Cluster, from any of its nodes
+ * Percent-escapes are allowed in user and passwords. Authenticates and
+ * selects the db. Returns 0, DQ_EINVAL (bad URL), DQ_ECONNECT, DQ_ETIMEDOUT
+ * or DQ_EAUTH. After a success the client follows the topology by itself:
+ * it reconnects, follows Sentinel failovers and cluster slot moves and
+ * failovers (see README, "High availability"). Call once per client. */
 DQ_EXPORT int dq_connect(dq_client *c, const char *url) DQ_NODISCARD;
 
 /* Stops everything the client runs (schedulers, takes, workers: their

@@ -521,6 +521,6 @@ end
 -- Publishes the new earliest due time if score is before the first bound.
 local function announce_if_first(chan, score, bound_before)
   if bound_before == nil or score < bound_before then
-    redis.call('PUBLISH', chan, fmt(math.floor(score / ORD)))
+    redis.call('SPUBLISH', chan, fmt(math.floor(score / ORD)))
   end
 end

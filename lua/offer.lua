@@ -112,5 +112,5 @@ for i = 1, n do
 end
 flush()
 if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
-if announce then redis.call('PUBLISH', chan, fmt(announce)) end
+if announce then redis.call('SPUBLISH', chan, fmt(announce)) end
 return out

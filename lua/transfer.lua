@@ -109,6 +109,6 @@ local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
 if done > 0 then
   -- Tells the other schedulers of this queue that this deadline is served.
-  redis.call('PUBLISH', chan, fmt(next_due))
+  redis.call('SPUBLISH', chan, fmt(next_due))
 end
 return {moved, set_aside, fmt(next_due), fmt(start_us), more, expired, buried}

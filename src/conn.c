@@ -1,7 +1,9 @@
 /*
- * conn.c - one Redis connection on the client's libev loop: connect with a
- * timeout, handshake (AUTH, SELECT, SCRIPT LOAD, CLIENT ID), per-command
- * reply deadlines, and reconnection with jittered backoff.
+ * conn.c - one Redis connection to one address on the client's libev loop:
+ * connect with a timeout, handshake (AUTH, SELECT, ROLE, CLIENT ID),
+ * per-command reply deadlines, and reconnection with jittered backoff.
+ * It knows nothing of queues, scripts or topologies: the router (router.c)
+ * decides where a connection points and what goes over it.
  *
  * hiredis 0.14 has no async command timeouts, so each connection keeps its
  * sent commands in a FIFO (replies come back in order) and one libev timer
@@ -18,7 +20,6 @@
 #include <hiredis/adapters/libev.h>
 
 #include "internal.h"
-#include "scripts.h"
 
 #define BACKOFF_MIN_MS 20
 
@@ -28,30 +29,6 @@ struct dq__req {
     dq__reply_fn *fn;
     void *privdata;
     double deadline;         /* ev_now seconds; 0 = none                  */
-    int retried;             /* already resent once with EVAL             */
-    /* For scripts: the command as sent (RESP), kept to retry with EVAL on
-     * NOSCRIPT; one buffer instead of a copy of every argument. */
-    enum dq__script script;
-    char *cmd;
-    size_t cmd_len;
-};
-
-static const struct {
-    const char *body;
-    size_t len;
-    const char *sha;
-} scripts[DQ__LUA_COUNT] = {
-    [DQ__LUA_OFFER] = {dq_lua_offer, DQ_LUA_offer_LEN, DQ_LUA_offer_SHA},
-    [DQ__LUA_TRANSFER] = {dq_lua_transfer, DQ_LUA_transfer_LEN, DQ_LUA_transfer_SHA},
-    [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_SHA},
-    [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_SHA},
-    [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_SHA},
-    [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_SHA},
-    [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_SHA},
-    [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_SHA},
-    [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_SHA},
-    [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_SHA},
-    [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_SHA},
 };
 
 static void set_err(dq__conn *conn, int code, const char *fmt, ...)
@@ -67,10 +44,7 @@ static void set_err(dq__conn *conn, int code, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ request FIFO */
 
-static void req_free(dq__req *r) {
-    free(r->cmd);
-    free(r);
-}
+static void req_free(dq__req *r) { free(r); }
 
 /* ------------------------------------------------------------ RESP */
 
@@ -92,7 +66,7 @@ static char *put_bulk(char *p, const char *s, size_t len) {
  * array into a malloc'ed buffer (*out, freed with free). Returns its length,
  * or -1 when out of memory. hiredis's formatter calls sprintf per argument;
  * this is on the path of every request. */
-static long format_command(char **out, int nhead, const char **head, const size_t *headlen,
+long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
                            int argc, const char **argv, const size_t *argvlen) {
     size_t room = 1 + 20 + 2;
     for (int i = 0; i < nhead; i++) room += BULK_FRAME + headlen[i];
@@ -142,13 +116,6 @@ static void rearm_cmd_timer(dq__conn *conn) {
 
 /* ------------------------------------------------------------ reply dispatch */
 
-static int is_noscript(const redisReply *reply) {
-    return reply && reply->type == REDIS_REPLY_ERROR && reply->str &&
-           strncmp(reply->str, "NOSCRIPT", 8) == 0;
-}
-
-static int resend_as_eval(dq__req *r);
-
 /* hiredis calls this once per command. A request whose fn is NULL was
  * already failed by drop(), and its connection may be gone: only free it. */
 static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
@@ -162,28 +129,29 @@ static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
     dq__conn *conn = r->conn;
     fifo_remove(conn, r);
     rearm_cmd_timer(conn);
-    if (is_noscript(reply) && r->cmd && !r->retried && resend_as_eval(r) == 0) return;
     int code = 0;
     if (!reply) {
         /* hiredis saw the connection end: on_disconnect follows. */
-        if (!conn->last_code)
-            set_err(conn, DQ_ECONNECT, "connection to %s lost", conn->client->url_text);
+        if (!conn->last_code) set_err(conn, DQ_ECONNECT, "connection to %s lost", conn->name);
         code = conn->last_code;
     }
     r->fn(conn, reply, code, r->privdata);
     req_free(r);
 }
 
-/* Sends the RESP command cmd (len bytes; hiredis copies it). */
-static int send_req(dq__conn *conn, dq__req *r, const char *cmd, size_t len, unsigned flags) {
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
+                      dq__reply_fn *fn, void *privdata) {
     if (!conn->ac || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
-        set_err(conn, DQ_ECONNECT, "not connected to Redis (%s)", why);
+        set_err(conn, DQ_ECONNECT, "not connected to Redis at %s (%s)", conn->name, why);
         return DQ_ECONNECT;
     }
+    dq__req *r = calloc(1, sizeof *r);
+    if (!r) return DQ_ENOMEM;
+    r->fn = fn;
+    r->privdata = privdata;
     r->conn = conn;
-    r->deadline = 0;
     if (!(flags & DQ__SEND_NO_TIMEOUT) && conn->client->opt.command_timeout_ms > 0) {
         /* The loop's cached time is stale after a while outside the loop
          * (a synchronous caller's own work): refresh it, or the deadline
@@ -191,9 +159,11 @@ static int send_req(dq__conn *conn, dq__req *r, const char *cmd, size_t len, uns
         ev_now_update(conn->client->loop);
         r->deadline = ev_now(conn->client->loop) + conn->client->opt.command_timeout_ms / 1000.0;
     }
+    /* hiredis copies the command into its output buffer. */
     if (redisAsyncFormattedCommand(conn->ac, on_reply, r, cmd, len) != REDIS_OK) {
         set_err(conn, DQ_ECONNECT, "cannot send to Redis: %s",
                 conn->ac->errstr ? conn->ac->errstr : "connection closing");
+        free(r);
         return DQ_ECONNECT;
     }
     fifo_push(conn, r);
@@ -203,16 +173,10 @@ static int send_req(dq__conn *conn, dq__req *r, const char *cmd, size_t len, uns
 
 int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
                   const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
-    if (conn->kind == DQ__CONN_CMD) dq__offers_flush(conn->client); /* keep call order */
-    dq__req *r = calloc(1, sizeof *r);
-    if (!r) return DQ_ENOMEM;
-    r->fn = fn;
-    r->privdata = privdata;
     char *cmd = NULL;
-    long len = format_command(&cmd, 0, NULL, NULL, argc, argv, argvlen);
-    int rc = len < 0 ? DQ_ENOMEM : send_req(conn, r, cmd, (size_t)len, flags);
+    long len = dq__format_command(&cmd, 0, NULL, NULL, argc, argv, argvlen);
+    int rc = len < 0 ? DQ_ENOMEM : dq__conn_send_raw(conn, flags, cmd, (size_t)len, fn, privdata);
     free(cmd);
-    if (rc) req_free(r);
     return rc;
 }
 
@@ -222,73 +186,44 @@ void dq__conn_write_now(dq__conn *conn) {
     if (conn && conn->ac && conn->state == DQ__UP) redisAsyncHandleWrite(conn->ac);
 }
 
-int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
-                  const char **argv, const size_t *argvlen, dq__reply_fn *fn,
-                  void *privdata) {
-    if (conn->kind == DQ__CONN_CMD) dq__offers_flush(conn->client); /* keep call order */
-    char nk[21];
-    const char *head[3] = {"EVALSHA", scripts[script].sha, nk};
-    size_t headlen[3] = {7, 40, dq__fmt_i64(nk, nkeys)};
-    dq__req *r = calloc(1, sizeof *r);
-    if (!r) return DQ_ENOMEM;
-    r->fn = fn;
-    r->privdata = privdata;
-    r->script = script;
-    int rc = DQ_ENOMEM;
-    long len = format_command(&r->cmd, 3, head, headlen, nkeys + nargs, argv, argvlen);
-    if (len >= 0) {
-        r->cmd_len = (size_t)len;
-        rc = send_req(conn, r, r->cmd, r->cmd_len, 0);
-    }
-    if (rc) req_free(r);
-    return rc;
-}
-
-/* The script cache was flushed under us (SCRIPT FLUSH, failover): send the
- * body with EVAL, which also reloads it. */
-static int resend_as_eval(dq__req *r) {
-    /* The command starts "*<argc>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n": keep
-     * the count and what follows the sha, put EVAL and the body between. */
-    const char *crlf = memchr(r->cmd, '\n', r->cmd_len);
-    if (!crlf) return -1;
-    size_t head = (size_t)(crlf + 1 - r->cmd);
-    size_t skip = head + strlen("$7\r\nEVALSHA\r\n") + strlen("$40\r\n") + 40 + 2;
-    if (skip > r->cmd_len) return -1;
-    const char *body = scripts[r->script].body;
-    size_t blen = scripts[r->script].len;
-    char mid[48];
-    int mlen = snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", blen);
-    size_t len = head + (size_t)mlen + blen + 2 + (r->cmd_len - skip);
-    char *cmd = malloc(len);
-    if (!cmd) return -1;
-    char *p = cmd;
-    memcpy(p, r->cmd, head), p += head;
-    memcpy(p, mid, (size_t)mlen), p += mlen;
-    memcpy(p, body, blen), p += blen;
-    memcpy(p, "\r\n", 2), p += 2;
-    memcpy(p, r->cmd + skip, r->cmd_len - skip);
-    r->retried = 1;
-    int rc = send_req(r->conn, r, cmd, len, 0);
-    free(cmd);
-    return rc;
-}
-
 /* ------------------------------------------------------------ connect / handshake */
 
 static void schedule_retry(dq__conn *conn);
 static void drop(dq__conn *conn, int code);
 
+/* A connect attempt ended before the connection was up: tell the owner
+ * (the router tries elsewhere), then retry if this one reconnects. */
+static void attempt_failed(dq__conn *conn) {
+    schedule_retry(conn);
+    if (conn->on_fail) conn->on_fail(conn, conn->event_privdata);
+}
+
+/* ROLE's first element: "master", "slave" or "sentinel". */
+static int role_is_master(const redisReply *reply) {
+    return reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+           reply->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(reply->element[0]->str, "master") == 0;
+}
+
 static void handshake_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     const char *what = privdata;
     if (!conn) return;
     if (!reply) return; /* the connection went down: drop() handles it */
+    (void)code;
     if (reply->type == REDIS_REPLY_ERROR) {
         int auth = strcmp(what, "AUTH") == 0 || strcmp(what, "SELECT") == 0;
-        set_err(conn, auth ? DQ_EAUTH : DQ_EREDIS, "%s refused by Redis: %s", what, reply->str);
+        set_err(conn, auth ? DQ_EAUTH : DQ_EREDIS, "%s refused by Redis at %s: %s", what,
+                conn->name, reply->str);
         dq__conn_abort(conn, conn->last_code, NULL);
         return;
     }
-    (void)code;
+    if (strcmp(what, "ROLE") == 0 && !role_is_master(reply)) {
+        /* A failover moved the master: the router asks again. */
+        set_err(conn, DQ_ECONNECT, "Redis at %s is not a master (it is a %s)", conn->name,
+                reply->type == REDIS_REPLY_ARRAY && reply->elements ? reply->element[0]->str : "?");
+        dq__conn_abort(conn, conn->last_code, NULL);
+        return;
+    }
     if (strcmp(what, "CLIENT ID") == 0) conn->client_id = reply->integer;
     if (--conn->handshake_left == 0 && conn->state == DQ__HANDSHAKE) {
         /* connect_timeout_ms bounds the handshake too: a server that
@@ -311,31 +246,35 @@ static int handshake_cmd(dq__conn *conn, const char *what, int argc, const char 
 }
 
 static void start_handshake(dq__conn *conn) {
-    const dq__url *u = &conn->client->url;
+    const dq__endpoint *ep = &conn->ep;
     conn->state = DQ__HANDSHAKE;
     conn->handshake_left = 1; /* held until all are sent */
-    if (u->password[0]) {
-        const char *av[3] = {"AUTH", u->user, u->password};
-        size_t al[3] = {4, strlen(u->user), strlen(u->password)};
-        if (u->user[0]) handshake_cmd(conn, "AUTH", 3, av, al);
+    if (ep->password && ep->password[0]) {
+        const char *av[3] = {"AUTH", ep->user, ep->password};
+        size_t al[3] = {4, strlen(ep->user), strlen(ep->password)};
+        if (ep->user[0]) handshake_cmd(conn, "AUTH", 3, av, al);
         else {
-            av[1] = u->password, al[1] = al[2];
+            av[1] = ep->password, al[1] = al[2];
             handshake_cmd(conn, "AUTH", 2, av, al);
         }
     }
-    if (u->db) {
+    if (ep->db) {
         char db[16];
         const char *av[2] = {"SELECT", db};
-        size_t al[2] = {6, (size_t)snprintf(db, sizeof db, "%d", u->db)};
+        size_t al[2] = {6, (size_t)snprintf(db, sizeof db, "%d", ep->db)};
         handshake_cmd(conn, "SELECT", 2, av, al);
     }
-    if (conn->kind == DQ__CONN_CMD) {
-        /* Loaded first so the commands queued behind never see NOSCRIPT. */
-        for (int i = 0; i < DQ__LUA_COUNT; i++) {
-            const char *av[3] = {"SCRIPT", "LOAD", scripts[i].body};
-            size_t al[3] = {6, 4, scripts[i].len};
-            handshake_cmd(conn, "SCRIPT LOAD", 3, av, al);
-        }
+    if (ep->check_master) {
+        const char *av[1] = {"ROLE"};
+        size_t al[1] = {4};
+        handshake_cmd(conn, "ROLE", 1, av, al);
+    }
+    if (conn->kind != DQ__CONN_BLOCKING) {
+        /* Something must answer before the connection counts as up: a
+         * server that accepts but never replies is as good as none. */
+        const char *av[1] = {"PING"};
+        size_t al[1] = {4};
+        handshake_cmd(conn, "PING", 1, av, al);
     }
     if (conn->kind == DQ__CONN_BLOCKING) {
         const char *av[2] = {"CLIENT", "ID"};
@@ -353,11 +292,11 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     if (status != REDIS_OK) {
         ev_timer_stop(conn->client->loop, &conn->connect_timer);
         /* hiredis frees the context after this callback. */
-        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->client->url_text,
+        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name,
                 ac->errstr ? ac->errstr : "error");
         conn->ac = NULL;
         conn->state = DQ__DOWN;
-        schedule_retry(conn);
+        attempt_failed(conn);
         return;
     }
     start_handshake(conn);
@@ -368,7 +307,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
     (void)status;
     if (!conn) return; /* we dropped it ourselves: already handled */
     if (!conn->last_code)
-        set_err(conn, DQ_ECONNECT, "connection to %s lost: %s", conn->client->url_text,
+        set_err(conn, DQ_ECONNECT, "connection to %s lost: %s", conn->name,
                 ac->errstr && ac->errstr[0] ? ac->errstr : "closed by server");
     conn->ac = NULL;
     drop(conn, conn->last_code);
@@ -379,7 +318,7 @@ static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     dq__conn *conn = w->data;
     if (!conn->ac) return;
     set_err(conn, DQ_ETIMEDOUT, "cannot connect to %s: no answer within %d ms",
-            conn->client->url_text, conn->client->opt.connect_timeout_ms);
+            conn->name, conn->client->opt.connect_timeout_ms);
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
@@ -387,7 +326,7 @@ static void on_cmd_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__conn *conn = w->data;
     set_err(conn, DQ_ETIMEDOUT, "Redis at %s did not reply within %d ms",
-            conn->client->url_text, conn->client->opt.command_timeout_ms);
+            conn->name, conn->client->opt.command_timeout_ms);
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
@@ -411,17 +350,17 @@ static void schedule_retry(dq__conn *conn) {
 void dq__conn_start(dq__conn *conn) {
     if (conn->state != DQ__DOWN) return;
     dq_client *c = conn->client;
-    redisAsyncContext *ac = c->url.is_unix ? redisAsyncConnectUnix(c->url.path)
-                                           : redisAsyncConnect(c->url.host, c->url.port);
+    redisAsyncContext *ac = conn->ep.is_unix ? redisAsyncConnectUnix(conn->ep.path)
+                                             : redisAsyncConnect(conn->ep.host, conn->ep.port);
     if (!ac) {
         set_err(conn, DQ_ENOMEM, "out of memory");
-        schedule_retry(conn);
+        attempt_failed(conn);
         return;
     }
     if (ac->err) {
-        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", c->url_text, ac->errstr);
+        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name, ac->errstr);
         redisAsyncFree(ac);
-        schedule_retry(conn);
+        attempt_failed(conn);
         return;
     }
     ac->data = conn;
@@ -454,10 +393,16 @@ static void drop(dq__conn *conn, int code) {
     struct ev_loop *loop = conn->client->loop;
     ev_timer_stop(loop, &conn->connect_timer);
     ev_timer_stop(loop, &conn->cmd_timer);
-    int was_up = conn->state == DQ__UP || conn->state == DQ__HANDSHAKE;
-    if (conn->state != DQ__CLOSED) conn->state = DQ__DOWN;
+    int was_up = conn->state == DQ__UP;
+    int closed = conn->state == DQ__CLOSED;
+    if (!closed) conn->state = DQ__DOWN;
     fail_pending(conn, code ? code : DQ_ECONNECT);
-    if (was_up && conn->on_down) conn->on_down(conn, conn->event_privdata);
+    if (closed) return;
+    if (!was_up) {
+        attempt_failed(conn);
+        return;
+    }
+    if (conn->on_down) conn->on_down(conn, conn->event_privdata);
     if (conn->state != DQ__CLOSED) schedule_retry(conn);
 }
 
@@ -473,11 +418,26 @@ void dq__conn_abort(dq__conn *conn, int code, const char *why) {
     if (ac) redisAsyncFree(ac); /* runs the detached callbacks with NULL */
 }
 
-dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind) {
+void dq__endpoint_set(dq__endpoint *ep, const char *host, int port, const char *path) {
+    ep->is_unix = path != NULL;
+    if (path) {
+        snprintf(ep->path, sizeof ep->path, "%s", path);
+        snprintf(ep->name, sizeof ep->name, "unix:%s", path);
+    } else {
+        snprintf(ep->host, sizeof ep->host, "%s", host);
+        ep->port = port;
+        /* An IPv6 address gets brackets, so the port stays readable. */
+        snprintf(ep->name, sizeof ep->name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    }
+}
+
+dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind, const dq__endpoint *ep) {
     dq__conn *conn = calloc(1, sizeof *conn);
     if (!conn) return NULL;
     conn->client = c;
     conn->kind = kind;
+    conn->ep = *ep;
+    conn->name = conn->ep.name;
     conn->state = DQ__DOWN;
     ev_timer_init(&conn->connect_timer, on_connect_timeout, 0, 0);
     ev_timer_init(&conn->retry_timer, on_retry, 0, 0);
@@ -513,7 +473,7 @@ static void on_reaper(struct ev_loop *loop, ev_timer *w, int revents) {
 
 void dq__conn_retire(dq__conn *conn) {
     dq_client *c = conn->client;
-    conn->on_up = conn->on_down = NULL;
+    conn->on_up = conn->on_down = conn->on_fail = NULL;
     conn->event_privdata = NULL;
     conn->auto_reconnect = 0;
     ev_timer_stop(c->loop, &conn->retry_timer);

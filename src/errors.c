@@ -21,6 +21,7 @@ const char *dq_strerror(int code)
     case DQ_ENOMEM: return "out of memory";
     case DQ_ECLOSED: return "closed";
     case DQ_EBUSY: return "busy";
+    case DQ_ENOTDURABLE: return "not confirmed by enough replicas";
     default: return "unknown error";
     }
 }

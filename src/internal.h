@@ -23,25 +23,46 @@
 
 /* ------------------------------------------------------------ connections (conn.c) */
 
-enum dq__conn_kind { DQ__CONN_CMD, DQ__CONN_SUB, DQ__CONN_BLOCKING };
+enum dq__conn_kind { DQ__CONN_CMD, DQ__CONN_BLOCKING, DQ__CONN_SENTINEL };
 enum dq__conn_state { DQ__DOWN, DQ__CONNECTING, DQ__HANDSHAKE, DQ__UP, DQ__CLOSED };
 
 typedef struct dq__conn dq__conn;
 typedef struct dq__req dq__req;
 
+/* Where a connection goes and how it introduces itself. user and password
+ * are borrowed: they live in the client's parsed URL. */
+typedef struct dq__endpoint {
+    int is_unix;
+    char host[256];
+    int port;
+    char path[108];
+    const char *user, *password; /* "" or NULL: no AUTH                 */
+    int db;                      /* SELECT when > 0                     */
+    int check_master;            /* ROLE must say "master" (Sentinel)   */
+    char name[128];              /* "host:port" / "unix:path", messages
+                                    (cut to fit)                        */
+} dq__endpoint;
+
+/* Sets the address part of ep (path NULL: TCP host:port) and its name. */
+void dq__endpoint_set(dq__endpoint *ep, const char *host, int port, const char *path);
+
 /* Reply callback of dq__conn_send. reply is NULL when the command failed
  * without a reply (connection lost, timed out, closed); then code holds the
- * DQ_E* cause and conn->errstr the message. Otherwise code is 0. The reply
- * is freed by hiredis after the callback returns. */
+ * DQ_E* cause and conn->errstr the message. Otherwise code is 0, except
+ * DQ_ENOTDURABLE from the router: the write was made (reply is its answer)
+ * but fewer replicas than asked confirmed it. The reply is freed after the
+ * callback returns. */
 typedef void dq__reply_fn(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
 /* Called when the connection is up (handshake done) and when it went down. */
 typedef void dq__conn_event_fn(dq__conn *conn, void *privdata);
 
 struct dq__conn {
-    dq_client *client;
+    dq_client *client;           /* the loop and the options             */
     enum dq__conn_kind kind;
     enum dq__conn_state state;
+    dq__endpoint ep;
+    const char *name;            /* ep.name                              */
     redisAsyncContext *ac;       /* NULL unless CONNECTING..UP            */
     int auto_reconnect;          /* retry with backoff after a loss      */
     int backoff_ms;
@@ -50,14 +71,17 @@ struct dq__conn {
     ev_timer connect_timer, retry_timer, cmd_timer;
     dq__req *head, *tail;        /* sent commands waiting for a reply    */
     dq__conn_event_fn *on_up, *on_down;
+    dq__conn_event_fn *on_fail;  /* a connect attempt ended before UP    */
     void *event_privdata;
     dq__conn *next_in_pool;      /* blocking pool / retired list link     */
+    void *node;                  /* the router's node it belongs to      */
     int ups;                     /* times the handshake completed        */
     int last_code;
     char errstr[DQ__ERRSTR_MAX];
 };
 
-dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind);
+/* A connection to ep (copied), not started. NULL when out of memory. */
+dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind, const dq__endpoint *ep);
 /* Starts connecting (no-op unless DOWN). */
 void dq__conn_start(dq__conn *conn);
 /* Closes for good: pending callbacks run with DQ_ECLOSED, then frees. */
@@ -66,22 +90,20 @@ void dq__conn_free(dq__conn *conn);
  * if auto_reconnect. */
 void dq__conn_abort(dq__conn *conn, int code, const char *why);
 
-#define DQ__SEND_NO_TIMEOUT (1u << 0) /* blocking commands, SUBSCRIBE        */
+#define DQ__SEND_NO_TIMEOUT (1u << 0) /* blocking commands                  */
 
 /* Sends a command. Returns 0 (fn will run exactly once), or DQ_ECONNECT /
  * DQ_ENOMEM (fn never runs). argv/argvlen are copied. */
 int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
                   const size_t *argvlen, dq__reply_fn *fn, void *privdata);
+/* The same with a command already in RESP (len bytes, copied). */
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
+                      dq__reply_fn *fn, void *privdata);
 
-/* Script ids: one per lua/<name>.lua. */
-enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKUP,
-                  DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
-                  DQ__LUA_DEAD, DQ__LUA_CONFIG, DQ__LUA_COUNT };
-
-/* Runs a script with EVALSHA (EVAL again on NOSCRIPT). keys then args. */
-int dq__conn_eval(dq__conn *conn, enum dq__script script, int nkeys, int nargs,
-                  const char **argv, const size_t *argvlen, dq__reply_fn *fn,
-                  void *privdata);
+/* Formats head[0..nhead-1] then argv[0..argc-1] as one RESP command into a
+ * malloc'ed *out (the caller frees). Returns its length, or -1 (no memory). */
+long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
+                        int argc, const char **argv, const size_t *argvlen);
 
 /* Writes what the connection has queued now, without waiting for the loop
  * (no-op unless UP). Not from inside one of the connection's callbacks. */
@@ -96,6 +118,100 @@ void dq__reap_retired(dq_client *c);
 
 /* Maps an error reply to a DQ_E* code (WRONGTYPE -> DQ_EWRONGTYPE, ...). */
 int dq__reply_error_code(const redisReply *reply);
+
+/* ------------------------------------------------------------ push connections (push.c) */
+
+typedef struct dq__push dq__push;
+enum { DQ__PUSH_UP, DQ__PUSH_DOWN, DQ__PUSH_REPLY };
+/* Events of a push connection: UP (handshake done: subscribe now), DOWN
+ * (lost: it reconnects by itself), REPLY (every reply after the handshake,
+ * in order; freed after the call). May free p. */
+typedef void dq__push_fn(dq__push *p, int event, redisReply *reply, void *privdata);
+/* Starts connecting to ep (copied). NULL when out of memory. */
+dq__push *dq__push_new(dq_client *c, const dq__endpoint *ep, dq__push_fn *fn, void *privdata);
+/* Queues a command (only when up). Returns 0, DQ_ECONNECT or DQ_ENOMEM. */
+int dq__push_send(dq__push *p, int argc, const char **argv, const size_t *lens);
+int dq__push_is_up(const dq__push *p);
+const char *dq__push_errstr(const dq__push *p);
+/* Closes and frees p (NULL is fine), also from inside its callback. */
+void dq__push_free(dq__push *p);
+
+/* ------------------------------------------------------------ routing (router.c) */
+
+typedef struct dq__router dq__router;
+typedef struct dq__sub dq__sub;
+
+/* Connects to the topology of c->url: one node, the master the sentinels
+ * name, or a cluster's slot map. Runs the loop until done. Returns 0 or a
+ * DQ_E* code with the message on c. */
+int dq__router_connect(dq_client *c);
+/* Closes every connection (pending callbacks run with DQ_ECLOSED). */
+void dq__router_free(dq_client *c);
+
+/* Rewrites a command after an error reply: a new malloc'ed command and its
+ * length in *len, or NULL to keep the error. Used once per request. */
+typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, size_t *newlen);
+
+#define DQ__ROUTE_WRITE (1u << 1) /* a write: WAIT for the client's
+                                     wait_replicas after it              */
+/* Sends cmd (RESP, len bytes; owned by the router from now on, also on
+ * failure) to the node serving slot, following redirects. flags:
+ * DQ__SEND_NO_TIMEOUT, DQ__ROUTE_WRITE. Returns 0 (fn runs exactly once) or
+ * a code with the message on c (fn never runs). */
+int dq__route(dq_client *c, unsigned slot, unsigned flags, char *cmd, size_t len,
+              dq__rewrite_fn *rewrite, dq__reply_fn *fn, void *privdata);
+/* The same for a command in argv form (copied). */
+int dq__route_argv(dq_client *c, unsigned slot, unsigned flags, int argc, const char **argv,
+                   const size_t *lens, dq__reply_fn *fn, void *privdata);
+/* 0 if commands for slot can be sent (or held until the connection being
+ * made is up), else DQ_ECONNECT with the message on c. */
+int dq__route_check(dq_client *c, unsigned slot);
+/* Writes what every command connection has queued, now. */
+void dq__route_write_now(dq_client *c);
+/* 1 while commands are out or waiting for a retry. */
+int dq__route_busy(dq_client *c);
+/* 1 for an error reply that says the topology changed (MOVED, ASK,
+ * TRYAGAIN, CLUSTERDOWN, READONLY, LOADING, MASTERDOWN, UNBLOCKED). */
+int dq__reply_is_topology(const redisReply *r);
+
+/* Called whenever a command connection comes (back) up: announcements may
+ * have been missed meanwhile. One hook per client. */
+typedef void dq__up_fn(dq_client *c, void *privdata);
+void dq__route_set_up_hook(dq_client *c, dq__up_fn *fn, void *privdata);
+
+/* A blocking connection to the node serving slot (from its pool, or new
+ * and connecting: watch on_up), or NULL (message on c). Give it back with
+ * dq__route_blocking_release, or dq__conn_retire it. */
+dq__conn *dq__route_blocking(dq_client *c, unsigned slot);
+void dq__route_blocking_release(dq_client *c, dq__conn *conn);
+/* 1 if conn belongs to the node that serves slot now. */
+int dq__route_owns(dq_client *c, const dq__conn *conn, unsigned slot);
+
+/* Sharded pub/sub: fn hears READY each time the subscription is (again)
+ * confirmed, at whichever node serves the channel's slot, and MESSAGE for
+ * each message. It follows failovers and slot moves by itself. */
+enum { DQ__SUB_READY, DQ__SUB_MESSAGE };
+typedef void dq__sub_fn(void *privdata, int event, const char *msg, size_t len);
+dq__sub *dq__route_subscribe(dq_client *c, const char *channel, dq__sub_fn *fn, void *privdata);
+/* Ends it; fn never runs again. */
+void dq__route_unsubscribe(dq_client *c, dq__sub *s);
+
+/* ------------------------------------------------------------ scripts (script.c) */
+
+/* Script ids: one per lua/<name>.lua. */
+enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKUP,
+                  DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
+                  DQ__LUA_DEAD, DQ__LUA_CONFIG, DQ__LUA_COUNT };
+
+/* The slot of a queue's keys (their hash tag is the queue name). */
+unsigned dq__queue_slot(const char *queue);
+
+/* Runs a script on the node serving queue's slot with EVALSHA (EVAL again
+ * on NOSCRIPT): argv holds nkeys keys then nargs args. flags as
+ * dq__route. Returns as dq__route. */
+int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
+             int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
+             void *privdata);
 
 /* ------------------------------------------------------------ client (client.c) */
 
@@ -114,10 +230,8 @@ struct dq_client {
     int own_loop;
     dq_options opt;
     dq__url url;
-    char url_text[512];
-    dq__conn *cmd;               /* scripts and plain commands          */
-    dq__conn *sub;               /* wake channels; made by dq_schedule  */
-    dq__conn *idle_blocking;     /* free blocking connections           */
+    const char *url_text;        /* url.masked: never holds a password  */
+    dq__router *router;          /* the connections, after dq_connect   */
     dq__conn *retired;           /* closed, to be freed by the reaper   */
     ev_timer reaper;
     dq__sched *scheds;
@@ -141,9 +255,16 @@ struct dq_client {
 };
 
 /* Sends the offers dq_offer_async has gathered, as few script calls as
- * possible. Called before the loop polls and before any other command goes
- * out on the command connection, so commands keep the order of the calls. */
+ * possible. Called before the loop polls and before any other command of
+ * the operations goes out (dq__op_eval), so commands keep call order. */
 void dq__offers_flush(dq_client *c);
+/* dq__eval for the operations: gathered offers go first. */
+int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
+                int nkeys, int nargs, const char **argv, const size_t *argvlen,
+                dq__reply_fn *fn, void *privdata);
+/* The same for a plain command on queue's node. */
+int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
+                   const size_t *lens, dq__reply_fn *fn, void *privdata);
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -161,15 +282,11 @@ void dq__clock_sample(dq_client *c, double sent, double received, int64_t server
 /* Server epoch ms -> seconds from now on the local clock (may be < 0). */
 double dq__clock_until(const dq_client *c, int64_t server_ms);
 
-/* Blocking connection pool. */
-dq__conn *dq__blocking_acquire(dq_client *c);
-void dq__blocking_release(dq_client *c, dq__conn *conn);
-
-/* Runs the loop until *done becomes non-zero. */
+/* Runs the loop until *done becomes non-zero (gathered offers and queued
+ * commands are written first). */
 void dq__wait(dq_client *c, const int *done);
 
-/* Hooks from conn.c into the schedulers (scheduler.c). */
-void dq__sched_on_cmd_up(dq_client *c);
+/* Freeing what the client runs (dq_client_free). */
 void dq__sched_free_all(dq_client *c);
 void dq__take_free_all(dq_client *c);
 void dq__worker_free_all(dq_client *c);
@@ -194,8 +311,8 @@ typedef struct dq__sync_ints {
     int done, status, count;
     int64_t v[8];
 } dq__sync_ints;
-int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
-                  int nargs, const char **argv, dq__sync_ints *s);
+int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
+                  int nkeys, int nargs, const char **argv, dq__sync_ints *s);
 
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */

@@ -1,7 +1,9 @@
 /*
  * ops.c - the producer-side operations: offer (async, sync, pipelined
- * batch), cancel, lookup and stats. Each is one script call on the command
- * connection; the synchronous forms run the loop until their reply.
+ * batch), cancel, lookup and stats. Each is one script call on the node
+ * that serves the queue; the synchronous forms run the loop until their
+ * reply. Also the helpers every operation sends through (dq__op_eval,
+ * dq__wait), which keep gathered offers ahead of later commands.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,7 +47,8 @@ static int check_item(dq_client *c, const dq_item *item) {
  * " script: <sha>, on @user_script:N." tail Redis adds to script errors). */
 int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
                       const char *queue) {
-    if (!reply) return dq__fail(c, code, "%s", conn ? conn->errstr : "connection closed");
+    /* No connection: the router recorded the message on c already. */
+    if (!reply) return conn ? dq__fail(c, code, "%s", conn->errstr) : code;
     if (reply->type == REDIS_REPLY_ERROR) {
         const char *tail = strstr(reply->str, " script: ");
         int len = tail ? (int)(tail - reply->str) : (int)strlen(reply->str);
@@ -58,6 +61,32 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
         return dq__fail(c, code, "%.*s", len, reply->str);
     }
     return dq__fail(c, DQ_EPROTO, "unexpected reply type %d from Redis", reply->type);
+}
+
+/* ------------------------------------------------------------ sending */
+
+int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
+                int nkeys, int nargs, const char **argv, const size_t *argvlen,
+                dq__reply_fn *fn, void *privdata) {
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+    dq__offers_flush(c); /* keep call order */
+    return dq__eval(c, queue, flags, script, nkeys, nargs, argv, argvlen, fn, privdata);
+}
+
+int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
+                   const size_t *lens, dq__reply_fn *fn, void *privdata) {
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+    dq__offers_flush(c);
+    return dq__route_argv(c, dq__queue_slot(queue), 0, argc, argv, lens, fn, privdata);
+}
+
+void dq__wait(dq_client *c, const int *done) {
+    /* A synchronous caller has nothing more to gather: send now, and write
+     * the sockets now rather than on the loop's next writable event (one
+     * poll and two epoll_ctl calls fewer per round trip). */
+    dq__offers_flush(c);
+    if (c->router) dq__route_write_now(c);
+    while (!*done) ev_run(c->loop, EVRUN_ONCE);
 }
 
 /* ------------------------------------------------------------ offer */
@@ -83,7 +112,7 @@ struct offer_chunk {
 static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     offer_chunk *oc = privdata;
     dq_client *c = oc->c;
-    int status = 0;
+    int status = code; /* 0, or DQ_ENOTDURABLE with the results */
     /* The reply: the server time, then status, due time and state per item. */
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 + 3 * oc->n) {
         status = dq__reply_failure(c, conn, reply, code, oc->queue);
@@ -149,8 +178,8 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             a[3] = digit[flags], l[3] = 1;
             a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
-        rc = dq__conn_eval(c->cmd, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens, chunk_reply, oc);
-        if (rc) dq__fail(c, rc, "%s", rc == DQ_ENOMEM ? "out of memory" : c->cmd->errstr);
+        rc = dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
+                      chunk_reply, oc);
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
     }
@@ -188,8 +217,9 @@ typedef struct sent_batch {
 
 static void sent_batch_done(offer_chunk *oc, int status) {
     sent_batch *sb = oc->privdata;
+    int made = status == 0 || status == DQ_ENOTDURABLE;
     for (size_t i = 0; i < sb->n; i++)
-        sb->cb[i](oc->c, status, status ? NULL : &oc->results[i], sb->privdata[i]);
+        sb->cb[i](oc->c, status, made ? &oc->results[i] : NULL, sb->privdata[i]);
     free(sb);
 }
 
@@ -235,10 +265,9 @@ static int check_offer(dq_client *c, const char *queue, const dq_item *item) {
 }
 
 /* An offer is never queued in the client while Redis is away. */
-static int check_connected(dq_client *c) {
-    if (c->cmd->state == DQ__UP) return 0;
-    return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
-                    c->cmd->errstr[0] ? c->cmd->errstr : "connecting");
+static int check_connected(dq_client *c, const char *queue) {
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+    return dq__route_check(c, dq__queue_slot(queue));
 }
 
 int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
@@ -246,7 +275,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     int bad = check_offer(c, queue, item);
     if (bad) return bad;
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
-    if ((bad = check_connected(c)) != 0) return bad;
+    if ((bad = check_connected(c, queue)) != 0) return bad;
     struct dq__offer_batch *b = c->offers;
     if (b && (strcmp(b->queue, queue) != 0 || b->n == CHUNK_ITEMS ||
               b->bytes + item->payload_len > CHUNK_BYTES)) {
@@ -292,7 +321,7 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
     sync_offer *s = oc->privdata;
     s->status = status;
     if (s->out) {
-        if (status == 0) *s->out = oc->results[0];
+        if (status == 0 || status == DQ_ENOTDURABLE) *s->out = oc->results[0];
         else s->out->status = status;
     }
     s->done = 1;
@@ -301,7 +330,7 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     int bad = check_offer(c, queue, item);
-    if (!bad) bad = check_connected(c);
+    if (!bad) bad = check_connected(c, queue);
     if (bad) return bad;
     /* Straight to one script call: nothing to gather, nothing to copy. */
     sync_offer s = {0, 0, result};
@@ -313,7 +342,7 @@ int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_resu
 
 /* A pipelined batch: chunks in flight, and where each chunk's results go. */
 typedef struct batch {
-    int pending, accepted, first_error;
+    int pending, accepted, first_error, not_durable;
     char first_errstr[DQ__ERRSTR_MAX];
 } batch;
 
@@ -331,11 +360,17 @@ static void note_error(batch *b, int code, const char *why) {
 static void batch_done(offer_chunk *oc, int status) {
     batch_chunk *bc = oc->privdata;
     batch *b = bc->b;
-    if (status == 0) b->accepted += (int)oc->n;
-    else note_error(b, status, oc->c->errstr);
+    int made = status == 0 || status == DQ_ENOTDURABLE;
+    if (made) b->accepted += (int)oc->n;
+    if (status == DQ_ENOTDURABLE && !b->not_durable) {
+        b->not_durable = 1;
+        snprintf(b->first_errstr, sizeof b->first_errstr, "%s", oc->c->errstr);
+    } else if (!made) {
+        note_error(b, status, oc->c->errstr);
+    }
     for (size_t i = 0; bc->out && i < oc->n; i++) {
         bc->out[i] = oc->results[i];
-        if (status) bc->out[i].status = status;
+        if (!made) bc->out[i].status = status;
     }
     b->pending--;
     free(bc);
@@ -385,9 +420,11 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
         b.pending++;
         sent += len;
     }
+    dq__route_write_now(c);
     while (b.pending > 0) ev_run(c->loop, EVRUN_ONCE);
     if (sent == 0 && n > 0) return dq__fail(c, b.first_error, "%s", b.first_errstr);
     if (b.first_error) dq__fail(c, b.first_error, "%s", b.first_errstr);
+    else if (b.not_durable) return dq__fail(c, DQ_ENOTDURABLE, "%s", b.first_errstr);
     return b.accepted;
 }
 
@@ -414,6 +451,7 @@ typedef dq__sync_ints sync_ints;
 static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     sync_ints *s = privdata;
     s->done = 1;
+    s->status = code == DQ_ENOTDURABLE ? code : 0; /* made, values below */
     if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
         s->count = 1;
@@ -425,16 +463,16 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     }
 }
 
-int dq__eval_ints(dq_client *c, const char *queue, enum dq__script script, int nkeys,
-                  int nargs, const char **argv, sync_ints *s) {
+int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
+                  int nkeys, int nargs, const char **argv, sync_ints *s) {
     size_t lens[16];
     if (nkeys + nargs > 16) return dq__fail(c, DQ_EINVAL, "too many script arguments");
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
     memset(s, 0, sizeof *s);
     s->c = c;
     s->queue = queue;
-    int rc = dq__conn_eval(c->cmd, script, nkeys, nargs, argv, lens, ints_reply, s);
-    if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
+    int rc = dq__op_eval(c, queue, flags, script, nkeys, nargs, argv, lens, ints_reply, s);
+    if (rc) return rc;
     dq__wait(c, &s->done);
     return s->status;
 }
@@ -446,7 +484,7 @@ int dq_cancel(dq_client *c, const char *queue, const char *id) {
     dq__keys_init(&k, queue);
     const char *argv[4] = {k.z, k.counters, k.prefix, id};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_CANCEL, 2, 2, argv, &s);
+    int rc = dq__eval_ints(c, queue, DQ__ROUTE_WRITE, DQ__LUA_CANCEL, 2, 2, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -457,7 +495,7 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     dq__keys_init(&k, queue);
     const char *argv[4] = {k.z, k.dead, k.prefix, id};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_LOOKUP, 2, 2, argv, &s);
+    int rc = dq__eval_ints(c, queue, 0, DQ__LUA_LOOKUP, 2, 2, argv, &s);
     if (rc) return rc;
     if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
         return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
@@ -474,7 +512,7 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     dq__keys_init(&k, queue);
     const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__LUA_STATS, 5, 1, argv, &s);
+    int rc = dq__eval_ints(c, queue, 0, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
     if (s.count != 6) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];

@@ -53,6 +53,9 @@ static void settle_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1)
         status = (int)dq__reply_int(reply->element[0]);
     else status = dq__reply_failure(s->c, conn, reply, code, s->queue);
+    /* Made but not confirmed by enough replicas: say so (the message is on
+     * the client already). */
+    if (code == DQ_ENOTDURABLE && status >= 0) status = code;
     s->c->callback_depth++;
     s->cb(s->c, status, s->privdata);
     s->c->callback_depth--;
@@ -68,10 +71,10 @@ static int settle_send(dq_client *c, const char *queue, enum dq__script script, 
     snprintf(s->queue, sizeof s->queue, "%s", queue);
     s->cb = cb;
     s->privdata = privdata;
-    int rc = dq__conn_eval(c->cmd, script, nkeys, nargs, argv, lens, settle_reply, s);
+    int rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, script, nkeys, nargs, argv, lens, settle_reply, s);
     if (rc) {
         free(s);
-        return dq__fail(c, rc, "%s", c->cmd->errstr);
+        return rc;
     }
     return 0;
 }
@@ -87,7 +90,7 @@ typedef struct ack_batch {
 static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     ack_batch *b = privdata;
     int results[DQ__ACK_BATCH];
-    int status = 1;
+    int status = code == DQ_ENOTDURABLE ? code : 1; /* results either way */
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n) {
         for (size_t i = 0; i < b->n; i++) results[i] = (int)dq__reply_int(reply->element[i]);
     } else {
@@ -95,7 +98,8 @@ static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *p
         if (status >= 0) status = DQ_EPROTO;
     }
     b->c->callback_depth++;
-    b->cb(b->c, status, status == 1 ? results : NULL, b->n, b->privdata);
+    int made = status == 1 || status == DQ_ENOTDURABLE;
+    b->cb(b->c, status, made ? results : NULL, b->n, b->privdata);
     b->c->callback_depth--;
     free(b);
 }
@@ -120,10 +124,11 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
         argv[3 + 3 * i] = ids[i], argv[4 + 3 * i] = tokens[i], argv[5 + 3 * i] = buckets[i];
     }
     for (size_t i = 0; i < 3 + 3 * n; i++) lens[i] = strlen(argv[i]);
-    rc = dq__conn_eval(c->cmd, DQ__LUA_ACK, 2, 1 + 3 * (int)n, argv, lens, ack_batch_reply, b);
+    rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 1 + 3 * (int)n, argv, lens,
+                     ack_batch_reply, b);
     if (rc) {
         free(b);
-        return dq__fail(c, rc, "%s", c->cmd->errstr);
+        return rc;
     }
     return 0;
 }
@@ -164,7 +169,8 @@ static void sync_settle_cb(dq_client *c, int status, void *privdata) {
 
 static void sync_ack_cb(dq_client *c, int status, const int *results, size_t n, void *privdata) {
     (void)n;
-    sync_settle_cb(c, results ? results[0] : status, privdata);
+    int acked = results && status != DQ_ENOTDURABLE;
+    sync_settle_cb(c, acked ? results[0] : status, privdata);
 }
 
 int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
@@ -197,7 +203,7 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     const char *argv[7] = {k.z, k.counters, k.prefix, id, token, lease, k.chan};
     dq__sync_ints s;
-    rc = dq__eval_ints(c, queue, DQ__LUA_EXTEND, 2, 5, argv, &s);
+    rc = dq__eval_ints(c, queue, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 5, argv, &s);
     return rc ? rc : (int)s.v[0];
 }
 
@@ -208,7 +214,8 @@ static int dead_ints(dq_client *c, const char *queue, const char *op, const char
     dq__keys k;
     dq__keys_init(&k, queue);
     const char *argv[7] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, op, arg ? arg : ""};
-    return dq__eval_ints(c, queue, DQ__LUA_DEAD, 4, arg ? 3 : 2, argv, s);
+    unsigned flags = strcmp(op, "count") == 0 ? 0 : DQ__ROUTE_WRITE;
+    return dq__eval_ints(c, queue, flags, DQ__LUA_DEAD, 4, arg ? 3 : 2, argv, s);
 }
 
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
@@ -224,15 +231,18 @@ int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
  * the count is bounded too, so a queue refilled meanwhile cannot loop us. */
 static int64_t dead_batches(dq_client *c, const char *queue, const char *op) {
     int64_t total = 0;
+    int not_durable = 0;
     for (int round = 0; round < 100000; round++) {
         dq__sync_ints s;
         int rc = dead_ints(c, queue, op, DEAD_BATCH, &s);
-        if (rc) return rc;
+        if (rc == DQ_ENOTDURABLE) not_durable = 1;
+        else if (rc) return rc;
         if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected dead-letter reply");
         total += s.v[1];
         if (s.v[0] == 0) break;
     }
-    return total;
+    /* Done, but some batch was not confirmed (the message is on c). */
+    return not_durable ? DQ_ENOTDURABLE : total;
 }
 
 int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) {
@@ -328,8 +338,8 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     size_t lens[8];
     for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
-    rc = dq__conn_eval(c->cmd, DQ__LUA_DEAD, 4, 4, argv, lens, dead_list_reply, &l);
-    if (rc) return dq__fail(c, rc, "%s", c->cmd->errstr);
+    rc = dq__op_eval(c, queue, 0, DQ__LUA_DEAD, 4, 4, argv, lens, dead_list_reply, &l);
+    if (rc) return rc;
     dq__wait(c, &l.done);
     if (l.status) {
         dq_dead_letters_free(l.out, l.n);
@@ -366,8 +376,8 @@ static int config_call(dq_client *c, const char *queue, char values[4][24], dq_q
     const char *argv[9] = {k.config};
     for (int i = 0; i < 4; i++) argv[1 + 2 * i] = config_fields[i], argv[2 + 2 * i] = values[i];
     dq__sync_ints s;
-    rc = dq__eval_ints(c, queue, DQ__LUA_CONFIG, 1, 8, argv, &s);
-    if (rc) return rc;
+    rc = dq__eval_ints(c, queue, DQ__ROUTE_WRITE, DQ__LUA_CONFIG, 1, 8, argv, &s);
+    if (rc && rc != DQ_ENOTDURABLE) return rc;
     if (s.count != 4) return dq__fail(c, DQ_EPROTO, "unexpected queue settings reply");
     if (out) {
         out->lease_ms = s.v[0];
@@ -375,7 +385,7 @@ static int config_call(dq_client *c, const char *queue, char values[4][24], dq_q
         out->backoff_base_ms = s.v[2];
         out->backoff_max_ms = s.v[3];
     }
-    return 0;
+    return rc;
 }
 
 int dq_queue_config_get(dq_client *c, const char *queue, dq_queue_config *out) {

@@ -1,18 +1,19 @@
 /*
  * scheduler.c - moves due items to the ready lists, on the client's loop.
  *
- * Per scheduled queue: a subscription to the queue's wake channel, one libev
- * timer armed for the earliest announced due time (decided by sched_core.c),
- * and a jittered safety timer. A transfer run is one call of lua/transfer.lua
- * on the command connection; it runs again at once while the server says
- * more items are due. A catch-up run happens on every (re)subscription and
- * on every reconnect of the command connection, so a lost announcement
- * delays nothing for longer than the safety interval.
+ * Per scheduled queue: a sharded subscription to the queue's wake channel
+ * (SSUBSCRIBE at whichever node serves the queue: the router follows
+ * failovers and slot moves), one libev timer armed for the earliest
+ * announced due time (decided by sched_core.c), and a jittered safety
+ * timer. A transfer run is one call of lua/transfer.lua; it runs again at
+ * once while the server says more items are due. A catch-up run happens on
+ * every (re)subscription and on every reconnect of a command connection,
+ * so a lost announcement delays nothing for longer than the safety
+ * interval.
  *
- * Lifetime: a scheduler is referenced by hiredis while subscribed (the
- * subscription callback runs once more with NULL or the unsubscribe reply)
- * and by its in-flight transfer; dq_unschedule marks it closing and the
- * last reference frees it.
+ * Lifetime: a scheduler is referenced by its in-flight transfer;
+ * dq_unschedule ends the subscription, marks it closing, and the last
+ * reference frees it.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -28,8 +29,7 @@ struct dq__sched {
     dq__keys keys;
     dq__sched_core core;
     ev_timer due_timer, safety_timer;
-    int sub_registered;  /* hiredis holds our subscription callback */
-    int subscribed;      /* the subscription is confirmed            */
+    dq__sub *sub;        /* the wake channel's subscription          */
     int closing;
     double sent_at;      /* ev_time when the in-flight run was sent  */
 };
@@ -48,7 +48,7 @@ static void unlink_sched(dq__sched *s) {
 }
 
 static void maybe_free(dq__sched *s) {
-    if (!s->closing || s->sub_registered || s->core.in_flight) return;
+    if (!s->closing || s->core.in_flight) return;
     ev_timer_stop(s->c->loop, &s->due_timer);
     ev_timer_stop(s->c->loop, &s->safety_timer);
     free(s);
@@ -159,7 +159,7 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     for (int i = 0; i < 12; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TRANSFER, 7, 5, argv, lens, transfer_reply, s) != 0) {
+    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, 5, argv, lens, transfer_reply, s) != 0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);
@@ -167,68 +167,28 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     }
 }
 
-void dq__sched_on_cmd_up(dq_client *c) {
+/* A command connection came (back) up: catch up on every queue. */
+static void on_node_up(dq_client *c, void *privdata) {
+    (void)privdata;
     for (dq__sched *s = c->scheds; s; s = s->next) transfer(s, DQ__NONE);
 }
 
 /* ------------------------------------------------------------ subscription */
 
-static void on_wake(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
-    (void)ac;
+static void on_wake(void *privdata, int event, const char *msg, size_t len) {
     dq__sched *s = privdata;
-    redisReply *r = reply_ptr;
-    if (!r) {
-        /* The subscription ended with its connection. */
-        s->sub_registered = s->subscribed = 0;
-        maybe_free(s);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING)
-        return;
-    const char *kind = r->element[0]->str;
-    if (strcmp(kind, "message") == 0) {
-        s->c->counters.wakeups++;
-        if (s->closing) return;
-        int64_t due = dq__reply_int(r->element[2]);
-        if (dq__sched_core_heard(&s->core, due)) arm_due_timer(s);
-    } else if (strcmp(kind, "subscribe") == 0) {
-        s->subscribed = 1;
+    if (s->closing) return;
+    if (event == DQ__SUB_READY) {
         transfer(s, DQ__NONE); /* catch-up: announcements may have been missed */
-    } else if (strcmp(kind, "unsubscribe") == 0) {
-        s->sub_registered = s->subscribed = 0;
-        maybe_free(s);
+        return;
     }
-}
-
-static void subscribe(dq__sched *s) {
-    dq__conn *sub = s->c->sub;
-    if (s->sub_registered || s->closing || !sub || sub->state != DQ__UP) return;
-    const char *argv[2] = {"SUBSCRIBE", s->keys.chan};
-    size_t lens[2] = {9, strlen(s->keys.chan)};
-    if (redisAsyncCommandArgv(sub->ac, on_wake, s, 2, argv, lens) == REDIS_OK) s->sub_registered = 1;
-}
-
-static void on_sub_up(dq__conn *conn, void *privdata) {
-    (void)privdata;
-    dq_client *c = conn->client;
-    if (conn->ups > 1) c->counters.reconnects++;
-    for (dq__sched *s = c->scheds; s; s = s->next) subscribe(s);
-}
-
-static void on_sub_down(dq__conn *conn, void *privdata) {
-    (void)privdata;
-    dq__log(conn->client, "wake channel connection lost (%s); reconnecting", conn->errstr);
-}
-
-static int ensure_sub(dq_client *c) {
-    if (c->sub) return 0;
-    c->sub = dq__conn_new(c, DQ__CONN_SUB);
-    if (!c->sub) return DQ_ENOMEM;
-    c->sub->on_up = on_sub_up;
-    c->sub->on_down = on_sub_down;
-    c->sub->auto_reconnect = 1;
-    dq__conn_start(c->sub);
-    return 0;
+    s->c->counters.wakeups++;
+    char text[24];
+    if (len == 0 || len >= sizeof text) return;
+    memcpy(text, msg, len);
+    text[len] = '\0';
+    int64_t due = strtoll(text, NULL, 10);
+    if (dq__sched_core_heard(&s->core, due)) arm_due_timer(s);
 }
 
 /* ------------------------------------------------------------ public */
@@ -243,7 +203,7 @@ int dq_schedule(dq_client *c, const char *queue) {
     if (!queue || !dq__queue_valid(queue))
         return dq__fail(c, DQ_EINVAL, "invalid queue name '%s'", queue ? queue : "(null)");
     if (find(c, queue)) return 0;
-    if (ensure_sub(c)) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
     dq__sched *s = calloc(1, sizeof *s);
     if (!s) return dq__fail(c, DQ_ENOMEM, "out of memory");
     s->c = c;
@@ -253,11 +213,16 @@ int dq_schedule(dq_client *c, const char *queue) {
     ev_timer_init(&s->due_timer, on_due_timer, 0, 0);
     ev_timer_init(&s->safety_timer, on_safety_timer, 0, 0);
     s->due_timer.data = s->safety_timer.data = s;
-    s->next = c->scheds;
-    c->scheds = s;
     /* The confirmation of the subscription starts the catch-up run; until
      * then the safety timer stands guard. */
-    subscribe(s);
+    s->sub = dq__route_subscribe(c, s->keys.chan, on_wake, s);
+    if (!s->sub) {
+        free(s);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    s->next = c->scheds;
+    c->scheds = s;
+    dq__route_set_up_hook(c, on_node_up, NULL);
     arm_safety_timer(s);
     return 0;
 }
@@ -268,11 +233,8 @@ static void close_sched(dq__sched *s) {
     unlink_sched(s);
     ev_timer_stop(c->loop, &s->due_timer);
     ev_timer_stop(c->loop, &s->safety_timer);
-    if (s->sub_registered && c->sub && c->sub->ac && c->sub->state == DQ__UP) {
-        const char *argv[2] = {"UNSUBSCRIBE", s->keys.chan};
-        size_t lens[2] = {11, strlen(s->keys.chan)};
-        redisAsyncCommandArgv(c->sub->ac, NULL, NULL, 2, argv, lens);
-    }
+    if (s->sub && c->router) dq__route_unsubscribe(c, s->sub);
+    s->sub = NULL;
     maybe_free(s);
 }
 
@@ -285,8 +247,8 @@ int dq_unschedule(dq_client *c, const char *queue) {
 
 void dq__sched_free_all(dq_client *c) {
     while (c->scheds) close_sched(c->scheds);
-    /* Subscriptions and in-flight runs end when their connections close,
-     * which frees the rest (dq_client_free closes sub, then cmd). */
+    /* In-flight runs end when their connections close, which frees the
+     * rest (dq_client_free closes the router after this). */
 }
 
 void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out) { *out = c->counters; }

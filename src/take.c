@@ -1,10 +1,12 @@
 /*
  * take.c - consumers.
  *
- * A take runs lua/take.lua on the command connection, which pops up to N
- * ready entries atomically (and, with a lease, puts each in flight). When
- * the ready list is empty, it waits on a blocking connection of its own with
- * "BLPOP <wake tokens> 0": whatever makes an entry ready pushes one token, so
+ * A take runs lua/take.lua on the node serving the queue, which pops up to
+ * N ready entries atomically (and, with a lease, puts each in flight). When
+ * the ready list is empty, it waits on a blocking connection of its own to
+ * that node with "BLPOP <wake tokens> 0" (a failover or slot move ends the
+ * wait: the take looks again and waits where the queue is now). Whatever
+ * makes an entry ready pushes one token, so
  * each entry wakes one waiter, not every idle consumer. Then it runs the
  * script again. The blocking connection never holds an item, only a token:
  * a take can end at any moment (timeout, cancel, a dying process) without
@@ -118,7 +120,7 @@ static void release_conn(dq_take_req *t) {
     dq__conn *conn = t->conn;
     t->conn = NULL;
     if (!conn) return;
-    if (!t->wait_out && conn->state == DQ__UP) dq__blocking_release(t->c, conn);
+    if (!t->wait_out && conn->state == DQ__UP) dq__route_blocking_release(t->c, conn);
     else dq__conn_retire(conn); /* still waiting, or broken: not reusable */
 }
 
@@ -146,7 +148,7 @@ static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *priv
 static void forget_result(dq_take_req *t) {
     const char *argv[2] = {"UNLINK", t->result_key};
     size_t lens[2] = {6, strlen(t->result_key)};
-    (void)dq__conn_send(t->c->cmd, 0, 2, argv, lens, ignore_reply, NULL);
+    (void)dq__op_command(t->c, t->queue, 2, argv, lens, ignore_reply, NULL);
 }
 
 /* The request id of the script call out (the tail of dq:{Q}:t:<request>);
@@ -166,7 +168,7 @@ static void set_aside(dq_take_req *t, const redisReply *e) {
     if (!rec) return;
     const char *argv[3] = {"RPUSH", t->keys.aside, rec};
     size_t lens[3] = {5, strlen(t->keys.aside), len};
-    (void)dq__conn_send(t->c->cmd, 0, 3, argv, lens, ignore_reply, NULL);
+    (void)dq__op_command(t->c, t->queue, 3, argv, lens, ignore_reply, NULL);
     free(rec);
 }
 
@@ -219,6 +221,11 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     snprintf(request, sizeof request, "%s", request_of(t));
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) forget_result(t);
     t->result_key[0] = '\0';
+    if (code == DQ_ENOTDURABLE)
+        /* Handed out all the same: holding them back would only leave them
+         * in flight until their lease ends. A failover before the take
+         * replicates may deliver them again, which a lease allows. */
+        dq__log(t->c, "queue %s: take not confirmed by the replicas: %s", t->queue, t->c->errstr);
     dq_msg *msgs[TAKE_MAX];
     int n = decode_reply(t, reply, request, msgs, t->max);
     if (n < 0) {
@@ -284,7 +291,10 @@ static void run_script(dq_take_req *t) {
                             k->prefix, k->chan, count, lease, tprefix, max, woke, t->result_key};
     size_t lens[14];
     for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
-    if (dq__conn_eval(c->cmd, DQ__LUA_TAKE, 6, 8, argv, lens, script_reply, token) != 0) {
+    /* A leased take writes what must survive a failover; a plain take
+     * hands its items out for good either way. */
+    unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
+    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 8, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
@@ -304,7 +314,16 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         finish(t, t->end_status, NULL, 0);
         return;
     }
-    if (!reply) return; /* the connection comes back and on_conn_up waits again */
+    if (!reply) return; /* on_conn_lost looks again */
+    if (dq__reply_is_topology(reply)) {
+        /* A failover or slot move ended the wait: look, then wait where
+         * the queue is now. */
+        dq__log(t->c, "queue %s: wait ended by %s: %s", t->queue, conn->name, reply->str);
+        t->conn = NULL;
+        dq__conn_retire(conn);
+        run_script(t);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
         finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.signal),
                NULL, 0);
@@ -314,16 +333,35 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     run_script(t); /* something is ready (or the wait was cut): look */
 }
 
+/* The blocking connection failed or was lost: it is not reused (its node
+ * may be gone for good); look again shortly, and wait on a new one. */
+static void on_conn_lost(dq__conn *conn, void *privdata) {
+    dq_take_req *t = privdata;
+    if (t->conn != conn) return;
+    t->conn = NULL;
+    t->wait_out = 0;
+    dq__conn_retire(conn);
+    if (t->ending) finish(t, t->end_status, NULL, 0);
+    else on_retry(t);
+}
+
 static void wait_for_entries(dq_take_req *t) {
     if (t->wait_out || t->done) return;
+    unsigned slot = dq__queue_slot(t->queue);
+    if (t->conn && !dq__route_owns(t->c, t->conn, slot)) {
+        dq__conn_retire(t->conn); /* the queue moved */
+        t->conn = NULL;
+    }
     if (!t->conn) {
-        t->conn = dq__blocking_acquire(t->c);
+        t->conn = dq__route_blocking(t->c, slot);
         if (!t->conn) {
-            finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
+            on_retry(t); /* no node for the slot now: look again shortly */
             return;
         }
         t->conn->event_privdata = t;
         t->conn->on_up = on_conn_up;
+        t->conn->on_down = on_conn_lost;
+        t->conn->on_fail = on_conn_lost;
     }
     if (t->conn->state != DQ__UP) return; /* on_conn_up looks then */
     const char *argv[3] = {"BLPOP", t->keys.signal, "0"};

@@ -194,6 +194,9 @@ static void log_settle_failure(dq_worker *w, int status) {
         w->counters.stale++;
         dq__log(w->c, "worker %s: lease had run out before ack/nack; the item went elsewhere",
                 w->queue);
+    } else if (status == DQ_ENOTDURABLE) {
+        dq__log(w->c, "worker %s: ack/nack made but not confirmed by the replicas: %s", w->queue,
+                w->c->errstr);
     } else if (status < 0 && status != DQ_ECLOSED) {
         dq__log(w->c, "worker %s: ack/nack failed (%s); the lease will run out and the item "
                       "come back", w->queue, w->c->errstr);

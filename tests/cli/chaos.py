@@ -52,7 +52,7 @@ def start_worker():
 
 def numsub():
     try:
-        return int(redis("PUBSUB", "NUMSUB", f"dq:{{{Q}}}:w")[1])
+        return int(redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{Q}}}:w")[1])
     except (OSError, RedisError, ValueError, IndexError):
         return -1
 

@@ -10,7 +10,7 @@ from dqtest import *  # noqa: E402,F403
 
 
 def subscribed(queue):
-    r = redis("PUBSUB", "NUMSUB", f"dq:{{{queue}}}:w")
+    r = redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{queue}}}:w")
     return int(r[1]) >= 1
 
 

@@ -26,7 +26,7 @@ for k in range(2):
 
 section("3 consumers, then 2 producers at the same time")
 consumers = [bg_dq("take", Q, "--count", "0", "--json", "--timeout", "12s") for _ in range(3)]
-ok(wait_for(lambda: int(redis("PUBSUB", "NUMSUB", f"dq:{{{Q}}}:w")[1]) >= 3, 5),
+ok(wait_for(lambda: int(redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{Q}}}:w")[1]) >= 3, 5),
    "all three in-process schedulers subscribed")
 s_start = server_ms()
 t_start = time.time()

@@ -18,7 +18,7 @@ ids = [f"rs{i:03d}" for i in range(N)]
 section("a scheduler and a consumer in the background")
 sched = bg_dq("schedule", Q)
 consumer = bg_dq("take", Q, "--count", "0", "--json", "--no-scheduler")
-ok(wait_for(lambda: int(redis("PUBSUB", "NUMSUB", f"dq:{{{Q}}}:w")[1]) >= 1, 5), "the scheduler subscribed")
+ok(wait_for(lambda: int(redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{Q}}}:w")[1]) >= 1, 5), "the scheduler subscribed")
 time.sleep(0.2)
 
 section(f"offer {N} items with delays 0..3000 ms")

@@ -41,8 +41,8 @@ ok(0.25 <= r.secs <= 3 * SLOW, f"... after about 300 ms ({r.secs:.2f} s)")
 
 section("one schedule process for several queues")
 sched = bg_dq("schedule", "sa", "sb")
-ok(wait_for(lambda: int(redis("PUBSUB", "NUMSUB", "dq:{sa}:w")[1]) >= 1 and
-            int(redis("PUBSUB", "NUMSUB", "dq:{sb}:w")[1]) >= 1, 5), "subscribed to both queues")
+ok(wait_for(lambda: int(redis("PUBSUB", "SHARDNUMSUB", "dq:{sa}:w")[1]) >= 1 and
+            int(redis("PUBSUB", "SHARDNUMSUB", "dq:{sb}:w")[1]) >= 1, 5), "subscribed to both queues")
 eq(dq("offer", "sa", "200ms", "a", "--id", "a1").rc, 0, "offer sa 200ms")
 eq(dq("offer", "sb", "300ms", "b", "--id", "b1").rc, 0, "offer sb 300ms")
 ok(wait_for(lambda: redis("LLEN", "dq:{sa}:r") == 1 and redis("LLEN", "dq:{sb}:r") == 1, 3),
@@ -51,7 +51,7 @@ eq(dq("take", "sa", "--no-scheduler", "--timeout", "1s").out, b"a\n", "take sa -
 eq(dq("take", "sb", "--no-scheduler", "--timeout", "1s").out, b"b\n", "take sb --no-scheduler")
 eq(sched.stop(signal.SIGINT), 0, "schedule: SIGINT exits 0")
 sched = bg_dq("schedule", "sa")
-ok(wait_for(lambda: int(redis("PUBSUB", "NUMSUB", "dq:{sa}:w")[1]) >= 1, 5), "schedule sa subscribed")
+ok(wait_for(lambda: int(redis("PUBSUB", "SHARDNUMSUB", "dq:{sa}:w")[1]) >= 1, 5), "schedule sa subscribed")
 eq(sched.stop(signal.SIGTERM), 0, "schedule: SIGTERM exits 0")
 
 finish()
