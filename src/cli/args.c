@@ -27,6 +27,24 @@ static const cli_opt *find_opt(const cli_opt *opts, const char *name, size_t len
     return NULL;
 }
 
+int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value)
+{
+    const struct {
+        const char *name;
+        const char **value;
+    } globals[] = {{"redis", &env->redis_url},
+                   {"wait-replicas", &env->wait_replicas},
+                   {"wait-timeout", &env->wait_timeout}};
+
+    for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++) {
+        if (strlen(globals[k].name) == len && memcmp(globals[k].name, name, len) == 0) {
+            *value = globals[k].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Returned by parse_long for an unknown option taken as an argument. */
 #define POSITIONAL 1
 
@@ -36,7 +54,7 @@ static const cli_opt *find_opt(const cli_opt *opts, const char *name, size_t len
 static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int *i,
                       const cli_opt *opts, int loose)
 {
-    const cli_opt redis_opt = {"redis", &env->redis_url, NULL};
+    cli_opt global = {NULL, NULL, NULL};
     const char *name = argv[*i] + 2;
     const char *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -44,8 +62,10 @@ static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int 
     if (len == 4 && memcmp(name, "help", 4) == 0 && !eq)
         return CLI_HELP;
     const cli_opt *o = find_opt(opts, name, len);
-    if (!o && len == 5 && memcmp(name, "redis", 5) == 0)
-        o = &redis_opt;
+    if (!o && cli_global_opt(env, name, len, &global.value)) {
+        global.name = name;
+        o = &global;
+    }
     if (!o && loose)
         return POSITIONAL;
     if (!o) {

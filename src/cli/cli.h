@@ -24,7 +24,9 @@ enum cli_exit {
     CLI_NONE = 1,  /* nothing there: timeout, id not pending, unknown or
                       stale lease token, no such dead letter               */
     CLI_USAGE = 2, /* bad arguments, bad input, payload too big            */
-    CLI_FAIL = 3   /* Redis unreachable or erroring, or output failed      */
+    CLI_FAIL = 3,  /* Redis unreachable or erroring, or output failed      */
+    CLI_NOT_DURABLE = 4 /* written on the master, but fewer replicas than
+                           --wait-replicas confirmed it in --wait-timeout  */
 };
 
 /* Returned by cli_parse() when --help (or -h) was given. Not an exit code. */
@@ -33,7 +35,13 @@ enum cli_exit {
 /* Settings that hold for the whole run, whatever the command. */
 typedef struct cli_env {
     const char *redis_url; /* from --redis, $DELAYQ_REDIS or the default   */
+    const char *wait_replicas; /* --wait-replicas N, or NULL (0)           */
+    const char *wait_timeout;  /* --wait-timeout DUR, or NULL (1s)         */
 } cli_env;
+
+/* The options every command takes, before or after its name: --redis,
+ * --wait-replicas, --wait-timeout. NULL-terminated; values go into env. */
+int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
 
 /* ------------------------------------------------------------ errors (main.c) */
 

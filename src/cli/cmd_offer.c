@@ -75,15 +75,18 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
     int rc = cli_connect(env, &c);
     if (rc)
         return rc;
-    rc = dq_offer(c, queue, it, &res);
-    if (rc < 0) {
-        snprintf(what, sizeof what, "offer to %s", queue);
-        rc = cli_fail(c, rc, what);
+    int code = dq_offer(c, queue, it, &res);
+    snprintf(what, sizeof what, "offer to %s", queue);
+    if (code < 0 && code != DQ_ENOTDURABLE) {
+        rc = cli_fail(c, code, what);
     } else {
         if (res.status == DQ_KEPT)
             cli_err("id %s already pending, kept", res.id);
         printf("%s\n", res.id);
         rc = cli_write_out(NULL, 0);
+        /* Offered, but not confirmed by the replicas asked for: exit 4. */
+        if (!rc && code == DQ_ENOTDURABLE)
+            rc = cli_fail(c, code, what);
     }
     dq_client_free(c);
     return rc;
@@ -130,7 +133,7 @@ static void report_partial(const dq_client *c, const cli_batch *b, size_t off, s
 
 /* Sends the batch in chunks; *accepted counts what Redis took. */
 static int send_chunks(dq_client *c, const char *queue, const cli_batch *b,
-                       size_t *accepted)
+                       size_t *accepted, int *not_durable)
 {
     dq_offer_result *res = malloc(CHUNK * sizeof *res);
     int rc = 0;
@@ -142,7 +145,11 @@ static int send_chunks(dq_client *c, const char *queue, const cli_batch *b,
     for (size_t off = 0; off < b->n && !rc; off += CHUNK) {
         size_t k = b->n - off < CHUNK ? b->n - off : CHUNK;
         int got = dq_offer_many(c, queue, b->items + off, k, res);
-        if (got < 0) {
+        if (got == DQ_ENOTDURABLE) {
+            *accepted += k; /* all made; keep going, exit 4 at the end */
+            cli_fail(c, got, "batch");
+            *not_durable = 1;
+        } else if (got < 0) {
             rc = cli_fail(c, got, "batch");
             rc = *accepted ? CLI_FAIL : rc;
         } else {
@@ -178,11 +185,14 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
         return rc;
     rc = cli_connect(env, &c);
     if (!rc) {
-        rc = send_chunks(c, argv[0], &b, &accepted);
+        int not_durable = 0;
+        rc = send_chunks(c, argv[0], &b, &accepted, &not_durable);
         dq_client_free(c);
         printf("%zu\n", accepted);
         int wrc = cli_write_out(NULL, 0);
         rc = rc ? rc : wrc;
+        if (!rc && not_durable)
+            rc = CLI_NOT_DURABLE;
     }
     cli_batch_release(&b);
     return rc;

@@ -53,12 +53,18 @@ static const char usage_main[] =
     "  --redis URL    redis://[[user:]password@]host[:port][/db] or\n"
     "                 unix:///path/to/redis.sock[?db=N]; default $DELAYQ_REDIS,\n"
     "                 else " DEFAULT_URL " (also accepted after COMMAND)\n"
+    "  --wait-replicas N\n"
+    "                 durable writes: each write waits until N replicas have it\n"
+    "                 (Redis WAIT); exit 4 if fewer confirm in time\n"
+    "  --wait-timeout DUR\n"
+    "                 how long --wait-replicas waits; default 1s\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
     "Durations: 250ms, 30s, 5m, 2h, 1d, or bare milliseconds; 0 = now.\n"
     "Exit codes: 0 ok, 1 nothing there (timeout, not pending, unknown or stale\n"
-    "token), 2 usage error, 3 Redis unreachable or erroring.\n";
+    "token), 2 usage error, 3 Redis unreachable or erroring, 4 written but not\n"
+    "confirmed by --wait-replicas replicas in time.\n";
 
 typedef struct command {
     const char *name;
@@ -140,15 +146,19 @@ static int global_options(cli_env *env, int argc, char **argv)
             return -1 - cli_help(usage_main);
         if (strcmp(a, "--version") == 0)
             return -1 - cli_help("delayq " DQ_VERSION "\n");
-        if (strncmp(a, "--redis=", 8) == 0) {
-            env->redis_url = a + 8;
-        } else if (strcmp(a, "--redis") == 0 && i + 1 < argc) {
-            env->redis_url = argv[++i];
-        } else if (strcmp(a, "--redis") == 0) {
-            cli_err("option '--redis' needs a value");
-            return -1 - CLI_USAGE;
-        } else {
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a) - 2;
+        const char **value;
+        if (a[1] != '-' || !cli_global_opt(env, a + 2, len, &value)) {
             cli_err("unknown option '%s' (see 'delayq --help')", a);
+            return -1 - CLI_USAGE;
+        }
+        if (eq) {
+            *value = eq + 1;
+        } else if (i + 1 < argc) {
+            *value = argv[++i];
+        } else {
+            cli_err("option '%s' needs a value", a);
             return -1 - CLI_USAGE;
         }
     }
@@ -158,7 +168,7 @@ static int global_options(cli_env *env, int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
-    cli_env env = {url && *url ? url : DEFAULT_URL};
+    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL};
 
     /* A closed stdout or socket is an error to report, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);

@@ -9,8 +9,10 @@
  * their password masked.
  */
 #include <ev.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -19,7 +21,32 @@
 
 int cli_exit_code(int dq_code)
 {
+    if (dq_code == DQ_ENOTDURABLE)
+        return CLI_NOT_DURABLE;
     return dq_code == DQ_EINVAL || dq_code == DQ_ETOOBIG ? CLI_USAGE : CLI_FAIL;
+}
+
+/* --wait-replicas and --wait-timeout into opts. Returns 0 or CLI_USAGE. */
+static int durability_options(const cli_env *env, dq_options *opts)
+{
+    if (env->wait_replicas) {
+        char *end;
+        long n = strtol(env->wait_replicas, &end, 10);
+        if (!*env->wait_replicas || *end || n < 0 || n > 1000 || env->wait_replicas[0] == '-') {
+            cli_err("--wait-replicas: expected a number of replicas from 0 to 1000");
+            return CLI_USAGE;
+        }
+        opts->wait_replicas = (int)n;
+    }
+    if (env->wait_timeout) {
+        int64_t ms;
+        if (dq_parse_duration(env->wait_timeout, &ms) != 0 || ms > INT_MAX) {
+            cli_err("--wait-timeout: expected a duration such as 200ms or 2s");
+            return CLI_USAGE;
+        }
+        opts->wait_timeout_ms = (int)ms;
+    }
+    return 0;
 }
 
 /* The best words for a failure: the client's message, else the code's. */
@@ -65,6 +92,8 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
     char shown[512];
 
     dq_options_init(&opts);
+    if (durability_options(env, &opts) != 0)
+        return CLI_USAGE;
     dq_client *c = dq_client_new(loop, &opts);
     if (!c) {
         cli_err("cannot make a client: out of memory");
