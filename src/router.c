@@ -271,7 +271,7 @@ static void node_lost(dq__node *n) {
 static void node_cmd_down(dq__conn *conn, void *privdata) {
     (void)conn;
     dq__node *n = privdata;
-    dq__log(n->rt->c, "connection to %s lost (%s); reconnecting", n->ep.name, n->cmd->errstr);
+    dq__log(n->rt->c, "%s; reconnecting", n->cmd->errstr);
     node_lost(n);
 }
 
@@ -664,13 +664,33 @@ static void sub_lost(dq__sub *s) {
     else attach_sub(s);
 }
 
+/* A refused SSUBSCRIBE: MOVED names the slot's owner, which the map takes
+ * at once (a map read could still be older); anything else waits for the
+ * next map read, with a backoff. */
+static void sub_refused(dq__node *n, const redisReply *reply) {
+    dq__router *rt = n->rt;
+    char host[256];
+    int port;
+    if (error_is(reply, "MOVED") && rt->slots && redirect_addr(reply, host, sizeof host, &port) == 0) {
+        unsigned slot = (unsigned)strtoul(strchr(reply->str, ' ') + 1, NULL, 10) % DQ__SLOTS;
+        dq__node *to = node_get(rt, host, port);
+        if (to && to != n) {
+            rt->slots[slot] = to;
+            for (dq__sub *s = rt->subs; s; s = s->next)
+                if (s->node == n && !s->confirmed && s->slot == slot) attach_sub(s);
+            return;
+        }
+    }
+    dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
+    for (dq__sub *s = rt->subs; s; s = s->next)
+        if (s->node == n && !s->confirmed) s->node = NULL;
+    heal_later(rt); /* the map read attaches them */
+}
+
 static void push_reply(dq__node *n, const redisReply *reply) {
     dq__router *rt = n->rt;
     if (reply->type == REDIS_REPLY_ERROR) {
-        /* A refused SSUBSCRIBE (MOVED: not this node's slot any more). */
-        dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
-        for (dq__sub *s = rt->subs; s; s = s->next)
-            if (s->node == n && !s->confirmed) sub_lost(s);
+        sub_refused(n, reply);
         return;
     }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
@@ -941,31 +961,40 @@ static void discover(dq__router *rt) {
     ask_sentinel(rt);
 }
 
-/* "+switch-master <name> <old ip> <old port> <new ip> <new port>" */
-static void switch_master(dq__router *rt, const char *msg, size_t len) {
-    char text[600], name[128], oldh[256], newh[256];
+/* "+switch-master <name> <old ip> <old port> <new ip> <new port>", or
+ * "+promoted-slave slave <ip:port> <ip> <port> @ <name> <ip> <port>": the
+ * promotion comes first, and the sooner we move, the fewer writes reach an
+ * old master that is about to become a replica (and lose them). */
+static void switch_master(dq__router *rt, const char *channel, const char *msg, size_t len) {
+    char text[600], name[128], oldh[256], newh[256], kind[16], tag[300];
     int oldp, newp;
-    if (len >= sizeof text) return;
+    if (len >= sizeof text || !rt->master) return;
     memcpy(text, msg, len);
     text[len] = '\0';
-    if (sscanf(text, "%127s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5) return;
-    if (strcmp(name, rt->c->url.master) != 0 || !rt->master) return;
+    if (strcmp(channel, "+switch-master") == 0) {
+        if (sscanf(text, "%127s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5) return;
+    } else if (sscanf(text, "%15s %299s %255s %d @ %127s %255s %d", kind, tag, newh, &newp, name,
+                      oldh, &oldp) != 7) {
+        return;
+    }
+    if (strcmp(name, rt->c->url.master) != 0) return;
     node_move(rt->master, newh, newp);
 }
 
 static void watch_event(dq__push *p, int event, redisReply *reply, void *privdata) {
     dq__router *rt = privdata;
     if (event == DQ__PUSH_UP) {
-        const char *av[2] = {"SUBSCRIBE", "+switch-master"};
-        size_t al[2] = {9, 14};
-        (void)dq__push_send(p, 2, av, al);
+        const char *av[3] = {"SUBSCRIBE", "+switch-master", "+promoted-slave"};
+        size_t al[3] = {9, 14, 15};
+        (void)dq__push_send(p, 3, av, al);
         /* A switch may have happened while we did not listen. */
         discover(rt);
     } else if (event == DQ__PUSH_REPLY && reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
                reply->element[0]->type == REDIS_REPLY_STRING &&
                strcmp(reply->element[0]->str, "message") == 0 &&
+               reply->element[1]->type == REDIS_REPLY_STRING &&
                reply->element[2]->type == REDIS_REPLY_STRING) {
-        switch_master(rt, reply->element[2]->str, reply->element[2]->len);
+        switch_master(rt, reply->element[1]->str, reply->element[2]->str, reply->element[2]->len);
     }
 }
 
