@@ -20,7 +20,7 @@
 --                         (60 s at most): a retried take replays it
 --   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
 --                         backoff_base_ms, backoff_max_ms (absent: defaults)
---   dq:{Q}:w        channel: the earliest due time in the slots (ms), or -1
+--   dq:{Q}:w        shard channel (SPUBLISH/SSUBSCRIBE): the earliest due time (ms), or -1
 --
 -- Why slots: one big zset costs about 125 bytes an entry (skiplist node,
 -- dict entry, member string). Small zsets of at most SLOT_CAP entries stay
