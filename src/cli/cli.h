@@ -23,8 +23,9 @@ enum cli_exit {
     CLI_OK = 0,    /* done                                                 */
     CLI_NONE = 1,  /* nothing there: timeout, id not pending, unknown or
                       stale lease token, no such dead letter               */
-    CLI_USAGE = 2, /* bad arguments, bad input, payload too big            */
-    CLI_FAIL = 3   /* Redis unreachable or erroring, or output failed      */
+    CLI_USAGE = 2, /* bad arguments, bad input, payload too big, a value
+                      Redis refused as out of range or inconsistent        */
+    CLI_FAIL = 3   /* Redis unreachable or erroring, or stdout failed      */
 };
 
 /* Returned by cli_parse() when --help (or -h) was given. Not an exit code. */
@@ -35,10 +36,21 @@ typedef struct cli_env {
     const char *redis_url; /* from --redis, $DELAYQ_REDIS or the default   */
 } cli_env;
 
-/* ------------------------------------------------------------ errors (main.c) */
+/* ------------------------------------------------------------ errors (output.c) */
 
-/* Prints "delayq: <message>\n" to stderr. */
+/* Prints "delayq: <message>\n" to stderr, bytes that are no printable ASCII
+ * as \xHH. Outside input in the message goes through cli_quote first. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Input bytes a quote shows at most; "..." marks the rest. */
+#define CLI_QUOTE_MAX 64
+
+/* Outside input (a queue name, an id, a duration, a path, an argument) as a
+ * message may quote it: escaped by dq__escape (printable ASCII as is, '\'
+ * doubled, other bytes \xHH) and cut to CLI_QUOTE_MAX bytes. Returns a
+ * static buffer, one of 4 used in turn: valid until the 4th next call. */
+const char *cli_quote(const char *text);
+const char *cli_quote_n(const void *text, size_t len);
 
 /* ------------------------------------------------------------ arguments (args.c) */
 
@@ -81,6 +93,13 @@ int cli_check_queue(const char *queue);
 int cli_check_id(const char *where, const char *id, size_t len);
 /* what names the value: "delay", "timeout". */
 int cli_parse_delay(const char *where, const char *what, const char *text, int64_t *ms);
+/* The longest delay an offer made now can have: DQ_DUE_MAX_MS minus the
+ * local clock (taken as 2020 if earlier, as 2100 if later), which stands in
+ * for the Redis server's. */
+int64_t cli_delay_max(void);
+/* Checks that a delay (parsed from text) is at most max_ms (from
+ * cli_delay_max), so the due time stays in range. */
+int cli_check_due(const char *where, const char *text, int64_t delay_ms, int64_t max_ms);
 /* A payload of len bytes against the client's limit. */
 int cli_check_payload(const char *where, size_t len, size_t limit);
 int cli_parse_count(const char *text, int64_t *count);
@@ -138,7 +157,10 @@ void cli_close(dq_client *c);
 int cli_exit_code(int dq_code);
 
 /* Prints "delayq: <what>: <cause>" where the cause is the client's last
- * error (or the code's name) and returns cli_exit_code(code). */
+ * error (or the code's name) and returns cli_exit_code(code), except that a
+ * script's refusal of a value given to it (a due time beyond DQ_DUE_MAX_MS,
+ * a backoff base above its max) is CLI_USAGE. what is the CLI's own words:
+ * quote outside input in it with cli_quote. */
 int cli_fail(const dq_client *c, int code, const char *what);
 
 /* Called when SIGINT or SIGTERM arrives while cli_signals_start() is on. */
@@ -152,18 +174,29 @@ void cli_signals_stop(struct ev_loop *loop);
 /* ------------------------------------------------------------ output (output.c) */
 
 /* Writes len bytes to stdout and flushes. Returns 0, or CLI_FAIL after
- * printing why (e.g. the reader went away). */
+ * printing why (e.g. the reader went away, a full disk); once a write has
+ * failed, every later one fails without a word. */
 int cli_write_out(const void *data, size_t len);
+
+/* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
+ * CLI_FAIL after printing why, unless a write failed and said so before. */
+int cli_out_close(void);
 
 /* Prints a taken message: the raw payload and "\n", or with json one JSON
  * object per line. A leased delivery (msg->token set) prints as
- * "ID<TAB>TOKEN<TAB>PAYLOAD\n", and its JSON object adds "attempt" and
- * "token". Flushes. Returns 0 or CLI_FAIL after printing why. */
+ * "ID<TAB>TOKEN<TAB>PAYLOAD\n" (an id that breaks the id rules escaped),
+ * and its JSON object adds "attempt" and "token". An id or payload that is
+ * not valid UTF-8 goes in "id_base64" or "payload_base64" instead. Flushes.
+ * Returns 0 or CLI_FAIL after printing why. */
 int cli_print_msg(const dq_msg *msg, int json);
 
 /* Prints a queue's stats as text lines or one JSON object. Returns 0 or
  * CLI_FAIL after printing why. */
 int cli_print_stats(const dq_stats *st, int json);
+
+/* Prints a queue's settings as "name value" lines or one JSON object.
+ * Returns 0 or CLI_FAIL after printing why. */
+int cli_print_settings(const dq_queue_config *q, int json);
 
 /* Prints a dead letter as one "ID<TAB>ATTEMPTS<TAB>REASON<TAB>ERROR<TAB>
  * PAYLOAD" line or one JSON object per line. Flushes. Returns 0 or CLI_FAIL

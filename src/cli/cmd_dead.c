@@ -79,7 +79,7 @@ static int redrive(dq_client *c, const char *queue, const char *id)
         return cli_fail(c, (int)n, "dead redrive");
     int rc = print_count(n);
     if (!rc && id && n == 0) {
-        cli_err("dead: %s is not a dead letter of %s", id, queue);
+        cli_err("dead: %s is not a dead letter of %s", cli_quote(id), queue);
         return CLI_NONE;
     }
     return rc;
@@ -115,7 +115,8 @@ static int check_action(int npos, char **argv, int json)
         return rc;
     if (strcmp(action, "list") && strcmp(action, "count") && strcmp(action, "redrive") &&
         strcmp(action, "purge")) {
-        cli_err("dead: unknown action '%s': expected list, count, redrive or purge", action);
+        cli_err("dead: unknown action '%s': expected list, count, redrive or purge",
+                cli_quote(action));
         return CLI_USAGE;
     }
     if (json && strcmp(action, "list") != 0) {

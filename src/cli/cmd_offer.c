@@ -71,6 +71,7 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
     dq_client *c;
     dq_offer_result res;
     char what[DQ_QUEUE_MAX + 32];
+    char line[DQ_ID_MAX + 2];
 
     int rc = cli_connect(env, &c);
     if (rc)
@@ -81,9 +82,9 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
         rc = cli_fail(c, rc, what);
     } else {
         if (res.status == DQ_KEPT)
-            cli_err("id %s already pending, kept", res.id);
-        printf("%s\n", res.id);
-        rc = cli_write_out(NULL, 0);
+            cli_err("id %s already pending, kept", cli_quote(res.id));
+        int n = snprintf(line, sizeof line, "%s\n", res.id);
+        rc = cli_write_out(line, (size_t)n);
     }
     dq_client_free(c);
     return rc;
@@ -100,6 +101,8 @@ static int offer_one(const cli_env *env, int npos, char **argv, const char *id, 
         rc = cli_check_queue(argv[0]);
     if (!rc)
         rc = cli_parse_delay("", "delay", argv[1], &it.delay_ms);
+    if (!rc)
+        rc = cli_check_due("", argv[1], it.delay_ms, cli_delay_max());
     if (!rc && id)
         rc = cli_check_id("", id, strlen(id));
     if (!rc)
@@ -231,7 +234,7 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv)
     if (n < 0)
         rc = cli_fail(c, n, "cancel");
     else if (n == 0)
-        cli_err("%s is not pending in %s", argv[1], argv[0]);
+        cli_err("%s is not pending in %s", cli_quote(argv[1]), argv[0]);
     dq_client_free(c);
     return n < 0 ? rc : n == 1 ? CLI_OK : CLI_NONE;
 }

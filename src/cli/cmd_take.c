@@ -165,14 +165,14 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
         return CLI_USAGE;
     }
     if (strcmp(ack, "manual") != 0) {
-        cli_err("take: invalid --ack '%s': the only mode is 'manual'", ack);
+        cli_err("take: invalid --ack '%s': the only mode is 'manual'", cli_quote(ack));
         return CLI_USAGE;
     }
     dq_take_opts_init(opts); /* the queue's lease and max attempts */
     if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms))
         return CLI_USAGE;
     if (lease && opts->lease_ms <= 0) {
-        cli_err("take: invalid lease '%s': it must be longer than 0", lease);
+        cli_err("take: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
     *out = opts;
