@@ -109,30 +109,54 @@ int cli_check_token(const char *token);
 
 /* ------------------------------------------------------------ input (input.c) */
 
-/* Reads fd to its end into a malloc'ed buffer (*data, always followed by a
- * NUL byte that is not counted; the caller frees). Stores at most limit
- * bytes but counts them all: *total is the full length, and when it exceeds
- * limit only the first limit bytes are kept. Returns 0 or -1 (errno set). */
-int cli_read_all(int fd, size_t limit, char **data, size_t *total);
+/* Reads fd to its end, or until more than limit bytes came, into a malloc'ed
+ * buffer (*data, always followed by a NUL byte that is not counted; the
+ * caller frees). *len is what was read: limit + 1 bytes at most, so *len >
+ * limit means "more than limit", and nothing past that is read. Returns 0 or
+ * -1 (errno set). */
+int cli_read_all(int fd, size_t limit, char **data, size_t *len);
 
 /* ------------------------------------------------------------ batches (batch.c) */
 
-/* A checked batch file: items[i] came from line lines[i] and points into
- * data. */
+/* Lines and bytes of one chunk: checked, then sent in one dq_offer_many. */
+#define BATCH_CHUNK_ITEMS 1000
+#define BATCH_CHUNK_BYTES (4 * 1024 * 1024)
+/* The longest line there is: a delay (64 bytes), an id, a payload, the two
+ * tabs and a "\r". */
+#define BATCH_LINE_MAX (64 + 1 + DQ_ID_MAX + 1 + (int)DQ_PAYLOAD_DEFAULT_MAX + 1)
+
+/* A batch file being read a chunk at a time: after cli_batch_next, items[i]
+ * came from line lines[i] and points into buf, until the next call. */
 typedef struct cli_batch {
-    char *data;
-    size_t len;
     dq_item *items;
     size_t *lines;
-    size_t n;
+    size_t n;             /* items in the chunk; 0 at the end of the input */
+    /* private */
+    int fd;
+    int eof;
+    unsigned flags;       /* DQ_OFFER_* of every item                      */
+    int64_t delay_max;    /* cli_delay_max() at the start                  */
+    char name[4 * CLI_QUOTE_MAX + 8]; /* "stdin" or the quoted path        */
+    char *buf;            /* the chunk's lines, then what follows them     */
+    size_t start;         /* where the next line starts                    */
+    size_t scan;          /* no "\n" in [start, scan)                      */
+    size_t end;           /* bytes read into buf                           */
+    size_t lineno;        /* lines taken so far                            */
 } cli_batch;
 
-/* Reads and checks the batch file at path ('-' = stdin), giving every item
- * the DQ_OFFER_* flags. Returns 0, or prints the first problem (naming its
- * line) and returns CLI_USAGE (CLI_FAIL when out of memory); *b is then
- * empty. Release with cli_batch_release(). */
-int cli_batch_load(const char *path, unsigned flags, cli_batch *b);
-void cli_batch_release(cli_batch *b);
+/* Opens the batch file at path ('-' = stdin), giving every item the
+ * DQ_OFFER_* flags. Returns 0, or prints why and returns CLI_USAGE (cannot
+ * open it) or CLI_FAIL (out of memory). Close with cli_batch_close(). */
+int cli_batch_open(const char *path, unsigned flags, cli_batch *b);
+
+/* Reads and checks the next chunk: up to BATCH_CHUNK_ITEMS non-blank lines
+ * and about BATCH_CHUNK_BYTES bytes. Returns 0 with b->n items (0: the
+ * input is over), or prints the first problem, naming its line (a line
+ * longer than BATCH_LINE_MAX as soon as it is), and returns CLI_USAGE; the
+ * chunk is then empty. Memory stays at about BATCH_CHUNK_BYTES +
+ * BATCH_LINE_MAX whatever the input. */
+int cli_batch_next(cli_batch *b);
+void cli_batch_close(cli_batch *b);
 
 /* ------------------------------------------------------------ client (session.c) */
 
