@@ -30,6 +30,8 @@
 
 /* ------------------------------------------------------------ stderr */
 
+static int out_closed; /* stdout was closed by cli_out_close */
+
 /* A message's own text is ours, but it may quote what the library read
  * from Redis: anything that is no printable ASCII still becomes \xHH. */
 void cli_err(const char *fmt, ...)
@@ -41,7 +43,8 @@ void cli_err(const char *fmt, ...)
     va_start(ap, fmt);
     int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
-    fflush(stdout);
+    if (!out_closed)
+        fflush(stdout); /* what was printed before comes first */
     if (n < 0) {
         fprintf(stderr, "delayq: %s\n", fmt);
         return;
@@ -104,6 +107,7 @@ int cli_out_close(void)
     /* Closing is where a file system may report what it could not store. */
     if (fclose(stdout) != 0)
         bad = 1;
+    out_closed = 1;
     if (!bad)
         return 0;
     if (!errno)
