@@ -38,6 +38,8 @@ DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibilit
             -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 LIBS = -lhiredis -lev -lsodium -lm
+# The CLI writes its JSON with jansson; the library does not use it.
+CLI_LIBS = -ljansson
 
 LUA_COMMON = lua/common.lua
 LUA_SCRIPTS = $(filter-out $(LUA_COMMON),$(wildcard lua/*.lua))
@@ -61,7 +63,7 @@ CLI = $(BUILD)/delayq
 PC = $(BUILD)/delayq.pc
 
 # Debian 12 packages the build, the tests and the demo need.
-DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev \
+DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libcmocka-dev redis-server redis-tools python3 valgrind
 
 .PHONY: all deps demo test test-asan valgrind bench check install clean
@@ -86,7 +88,7 @@ $(SHARED): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libdelayq.so.0 $(DQ_LDFLAGS) -o $@ $^ $(LIBS)
 
 $(CLI): $(CLI_OBJ) $(STATIC)
-	$(CC) $(DQ_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS)
+	$(CC) $(DQ_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS) $(CLI_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(STATIC) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)

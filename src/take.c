@@ -64,6 +64,7 @@ struct dq_take_req {
 static void run_script(dq_take_req *t);
 static void wait_for_entries(dq_take_req *t);
 static void on_conn_up(dq__conn *conn, void *privdata);
+static void on_retry(dq_take_req *t);
 
 void dq_take_opts_init(dq_take_opts *o) {
     o->lease_ms = DQ_QUEUE_SETTING;
@@ -213,6 +214,16 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     if (!reply) {
         if (t->ending || code == DQ_ECLOSED) finish(t, t->ending ? t->end_status : code, NULL, 0);
         else run_script(t); /* retries once the connection is back */
+        return;
+    }
+    if (dq__reply_is_topology(reply)) {
+        /* The router's own retries ran out (a failover or a slot move is
+         * taking long; a cluster says CLUSTERDOWN for every slot while one
+         * master is replaced). The script did not run: try again shortly,
+         * as while disconnected, until the take's own timeout. */
+        dq__log(t->c, "queue %s: take waits for the cluster: %s", t->queue, reply->str);
+        if (t->ending) finish(t, t->end_status, NULL, 0);
+        else on_retry(t);
         return;
     }
     /* A reply came: the request is settled, and its token counted. */

@@ -1,10 +1,12 @@
 /*
  * text.c - text encodings and a growable byte buffer.
  *
- * Owns strict UTF-8 validation (the CLI prints a payload as a JSON string
- * only when it is valid UTF-8, else as base64), JSON string escaping, and
- * dq__buf. Buffer invariant: when data != NULL, data[len] == '\0' (not
- * counted in len), so a buffer of text is always a C string too.
+ * Owns strict UTF-8 validation (the CLI prints an id or a payload as a JSON
+ * string only when it is valid UTF-8, else as base64), the escaping that
+ * turns outside bytes into one line of printable text (dq__escape: for
+ * messages and text output), and dq__buf. Buffer invariant: when data !=
+ * NULL, data[len] == '\0' (not counted in len), so a buffer of text is
+ * always a C string too.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,24 +50,103 @@ static int utf8_second_ok(unsigned char lead, unsigned char c)
     return c >= 0x80 && c <= 0xBF;
 }
 
+size_t dq__utf8_seq(const void *data, size_t len)
+{
+    const unsigned char *s = data;
+    size_t k, n;
+    if (s == NULL || len == 0)
+        return 0;
+    n = utf8_seq_len(s[0]);
+    if (n == 0 || n > len)
+        return 0;
+    if (n > 1 && !utf8_second_ok(s[0], s[1]))
+        return 0;
+    for (k = 2; k < n; k++)
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+    return n;
+}
+
 int dq__utf8_valid(const void *data, size_t len)
 {
     const unsigned char *s = data;
-    size_t i = 0, k, n;
+    size_t i = 0, n;
     if (s == NULL)
         return len == 0;
     while (i < len) {
-        n = utf8_seq_len(s[i]);
-        if (n == 0 || n > len - i)
+        n = dq__utf8_seq(s + i, len - i);
+        if (n == 0)
             return 0;
-        if (n > 1 && !utf8_second_ok(s[i], s[i + 1]))
-            return 0;
-        for (k = 2; k < n; k++)
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
         i += n;
     }
     return 1;
+}
+
+/* ------------------------------------------------------------ escaping */
+
+/* The escaped form of the character at s[i] (shown bytes in all): sets
+ * *src to its text (unit, or the input itself for a kept UTF-8 character),
+ * *n to the input bytes it stands for, and returns its length. */
+static size_t escape_unit(const unsigned char *s, size_t i, size_t shown, unsigned flags,
+                          char unit[4], const char **src, size_t *n)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char c = s[i];
+
+    *src = unit;
+    *n = 1;
+    if (c == '\\') {
+        unit[0] = unit[1] = '\\';
+        return 2;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+        unit[0] = (char)c;
+        return 1;
+    }
+    if (c >= 0x80 && (flags & DQ__ESC_UTF8) && (*n = dq__utf8_seq(s + i, shown - i)) > 0) {
+        *src = (const char *)s + i;
+        return *n;
+    }
+    *n = 1;
+    unit[0] = '\\';
+    unit[1] = 'x';
+    unit[2] = hex[c >> 4];
+    unit[3] = hex[c & 0xF];
+    return 4;
+}
+
+size_t dq__escape(char *out, size_t size, const void *data, size_t len, size_t max,
+                  unsigned flags)
+{
+    const unsigned char *s = data;
+    size_t shown = len < max ? len : max, pos = 0, i, n, k;
+    int cut = len > shown;
+    const char *src;
+    char unit[4];
+
+    if (size < 4) {
+        if (size)
+            out[0] = '\0';
+        return 0;
+    }
+    /* Does it all fit? Then no room needs keeping for "...". */
+    for (i = 0, k = 0; !cut && i < shown && k < size; i += n)
+        k += escape_unit(s, i, shown, flags, unit, &src, &n);
+    if (k > size - 1)
+        cut = 1;
+    for (i = 0; i < shown; i += n) {
+        k = escape_unit(s, i, shown, flags, unit, &src, &n);
+        if (pos + k + (cut ? 3 : 0) > size - 1)
+            break;
+        memcpy(out + pos, src, k);
+        pos += k;
+    }
+    if (cut) {
+        memcpy(out + pos, "...", 3);
+        pos += 3;
+    }
+    out[pos] = '\0';
+    return pos;
 }
 
 /* ------------------------------------------------------------ buffer */
@@ -131,62 +212,4 @@ void dq__buf_release(dq__buf *b)
     b->data = NULL;
     b->len = 0;
     b->cap = 0;
-}
-
-/* ------------------------------------------------------------ JSON */
-
-/* The escape for byte c, or NULL if it goes out as it is. Short forms where
- * JSON has them, \u00XX for the other control characters (RFC 8259, 7). */
-static const char *json_escape(unsigned char c, char tmp[7])
-{
-    static const char hex[] = "0123456789abcdef";
-    switch (c) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\n': return "\\n";
-    case '\t': return "\\t";
-    case '\r': return "\\r";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
-    default: break;
-    }
-    if (c >= 0x20)
-        return NULL;
-    memcpy(tmp, "\\u00", 4);
-    tmp[4] = hex[c >> 4];
-    tmp[5] = hex[c & 0xF];
-    tmp[6] = '\0';
-    return tmp;
-}
-
-int dq__json_string(dq__buf *b, const void *utf8, size_t len)
-{
-    const unsigned char *s = utf8;
-    size_t start_len = b->len, run = 0, i;
-    char tmp[7];
-    int rc;
-    if (s == NULL && len > 0)
-        return DQ_EINVAL;
-    rc = dq__buf_append(b, "\"", 1);
-    /* Bytes that need no escape are copied in runs, not one by one. */
-    for (i = 0; rc == 0 && i < len; i++) {
-        const char *esc = json_escape(s[i], tmp);
-        if (esc == NULL)
-            continue;
-        if (i > run)
-            rc = dq__buf_append(b, s + run, i - run);
-        if (rc == 0)
-            rc = dq__buf_append(b, esc, strlen(esc));
-        run = i + 1;
-    }
-    if (rc == 0 && run < len)
-        rc = dq__buf_append(b, s + run, len - run);
-    if (rc == 0)
-        rc = dq__buf_append(b, "\"", 1);
-    if (rc != 0 && b->data != NULL) {
-        /* All or nothing: a half-written literal would corrupt the JSON. */
-        b->len = start_len;
-        b->data[start_len] = '\0';
-    }
-    return rc;
 }

@@ -146,16 +146,33 @@ char *dq__base64_encode(const void *data, size_t len);
  * points above U+10FFFF; NUL bytes count as valid). */
 int dq__utf8_valid(const void *data, size_t len);
 
-/* Appends the JSON string literal (with quotes) for len bytes of valid UTF-8
- * to a growing buffer. Returns 0 or DQ_ENOMEM. */
+/* Length (1..4) of the valid UTF-8 sequence that starts data (len bytes
+ * available), or 0 if none does (an invalid or truncated one, or len 0). */
+size_t dq__utf8_seq(const void *data, size_t len);
+
+/* dq__escape flags. */
+#define DQ__ESC_UTF8 (1u << 0) /* keep valid non-ASCII UTF-8 characters     */
+
+/* Writes the first max of the len bytes at data into out (size >= 4 bytes,
+ * always NUL-terminated) as one line of printable ASCII: bytes 0x20..0x7e
+ * as they are except '\' as "\\", every other byte as "\xHH" (lowercase
+ * hex), or with DQ__ESC_UTF8 valid non-ASCII UTF-8 characters as they are.
+ * When len > max, or when out is too small for the rest, the text is cut
+ * after a whole character or escape and "..." follows. Nothing is cut when
+ * max >= len and size >= 4 * len + 1. Returns the length written. */
+size_t dq__escape(char *out, size_t size, const void *data, size_t len, size_t max,
+                  unsigned flags);
+
+/* A growing byte buffer. Invariant: when data != NULL, data[len] == '\0'
+ * (not counted in len). */
 typedef struct dq__buf {
     char *data;
     size_t len, cap;
 } dq__buf;
+/* Append len bytes, or printf-formatted text. Return 0 or DQ_ENOMEM. */
 int dq__buf_append(dq__buf *b, const void *data, size_t len);
 int dq__buf_printf(dq__buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int dq__json_string(dq__buf *b, const void *utf8, size_t len);
 void dq__buf_release(dq__buf *b);
 
 #endif

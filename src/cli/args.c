@@ -11,8 +11,10 @@
  * mistake the same way before anything touches Redis.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "util.h"
@@ -69,8 +71,8 @@ static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int 
     if (!o && loose)
         return POSITIONAL;
     if (!o) {
-        cli_err("%s: unknown option '--%.*s' (see 'delayq %s --help')", cmd, (int)len,
-                name, cmd);
+        cli_err("%s: unknown option '--%s' (see 'delayq %s --help')", cmd,
+                cli_quote_n(name, len), cmd);
         return CLI_USAGE;
     }
     if (o->flag) {
@@ -112,7 +114,7 @@ static int parse(cli_env *env, const char *cmd, int argc, char **argv,
             argv[n++] = argv[i];
         } else {
             cli_err("%s: unknown option '%s' (put '--' before an argument that starts "
-                    "with '-')", cmd, a);
+                    "with '-')", cmd, cli_quote(a));
             return CLI_USAGE;
         }
     }
@@ -140,8 +142,8 @@ int cli_want_args(const char *cmd, int npos, int min, int max,
         return CLI_USAGE;
     }
     if (max >= 0 && npos > max) {
-        cli_err("%s: unexpected argument '%s' (see 'delayq %s --help')", cmd, argv[max],
-                cmd);
+        cli_err("%s: unexpected argument '%s' (see 'delayq %s --help')", cmd,
+                cli_quote(argv[max]), cmd);
         return CLI_USAGE;
     }
     return 0;
@@ -154,16 +156,23 @@ int cli_check_queue(const char *queue)
     if (dq__queue_valid(queue))
         return 0;
     cli_err("invalid queue name '%s': expected 1 to %d characters of A-Z a-z 0-9 _ . : -",
-            queue, DQ_QUEUE_MAX);
+            cli_quote(queue), DQ_QUEUE_MAX);
     return CLI_USAGE;
 }
 
 int cli_check_id(const char *where, const char *id, size_t len)
 {
-    if (strlen(id) == len && dq__id_valid(id))
+    const char *nul = memchr(id, '\0', len);
+
+    if (!nul && dq__id_valid(id))
         return 0;
-    cli_err("%sinvalid id '%s': expected 1 to %d printable ASCII characters, no spaces",
-            where, id, DQ_ID_MAX);
+    if (nul)
+        cli_err("%sinvalid id: a NUL byte at byte %zu of it ('%s'); expected 1 to %d "
+                "printable ASCII characters, no spaces", where, (size_t)(nul - id) + 1,
+                cli_quote_n(id, len), DQ_ID_MAX);
+    else
+        cli_err("%sinvalid id '%s': expected 1 to %d printable ASCII characters, no spaces",
+                where, cli_quote_n(id, len), DQ_ID_MAX);
     return CLI_USAGE;
 }
 
@@ -172,7 +181,33 @@ int cli_parse_delay(const char *where, const char *what, const char *text, int64
     if (dq_parse_duration(text, ms) == 0)
         return 0;
     cli_err("%sinvalid %s '%s': expected 250ms, 30s, 5m, 2h, 1d or milliseconds", where,
-            what, text);
+            what, cli_quote(text));
+    return CLI_USAGE;
+}
+
+/* The server's clock is read inside the scripts; the local one stands in for
+ * it here, bounded to years a server clock can sanely show. */
+#define NOW_MIN_MS INT64_C(1577836800000) /* 2020-01-01T00:00:00Z */
+#define NOW_MAX_MS INT64_C(4102444800000) /* 2100-01-01T00:00:00Z */
+
+int64_t cli_delay_max(void)
+{
+    struct timespec ts;
+    int64_t now = NOW_MIN_MS;
+
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    now = now < NOW_MIN_MS ? NOW_MIN_MS : now > NOW_MAX_MS ? NOW_MAX_MS : now;
+    return DQ_DUE_MAX_MS - now;
+}
+
+int cli_check_due(const char *where, const char *text, int64_t delay_ms, int64_t max_ms)
+{
+    if (delay_ms <= max_ms)
+        return 0;
+    cli_err("%sinvalid delay '%s': the due time would be past the latest there is "
+            "(%" PRId64 " ms after the epoch, in 2109); at most %" PRId64 "d from now",
+            where, cli_quote(text), DQ_DUE_MAX_MS, max_ms / 86400000);
     return CLI_USAGE;
 }
 
@@ -190,7 +225,7 @@ int cli_parse_count(const char *text, int64_t *count)
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end || errno || v > INT64_MAX) {
-        cli_err("invalid count '%s': expected a whole number, 0 for no limit", text);
+        cli_err("invalid count '%s': expected a whole number, 0 for no limit", cli_quote(text));
         return CLI_USAGE;
     }
     *count = (int64_t)v;
@@ -207,6 +242,6 @@ int cli_check_token(const char *token)
     if (ok)
         return 0;
     cli_err("invalid lease token '%s': expected 1 to 64 printable ASCII characters, "
-            "as 'delayq take --ack manual' prints them", token);
+            "as 'delayq take --ack manual' prints them", cli_quote(token));
     return CLI_USAGE;
 }

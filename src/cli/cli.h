@@ -23,8 +23,9 @@ enum cli_exit {
     CLI_OK = 0,    /* done                                                 */
     CLI_NONE = 1,  /* nothing there: timeout, id not pending, unknown or
                       stale lease token, no such dead letter               */
-    CLI_USAGE = 2, /* bad arguments, bad input, payload too big            */
-    CLI_FAIL = 3,  /* Redis unreachable or erroring, or output failed      */
+    CLI_USAGE = 2, /* bad arguments, bad input, payload too big, a value
+                      Redis refused as out of range or inconsistent        */
+    CLI_FAIL = 3,  /* Redis unreachable or erroring, or stdout failed      */
     CLI_NOT_DURABLE = 4 /* written on the master, but fewer replicas than
                            --wait-replicas confirmed it in --wait-timeout  */
 };
@@ -40,13 +41,25 @@ typedef struct cli_env {
 } cli_env;
 
 /* The options every command takes, before or after its name: --redis,
- * --wait-replicas, --wait-timeout. NULL-terminated; values go into env. */
+ * --wait-replicas, --wait-timeout. Returns 1 and where the value goes in
+ * *value when name (len bytes) is one of them, else 0. */
 int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
 
-/* ------------------------------------------------------------ errors (main.c) */
+/* ------------------------------------------------------------ errors (output.c) */
 
-/* Prints "delayq: <message>\n" to stderr. */
+/* Prints "delayq: <message>\n" to stderr, bytes that are no printable ASCII
+ * as \xHH. Outside input in the message goes through cli_quote first. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Input bytes a quote shows at most; "..." marks the rest. */
+#define CLI_QUOTE_MAX 64
+
+/* Outside input (a queue name, an id, a duration, a path, an argument) as a
+ * message may quote it: escaped by dq__escape (printable ASCII as is, '\'
+ * doubled, other bytes \xHH) and cut to CLI_QUOTE_MAX bytes. Returns a
+ * static buffer, one of 4 used in turn: valid until the 4th next call. */
+const char *cli_quote(const char *text);
+const char *cli_quote_n(const void *text, size_t len);
 
 /* ------------------------------------------------------------ arguments (args.c) */
 
@@ -89,6 +102,13 @@ int cli_check_queue(const char *queue);
 int cli_check_id(const char *where, const char *id, size_t len);
 /* what names the value: "delay", "timeout". */
 int cli_parse_delay(const char *where, const char *what, const char *text, int64_t *ms);
+/* The longest delay an offer made now can have: DQ_DUE_MAX_MS minus the
+ * local clock (taken as 2020 if earlier, as 2100 if later), which stands in
+ * for the Redis server's. */
+int64_t cli_delay_max(void);
+/* Checks that a delay (parsed from text) is at most max_ms (from
+ * cli_delay_max), so the due time stays in range. */
+int cli_check_due(const char *where, const char *text, int64_t delay_ms, int64_t max_ms);
 /* A payload of len bytes against the client's limit. */
 int cli_check_payload(const char *where, size_t len, size_t limit);
 int cli_parse_count(const char *text, int64_t *count);
@@ -98,30 +118,54 @@ int cli_check_token(const char *token);
 
 /* ------------------------------------------------------------ input (input.c) */
 
-/* Reads fd to its end into a malloc'ed buffer (*data, always followed by a
- * NUL byte that is not counted; the caller frees). Stores at most limit
- * bytes but counts them all: *total is the full length, and when it exceeds
- * limit only the first limit bytes are kept. Returns 0 or -1 (errno set). */
-int cli_read_all(int fd, size_t limit, char **data, size_t *total);
+/* Reads fd to its end, or until more than limit bytes came, into a malloc'ed
+ * buffer (*data, always followed by a NUL byte that is not counted; the
+ * caller frees). *len is what was read: limit + 1 bytes at most, so *len >
+ * limit means "more than limit", and nothing past that is read. Returns 0 or
+ * -1 (errno set). */
+int cli_read_all(int fd, size_t limit, char **data, size_t *len);
 
 /* ------------------------------------------------------------ batches (batch.c) */
 
-/* A checked batch file: items[i] came from line lines[i] and points into
- * data. */
+/* Lines and bytes of one chunk: checked, then sent in one dq_offer_many. */
+#define BATCH_CHUNK_ITEMS 1000
+#define BATCH_CHUNK_BYTES (4 * 1024 * 1024)
+/* The longest line there is: a delay (64 bytes), an id, a payload, the two
+ * tabs and a "\r". */
+#define BATCH_LINE_MAX (64 + 1 + DQ_ID_MAX + 1 + (int)DQ_PAYLOAD_DEFAULT_MAX + 1)
+
+/* A batch file being read a chunk at a time: after cli_batch_next, items[i]
+ * came from line lines[i] and points into buf, until the next call. */
 typedef struct cli_batch {
-    char *data;
-    size_t len;
     dq_item *items;
     size_t *lines;
-    size_t n;
+    size_t n;             /* items in the chunk; 0 at the end of the input */
+    /* private */
+    int fd;
+    int eof;
+    unsigned flags;       /* DQ_OFFER_* of every item                      */
+    int64_t delay_max;    /* cli_delay_max() at the start                  */
+    char name[4 * CLI_QUOTE_MAX + 8]; /* "stdin" or the quoted path        */
+    char *buf;            /* the chunk's lines, then what follows them     */
+    size_t start;         /* where the next line starts                    */
+    size_t scan;          /* no "\n" in [start, scan)                      */
+    size_t end;           /* bytes read into buf                           */
+    size_t lineno;        /* lines taken so far                            */
 } cli_batch;
 
-/* Reads and checks the batch file at path ('-' = stdin), giving every item
- * the DQ_OFFER_* flags. Returns 0, or prints the first problem (naming its
- * line) and returns CLI_USAGE (CLI_FAIL when out of memory); *b is then
- * empty. Release with cli_batch_release(). */
-int cli_batch_load(const char *path, unsigned flags, cli_batch *b);
-void cli_batch_release(cli_batch *b);
+/* Opens the batch file at path ('-' = stdin), giving every item the
+ * DQ_OFFER_* flags. Returns 0, or prints why and returns CLI_USAGE (cannot
+ * open it) or CLI_FAIL (out of memory). Close with cli_batch_close(). */
+int cli_batch_open(const char *path, unsigned flags, cli_batch *b);
+
+/* Reads and checks the next chunk: up to BATCH_CHUNK_ITEMS non-blank lines
+ * and about BATCH_CHUNK_BYTES bytes. Returns 0 with b->n items (0: the
+ * input is over), or prints the first problem, naming its line (a line
+ * longer than BATCH_LINE_MAX as soon as it is), and returns CLI_USAGE; the
+ * chunk is then empty. Memory stays at about BATCH_CHUNK_BYTES +
+ * BATCH_LINE_MAX whatever the input. */
+int cli_batch_next(cli_batch *b);
+void cli_batch_close(cli_batch *b);
 
 /* ------------------------------------------------------------ client (session.c) */
 
@@ -146,7 +190,10 @@ void cli_close(dq_client *c);
 int cli_exit_code(int dq_code);
 
 /* Prints "delayq: <what>: <cause>" where the cause is the client's last
- * error (or the code's name) and returns cli_exit_code(code). */
+ * error (or the code's name) and returns cli_exit_code(code), except that a
+ * script's refusal of a value given to it (a due time beyond DQ_DUE_MAX_MS,
+ * a backoff base above its max) is CLI_USAGE. what is the CLI's own words:
+ * quote outside input in it with cli_quote. */
 int cli_fail(const dq_client *c, int code, const char *what);
 
 /* Called when SIGINT or SIGTERM arrives while cli_signals_start() is on. */
@@ -160,18 +207,29 @@ void cli_signals_stop(struct ev_loop *loop);
 /* ------------------------------------------------------------ output (output.c) */
 
 /* Writes len bytes to stdout and flushes. Returns 0, or CLI_FAIL after
- * printing why (e.g. the reader went away). */
+ * printing why (e.g. the reader went away, a full disk); once a write has
+ * failed, every later one fails without a word. */
 int cli_write_out(const void *data, size_t len);
+
+/* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
+ * CLI_FAIL after printing why, unless a write failed and said so before. */
+int cli_out_close(void);
 
 /* Prints a taken message: the raw payload and "\n", or with json one JSON
  * object per line. A leased delivery (msg->token set) prints as
- * "ID<TAB>TOKEN<TAB>PAYLOAD\n", and its JSON object adds "attempt" and
- * "token". Flushes. Returns 0 or CLI_FAIL after printing why. */
+ * "ID<TAB>TOKEN<TAB>PAYLOAD\n" (an id that breaks the id rules escaped),
+ * and its JSON object adds "attempt" and "token". An id or payload that is
+ * not valid UTF-8 goes in "id_base64" or "payload_base64" instead. Flushes.
+ * Returns 0 or CLI_FAIL after printing why. */
 int cli_print_msg(const dq_msg *msg, int json);
 
 /* Prints a queue's stats as text lines or one JSON object. Returns 0 or
  * CLI_FAIL after printing why. */
 int cli_print_stats(const dq_stats *st, int json);
+
+/* Prints a queue's settings as "name value" lines or one JSON object.
+ * Returns 0 or CLI_FAIL after printing why. */
+int cli_print_settings(const dq_queue_config *q, int json);
 
 /* Prints a dead letter as one "ID<TAB>ATTEMPTS<TAB>REASON<TAB>ERROR<TAB>
  * PAYLOAD" line or one JSON object per line. Flushes. Returns 0 or CLI_FAIL

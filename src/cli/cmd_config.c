@@ -6,8 +6,6 @@
  * and printing the settings as "name value" lines or one JSON object.
  */
 #include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/cli.h"
@@ -31,7 +29,10 @@ const char cli_usage_config[] =
     "  --redis URL          the Redis server (see 'delayq --help')\n"
     "\n"
     "Prints lease_ms, max_attempts, backoff_base_ms, backoff_max_ms, one per line.\n"
-    "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";
+    "A backoff base above the backoff max (given, or kept from before) is a\n"
+    "usage error and changes nothing.\n"
+    "Exit codes: 0 ok, 2 usage error or a refused setting, 3 Redis unreachable\n"
+    "or erroring, or stdout could not be written.\n";
 
 static int parse_count(const char *text, int64_t *out)
 {
@@ -39,11 +40,35 @@ static int parse_count(const char *text, int64_t *out)
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end || errno || v > INT32_MAX) {
-        cli_err("config: invalid max attempts '%s': expected a whole number, 0 = no limit", text);
+        cli_err("config: invalid max attempts '%s': expected a whole number, 0 = no limit",
+                cli_quote(text));
         return CLI_USAGE;
     }
     *out = v;
     return 0;
+}
+
+/* The backoff defaults (lua/common.lua's CFG_DEFAULTS): what --reset
+ * leaves for a bound not given with it. */
+#define BACKOFF_BASE_DEFAULT_MS 1000
+#define BACKOFF_MAX_DEFAULT_MS 600000
+
+/* A base above the cap that the options themselves show (both given, or
+ * one given with --reset): refused here, before anything is changed. One
+ * given against the other's stored value is the script's to refuse. */
+static int check_backoff(const char *base, const char *cap, int reset, const dq_queue_config *set)
+{
+    int64_t b = set->backoff_base_ms, m = set->backoff_max_ms;
+
+    if (reset && !base)
+        b = BACKOFF_BASE_DEFAULT_MS;
+    if (reset && !cap)
+        m = BACKOFF_MAX_DEFAULT_MS;
+    if (b < 0 || m < 0 || b <= m)
+        return 0;
+    cli_err("config: backoff base %s is above backoff max %s: the base must not exceed the max",
+            base ? cli_quote(base) : "1s (the default)", cap ? cli_quote(cap) : "10m (the default)");
+    return CLI_USAGE;
 }
 
 /* Reads the options into *set (DQ_QUEUE_SETTING for those not given). */
@@ -55,7 +80,7 @@ static int parse_settings(const char *lease, const char *max, const char *base, 
     if (lease && cli_parse_delay("", "lease", lease, &set->lease_ms))
         return CLI_USAGE;
     if (lease && set->lease_ms <= 0) {
-        cli_err("config: invalid lease '%s': it must be longer than 0", lease);
+        cli_err("config: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
     if (max && parse_count(max, &set->max_attempts))
@@ -65,18 +90,6 @@ static int parse_settings(const char *lease, const char *max, const char *base, 
     if (cap && cli_parse_delay("", "backoff max", cap, &set->backoff_max_ms))
         return CLI_USAGE;
     return 0;
-}
-
-static void print_settings(const dq_queue_config *q, int json)
-{
-    if (json)
-        printf("{\"lease_ms\":%" PRId64 ",\"max_attempts\":%" PRId64 ",\"backoff_base_ms\":%" PRId64
-               ",\"backoff_max_ms\":%" PRId64 "}\n",
-               q->lease_ms, q->max_attempts, q->backoff_base_ms, q->backoff_max_ms);
-    else
-        printf("lease_ms %" PRId64 "\nmax_attempts %" PRId64 "\nbackoff_base_ms %" PRId64
-               "\nbackoff_max_ms %" PRId64 "\n",
-               q->lease_ms, q->max_attempts, q->backoff_base_ms, q->backoff_max_ms);
 }
 
 int cli_cmd_config(cli_env *env, int argc, char **argv)
@@ -101,6 +114,8 @@ int cli_cmd_config(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = parse_settings(lease, max, base, cap, &set);
     if (!rc)
+        rc = check_backoff(base, cap, reset, &set);
+    if (!rc)
         rc = cli_connect(env, &c);
     if (rc)
         return rc;
@@ -111,7 +126,7 @@ int cli_cmd_config(cli_env *env, int argc, char **argv)
     if (rc < 0)
         rc = cli_fail(c, rc, "config");
     else
-        print_settings(&now, json);
+        rc = cli_print_settings(&now, json);
     dq_client_free(c);
     return rc;
 }

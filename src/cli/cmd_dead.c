@@ -27,13 +27,16 @@ const char cli_usage_dead[] =
     "\n"
     "  list          all dead letters, oldest death first, one per line:\n"
     "                ID<TAB>ATTEMPTS<TAB>REASON<TAB>ERROR<TAB>PAYLOAD\n"
-    "                (control characters in REASON and ERROR become spaces; the\n"
-    "                payload is printed as it is when it is valid UTF-8 without\n"
-    "                control characters and does not start with \"base64:\", else\n"
-    "                as \"base64:\" followed by its base64)\n"
+    "                (control characters and invalid UTF-8 in REASON and ERROR,\n"
+    "                and any byte but printable ASCII in an ID that breaks the id\n"
+    "                rules, are escaped as \\xHH, and '\\' there as '\\\\'; the\n"
+    "                payload is printed as it is when it is\n"
+    "                valid UTF-8 without control characters and does not start\n"
+    "                with \"base64:\", else as \"base64:\" followed by its base64)\n"
     "  --json        with list: one object per line: \"id\", \"died_ms\", \"attempts\",\n"
-    "                \"due_ms\", \"reason\", \"error\", and \"payload\" (or, for bytes\n"
-    "                that are not valid UTF-8, \"payload_base64\")\n"
+    "                \"due_ms\", \"reason\", \"error\", and \"payload\"; an id or\n"
+    "                payload that is not valid UTF-8 comes as \"id_base64\" or\n"
+    "                \"payload_base64\" instead\n"
     "  count         prints how many there are\n"
     "  redrive [ID]  moves dead letter ID (default: all of them) back to the ready\n"
     "                list as a new item, attempts starting over; prints how many\n"
@@ -79,7 +82,7 @@ static int redrive(dq_client *c, const char *queue, const char *id)
         return cli_fail(c, (int)n, "dead redrive");
     int rc = print_count(n);
     if (!rc && id && n == 0) {
-        cli_err("dead: %s is not a dead letter of %s", id, queue);
+        cli_err("dead: %s is not a dead letter of %s", cli_quote(id), queue);
         return CLI_NONE;
     }
     return rc;
@@ -115,7 +118,8 @@ static int check_action(int npos, char **argv, int json)
         return rc;
     if (strcmp(action, "list") && strcmp(action, "count") && strcmp(action, "redrive") &&
         strcmp(action, "purge")) {
-        cli_err("dead: unknown action '%s': expected list, count, redrive or purge", action);
+        cli_err("dead: unknown action '%s': expected list, count, redrive or purge",
+                cli_quote(action));
         return CLI_USAGE;
     }
     if (json && strcmp(action, "list") != 0) {

@@ -80,7 +80,7 @@ static int settled(dq_client *c, int n, const char *cmd, char **argv)
         return cli_fail(c, n, cmd);
     if (n == 0) {
         cli_err("%s: %s is not in flight in %s with that token (acked already, unknown, "
-                "or its lease ran out)", cmd, argv[1], argv[0]);
+                "or its lease ran out)", cmd, cli_quote(argv[1]), argv[0]);
         return CLI_NONE;
     }
     return CLI_OK;
@@ -122,7 +122,7 @@ int cli_cmd_nack(cli_env *env, int argc, char **argv)
     int n = dq_nack(c, argv[0], argv[1], argv[2], delay_ms, error);
     rc = settled(c, n, "nack", argv);
     if (n == 2)
-        cli_err("%s had its last attempt: now a dead letter", argv[1]);
+        cli_err("%s had its last attempt: now a dead letter", cli_quote(argv[1]));
     dq_client_free(c);
     return rc;
 }
@@ -139,7 +139,7 @@ int cli_cmd_extend(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_parse_delay("", "lease", argv[3], &lease_ms);
     if (!rc && lease_ms <= 0) {
-        cli_err("extend: invalid lease '%s': it must be longer than 0", argv[3]);
+        cli_err("extend: invalid lease '%s': it must be longer than 0", cli_quote(argv[3]));
         rc = CLI_USAGE;
     }
     if (!rc)

@@ -1,9 +1,10 @@
 /*
  * cmd_offer.c - the producer's commands: offer, offer --batch, cancel.
  *
- * Owns checking what is to be offered before Redis is contacted (queue, delay,
- * id, payload size; a batch file as a whole), sending it (one dq_offer, or
- * dq_offer_many in chunks of CHUNK items) and reporting: the id of an offered
+ * Owns checking what is to be offered before it is sent (queue, delay and the
+ * due time it makes, id, payload size), sending it (one dq_offer; a batch
+ * file streamed a chunk at a time through batch.c, each chunk checked whole
+ * and then sent in one dq_offer_many) and reporting: the id of an offered
  * item, the count of a batch, and for cancel only the exit code.
  */
 #include <errno.h>
@@ -12,8 +13,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-
-#define CHUNK 1000
 
 const char cli_usage_offer[] =
     "usage: delayq offer QUEUE DELAY [PAYLOAD] [--id ID] [--nx]\n"
@@ -29,13 +28,20 @@ const char cli_usage_offer[] =
     "  --nx          keep a pending item with that id as it is (still prints the id)\n"
     "  --batch FILE  offer every line of FILE ('-' = stdin): DELAY<TAB>ID<TAB>PAYLOAD,\n"
     "                ID may be empty (generated), PAYLOAD is the rest of the line;\n"
-    "                blank lines are skipped. The whole file is checked before\n"
-    "                anything is sent. Prints the number of items accepted.\n"
+    "                blank lines are skipped. Read, checked and sent in chunks of\n"
+    "                1000 lines (at most about 4 MiB), each checked whole before\n"
+    "                it is sent; a line longer than a delay, an id and a payload\n"
+    "                can be is refused as soon as it is seen. Prints the number\n"
+    "                of items offered, also after a failure once anything was\n"
+    "                sent: a bad line or a failure stops the batch, the chunks\n"
+    "                before it stay offered, nothing after it is sent.\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
-    "Payloads are at most 1048576 bytes. Exit codes: 0 ok, 2 usage error or bad\n"
-    "input, 3 Redis unreachable or erroring (for a batch, after a partial failure;\n"
-    "the count printed is what was accepted).\n";
+    "Payloads are at most 1048576 bytes, and the due time (the Redis server's\n"
+    "now + DELAY) at most 4398046511103 ms after the epoch (in 2109).\n"
+    "Exit codes: 0 ok, 2 usage error or bad input (a bad line of a batch, a\n"
+    "delay that puts the due time out of range), 3 Redis unreachable or erroring,\n"
+    "or stdout could not be written.\n";
 
 const char cli_usage_cancel[] =
     "usage: delayq cancel QUEUE ID\n"
@@ -57,6 +63,11 @@ static int get_payload(int npos, char **argv, dq_item *it, char **owned)
         len = strlen(argv[2]);
     } else if (cli_read_all(0, DQ_PAYLOAD_DEFAULT_MAX, owned, &len) == 0) {
         it->payload = *owned;
+        if (len > DQ_PAYLOAD_DEFAULT_MAX) {
+            cli_err("payload on stdin is more than %u bytes, the limit",
+                    DQ_PAYLOAD_DEFAULT_MAX);
+            return CLI_USAGE;
+        }
     } else {
         cli_err("cannot read the payload from stdin: %s", strerror(errno));
         return CLI_USAGE;
@@ -71,6 +82,7 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
     dq_client *c;
     dq_offer_result res;
     char what[DQ_QUEUE_MAX + 32];
+    char line[DQ_ID_MAX + 2];
 
     int rc = cli_connect(env, &c);
     if (rc)
@@ -81,9 +93,9 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
         rc = cli_fail(c, code, what);
     } else {
         if (res.status == DQ_KEPT)
-            cli_err("id %s already pending, kept", res.id);
-        printf("%s\n", res.id);
-        rc = cli_write_out(NULL, 0);
+            cli_err("id %s already pending, kept", cli_quote(res.id));
+        int n = snprintf(line, sizeof line, "%s\n", res.id);
+        rc = cli_write_out(line, (size_t)n);
         /* Offered, but not confirmed by the replicas asked for: exit 4. */
         if (!rc && code == DQ_ENOTDURABLE)
             rc = cli_fail(c, code, what);
@@ -103,6 +115,8 @@ static int offer_one(const cli_env *env, int npos, char **argv, const char *id, 
         rc = cli_check_queue(argv[0]);
     if (!rc)
         rc = cli_parse_delay("", "delay", argv[1], &it.delay_ms);
+    if (!rc)
+        rc = cli_check_due("", argv[1], it.delay_ms, cli_delay_max());
     if (!rc && id)
         rc = cli_check_id("", id, strlen(id));
     if (!rc)
@@ -115,52 +129,69 @@ static int offer_one(const cli_env *env, int npos, char **argv, const char *id, 
 
 /* ------------------------------------------------------------ a batch */
 
+/* A batch run: the chunks read from the file, and what Redis took. */
+typedef struct batch_run {
+    cli_batch b;
+    dq_client *c;          /* connected for the first chunk to send       */
+    dq_offer_result *res;  /* BATCH_CHUNK_ITEMS results                   */
+    size_t accepted;       /* items Redis took                            */
+    size_t whole;          /* ... of them in the chunks it took whole     */
+    size_t last_line;      /* the last line of those chunks, 0 if none    */
+    int not_durable;       /* some chunk was not confirmed: exit 4 at end */
+} batch_run;
+
 /* Reports the first failed item of a chunk that Redis partly refused. */
-static void report_partial(const dq_client *c, const cli_batch *b, size_t off, size_t k,
-                           const dq_offer_result *res)
+static int report_partial(const batch_run *r, size_t k)
 {
     char what[64];
 
     for (size_t i = 0; i < k; i++) {
-        if (res[i].status < 0) {
-            snprintf(what, sizeof what, "batch line %zu", b->lines[off + i]);
-            cli_fail(c, res[i].status, what);
-            return;
+        if (r->res[i].status < 0) {
+            snprintf(what, sizeof what, "batch line %zu", r->b.lines[i]);
+            return cli_fail(r->c, r->res[i].status, what);
         }
     }
-    cli_fail(c, DQ_EREDIS, "batch");
+    return cli_fail(r->c, DQ_EREDIS, "batch");
 }
 
-/* Sends the batch in chunks; *accepted counts what Redis took. */
-static int send_chunks(dq_client *c, const char *queue, const cli_batch *b,
-                       size_t *accepted, int *not_durable)
+/* Sends the chunk in r->b; counts what Redis took. */
+static int send_chunk(batch_run *r, const char *queue)
 {
-    dq_offer_result *res = malloc(CHUNK * sizeof *res);
-    int rc = 0;
+    size_t k = r->b.n;
+    int got = dq_offer_many(r->c, queue, r->b.items, k, r->res);
 
-    if (!res) {
-        cli_err("batch: out of memory");
-        return CLI_FAIL;
+    if (got == DQ_ENOTDURABLE) {
+        /* All offered; say so once, go on, and exit 4 at the end. */
+        if (!r->not_durable)
+            cli_fail(r->c, got, "batch");
+        r->not_durable = 1;
+        got = (int)k;
     }
-    for (size_t off = 0; off < b->n && !rc; off += CHUNK) {
-        size_t k = b->n - off < CHUNK ? b->n - off : CHUNK;
-        int got = dq_offer_many(c, queue, b->items + off, k, res);
-        if (got == DQ_ENOTDURABLE) {
-            *accepted += k; /* all made; keep going, exit 4 at the end */
-            cli_fail(c, got, "batch");
-            *not_durable = 1;
-        } else if (got < 0) {
-            rc = cli_fail(c, got, "batch");
-            rc = *accepted ? CLI_FAIL : rc;
-        } else {
-            *accepted += (size_t)got;
-            if ((size_t)got < k) {
-                report_partial(c, b, off, k, res);
-                rc = CLI_FAIL;
-            }
+    if (got < 0)
+        return cli_fail(r->c, got, "batch");
+    r->accepted += (size_t)got;
+    if ((size_t)got < k)
+        return report_partial(r, k);
+    r->whole = r->accepted;
+    r->last_line = r->b.lines[k - 1];
+    return 0;
+}
+
+/* Reads, checks and sends the file a chunk at a time. */
+static int run_batch(const cli_env *env, const char *queue, batch_run *r)
+{
+    int rc;
+
+    while ((rc = cli_batch_next(&r->b)) == 0 && r->b.n > 0) {
+        if (!r->c && (rc = cli_connect(env, &r->c)) != 0)
+            return rc;
+        if (!r->res && !(r->res = malloc(BATCH_CHUNK_ITEMS * sizeof *r->res))) {
+            cli_err("batch: out of memory");
+            return CLI_FAIL;
         }
+        if ((rc = send_chunk(r, queue)) != 0)
+            return rc;
     }
-    free(res);
     return rc;
 }
 
@@ -168,9 +199,8 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
                        const char *id, int nx)
 {
     static const char *const names[] = {"QUEUE"};
-    cli_batch b;
-    dq_client *c;
-    size_t accepted = 0;
+    batch_run r = {0};
+    char line[32];
 
     if (id) {
         cli_err("offer: --id cannot be used with --batch (give ids in the file)");
@@ -180,21 +210,30 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
     if (!rc)
         rc = cli_check_queue(argv[0]);
     if (!rc)
-        rc = cli_batch_load(file, nx ? DQ_OFFER_KEEP : 0, &b);
+        rc = cli_batch_open(file, nx ? DQ_OFFER_KEEP : 0, &r.b);
     if (rc)
         return rc;
-    rc = cli_connect(env, &c);
-    if (!rc) {
-        int not_durable = 0;
-        rc = send_chunks(c, argv[0], &b, &accepted, &not_durable);
-        dq_client_free(c);
-        printf("%zu\n", accepted);
-        int wrc = cli_write_out(NULL, 0);
+    rc = run_batch(env, argv[0], &r);
+    if (rc && r.whole)
+        cli_err("batch: stopped; offered before: %zu item%s, every line up to line %zu%s",
+                r.whole, r.whole == 1 ? "" : "s", r.last_line,
+                r.accepted > r.whole ? ", and some of the chunk that failed (see the count)"
+                                     : "");
+    else if (rc && r.accepted)
+        cli_err("batch: stopped; offered before: %zu item%s of the first chunk",
+                r.accepted, r.accepted == 1 ? "" : "s");
+    /* The count: what was offered, also after a failure once Redis was
+     * reached, so a caller knows how far the batch got. */
+    if (!rc || r.c) {
+        int n = snprintf(line, sizeof line, "%zu\n", r.accepted);
+        int wrc = cli_write_out(line, (size_t)n);
         rc = rc ? rc : wrc;
-        if (!rc && not_durable)
-            rc = CLI_NOT_DURABLE;
     }
-    cli_batch_release(&b);
+    if (!rc && r.not_durable)
+        rc = CLI_NOT_DURABLE;
+    dq_client_free(r.c);
+    free(r.res);
+    cli_batch_close(&r.b);
     return rc;
 }
 
@@ -241,7 +280,7 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv)
     if (n < 0)
         rc = cli_fail(c, n, "cancel");
     else if (n == 0)
-        cli_err("%s is not pending in %s", argv[1], argv[0]);
+        cli_err("%s is not pending in %s", cli_quote(argv[1]), argv[0]);
     dq_client_free(c);
     return n < 0 ? rc : n == 1 ? CLI_OK : CLI_NONE;
 }

@@ -30,8 +30,9 @@ const char cli_usage_take[] =
     "  --timeout DUR   bound the whole wait (250ms, 30s, 5m, 2h, 1d, milliseconds);\n"
     "                  default: wait forever\n"
     "  --json          one JSON object per line: \"queue\", \"id\", \"payload\", \"due_ms\",\n"
-    "                  \"ready_ms\" (Redis server epoch ms); a payload that is not valid\n"
-    "                  UTF-8 comes as \"payload_base64\" instead of \"payload\"\n"
+    "                  \"ready_ms\" (Redis server epoch ms); an id or payload that is\n"
+    "                  not valid UTF-8 comes as \"id_base64\" or \"payload_base64\"\n"
+    "                  (standard base64) instead of \"id\" or \"payload\"\n"
     "  --no-scheduler  do not move due items to the ready list in this process\n"
     "                  (rely on a 'delayq schedule' or another consumer)\n"
     "  --ack manual    take each item with a lease: it stays in flight until\n"
@@ -165,14 +166,14 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
         return CLI_USAGE;
     }
     if (strcmp(ack, "manual") != 0) {
-        cli_err("take: invalid --ack '%s': the only mode is 'manual'", ack);
+        cli_err("take: invalid --ack '%s': the only mode is 'manual'", cli_quote(ack));
         return CLI_USAGE;
     }
     dq_take_opts_init(opts); /* the queue's lease and max attempts */
     if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms))
         return CLI_USAGE;
     if (lease && opts->lease_ms <= 0) {
-        cli_err("take: invalid lease '%s': it must be longer than 0", lease);
+        cli_err("take: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
     *out = opts;

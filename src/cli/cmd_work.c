@@ -278,7 +278,8 @@ static void on_child(struct ev_loop *loop, ev_child *w, int revents)
         else
             snprintf(why, sizeof why, "exit status %d", WEXITSTATUS(st));
         int last = r->max_attempts > 0 && j->msg->attempt >= r->max_attempts;
-        cli_err("work: %s (attempt %d) failed: %s%s", j->msg->id, j->msg->attempt, why,
+        cli_err("work: %s (attempt %d) failed: %s%s", cli_quote_n(j->msg->id, j->msg->id_len),
+                j->msg->attempt, why,
                 last ? "; that was its last attempt: now a dead letter" : "");
         r->failed++;
         dq_worker_fail(r->w, j->msg, why);
@@ -307,7 +308,8 @@ static void on_msg(dq_worker *w, dq_msg *msg, void *privdata)
     if (!j || e) {
         /* Taken while stopping hard, or no command: try again later. */
         if (e || r->signals < 2)
-            cli_err("work: %s: cannot run the command: %s", msg->id, strerror(e ? e : ENOMEM));
+            cli_err("work: %s: cannot run the command: %s", cli_quote_n(msg->id, msg->id_len),
+                    strerror(e ? e : ENOMEM));
         free(j);
         r->failed++;
         dq_worker_fail(w, msg, why);
@@ -423,7 +425,8 @@ static int parse_int(const char *what, const char *text, int min, int max, int *
     errno = 0;
     long v = strtol(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end || errno || v < min || v > max) {
-        cli_err("work: invalid %s '%s': expected a whole number from %d to %d", what, text,
+        cli_err("work: invalid %s '%s': expected a whole number from %d to %d", what,
+                cli_quote(text),
                 min, max);
         return CLI_USAGE;
     }
@@ -442,7 +445,7 @@ static int parse_options(const char *conc, const char *lease, const char *max,
         if (cli_parse_delay("", "lease", lease, &opts->lease_ms))
             return CLI_USAGE;
         if (opts->lease_ms <= 0) {
-            cli_err("work: invalid lease '%s': it must be longer than 0", lease);
+            cli_err("work: invalid lease '%s': it must be longer than 0", cli_quote(lease));
             return CLI_USAGE;
         }
     }

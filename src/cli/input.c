@@ -1,9 +1,10 @@
 /*
- * input.c - reading a whole stream (stdin or a batch file), binary-safe.
+ * input.c - reading a whole stream (the payload on stdin), binary-safe.
  *
  * Owns cli_read_all(): bytes go into one growing buffer up to a limit, and
- * bytes past the limit are counted but dropped, so an oversized payload can
- * be reported with its real size without holding it all in memory.
+ * reading stops one byte past it, so an oversized payload is reported as
+ * such without reading, or holding, the rest ("yes | delayq offer q 0"
+ * ends at once).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,36 +28,34 @@ static int grow(char **data, size_t *cap, size_t want)
     return 0;
 }
 
-int cli_read_all(int fd, size_t limit, char **data, size_t *total)
+int cli_read_all(int fd, size_t limit, char **data, size_t *len)
 {
-    char *buf = NULL, scratch[65536];
-    size_t cap = 0, kept = 0, seen = 0;
+    char *buf = NULL;
+    size_t cap = 0, got = 0;
 
-    if (grow(&buf, &cap, 0) < 0)
-        return -1;
-    for (;;) {
-        char *dst = scratch;
-        size_t want = sizeof scratch;
-        if (kept < limit) {
-            want = limit - kept < want ? limit - kept : want;
-            if (grow(&buf, &cap, kept + want) < 0)
-                break;
-            dst = buf + kept;
-        }
-        ssize_t n = read(fd, dst, want);
+    /* One byte past the limit tells "too big" without reading the rest. */
+    while (got <= limit) {
+        size_t want = limit + 1 - got < 65536 ? limit + 1 - got : 65536;
+        if (grow(&buf, &cap, got + want) < 0)
+            break;
+        ssize_t n = read(fd, buf + got, want);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             break;
         if (n == 0) {
-            buf[kept] = '\0';
+            buf[got] = '\0';
             *data = buf;
-            *total = seen;
+            *len = got;
             return 0;
         }
-        seen += (size_t)n;
-        if (dst != scratch)
-            kept += (size_t)n;
+        got += (size_t)n;
+    }
+    if (got > limit) {
+        buf[got] = '\0';
+        *data = buf;
+        *len = got;
+        return 0;
     }
     int saved = errno;
     free(buf);

@@ -3,13 +3,11 @@
  *
  * Owns what comes before the command name (--redis URL, --help, --version),
  * the default Redis URL ($DELAYQ_REDIS, else redis://127.0.0.1:6379), the
- * table of commands, "delayq help [COMMAND]", the overall usage text and the
- * one-line error printer every file uses. Each command lives in its own
- * cmd_*.c and returns the process's exit code.
+ * table of commands, "delayq help [COMMAND]" and the overall usage text.
+ * Each command lives in its own cmd_*.c and returns the process's exit
+ * code; a stdout that fails at the last flush turns success into exit 3.
  */
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,8 +61,9 @@ static const char usage_main[] =
     "\n"
     "Durations: 250ms, 30s, 5m, 2h, 1d, or bare milliseconds; 0 = now.\n"
     "Exit codes: 0 ok, 1 nothing there (timeout, not pending, unknown or stale\n"
-    "token), 2 usage error, 3 Redis unreachable or erroring, 4 written but not\n"
-    "confirmed by --wait-replicas replicas in time.\n";
+    "token), 2 usage error or bad input, 3 Redis unreachable or erroring, or\n"
+    "stdout could not be written, 4 written but not confirmed by\n"
+    "--wait-replicas replicas in time.\n";
 
 typedef struct command {
     const char *name;
@@ -87,27 +86,6 @@ static const command commands[] = {
     {NULL, NULL, NULL},
 };
 
-void cli_err(const char *fmt, ...)
-{
-    va_list ap;
-    char *msg;
-
-    va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-    if (n < 0) {
-        fprintf(stderr, "delayq: %s\n", fmt);
-        return;
-    }
-    /* One line whatever the message quotes: control bytes become '?'. */
-    for (char *p = msg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
-    fprintf(stderr, "delayq: %s\n", msg);
-    free(msg);
-}
-
 int cli_help(const char *text)
 {
     return cli_write_out(text, strlen(text)) ? CLI_FAIL : CLI_OK;
@@ -128,7 +106,7 @@ static int run_help(int argc, char **argv)
         return cli_help(usage_main);
     const command *c = find_command(argv[0]);
     if (!c) {
-        cli_err("help: unknown command '%s' (see 'delayq --help')", argv[0]);
+        cli_err("help: unknown command '%s' (see 'delayq --help')", cli_quote(argv[0]));
         return CLI_USAGE;
     }
     return cli_help(c->usage);
@@ -150,7 +128,7 @@ static int global_options(cli_env *env, int argc, char **argv)
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a) - 2;
         const char **value;
         if (a[1] != '-' || !cli_global_opt(env, a + 2, len, &value)) {
-            cli_err("unknown option '%s' (see 'delayq --help')", a);
+            cli_err("unknown option '%s' (see 'delayq --help')", cli_quote(a));
             return -1 - CLI_USAGE;
         }
         if (eq) {
@@ -158,20 +136,19 @@ static int global_options(cli_env *env, int argc, char **argv)
         } else if (i + 1 < argc) {
             *value = argv[++i];
         } else {
-            cli_err("option '%s' needs a value", a);
+            cli_err("option '%s' needs a value", cli_quote(a));
             return -1 - CLI_USAGE;
         }
     }
     return i;
 }
 
-int main(int argc, char **argv)
+/* Runs the command argv names; returns its exit code. */
+static int dispatch(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
     cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL};
 
-    /* A closed stdout or socket is an error to report, not a reason to die. */
-    signal(SIGPIPE, SIG_IGN);
     int i = global_options(&env, argc, argv);
     if (i < 0)
         return -1 - i;
@@ -183,8 +160,19 @@ int main(int argc, char **argv)
         return run_help(argc - i - 1, argv + i + 1);
     const command *c = find_command(argv[i]);
     if (!c) {
-        cli_err("unknown command '%s' (see 'delayq --help')", argv[i]);
+        cli_err("unknown command '%s' (see 'delayq --help')", cli_quote(argv[i]));
         return CLI_USAGE;
     }
     return c->run(&env, argc - i - 1, argv + i + 1);
+}
+
+int main(int argc, char **argv)
+{
+    /* A closed stdout or socket is an error to report, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = dispatch(argc, argv);
+    /* Output that could not be written fails a run that would succeed. */
+    if (cli_out_close() && rc < CLI_USAGE)
+        rc = CLI_FAIL;
+    return rc;
 }

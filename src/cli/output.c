@@ -1,17 +1,26 @@
 /*
- * output.c - everything the CLI writes to stdout, in text or JSON.
+ * output.c - everything the CLI writes: records on stdout (text or JSON),
+ * one-line errors on stderr, and how outside bytes are shown in either.
  *
  * Owns the formats: a taken message as its raw payload plus "\n", or as one
- * JSON object per line ("queue", "id", "payload" or, for bytes that are not
- * valid UTF-8, "payload_base64", "due_ms", "ready_ms"), a leased delivery as
+ * JSON object per line ("queue", "id" or "id_base64", "payload" or
+ * "payload_base64", "due_ms", "ready_ms"), a leased delivery as
  * "ID<TAB>TOKEN<TAB>PAYLOAD" or the same JSON plus "attempt" and "token"; a
- * queue's stats as "name value" lines or one JSON object; a dead letter as
- * one tab-separated line or one JSON object. Each record is built whole and
- * flushed at once, so a reader never sees half a message, and a failed write
- * (the reader went away) becomes an error instead of a silent loss.
+ * queue's stats and settings as "name value" lines or one JSON object; a
+ * dead letter as one tab-separated line or one JSON object. Every JSON text
+ * is built by jansson, so it is valid whatever bytes ids and payloads hold:
+ * bytes that are not valid UTF-8 go out as the field's "_base64" twin. In
+ * text, an id that breaks the id rules (bytes read back from Redis may) and
+ * every reason and error are escaped (dq__escape), so a record stays on one
+ * line. Each record is built whole and flushed at once, so a reader never
+ * sees half a message, and a failed write (the reader went away, a full
+ * disk) becomes an error instead of a silent loss: cli_out_close() checks
+ * stdout once more at the end of every run.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,115 +28,273 @@
 #include "cli/cli.h"
 #include "util.h"
 
+/* ------------------------------------------------------------ stderr */
+
+static int out_closed; /* stdout was closed by cli_out_close */
+
+/* A message's own text is ours, but it may quote what the library read
+ * from Redis: anything that is no printable ASCII still becomes \xHH. */
+void cli_err(const char *fmt, ...)
+{
+    static const char hex[] = "0123456789abcdef";
+    va_list ap;
+    char *msg;
+
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (!out_closed)
+        fflush(stdout); /* what was printed before comes first */
+    if (n < 0) {
+        fprintf(stderr, "delayq: %s\n", fmt);
+        return;
+    }
+    fputs("delayq: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p >= 0x20 && *p < 0x7f)
+            putc(*p, stderr);
+        else
+            fprintf(stderr, "\\x%c%c", hex[*p >> 4], hex[*p & 0xF]);
+    }
+    putc('\n', stderr);
+    free(msg);
+}
+
+/* Quotes kept at once: enough for the messages with the most of them. */
+#define QUOTE_SLOTS 4
+#define QUOTE_SIZE (4 * CLI_QUOTE_MAX + 4)
+
+const char *cli_quote_n(const void *text, size_t len)
+{
+    static char slots[QUOTE_SLOTS][QUOTE_SIZE];
+    static unsigned next;
+    char *out = slots[next++ % QUOTE_SLOTS];
+
+    dq__escape(out, QUOTE_SIZE, text, len, CLI_QUOTE_MAX, 0);
+    return out;
+}
+
+const char *cli_quote(const char *text)
+{
+    return cli_quote_n(text, strlen(text));
+}
+
+/* ------------------------------------------------------------ stdout */
+
+static int out_failed; /* a failed write was reported already */
+
 static int out_error(void)
 {
-    cli_err("cannot write to stdout: %s", strerror(errno));
+    if (!out_failed)
+        cli_err("cannot write to stdout: %s", strerror(errno));
+    out_failed = 1;
     return CLI_FAIL;
 }
 
 int cli_write_out(const void *data, size_t len)
 {
+    if (out_failed)
+        return CLI_FAIL;
     if ((len && fwrite(data, 1, len, stdout) != len) || fflush(stdout) != 0)
         return out_error();
     return 0;
 }
 
-/* Text form of a message: the payload as it is, then a newline; a leased
- * delivery's is preceded by "ID<TAB>TOKEN<TAB>". */
-static int print_text(const dq_msg *msg)
+int cli_out_close(void)
 {
-    size_t len = msg->payload_len;
-    if (msg->token && printf("%s\t%s\t", msg->id, msg->token) < 0)
-        return out_error();
-    if ((len && fwrite(msg->payload, 1, len, stdout) != len) || putchar('\n') == EOF ||
-        fflush(stdout) != 0)
-        return out_error();
-    return 0;
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    /* Closing is where a file system may report what it could not store. */
+    if (fclose(stdout) != 0)
+        bad = 1;
+    out_closed = 1;
+    if (!bad)
+        return 0;
+    if (!errno)
+        errno = EIO;
+    return out_error();
 }
 
-/* Appends "payload":"..." or "payload_base64":"..." for len bytes. */
-static int json_payload(dq__buf *b, const void *payload, size_t len)
+/* Writes a JSON value as one line (and frees it). NULL: out of memory
+ * while building it. */
+static int write_json(json_t *v, const char *what)
 {
-    if (dq__utf8_valid(payload, len))
-        return dq__buf_printf(b, "\"payload\":") || dq__json_string(b, payload, len);
-    char *b64 = dq__base64_encode(payload, len);
+    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    int rc;
+
+    json_decref(v);
+    if (!text) {
+        cli_err("cannot print %s: out of memory", what);
+        return CLI_FAIL;
+    }
+    size_t len = strlen(text);
+    text[len] = '\n'; /* over the NUL: json_dumps's buffer holds len + 1 */
+    rc = cli_write_out(text, len + 1);
+    free(text);
+    return rc;
+}
+
+/* Sets obj[key] to the len bytes at data as a string when they are valid
+ * UTF-8, else obj[key + "_base64"] to their standard base64. Returns 0 or
+ * -1 when out of memory. */
+static int json_bytes(json_t *obj, const char *key, const void *data, size_t len)
+{
+    char name[64];
+
+    if (dq__utf8_valid(data, len))
+        return json_object_set_new(obj, key, json_stringn(len ? data : "", len));
+    char *b64 = dq__base64_encode(data, len);
     if (!b64)
-        return DQ_ENOMEM;
-    int rc = dq__buf_printf(b, "\"payload_base64\":\"%s\"", b64);
+        return -1;
+    snprintf(name, sizeof name, "%s_base64", key);
+    int rc = json_object_set_new(obj, name, json_string(b64));
     free(b64);
     return rc;
 }
 
-/* Builds the JSON line of a message into b. Returns 0 or DQ_ENOMEM. */
-static int json_msg(dq__buf *b, const dq_msg *msg)
+/* Sets obj[key] to text, a consumer's or the library's words: as it is
+ * when it is valid UTF-8, else escaped (dq__escape). */
+static int json_words(json_t *obj, const char *key, const char *text)
 {
-    if (dq__buf_printf(b, "{\"queue\":") ||
-        dq__json_string(b, msg->queue, strlen(msg->queue)) ||
-        dq__buf_printf(b, ",\"id\":") || dq__json_string(b, msg->id, msg->id_len) ||
-        dq__buf_printf(b, ",") || json_payload(b, msg->payload, msg->payload_len) ||
-        dq__buf_printf(b, ",\"due_ms\":%" PRId64 ",\"ready_ms\":%" PRId64, msg->due_ms,
-                       msg->ready_ms))
+    size_t len = strlen(text);
+
+    if (dq__utf8_valid(text, len))
+        return json_object_set_new(obj, key, json_stringn(text, len));
+    char *esc = malloc(4 * len + 1);
+    if (!esc)
+        return -1;
+    dq__escape(esc, 4 * len + 1, text, len, SIZE_MAX, DQ__ESC_UTF8);
+    int rc = json_object_set_new(obj, key, json_string(esc));
+    free(esc);
+    return rc;
+}
+
+static int json_int(json_t *obj, const char *key, int64_t v)
+{
+    return json_object_set_new(obj, key, json_integer((json_int_t)v));
+}
+
+/* ------------------------------------------------------------ text fields */
+
+/* Appends the escaped form of len bytes (flags as dq__escape's). */
+static int text_escaped(dq__buf *b, const void *data, size_t len, unsigned flags)
+{
+    char *esc = malloc(4 * len + 1);
+
+    if (!esc)
         return DQ_ENOMEM;
-    if (msg->token &&
-        (dq__buf_printf(b, ",\"attempt\":%d,\"token\":", msg->attempt) ||
-         dq__json_string(b, msg->token, strlen(msg->token))))
+    size_t n = dq__escape(esc, 4 * len + 1, data, len, SIZE_MAX, flags);
+    int rc = dq__buf_append(b, esc, n);
+    free(esc);
+    return rc;
+}
+
+/* Appends an id: as it is when it keeps the id rules (so it can be given
+ * back to ack, nack or redrive), else escaped. */
+static int text_id(dq__buf *b, const char *id, size_t len)
+{
+    if (strlen(id) == len && dq__id_valid(id))
+        return dq__buf_append(b, id, len);
+    return text_escaped(b, id, len, 0);
+}
+
+/* ------------------------------------------------------------ messages */
+
+/* Text form of a message: the payload as it is, then a newline; a leased
+ * delivery's is preceded by "ID<TAB>TOKEN<TAB>". */
+static int text_msg(dq__buf *b, const dq_msg *msg)
+{
+    if (msg->token && (text_id(b, msg->id, msg->id_len) || dq__buf_append(b, "\t", 1) ||
+                       text_escaped(b, msg->token, strlen(msg->token), 0) ||
+                       dq__buf_append(b, "\t", 1)))
         return DQ_ENOMEM;
-    return dq__buf_printf(b, "}\n");
+    if (dq__buf_append(b, msg->payload, msg->payload_len) || dq__buf_append(b, "\n", 1))
+        return DQ_ENOMEM;
+    return 0;
+}
+
+static json_t *json_msg(const dq_msg *msg)
+{
+    json_t *o = json_object();
+
+    if (!o || json_object_set_new(o, "queue", json_string(msg->queue)) ||
+        json_bytes(o, "id", msg->id, msg->id_len) ||
+        json_bytes(o, "payload", msg->payload, msg->payload_len) ||
+        json_int(o, "due_ms", msg->due_ms) || json_int(o, "ready_ms", msg->ready_ms) ||
+        (msg->token && (json_int(o, "attempt", msg->attempt) ||
+                        json_bytes(o, "token", msg->token, strlen(msg->token))))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int cli_print_msg(const dq_msg *msg, int json)
 {
     dq__buf b = {0};
 
-    if (!json)
-        return print_text(msg);
-    int rc = json_msg(&b, msg);
+    if (json)
+        return write_json(json_msg(msg), "a message");
+    int rc = text_msg(&b, msg);
     if (rc)
-        cli_err("cannot print message '%s': out of memory", msg->id);
+        cli_err("cannot print a message: out of memory");
     else
         rc = cli_write_out(b.data, b.len);
     dq__buf_release(&b);
     return rc ? CLI_FAIL : 0;
 }
 
+/* ------------------------------------------------------------ stats, settings */
+
 int cli_print_stats(const dq_stats *st, int json)
 {
     char line[512];
     int n;
 
-    if (json)
-        n = snprintf(line, sizeof line,
-                     "{\"pending\":%" PRId64 ",\"ready\":%" PRId64
-                     ",\"next_due_in_ms\":%" PRId64 ",\"set_aside\":%" PRId64
-                     ",\"inflight\":%" PRId64 ",\"dead\":%" PRId64 "}\n",
-                     st->pending, st->ready, st->next_due_in_ms, st->set_aside,
-                     st->in_flight, st->dead);
-    else
-        n = snprintf(line, sizeof line,
-                     "pending %" PRId64 "\nready %" PRId64 "\nnext_due_in_ms %" PRId64
-                     "\ninflight %" PRId64 "\ndead %" PRId64 "\n",
-                     st->pending, st->ready, st->next_due_in_ms, st->in_flight, st->dead);
-    if (!json && st->set_aside > 0)
+    if (json) {
+        json_t *o = json_object();
+        if (o && (json_int(o, "pending", st->pending) || json_int(o, "ready", st->ready) ||
+                  json_int(o, "next_due_in_ms", st->next_due_in_ms) ||
+                  json_int(o, "set_aside", st->set_aside) ||
+                  json_int(o, "inflight", st->in_flight) || json_int(o, "dead", st->dead))) {
+            json_decref(o);
+            o = NULL;
+        }
+        return write_json(o, "stats");
+    }
+    n = snprintf(line, sizeof line,
+                 "pending %" PRId64 "\nready %" PRId64 "\nnext_due_in_ms %" PRId64
+                 "\ninflight %" PRId64 "\ndead %" PRId64 "\n",
+                 st->pending, st->ready, st->next_due_in_ms, st->in_flight, st->dead);
+    if (st->set_aside > 0)
         n += snprintf(line + n, sizeof line - (size_t)n, "set_aside %" PRId64 "\n",
                       st->set_aside);
     return cli_write_out(line, (size_t)n);
 }
 
-/* ------------------------------------------------------------ dead letters */
-
-/* Appends text as one tab-separated field: tabs, newlines and other control
- * bytes become spaces. */
-static int text_field(dq__buf *b, const char *text)
+int cli_print_settings(const dq_queue_config *q, int json)
 {
-    size_t start = b->len;
+    char line[512];
 
-    if (dq__buf_append(b, text, strlen(text)))
-        return DQ_ENOMEM;
-    for (size_t i = start; i < b->len; i++)
-        if ((unsigned char)b->data[i] < 0x20 || b->data[i] == 0x7f)
-            b->data[i] = ' ';
-    return 0;
+    if (json) {
+        json_t *o = json_object();
+        if (o && (json_int(o, "lease_ms", q->lease_ms) ||
+                  json_int(o, "max_attempts", q->max_attempts) ||
+                  json_int(o, "backoff_base_ms", q->backoff_base_ms) ||
+                  json_int(o, "backoff_max_ms", q->backoff_max_ms))) {
+            json_decref(o);
+            o = NULL;
+        }
+        return write_json(o, "the settings");
+    }
+    int n = snprintf(line, sizeof line,
+                     "lease_ms %" PRId64 "\nmax_attempts %" PRId64 "\nbackoff_base_ms %" PRId64
+                     "\nbackoff_max_ms %" PRId64 "\n",
+                     q->lease_ms, q->max_attempts, q->backoff_base_ms, q->backoff_max_ms);
+    return cli_write_out(line, (size_t)n);
 }
+
+/* ------------------------------------------------------------ dead letters */
 
 /* Appends a payload as the last field of a text line: as it is when it is
  * valid UTF-8 without control bytes (tab, newline, NUL, ...) and does not
@@ -151,50 +318,39 @@ static int text_payload(dq__buf *b, const void *payload, size_t len)
 
 static int text_dead(dq__buf *b, const dq_dead_letter *d)
 {
-    if (dq__buf_printf(b, "%s\t%d\t", d->id, d->attempts) || text_field(b, d->reason) ||
-        dq__buf_printf(b, "\t") || text_field(b, d->error) || dq__buf_printf(b, "\t") ||
-        text_payload(b, d->payload, d->payload_len))
+    if (text_id(b, d->id, strlen(d->id)) || dq__buf_printf(b, "\t%d\t", d->attempts) ||
+        text_escaped(b, d->reason, strlen(d->reason), DQ__ESC_UTF8) ||
+        dq__buf_append(b, "\t", 1) ||
+        text_escaped(b, d->error, strlen(d->error), DQ__ESC_UTF8) ||
+        dq__buf_append(b, "\t", 1) || text_payload(b, d->payload, d->payload_len))
         return DQ_ENOMEM;
-    return dq__buf_printf(b, "\n");
+    return dq__buf_append(b, "\n", 1);
 }
 
-/* Reason and error are the library's and a consumer's words: any bytes. */
-static int json_text(dq__buf *b, const char *text)
+static json_t *json_dead(const dq_dead_letter *d)
 {
-    size_t len = strlen(text);
+    json_t *o = json_object();
 
-    if (dq__utf8_valid(text, len))
-        return dq__json_string(b, text, len);
-    char *copy = strdup(text);
-    if (!copy)
-        return DQ_ENOMEM;
-    for (char *p = copy; *p; p++)
-        if ((unsigned char)*p >= 0x80)
-            *p = '?';
-    int rc = dq__json_string(b, copy, len);
-    free(copy);
-    return rc;
-}
-
-static int json_dead(dq__buf *b, const dq_dead_letter *d)
-{
-    if (dq__buf_printf(b, "{\"id\":") || dq__json_string(b, d->id, strlen(d->id)) ||
-        dq__buf_printf(b, ",\"died_ms\":%" PRId64 ",\"attempts\":%d,\"due_ms\":%" PRId64
-                          ",\"reason\":", d->died_ms, d->attempts, d->due_ms) ||
-        json_text(b, d->reason) || dq__buf_printf(b, ",\"error\":") ||
-        json_text(b, d->error) || dq__buf_printf(b, ",") ||
-        json_payload(b, d->payload, d->payload_len))
-        return DQ_ENOMEM;
-    return dq__buf_printf(b, "}\n");
+    if (!o || json_bytes(o, "id", d->id, strlen(d->id)) ||
+        json_int(o, "died_ms", d->died_ms) || json_int(o, "attempts", d->attempts) ||
+        json_int(o, "due_ms", d->due_ms) || json_words(o, "reason", d->reason) ||
+        json_words(o, "error", d->error) ||
+        json_bytes(o, "payload", d->payload, d->payload_len)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int cli_print_dead(const dq_dead_letter *d, int json)
 {
     dq__buf b = {0};
 
-    int rc = json ? json_dead(&b, d) : text_dead(&b, d);
+    if (json)
+        return write_json(json_dead(d), "a dead letter");
+    int rc = text_dead(&b, d);
     if (rc)
-        cli_err("cannot print dead letter '%s': out of memory", d->id);
+        cli_err("cannot print a dead letter: out of memory");
     else
         rc = cli_write_out(b.data, b.len);
     dq__buf_release(&b);

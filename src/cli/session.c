@@ -56,9 +56,31 @@ static const char *cause(const dq_client *c, int code)
     return msg[0] ? msg : dq_strerror(code);
 }
 
+/* 1 if msg is a script's refusal of a value the caller gave (a due time out
+ * of range, inconsistent settings): bad input, not a failing Redis. Values
+ * Redis holds that break the rules are no input of ours and stay exit 3. */
+static int refused_input(const char *msg)
+{
+    static const char *const refusals[] = {
+        "ERR delayq: due time beyond ",
+        "ERR delayq: backoff_base_ms above backoff_max_ms",
+        "ERR delayq: lease_ms must be at least ",
+        "ERR delayq: bad value for ",
+    };
+
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        if (strncmp(msg, refusals[i], strlen(refusals[i])) == 0)
+            return 1;
+    return 0;
+}
+
 int cli_fail(const dq_client *c, int code, const char *what)
 {
-    cli_err("%s: %s", what, cause(c, code));
+    const char *why = cause(c, code);
+
+    cli_err("%s: %s", what, why);
+    if (code == DQ_EREDIS && refused_input(why))
+        return CLI_USAGE;
     return cli_exit_code(code);
 }
 

@@ -21,7 +21,7 @@ eq(r.text.split(), ["lease_ms", "700", "max_attempts", "2", "backoff_base_ms", "
 eq(dq("config", "cq", "--lease", "0").rc, 2, "a lease of 0: usage error")
 eq(dq("config", "cq", "--max-attempts", "x").rc, 2, "max attempts not a number: usage error")
 r = dq("config", "cq", "--backoff-base", "1s")
-eq(r.rc, 3, "base above the cap: refused by the script")
+eq(r.rc, 2, "base above the cap: refused by the script, an input error (2)")
 eq(json.loads(dq("config", "cq", "--json").out)["backoff_base_ms"], 50, "... and nothing changed")
 
 section("take --ack manual without --lease: the queue's lease")

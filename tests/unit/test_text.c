@@ -1,7 +1,8 @@
 /*
  * test_text.c - unit tests of src/text.c: strict UTF-8 validation (table
  * of classic edge cases, then an exhaustive cross-check against a reference
- * decoder), the growable buffer and its NUL invariant, and JSON escaping.
+ * decoder), the growable buffer and its NUL invariant, and the escaping of
+ * outside bytes into one line of text (dq__escape).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -349,100 +350,157 @@ static void test_buf_release_twice(void **state)
     dq__buf_release(&b);
 }
 
-/* ------------------------------------------------------------ JSON */
+/* ------------------------------------------------------------ UTF-8 sequences */
 
-/* The JSON literal of len bytes, as a fresh string (test helper). */
-static void json_is(const void *in, size_t len, const char *want)
-{
-    dq__buf b = {NULL, 0, 0};
-    assert_int_equal(dq__json_string(&b, in, len), 0);
-    assert_string_equal(b.data, want);
-    assert_int_equal(b.len, strlen(want));
-    dq__buf_release(&b);
-}
-
-static void test_json_plain(void **state)
+static void test_utf8_seq(void **state)
 {
     (void)state;
-    json_is("", 0, "\"\"");
-    json_is(NULL, 0, "\"\"");
-    json_is("abc", 3, "\"abc\"");
-    json_is("a/b", 3, "\"a/b\""); /* '/' needs no escape */
-    json_is("\x7f", 1, "\"\x7f\"");
-    json_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14,
-            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+    assert_int_equal(dq__utf8_seq("a", 1), 1);
+    assert_int_equal(dq__utf8_seq("", 1), 1); /* NUL is a character */
+    assert_int_equal(dq__utf8_seq("\xc3\xa9x", 3), 2);
+    assert_int_equal(dq__utf8_seq("\xe2\x82\xac", 3), 3);
+    assert_int_equal(dq__utf8_seq("\xf0\x9f\x98\x80", 4), 4);
+    assert_int_equal(dq__utf8_seq("\xf0\x9f\x98\x80", 3), 0); /* truncated */
+    assert_int_equal(dq__utf8_seq("\x80", 1), 0);             /* continuation */
+    assert_int_equal(dq__utf8_seq("\xc0\x80", 2), 0);         /* overlong */
+    assert_int_equal(dq__utf8_seq("\xed\xa0\x80", 3), 0);     /* surrogate */
+    assert_int_equal(dq__utf8_seq("\xf4\x90\x80\x80", 4), 0); /* > U+10FFFF */
+    assert_int_equal(dq__utf8_seq("\xc3\x28", 2), 0);
+    assert_int_equal(dq__utf8_seq("a", 0), 0);
+    assert_int_equal(dq__utf8_seq(NULL, 5), 0);
 }
 
-static void test_json_escapes(void **state)
+/* ------------------------------------------------------------ escaping */
+
+/* dq__escape of len bytes into a buffer of size, no cut by max. */
+static void esc_is(const void *in, size_t len, unsigned flags, const char *want)
+{
+    char out[1024];
+    size_t n = dq__escape(out, sizeof out, in, len, SIZE_MAX, flags);
+    assert_string_equal(out, want);
+    assert_int_equal(n, strlen(want));
+}
+
+static void test_escape_plain(void **state)
 {
     (void)state;
-    json_is("\"", 1, "\"\\\"\"");
-    json_is("\\", 1, "\"\\\\\"");
-    json_is("a\nb\tc\rd\be\ff", 11, "\"a\\nb\\tc\\rd\\be\\ff\"");
-    json_is("\0", 1, "\"\\u0000\"");
-    json_is("\x01\x1f", 2, "\"\\u0001\\u001f\"");
-    json_is("x\x0by", 3, "\"x\\u000by\"");
-    json_is("\"\"", 2, "\"\\\"\\\"\"");
-    json_is("say \"hi\"\n", 9, "\"say \\\"hi\\\"\\n\"");
+    esc_is("", 0, 0, "");
+    esc_is(NULL, 0, 0, "");
+    esc_is("queue:1 a-b_c.d", 15, 0, "queue:1 a-b_c.d");
+    esc_is("~!\"#'", 5, 0, "~!\"#'");
+    esc_is("a\\b", 3, 0, "a\\\\b");
+    esc_is("a\tb\nc\rd", 7, 0, "a\\x09b\\x0ac\\x0dd");
+    esc_is("\0\x01\x1f\x7f", 4, 0, "\\x00\\x01\\x1f\\x7f");
+    esc_is("\x80\xff", 2, 0, "\\x80\\xff");
 }
 
-/* Every byte 0x00..0x7f against a per-byte reference; all 128 at once so
- * the runs between escapes are exercised too. */
-static void test_json_all_ascii(void **state)
+static void test_escape_utf8(void **state)
+{
+    (void)state;
+    /* Without the flag every non-ASCII byte is escaped, valid or not. */
+    esc_is("caf\xc3\xa9", 5, 0, "caf\\xc3\\xa9");
+    /* With it valid characters stay, invalid bytes are escaped one by one. */
+    esc_is("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14, DQ__ESC_UTF8,
+           "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    esc_is("a\xc3\x28z", 4, DQ__ESC_UTF8, "a\\xc3(z");
+    esc_is("\xe2\x82", 2, DQ__ESC_UTF8, "\\xe2\\x82"); /* truncated sequence */
+    esc_is("\xed\xa0\x80", 3, DQ__ESC_UTF8, "\\xed\\xa0\\x80");
+    esc_is("x\ny", 3, DQ__ESC_UTF8, "x\\x0ay"); /* control bytes still escaped */
+}
+
+/* Every byte value alone: printable ASCII but '\' as is, the rest \xHH. */
+static void test_escape_every_byte(void **state)
 {
     static const char hex[] = "0123456789abcdef";
-    unsigned char in[128];
-    char want[1024];
-    size_t i, k = 0;
     (void)state;
-    want[k++] = '"';
-    for (i = 0; i < 128; i++) {
-        in[i] = (unsigned char)i;
-        switch (i) {
-        case '"': memcpy(want + k, "\\\"", 2), k += 2; break;
-        case '\\': memcpy(want + k, "\\\\", 2), k += 2; break;
-        case '\n': memcpy(want + k, "\\n", 2), k += 2; break;
-        case '\t': memcpy(want + k, "\\t", 2), k += 2; break;
-        case '\r': memcpy(want + k, "\\r", 2), k += 2; break;
-        case '\b': memcpy(want + k, "\\b", 2), k += 2; break;
-        case '\f': memcpy(want + k, "\\f", 2), k += 2; break;
-        default:
-            if (i < 0x20) {
-                memcpy(want + k, "\\u00", 4), k += 4;
-                want[k++] = hex[i >> 4];
-                want[k++] = hex[i & 15];
-            } else {
-                want[k++] = (char)i;
-            }
-        }
+    for (int c = 0; c < 256; c++) {
+        unsigned char in = (unsigned char)c;
+        char want[8];
+        if (c == '\\')
+            strcpy(want, "\\\\");
+        else if (c >= 0x20 && c < 0x7f)
+            want[0] = (char)c, want[1] = '\0';
+        else
+            want[0] = '\\', want[1] = 'x', want[2] = hex[c >> 4], want[3] = hex[c & 15],
+            want[4] = '\0';
+        esc_is(&in, 1, 0, want);
+        esc_is(&in, 1, DQ__ESC_UTF8, want);
     }
-    want[k++] = '"';
-    want[k] = '\0';
-    json_is(in, sizeof in, want);
 }
 
-/* The literal is appended after what the buffer holds. */
-static void test_json_appends(void **state)
+/* max cuts the input; "..." marks the cut. */
+static void test_escape_max(void **state)
 {
-    dq__buf b = {NULL, 0, 0};
+    char out[64];
     (void)state;
-    assert_int_equal(dq__buf_append(&b, "{\"id\":", 6), 0);
-    assert_int_equal(dq__json_string(&b, "a\"b", 3), 0);
-    assert_int_equal(dq__buf_append(&b, "}", 1), 0);
-    assert_string_equal(b.data, "{\"id\":\"a\\\"b\"}");
-    assert_int_equal(b.len, 13);
-    dq__buf_release(&b);
+    assert_int_equal(dq__escape(out, sizeof out, "abcdefgh", 8, 3, 0), 6);
+    assert_string_equal(out, "abc...");
+    assert_int_equal(dq__escape(out, sizeof out, "abc", 3, 3, 0), 3);
+    assert_string_equal(out, "abc");
+    assert_int_equal(dq__escape(out, sizeof out, "a\nbc", 4, 2, 0), 8);
+    assert_string_equal(out, "a\\x0a...");
+    assert_int_equal(dq__escape(out, sizeof out, "abc", 3, 0, 0), 3);
+    assert_string_equal(out, "...");
+    /* A character is never split by max: the sequence counts as invalid. */
+    dq__escape(out, sizeof out, "a\xc3\xa9", 3, 2, DQ__ESC_UTF8);
+    assert_string_equal(out, "a\\xc3...");
 }
 
-static void test_json_null_with_len(void **state)
+/* A small out cuts at a whole unit and still ends in "..." + NUL. */
+static void test_escape_small_out(void **state)
 {
-    dq__buf b = {NULL, 0, 0};
+    char out[16];
     (void)state;
-    assert_int_equal(dq__buf_append(&b, "x", 1), 0);
-    assert_int_equal(dq__json_string(&b, NULL, 3), DQ_EINVAL);
-    assert_int_equal(b.len, 1);
-    assert_string_equal(b.data, "x");
-    dq__buf_release(&b);
+    memset(out, 'Z', sizeof out);
+    assert_int_equal(dq__escape(out, 8, "abcdefghij", 10, SIZE_MAX, 0), 7);
+    assert_string_equal(out, "abcd...");
+    assert_int_equal(out[9], 'Z');
+    /* exactly fits: no cut */
+    assert_int_equal(dq__escape(out, 8, "abcdefg", 7, SIZE_MAX, 0), 7);
+    assert_string_equal(out, "abcdefg");
+    /* an escape that does not fit whole is left out whole */
+    assert_int_equal(dq__escape(out, 8, "ab\x01\x02", 4, SIZE_MAX, 0), 5);
+    assert_string_equal(out, "ab...");
+    assert_int_equal(dq__escape(out, 4, "abcdef", 6, SIZE_MAX, 0), 3);
+    assert_string_equal(out, "...");
+    assert_int_equal(dq__escape(out, 3, "abc", 3, SIZE_MAX, 0), 0);
+    assert_string_equal(out, "");
+    /* 4 * len + 1 is always enough */
+    unsigned char all[256];
+    char big[4 * 256 + 1];
+    for (int i = 0; i < 256; i++)
+        all[i] = (unsigned char)i;
+    size_t n = dq__escape(big, sizeof big, all, sizeof all, SIZE_MAX, 0);
+    assert_int_equal(n, strlen(big));
+    assert_int_equal(n, 95 + 1 + 4 * (256 - 95)); /* printable, '\\', the rest */
+    assert_null(strstr(big, "..."));
+}
+
+/* The output is always one line of printable ASCII (without the flag),
+ * whatever the input: checked on random bytes. */
+static void test_escape_random(void **state)
+{
+    unsigned char in[300];
+    char out[200];
+    unsigned seed = 12345;
+    (void)state;
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)(round % 300);
+        for (size_t i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            in[i] = (unsigned char)(seed >> 16);
+        }
+        size_t n = dq__escape(out, sizeof out, in, len, (size_t)(round % 70), 0);
+        assert_true(n < sizeof out);
+        assert_int_equal(strlen(out), n);
+        for (size_t i = 0; i < n; i++)
+            assert_true(out[i] >= 0x20 && out[i] < 0x7f);
+        n = dq__escape(out, sizeof out, in, len, SIZE_MAX, DQ__ESC_UTF8);
+        assert_int_equal(strlen(out), n);
+        assert_true(dq__utf8_valid(out, n));
+        for (size_t i = 0; i < n; i++)
+            assert_true((unsigned char)out[i] >= 0x20 && out[i] != 0x7f);
+    }
 }
 
 int main(void)
@@ -462,11 +520,13 @@ int main(void)
         cmocka_unit_test(test_buf_printf_empty),
         cmocka_unit_test(test_buf_printf_long),
         cmocka_unit_test(test_buf_release_twice),
-        cmocka_unit_test(test_json_plain),
-        cmocka_unit_test(test_json_escapes),
-        cmocka_unit_test(test_json_all_ascii),
-        cmocka_unit_test(test_json_appends),
-        cmocka_unit_test(test_json_null_with_len),
+        cmocka_unit_test(test_utf8_seq),
+        cmocka_unit_test(test_escape_plain),
+        cmocka_unit_test(test_escape_utf8),
+        cmocka_unit_test(test_escape_every_byte),
+        cmocka_unit_test(test_escape_max),
+        cmocka_unit_test(test_escape_small_out),
+        cmocka_unit_test(test_escape_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
