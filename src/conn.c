@@ -68,7 +68,7 @@ static char *put_bulk(char *p, const char *s, size_t len) {
  * this is on the path of every request. */
 long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
                            int argc, const char **argv, const size_t *argvlen) {
-    size_t room = 1 + 20 + 2;
+    size_t room = 1 + 20 + 2 + 1; /* + a NUL: see below */
     for (int i = 0; i < nhead; i++) room += BULK_FRAME + headlen[i];
     for (int i = 0; i < argc; i++) room += BULK_FRAME + argvlen[i];
     char *buf = malloc(room), *p = buf;
@@ -78,6 +78,9 @@ long dq__format_command(char **out, int nhead, const char **head, const size_t *
     *p++ = '\r', *p++ = '\n';
     for (int i = 0; i < nhead; i++) p = put_bulk(p, head[i], headlen[i]);
     for (int i = 0; i < argc; i++) p = put_bulk(p, argv[i], argvlen[i]);
+    /* Not part of the command: hiredis finds the command's name with
+     * strchr and strtol, which must stop inside the buffer. */
+    *p = '\0';
     *out = buf;
     return p - buf;
 }

@@ -50,13 +50,14 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
     char mid[48];
     int mlen = snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", scripts[which].len);
     size_t len = head + (size_t)mlen + scripts[which].len + 2 + (cmd_len - skip);
-    char *out = malloc(len), *p = out;
+    char *out = malloc(len + 1), *p = out; /* NUL-ended, as dq__format_command's */
     if (!out) return NULL;
     memcpy(p, cmd, head), p += head;
     memcpy(p, mid, (size_t)mlen), p += mlen;
     memcpy(p, scripts[which].body, scripts[which].len), p += scripts[which].len;
     memcpy(p, "\r\n", 2), p += 2;
     memcpy(p, cmd + skip, cmd_len - skip);
+    out[len] = '\0';
     *newlen = len;
     return out;
 }
