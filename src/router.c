@@ -108,6 +108,8 @@ struct dq__router {
     int sentinel_next;       /* the next sentinel to ask                 */
     int discovering;
     int discover_rounds;     /* full rounds over the sentinels that failed */
+    int failover_seen;       /* the sentinel asked runs a failover now    */
+    double connect_deadline; /* dq_connect gives up waiting for one then  */
     dq__conn *asking;        /* the sentinel being asked                 */
     dq__push *watch;         /* +switch-master                           */
     int watch_sentinel;
@@ -908,6 +910,17 @@ static void master_addr_reply(dq__conn *conn, redisReply *reply, int code, void 
         next_sentinel(rt, reply->type == REDIS_REPLY_ERROR ? reply->str : "does not know the master");
         return;
     }
+    if (rt->failover_seen) {
+        /* Ask again shortly (the same sentinel first: it runs it). */
+        dq__log(rt->c, "sentinel %s: failover of %s in progress; waiting", conn->name,
+                rt->c->url.master);
+        dq__conn_retire(rt->asking);
+        rt->asking = NULL;
+        rt->discovering = 0;
+        rt->heal_s = 0;
+        heal_later(rt);
+        return;
+    }
     char host[256];
     snprintf(host, sizeof host, "%s", reply->element[0]->str);
     int port = (int)dq__reply_int(reply->element[1]);
@@ -924,12 +937,34 @@ static void master_addr_reply(dq__conn *conn, redisReply *reply, int code, void 
     watch_sentinel(rt, answered);
 }
 
+/* SENTINEL MASTER's flags: while this sentinel runs a failover, the master
+ * it names may already have been replaced by a promoted replica, and every
+ * write it takes until it is demoted is lost (even one a replica of it
+ * confirmed with WAIT: that replica resyncs from the new master). So the
+ * answer waits until the failover is over. */
+static void master_flags_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)conn, (void)code;
+    dq__router *rt = privdata;
+    rt->failover_seen = 0;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i + 1 < reply->elements; i += 2) {
+        const redisReply *k = reply->element[i], *v = reply->element[i + 1];
+        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+            strcmp(k->str, "flags") == 0 && strstr(v->str, "failover_in_progress"))
+            rt->failover_seen = 1;
+    }
+}
+
 static void sentinel_up(dq__conn *conn, void *privdata) {
     dq__router *rt = privdata;
     const char *master = rt->c->url.master;
+    const char *flags[3] = {"SENTINEL", "MASTER", master};
+    size_t flags_len[3] = {8, 6, strlen(master)};
     const char *av[3] = {"SENTINEL", "get-master-addr-by-name", master};
     size_t al[3] = {8, 23, strlen(master)};
-    if (dq__conn_send(conn, 0, 3, av, al, master_addr_reply, rt) != 0)
+    /* Pipelined: the flags' reply comes first. */
+    if (dq__conn_send(conn, 0, 3, flags, flags_len, master_flags_reply, rt) != 0 ||
+        dq__conn_send(conn, 0, 3, av, al, master_addr_reply, rt) != 0)
         next_sentinel(rt, "cannot send");
 }
 
@@ -1018,6 +1053,7 @@ static int single_done(const dq__router *rt) {
 
 static int sentinel_done(const dq__router *rt) {
     if (rt->discover_rounds > 0) return 1;
+    if (!rt->master && ev_time() > rt->connect_deadline) return 1; /* a failover lasts */
     return rt->master && single_done(rt);
 }
 
@@ -1052,6 +1088,7 @@ int dq__router_connect(dq_client *c) {
         return 0;
     }
     if (rt->topology == DQ__TOPO_SENTINEL) {
+        rt->connect_deadline = ev_time() + c->opt.connect_timeout_ms / 1000.0;
         discover(rt);
         run_until(rt, sentinel_done);
         if (!rt->master) return connect_failed(c, DQ_ECONNECT, rt->errstr);
