@@ -99,13 +99,9 @@ int dq_connect(dq_client *c, const char *url) {
         return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
         return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
-    snprintf(c->url_text, sizeof c->url_text, "%s", url);
-    /* Never print the password back. */
-    char *at = strrchr(c->url_text, '@'); /* the parser splits at the last '@' */
-    if (at && !c->url.is_unix) {
-        char *p = strstr(c->url_text, "://");
-        if (p && p + 3 < at) memmove(p + 3, at + 1, strlen(at + 1) + 1);
-    }
+    /* Messages name the URL by its masked text, which the parser made from
+     * the whole URL before any cut: no password byte can reach them. */
+    snprintf(c->url_text, sizeof c->url_text, "%s", c->url.masked);
     c->cmd->on_up = on_cmd_up;
     c->cmd->auto_reconnect = 0;
     dq__conn_start(c->cmd);
