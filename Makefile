@@ -49,6 +49,9 @@ UNIT_SRC = $(wildcard tests/unit/*.c)
 ITEST_SRC = $(wildcard tests/integration/*.c)
 EX_SRC = $(wildcard examples/*.c)
 BENCH_SRC = $(wildcard bench/*.c)
+# Helpers the tests run (tests/cli/*.py), not tests themselves: run.sh
+# executes every tests/unit binary, so they live apart.
+TOOL_SRC = $(wildcard tests/tools/*.c)
 
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -56,6 +59,7 @@ UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN = $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 EX_BIN = $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+TOOL_BIN = $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
 STATIC = $(BUILD)/libdelayq.a
 SHARED = $(BUILD)/libdelayq.so
@@ -67,7 +71,7 @@ DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev lib
            libcmocka-dev redis-server redis-tools python3 valgrind
 
 .PHONY: all deps demo test test-asan valgrind bench check install clean
-all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(EX_BIN) $(BENCH_BIN)
+all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
@@ -97,6 +101,10 @@ $(BUILD)/tests/%: tests/unit/%.c $(STATIC) $(wildcard tests/*.h)
 $(BUILD)/tests/%: tests/integration/%.c $(STATIC) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -Itests $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS) -lcmocka
+
+$(BUILD)/tests/tools/%: tests/tools/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
 $(BUILD)/examples/%: examples/%.c $(STATIC) $(wildcard examples/*.h)
 	@mkdir -p $(dir $@)

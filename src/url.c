@@ -1,11 +1,25 @@
 /*
  * url.c - the connection URL of dq_connect() and the CLI.
  *
- * Owns dq__url_parse: "redis://[[user:]password@]host[:port][/db]" and
- * "unix:///path/to/redis.sock[?db=N]" into a dq__url. Pure string work: no
- * name resolution, no I/O. Every rejection comes with a one-line reason;
- * the reason may quote the scheme, port or db but never the user info, so a
- * password cannot leak into a log.
+ * Owns dq__url_parse, which turns one of
+ *   redis://[[user:]password@]host[:port][/db]
+ *   unix:///path/to/redis.sock[?db=N]
+ *   redis-sentinel://[[user:]password@]host[:port][,host[:port]...][/db]
+ *       [?sentinel_user=U&sentinel_password=P]#MASTER
+ *   redis-cluster://[[user:]password@]host[:port][,host[:port]...]
+ * into a dq__url, and the masked text of a URL for messages (dq__url_mask).
+ * Pure string work: no name resolution, no I/O.
+ *
+ * Two rules decide where the parts end, because a raw password may hold
+ * any of '@', ':', '/', '?' and '#': the LAST '@' ends the user info (hosts,
+ * ports, db, query and master name cannot hold one), and the LAST '#' starts
+ * the master name (which cannot hold one). So '@' and '&' in query values
+ * must be percent-encoded.
+ *
+ * Every rejection comes with a one-line reason that may quote the scheme, a
+ * host, a port or a db, all of which come after the user info and before the
+ * query; it never quotes the user info, a query parameter or the master name,
+ * so no password byte can reach a log through it.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -16,6 +30,10 @@
 #include "util.h"
 
 #define DEFAULT_PORT 6379
+#define SENTINEL_PORT 26379
+/* Longest master name; the field holds it with its NUL. */
+#define MASTER_MAX 127
+#define SCHEMES "redis://, redis-sentinel://, redis-cluster:// or unix://"
 /* How much of an offending fragment an error message quotes. */
 #define QUOTE_MAX 32
 
@@ -55,6 +73,16 @@ static const char *quote(char out[QUOTE_MAX + 4], const char *s, size_t n)
 }
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* 1 if the n bytes at s contain the NUL-terminated word, in any case. */
+static int contains(const char *s, size_t n, const char *word)
+{
+    size_t k = strlen(word), i;
+    for (i = 0; i + k <= n; i++)
+        if (strncasecmp(s + i, word, k) == 0)
+            return 1;
+    return 0;
+}
 
 static int hex_value(char c)
 {
@@ -124,43 +152,62 @@ static int parse_userinfo(parser *ps, const char *s, size_t n, dq__url *u)
                         sizeof u->password);
 }
 
-static int copy_host(parser *ps, const char *s, size_t n, dq__url *u)
+/* ------------------------------------------------------------ hosts and ports */
+
+/* Where a node's host ends: a port, the next node, the db or the query.
+ * The list as a whole ends at `end` (the master name's '#' or the NUL). */
+static int ends_host(const char *p, const char *end)
+{
+    return p == end || *p == ':' || *p == ',' || *p == '/' || *p == '?';
+}
+
+/* Where a node's port (or any text of the node) ends. */
+static int ends_node(const char *p, const char *end)
+{
+    return p == end || *p == ',' || *p == '/' || *p == '?';
+}
+
+static int copy_host(parser *ps, const char *s, size_t n, dq__addr *a)
 {
     if (n == 0)
         return fail(ps, "missing host");
-    if (n >= sizeof u->host)
-        return fail(ps, "host too long (at most %zu bytes)", sizeof u->host - 1);
-    memcpy(u->host, s, n);
-    u->host[n] = '\0';
+    if (n >= sizeof a->host)
+        return fail(ps, "host too long (at most %zu bytes)", sizeof a->host - 1);
+    memcpy(a->host, s, n);
+    a->host[n] = '\0';
     return 0;
 }
 
 /* "[v6addr]" at *p; leaves *p after the ']'. Only hex digits, ':' and '.'
  * (IPv4-mapped forms) are allowed inside; zone ids are not supported. */
-static int parse_ipv6_host(parser *ps, const char **p, dq__url *u)
+static int parse_ipv6_host(parser *ps, const char **p, const char *end, dq__addr *a)
 {
-    const char *open = *p, *close = strchr(open, ']');
+    const char *open = *p, *close = memchr(open, ']', (size_t)(end - open));
     const char *c;
     if (close == NULL)
         return fail(ps, "unterminated '[' in IPv6 host");
     for (c = open + 1; c < close; c++)
         if (hex_value(*c) < 0 && *c != ':' && *c != '.')
             return fail(ps, "invalid character in IPv6 host (only hex digits, ':' and '.')");
-    if (copy_host(ps, open + 1, (size_t)(close - open - 1), u) != 0)
+    if (copy_host(ps, open + 1, (size_t)(close - open - 1), a) != 0)
         return DQ_EINVAL;
     *p = close + 1;
-    if (**p != '\0' && **p != ':' && **p != '/') {
+    if (!ends_host(*p, end)) {
+        /* Quote only up to the end of this node: the query may follow. */
+        const char *e = *p;
         char q[QUOTE_MAX + 4];
-        return fail(ps, "trailing garbage '%s' after IPv6 host", quote(q, *p, strlen(*p)));
+        while (!ends_node(e, end))
+            e++;
+        return fail(ps, "trailing garbage '%s' after IPv6 host", quote(q, *p, (size_t)(e - *p)));
     }
     return 0;
 }
 
-/* A host name or IPv4 address at *p, up to ':', '/' or the end. */
-static int parse_name_host(parser *ps, const char **p, dq__url *u)
+/* A host name or IPv4 address at *p. */
+static int parse_name_host(parser *ps, const char **p, const char *end, dq__addr *a)
 {
     const char *s = *p, *e = s;
-    while (*e != '\0' && *e != ':' && *e != '/') {
+    while (!ends_host(e, end)) {
         char c = *e;
         if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
               c == '.' || c == '_')) {
@@ -169,32 +216,60 @@ static int parse_name_host(parser *ps, const char **p, dq__url *u)
         }
         e++;
     }
-    if (copy_host(ps, s, (size_t)(e - s), u) != 0)
+    if (copy_host(ps, s, (size_t)(e - s), a) != 0)
         return DQ_EINVAL;
     *p = e;
     return 0;
 }
 
-/* ":port" at *p (the ':' included); the port runs to '/' or the end. */
-static int parse_port(parser *ps, const char **p, dq__url *u)
+/* ":port" at *p (the ':' included). */
+static int parse_port(parser *ps, const char **p, const char *end, dq__addr *a)
 {
-    const char *s = *p + 1;
-    size_t n = strcspn(s, "/");
+    const char *s = *p + 1, *e = s;
     long long v = 0;
-    long got = read_digits(s, n, 65535, &v);
-    if (got <= 0 || (size_t)got != n || v == 0) {
+    long got;
+    while (!ends_node(e, end))
+        e++;
+    got = read_digits(s, (size_t)(e - s), 65535, &v);
+    if (got <= 0 || got != e - s || v == 0) {
         char q[QUOTE_MAX + 4];
-        return fail(ps, "bad port '%s' (expected 1..65535)", quote(q, s, n));
+        return fail(ps, "bad port '%s' (expected 1..65535)", quote(q, s, (size_t)(e - s)));
     }
-    u->port = (int)v;
-    *p = s + n;
+    a->port = (int)v;
+    *p = e;
     return 0;
 }
 
-/* A db number at s up to the end; "" means 0 only where empty_ok. */
-static int parse_db(parser *ps, const char *s, int empty_ok, dq__url *u)
+/* "host[:port][,host[:port]...]" at *p, up to '/', '?' or end; leaves *p
+ * there. Each node gets default_port unless it names one. */
+static int parse_nodes(parser *ps, const char **p, const char *end, int default_port,
+                       dq__url *u)
 {
-    size_t n = strlen(s);
+    for (;;) {
+        dq__addr *a = &u->nodes[u->nnodes];
+        /* An empty node in a list is most likely a typo ("a,,b", "a,");
+         * alone it is the single form's "missing host". */
+        if (ends_node(*p, end) && (u->nnodes > 0 || **p == ','))
+            return fail(ps, "empty host in the node list (no host between two ',' or at an end)");
+        a->port = default_port;
+        if (**p == '[' ? parse_ipv6_host(ps, p, end, a) : parse_name_host(ps, p, end, a))
+            return DQ_EINVAL;
+        if (**p == ':' && parse_port(ps, p, end, a) != 0)
+            return DQ_EINVAL;
+        u->nnodes++;
+        if (*p == end || **p != ',')
+            return 0;
+        if (u->nnodes == DQ__URL_NODES_MAX)
+            return fail(ps, "too many nodes (at most %d)", DQ__URL_NODES_MAX);
+        (*p)++;
+    }
+}
+
+/* ------------------------------------------------------------ db, query, master */
+
+/* A db number in n bytes at s; "" means 0 only where empty_ok. */
+static int parse_db(parser *ps, const char *s, size_t n, int empty_ok, dq__url *u)
+{
     long long v = 0;
     long got = read_digits(s, n, INT_MAX, &v);
     char q[QUOTE_MAX + 4];
@@ -208,26 +283,137 @@ static int parse_db(parser *ps, const char *s, int empty_ok, dq__url *u)
     return 0;
 }
 
-/* Everything after "redis://". */
-static int parse_tcp(parser *ps, const char *rest, dq__url *u)
+/* 1 if the n bytes at s are exactly the NUL-terminated word. */
+static int is_word(const char *s, size_t n, const char *word)
 {
-    /* The last '@' ends the user info: host, port and db cannot hold one, so
-     * a password with a raw '@' or '/' still parses as the user meant. */
+    return strlen(word) == n && memcmp(s, word, n) == 0;
+}
+
+/* The sentinel query (n bytes at s, after the '?'): "name=value" pairs
+ * joined by '&', each of sentinel_user and sentinel_password at most once,
+ * in any order. Names and values are never quoted: a value with a raw '&'
+ * would leave a piece of a password where a name is expected. */
+static int parse_query(parser *ps, const char *s, size_t n, dq__url *u)
+{
+    const char *end = s + n;
+    int number = 0, seen_user = 0, seen_password = 0;
+    for (;;) {
+        const char *amp = memchr(s, '&', (size_t)(end - s));
+        const char *e = amp ? amp : end;
+        const char *eq = memchr(s, '=', (size_t)(e - s));
+        size_t name_len = eq ? (size_t)(eq - s) : 0;
+        number++;
+        if (e == s)
+            return fail(ps, "empty query parameter (a stray '?' or '&')");
+        if (eq == NULL)
+            return fail(ps, "query parameter %d has no '=' (expected sentinel_user=U or "
+                            "sentinel_password=P; write '&' in a value as %%26)", number);
+        if (is_word(s, name_len, "sentinel_user")) {
+            if (seen_user++)
+                return fail(ps, "duplicate query parameter sentinel_user");
+            if (decode_field(ps, "sentinel_user", eq + 1, (size_t)(e - eq - 1), u->sentinel_user,
+                             sizeof u->sentinel_user) != 0)
+                return DQ_EINVAL;
+        } else if (is_word(s, name_len, "sentinel_password")) {
+            if (seen_password++)
+                return fail(ps, "duplicate query parameter sentinel_password");
+            if (decode_field(ps, "sentinel_password", eq + 1, (size_t)(e - eq - 1),
+                             u->sentinel_password, sizeof u->sentinel_password) != 0)
+                return DQ_EINVAL;
+        } else {
+            return fail(ps, "unknown query parameter %d (only sentinel_user= and "
+                            "sentinel_password=; write '&' in a value as %%26)", number);
+        }
+        if (amp == NULL)
+            return 0;
+        s = amp + 1;
+    }
+}
+
+/* The master name (n bytes at s, after the '#'). Never quoted: a raw '#'
+ * in a password before it would put a piece of the password here. */
+static int parse_master(parser *ps, const char *s, size_t n, dq__url *u)
+{
+    size_t i;
+    if (n == 0)
+        return fail(ps, "empty master name after '#' (1..%d of A-Z a-z 0-9 _ . -)", MASTER_MAX);
+    if (n > MASTER_MAX)
+        return fail(ps, "master name too long (at most %d bytes)", MASTER_MAX);
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
+              c == '.' || c == '_'))
+            return fail(ps, "invalid character in master name (only A-Z a-z 0-9 _ . -)");
+    }
+    memcpy(u->master, s, n);
+    u->master[n] = '\0';
+    return 0;
+}
+
+/* ------------------------------------------------------------ the forms */
+
+
+/* Everything after "redis://", "redis-sentinel://" or "redis-cluster://". */
+static int parse_network(parser *ps, int topology, const char *rest, dq__url *u)
+{
     const char *at = strrchr(rest, '@');
-    const char *p = rest;
-    u->port = DEFAULT_PORT;
+    const char *p = rest, *frag, *end;
+    const char *name = topology == DQ__TOPO_SENTINEL  ? "redis-sentinel://"
+                       : topology == DQ__TOPO_CLUSTER ? "redis-cluster://"
+                                                      : "redis://";
+    u->topology = topology;
     if (at != NULL) {
+        /* A raw '@' in a query value would make the last '@' fall inside
+         * the query: the parse would go on with a piece of the sentinel
+         * password as host. Refuse rather than connect somewhere odd (and
+         * name a password's tail as a host in messages). */
+        if (topology == DQ__TOPO_SENTINEL &&
+            (contains(rest, (size_t)(at - rest), "sentinel_password=") ||
+             contains(rest, (size_t)(at - rest), "sentinel_user=")))
+            return fail(ps, "an '@' after the hosts (write '@' in query values as %%40)");
         if (parse_userinfo(ps, rest, (size_t)(at - rest), u) != 0)
             return DQ_EINVAL;
         p = at + 1;
     }
-    if (*p == '[' ? parse_ipv6_host(ps, &p, u) : parse_name_host(ps, &p, u))
+    frag = strrchr(p, '#');
+    end = frag ? frag : p + strlen(p);
+
+    if (parse_nodes(ps, &p, end, topology == DQ__TOPO_SENTINEL ? SENTINEL_PORT : DEFAULT_PORT,
+                    u) != 0)
         return DQ_EINVAL;
-    if (*p == ':' && parse_port(ps, &p, u) != 0)
-        return DQ_EINVAL;
-    if (*p == '/')
-        return parse_db(ps, p + 1, 1, u);
-    return 0;
+    if (topology == DQ__TOPO_SINGLE) {
+        if (u->nnodes > 1)
+            return fail(ps, "redis:// takes one host (several: redis-sentinel:// or "
+                            "redis-cluster://)");
+        memcpy(u->host, u->nodes[0].host, sizeof u->host);
+        u->port = u->nodes[0].port;
+    }
+    if (p < end && *p == '/') {
+        const char *q = memchr(p, '?', (size_t)(end - p));
+        const char *db_end = q ? q : end;
+        if (parse_db(ps, p + 1, (size_t)(db_end - p - 1), 1, u) != 0)
+            return DQ_EINVAL;
+        if (topology == DQ__TOPO_CLUSTER && u->db != 0)
+            return fail(ps, "redis-cluster:// takes no /db other than /0 (a cluster has only "
+                            "db 0)");
+        p = db_end;
+    }
+    if (p < end) { /* at the '?' */
+        if (topology != DQ__TOPO_SENTINEL)
+            return fail(ps, "%s takes no ?query (sentinel_user and sentinel_password are for "
+                            "redis-sentinel://)", name);
+        if (parse_query(ps, p + 1, (size_t)(end - p - 1), u) != 0)
+            return DQ_EINVAL;
+    }
+    if (topology != DQ__TOPO_SENTINEL) {
+        if (frag != NULL)
+            return fail(ps, "%s takes no #fragment (#MASTER is for redis-sentinel://)", name);
+        return 0;
+    }
+    if (frag == NULL)
+        return fail(ps, "missing #MASTER at the end (the name of the master the sentinels "
+                        "monitor)");
+    return parse_master(ps, frag + 1, strlen(frag + 1), u);
 }
 
 /* Everything after "unix://": an absolute path, then "?db=N" at most. */
@@ -251,8 +437,137 @@ static int parse_unix(parser *ps, const char *rest, dq__url *u)
         return fail(ps, "trailing garbage '%s' after socket path (only ?db=N is allowed)",
                     quote(q, query, strlen(query)));
     }
-    return parse_db(ps, rest + n + 4, 0, u);
+    return parse_db(ps, rest + n + 4, strlen(rest + n + 4), 0, u);
 }
+
+/* ------------------------------------------------------------ masking */
+
+/* Output of the masking, cut at unit boundaries: a unit (one byte, one
+ * "\xHH" escape, one "***") is written whole or not at all, so a cut never
+ * leaves half an escape. `mark` is the last boundary that still leaves room
+ * for "...", where the text is cut when a unit does not fit. */
+typedef struct masker {
+    char *out;
+    size_t limit, len, mark;
+    int cut;
+} masker;
+
+static void put_unit(masker *m, const char *s, size_t n)
+{
+    if (m->cut)
+        return;
+    if (m->len + n > m->limit) {
+        size_t dots = m->limit - m->mark < 3 ? m->limit - m->mark : 3;
+        memcpy(m->out + m->mark, "...", dots);
+        m->len = m->mark + dots;
+        m->cut = 1;
+        return;
+    }
+    memcpy(m->out + m->len, s, n);
+    m->len += n;
+    if (m->len + 3 <= m->limit)
+        m->mark = m->len;
+}
+
+/* n bytes of text, each non-printable or non-ASCII byte as "\xHH", so a
+ * message stays one line of plain ASCII whatever the URL holds. */
+static void put_text(masker *m, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n && !m->cut; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f) {
+            put_unit(m, (const char *)&s[i], 1);
+        } else {
+            char e[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+            put_unit(m, e, 4);
+        }
+    }
+}
+
+/* The query (n bytes at s, after the '?'): db= and sentinel_user= pieces as
+ * they are, sentinel_password= with its value as "***", and any other piece
+ * as "***" whole: in a URL that does not parse, an unknown piece may be the
+ * tail of a password cut at a raw '&'. */
+static void put_query(masker *m, const char *s, size_t n)
+{
+    static const char pw[] = "sentinel_password=";
+    const char *end = s + n;
+    for (;;) {
+        const char *amp = memchr(s, '&', (size_t)(end - s));
+        size_t k = (size_t)((amp ? amp : end) - s);
+        if (k >= 3 && memcmp(s, "db=", 3) == 0)
+            put_text(m, s, k);
+        else if (k >= 14 && memcmp(s, "sentinel_user=", 14) == 0)
+            put_text(m, s, k);
+        else if (k >= sizeof pw - 1 && memcmp(s, pw, sizeof pw - 1) == 0) {
+            put_text(m, pw, sizeof pw - 1);
+            put_unit(m, "***", 3);
+        } else if (k > 0)
+            put_unit(m, "***", 3);
+        if (amp == NULL)
+            return;
+        put_unit(m, "&", 1);
+        s = amp + 1;
+    }
+}
+
+/* Writes the masked text into out (size bytes, at most DQ__URL_MASKED_MAX
+ * of them used before the NUL). info..info_end (info_end at the '@') is the
+ * user info to hide, or info is NULL when there is none. The query starts at
+ * the first '?' after it and the fragment at the last '#', as in the parse. */
+static void mask_into(const char *text, const char *info, const char *info_end, char *out,
+                      size_t size)
+{
+    masker m = {out, 0, 0, 0, 0};
+    const char *p = text, *frag, *query, *end;
+    if (out == NULL || size == 0)
+        return;
+    m.limit = size - 1 < DQ__URL_MASKED_MAX ? size - 1 : DQ__URL_MASKED_MAX;
+    if (text == NULL) {
+        out[0] = '\0';
+        return;
+    }
+    if (info != NULL) {
+        put_text(&m, text, (size_t)(info - text));
+        put_unit(&m, "***", 3);
+        p = info_end;
+    }
+    frag = strrchr(p, '#');
+    end = frag ? frag : p + strlen(p);
+    /* A raw '@' in a sentinel password puts the last '@' inside the query:
+     * what follows it, up to the master name, is then that password's tail
+     * and more query, so it is masked as query pieces are. */
+    if (info != NULL && contains(info, (size_t)(info_end - info), "sentinel_password=")) {
+        put_unit(&m, "@", 1);
+        put_query(&m, info_end + 1, (size_t)(end - info_end - 1));
+        put_text(&m, end, strlen(end));
+        out[m.len] = '\0';
+        return;
+    }
+    query = memchr(p, '?', (size_t)(end - p));
+    put_text(&m, p, (size_t)((query ? query : end) - p));
+    if (query != NULL) {
+        put_unit(&m, "?", 1);
+        put_query(&m, query + 1, (size_t)(end - query - 1));
+    }
+    put_text(&m, end, strlen(end));
+    out[m.len] = '\0';
+}
+
+void dq__url_mask(const char *text, char *out, size_t size)
+{
+    /* Whatever stands before the last '@' is hidden, from the "://" on or
+     * from the start when there is no "://" before it (a scheme left out,
+     * as in "pw@host"). */
+    const char *at = text ? strrchr(text, '@') : NULL;
+    const char *sep = text ? strstr(text, "://") : NULL;
+    const char *info = sep != NULL && at != NULL && sep + 3 <= at ? sep + 3 : text;
+    mask_into(text, at ? info : NULL, at, out, size);
+}
+
+/* ------------------------------------------------------------ entry */
 
 int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
 {
@@ -271,25 +586,33 @@ int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
         return fail(&ps, "empty URL");
     sep = strstr(text, "://");
     if (sep == NULL)
-        return fail(&ps, "missing scheme (expected redis:// or unix://)");
+        return fail(&ps, "missing scheme (expected " SCHEMES ")");
     scheme_len = (size_t)(sep - text);
 
     memset(&u, 0, sizeof u);
     /* Schemes are case-insensitive (RFC 3986, 3.1). */
     if (scheme_len == 5 && strncasecmp(text, "redis", 5) == 0)
-        rc = parse_tcp(&ps, sep + 3, &u);
+        rc = parse_network(&ps, DQ__TOPO_SINGLE, sep + 3, &u);
+    else if (scheme_len == 14 && strncasecmp(text, "redis-sentinel", 14) == 0)
+        rc = parse_network(&ps, DQ__TOPO_SENTINEL, sep + 3, &u);
+    else if (scheme_len == 13 && strncasecmp(text, "redis-cluster", 13) == 0)
+        rc = parse_network(&ps, DQ__TOPO_CLUSTER, sep + 3, &u);
     else if (scheme_len == 4 && strncasecmp(text, "unix", 4) == 0)
         rc = parse_unix(&ps, sep + 3, &u);
     else if (scheme_len == 6 && strncasecmp(text, "rediss", 6) == 0)
         rc = fail(&ps, "TLS (rediss://) is not supported");
     else
-        rc = fail(&ps, "unknown scheme '%s' (expected redis:// or unix://)",
-                  quote(q, text, scheme_len));
+        rc = fail(&ps, "unknown scheme '%s' (expected " SCHEMES ")", quote(q, text, scheme_len));
 
-    /* Only a complete parse reaches *out, and the stack copy of the
-     * password is wiped either way. */
-    if (rc == 0)
+    if (rc == 0) {
+        /* The user info is what the parse took it to be: all before the
+         * last '@' in a network URL, nothing in a socket path. */
+        const char *at = u.is_unix ? NULL : strrchr(sep + 3, '@');
+        mask_into(text, at ? sep + 3 : NULL, at, u.masked, sizeof u.masked);
         *out = u;
+    }
+    /* Only a complete parse reaches *out, and the stack copy of the
+     * passwords is wiped either way. */
     explicit_bzero(&u, sizeof u);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util.h"
 
 /* ------------------------------------------------------------ errors */
 
@@ -86,23 +87,6 @@ int cli_fail(const dq_client *c, int code, const char *what)
 
 /* ------------------------------------------------------------ connecting */
 
-/* Copies url into buf with the password of "redis://user:password@host"
- * (or "redis://password@host") replaced by "***". */
-static void mask_url(const char *url, char *buf, size_t size)
-{
-    const char *p = strstr(url, "://");
-    const char *at = p ? strrchr(p, '@') : NULL;
-
-    if (!at || strncmp(url, "unix:", 5) == 0) {
-        snprintf(buf, size, "%s", url);
-        return;
-    }
-    p += 3;
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    const char *keep_end = colon ? colon + 1 : p;
-    snprintf(buf, size, "%.*s***%s", (int)(keep_end - url), url, at);
-}
-
 int cli_connect(const cli_env *env, dq_client **out)
 {
     return cli_connect_on(env, NULL, out);
@@ -111,7 +95,7 @@ int cli_connect(const cli_env *env, dq_client **out)
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
 {
     dq_options opts;
-    char shown[512];
+    char shown[DQ__URL_MASKED_MAX + 1];
 
     dq_options_init(&opts);
     if (durability_options(env, &opts) != 0)
@@ -132,7 +116,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
         strncmp(why, "invalid Redis URL", 17) == 0) {
         cli_err("%s", why);
     } else {
-        mask_url(env->redis_url, shown, sizeof shown);
+        dq__url_mask(env->redis_url, shown, sizeof shown);
         cli_err("cannot connect to %s: %s", shown, why);
     }
     dq_client_free(c);
