@@ -15,7 +15,9 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline   run only these phases
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,ha   run only these phases
+#                           (ha: bench/ha.py, the high-availability figures
+#                           on Sentinel groups and clusters of its own)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
 
@@ -117,20 +119,45 @@ echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unp
 echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${DQ_BENCH_ONLY:+ --only $DQ_BENCH_ONLY}" >&2
 
 RESULTS="$BUILD_DIR/bench/results.txt"
+# "ha" is bench/ha.py's phase, not dqbench's.
+CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | paste -sd, -)
+RUN_HA=1
+RUN_CORE=1
+if [ -n "${DQ_BENCH_ONLY:-}" ]; then
+    case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
+    [ -n "$CORE_ONLY" ] || RUN_CORE=0
+fi
 set --
-[ -n "${DQ_BENCH_ONLY:-}" ] && set -- --only "$DQ_BENCH_ONLY"
+[ -n "$CORE_ONLY" ] && set -- --only "$CORE_ONLY"
 # In the background so that a signal to run.sh can stop it; timeout bounds
 # the run (and kills the benchmark's children with it, by process group).
-# shellcheck disable=SC2086
-timeout -k 10 "${DQ_BENCH_TIMEOUT:-600}" $PIN_CLIENT "$BENCH" --port "$PORT" "$@" > "$RESULTS.tmp" &
-BENCH_PID=$!
-# Show the figures as they come.
-tail -f "$RESULTS.tmp" --pid "$BENCH_PID" 2>/dev/null &
-TAIL_PID=$!
-wait "$BENCH_PID"
-rc=$?
-BENCH_PID=
-wait "$TAIL_PID" 2>/dev/null
+: > "$RESULTS.tmp"
+rc=0
+if [ $RUN_CORE -eq 1 ]; then
+    # shellcheck disable=SC2086
+    timeout -k 10 "${DQ_BENCH_TIMEOUT:-600}" $PIN_CLIENT "$BENCH" --port "$PORT" "$@" > "$RESULTS.tmp" &
+    BENCH_PID=$!
+    # Show the figures as they come.
+    tail -f "$RESULTS.tmp" --pid "$BENCH_PID" 2>/dev/null &
+    TAIL_PID=$!
+    wait "$BENCH_PID"
+    rc=$?
+    BENCH_PID=
+    wait "$TAIL_PID" 2>/dev/null
+fi
+if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
+    # Servers of its own (pinned to core 0), stopped by pid; 300 s at most.
+    timeout -k 10 300 python3 "$ROOT/bench/ha.py" "$BUILD_DIR" > "$RESULTS.ha" &
+    BENCH_PID=$!
+    tail -f "$RESULTS.ha" --pid "$BENCH_PID" 2>/dev/null &
+    TAIL_PID=$!
+    wait "$BENCH_PID"
+    rc=$?
+    BENCH_PID=
+    wait "$TAIL_PID" 2>/dev/null
+    cat "$RESULTS.ha" >> "$RESULTS.tmp"
+    rm -f "$RESULTS.ha"
+fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "run.sh: the benchmark did not finish within ${DQ_BENCH_TIMEOUT:-600} s" >&2

@@ -23,6 +23,8 @@ import time
 
 SLOW = int(os.environ.get("DQ_TEST_SLOW", "1") or "1")
 _live = []
+# Put before every server's argv (the benchmark pins servers with taskset).
+SERVER_PREFIX = []
 
 
 def free_port(with_bus=False):
@@ -115,7 +117,7 @@ class _Group:
 
     def _spawn(self, port, argv):
         self.args[port] = argv
-        self.procs[port] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        self.procs[port] = subprocess.Popen(SERVER_PREFIX + argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                             cwd=self.dir)
 
     def _server(self, port, *extra):
