@@ -155,22 +155,23 @@ def pause(kind):
 
 
 def h3():
-    print("H3. Delivery pause across a SIGKILLed master (kill -> first delivery after it)")
+    print("H3. Delivery pause across a SIGKILLed master (kill -> first delivery after it; 2 runs each)")
     for kind, detect in (("sentinel", "down-after-milliseconds 1000"), ("cluster", "cluster-node-timeout 1000")):
-        p, gap = pause(kind)
-        print(f"   {kind:10} {p if p is None else round(p, 2)} s   ({detect}; deliveries were "
-              f"{'' if gap is None else round(gap * 1000, 1)} ms apart before the kill)")
+        runs = [pause(kind) for _ in range(2)]
+        shown = ", ".join("none in 30 s" if p is None else f"{p:.2f} s" for p, _ in runs)
+        print(f"   {kind:10} {shown}   ({detect}; a steady producer offers every 5 ms)")
 
 
 def main():
+    only = os.environ.get("DQ_HA_ONLY", "h1,h2,h3").split(",")
     if not os.access(HABENCH, os.X_OK):
         print(f"ha.py: {HABENCH} not built", file=sys.stderr)
         return 2
     print(f"== High availability ({'pinned: servers core 0, clients core 1' if PINNED else 'UNPINNED'}"
           f"{', SCALED x%g' % SCALE if SCALE != 1 else ''})")
-    h1()
-    h2()
-    h3()
+    for name, fn in (("h1", h1), ("h2", h2), ("h3", h3)):
+        if name in only:
+            fn()
     return 0
 
 

@@ -170,6 +170,8 @@ int dq__route_check(dq_client *c, unsigned slot);
 void dq__route_write_now(dq_client *c);
 /* 1 while commands are out or waiting for a retry. */
 int dq__route_busy(dq_client *c);
+/* 1 while a node is not up or the topology is being read again. */
+int dq__route_degraded(dq_client *c);
 /* 1 for an error reply that says the topology changed (MOVED, ASK,
  * TRYAGAIN, CLUSTERDOWN, READONLY, LOADING, MASTERDOWN, UNBLOCKED). */
 int dq__reply_is_topology(const redisReply *r);

@@ -434,6 +434,11 @@ static int check_sync(dq_client *c, const char *queue, const char *id, int need_
 int dq__not_in_callback(dq_client *c) {
     if (c->callback_depth > 0)
         return dq__fail(c, DQ_EBUSY, "synchronous call from inside a delayq callback");
+    /* A program that only makes synchronous calls runs the loop only inside
+     * them, and a call that fails fast (Redis away) runs it not at all: let
+     * the reconnects, re-discoveries and map reads that are due run now, or
+     * such a program would never get back. Free when all is well. */
+    if (c->router && dq__route_degraded(c)) ev_run(c->loop, EVRUN_NOWAIT);
     return 0;
 }
 

@@ -572,6 +572,13 @@ void dq__route_write_now(dq_client *c) {
     for (dq__node *n = c->router->nodes; n; n = n->next) dq__conn_write_now(n->cmd);
 }
 
+int dq__route_degraded(dq_client *c) {
+    dq__router *rt = c->router;
+    /* A cluster re-reads its map until every owner is up (heal_later). */
+    if (ev_is_active(&rt->heal_timer) || rt->discovering || rt->refreshing) return 1;
+    return rt->master && rt->master->cmd->state != DQ__UP;
+}
+
 int dq__route_busy(dq_client *c) {
     dq__router *rt = c->router;
     if (rt->retrying) return 1;
