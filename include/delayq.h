@@ -527,6 +527,9 @@ typedef struct dq_worker_counters {
     uint64_t taken, succeeded, failed;
     uint64_t stale;  /* acks and nacks refused: the lease had run out      */
     int in_hand;
+    uint64_t refused; /* acks and nacks that failed otherwise (an invalid id
+                         or token, a failed call): their leases will run out
+                         and the items come back                          */
 } dq_worker_counters;
 
 DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out);
