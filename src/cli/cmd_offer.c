@@ -81,7 +81,9 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
         rc = cli_fail(c, rc, what);
     } else {
         if (res.status == DQ_KEPT)
-            cli_err("id %s already pending, kept", res.id);
+            cli_err("id %s already %s, kept", res.id,
+                    res.state == DQ_STATE_READY ? "ready" :
+                    res.state == DQ_STATE_IN_FLIGHT ? "in flight" : "pending");
         printf("%s\n", res.id);
         rc = cli_write_out(NULL, 0);
     }
