@@ -29,8 +29,13 @@ int64_t dq_backoff_ms(const dq_client *c, int attempt) {
      * setting is applied inside the nack script instead). */
     int64_t base = c->opt.backoff_base_ms >= 0 ? c->opt.backoff_base_ms : 1000;
     int64_t cap = c->opt.backoff_max_ms >= 0 ? c->opt.backoff_max_ms : 600000;
+    /* Closed form, no loop over the attempt (it comes from Redis): base
+     * doubled attempt - 1 times, capped. cap < 2^42, so base (>= 1)
+     * doubled 42 times passes it; below that, base > cap >> shift says
+     * whether it would, without an overflow. */
     int64_t d = base;
-    for (int i = 1; i < attempt && d < cap; i++) d *= 2;
+    int shift = attempt > 1 ? attempt - 1 : 0;
+    if (d > 0) d = shift >= 42 || d > (cap >> shift) ? cap : d << shift;
     if (d > cap) d = cap;
     /* Jitter in [1/2, 1] spreads the retries of items that failed together. */
     uint32_t half = (uint32_t)(d / 2 > UINT32_MAX - 1 ? UINT32_MAX - 1 : d / 2);

@@ -10,6 +10,8 @@
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it). Each test uses its own queues;
  * every wait polls until a deadline scaled by $DQ_TEST_SLOW.
  */
+#include <limits.h>
+
 #include "dqtest.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -477,7 +479,26 @@ static void test_nack_backoff(void **state)
         assert_true(b1 >= 5 && b1 <= 10);
         assert_true(b2 >= 10 && b2 <= 20);
         assert_true(b9 >= 10 && b9 <= 20);
+        int64_t bmax = dq_backoff_ms(c, INT_MAX); /* closed form: no loop over it */
+        assert_true(bmax >= 10 && bmax <= 20);
     }
+    dq_client_free(c);
+
+    opts.backoff_base_ms = 0;
+    opts.backoff_max_ms = 0;
+    c = dqt_client(&opts);
+    int64_t t0 = dqt_mono_ms();
+    assert_int_equal(dq_backoff_ms(c, INT_MAX), 0);
+    assert_int_equal(dq_backoff_ms(c, 999999999), 0);
+    assert_true(dqt_mono_ms() - t0 < 100);
+    opts.backoff_base_ms = 1;
+    opts.backoff_max_ms = DQ_DUE_MAX_MS;
+    dq_client_free(c);
+    c = dqt_client(&opts);
+    int64_t b41 = dq_backoff_ms(c, 42), b43 = dq_backoff_ms(c, 43), bbig = dq_backoff_ms(c, INT_MAX);
+    assert_true(b41 >= ((int64_t)1 << 40) && b41 <= ((int64_t)1 << 41));
+    assert_true(b43 >= DQ_DUE_MAX_MS / 2 && b43 <= DQ_DUE_MAX_MS);
+    assert_true(bbig >= DQ_DUE_MAX_MS / 2 && bbig <= DQ_DUE_MAX_MS);
     dq_client_free(c);
 }
 
