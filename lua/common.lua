@@ -195,8 +195,6 @@ end
 
 -- Counters -----------------------------------------------------------------
 
-local COUNTERS = {'pending', 'inflight', 'slots'}
-
 -- Reads the counters hash and checks it, for every script that changes a
 -- counter or may make a slot (HINCRBY fails on a value that is no integer,
 -- and would fail after the script has written). A corrupt counter refuses
@@ -218,7 +216,8 @@ local function read_counters(counters)
     elseif #s <= 16 and (s == '0' or string.find(s, '^%-?[1-9]%d*$')) then
       out[i] = tonumber(s)
     else
-      return nil, redis.error_reply('ERR delayq: counter ' .. COUNTERS[i] .. ' in ' .. counters ..
+      local field = i == 1 and 'pending' or i == 2 and 'inflight' or 'slots'
+      return nil, redis.error_reply('ERR delayq: counter ' .. field .. ' in ' .. counters ..
                                     ' is ' .. quoted(s) .. ': expected an integer (HDEL it to reset it)')
     end
   end
@@ -237,13 +236,17 @@ end
 
 -- Settings -----------------------------------------------------------------
 
--- The queue's settings, for the arguments given as -1 ("the queue's"), and
--- the ranges config.lua enforces when it writes them.
+-- The queue's settings, for the arguments given as -1 ("the queue's").
 local CFG_DEFAULTS = {lease_ms = 30000, max_attempts = 16, backoff_base_ms = 1000,
                       backoff_max_ms = 600000}
-local CFG_MIN = {lease_ms = 1, max_attempts = 0, backoff_base_ms = 0, backoff_max_ms = 0}
-local CFG_MAX = {lease_ms = DUE_MAX, max_attempts = ATTEMPTS_MAX, backoff_base_ms = DUE_MAX,
-                 backoff_max_ms = DUE_MAX}
+
+-- The range of a setting, as config.lua enforces it when it writes one
+-- (a function, not tables: every call of a script builds its tables).
+local function cfg_range(field)
+  if field == 'lease_ms' then return 1, DUE_MAX end
+  if field == 'max_attempts' then return 0, ATTEMPTS_MAX end
+  return 0, DUE_MAX
+end
 
 -- A setting's value as stored in the settings hash cfg (absent: the
 -- default), checked as config.lua checks what it writes. Returns the
@@ -256,10 +259,11 @@ local function stored_setting(cfg, field)
                                   redis.call('TYPE', cfg)['ok'] .. ', expected a hash')
   end
   if not v then return CFG_DEFAULTS[field] end
-  local n = uint_of(v, 16, CFG_MAX[field])
-  if n and n >= CFG_MIN[field] then return n end
+  local lo, hi = cfg_range(field)
+  local n = uint_of(v, 16, hi)
+  if n and n >= lo then return n end
   return nil, redis.error_reply('ERR delayq: setting ' .. field .. ' in ' .. cfg .. ' is ' .. quoted(v) ..
-                                ': expected ' .. fmt(CFG_MIN[field]) .. '..' .. fmt(CFG_MAX[field]))
+                                ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
 end
 
 -- given if it is >= 0, else the queue's setting (see stored_setting).
@@ -319,8 +323,10 @@ end
 local function v2_head(rec)
   local a, m, d, il, tl, el, pos = string.match(rec, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
   if not a or #il > 3 or #tl > 3 or #el > 9 then return nil, 'undecodable record' end
-  a, m, d = uint_of(a, 9, ATTEMPTS_MAX), uint_of(m, 9, ATTEMPTS_MAX), uint_of(d, 13, DUE_MAX)
-  if not a or not m or not d then return nil, 'record with a number out of range' end
+  -- The captures are digits already: their lengths and values are enough.
+  if #a > 9 or #m > 9 or #d > 13 then return nil, 'record with a number out of range' end
+  a, m, d = tonumber(a), tonumber(m), tonumber(d)
+  if d > DUE_MAX then return nil, 'record with a number out of range' end
   il, tl, el = tonumber(il), tonumber(tl), tonumber(el)
   if il < 1 or il > ID_MAX or tl > TOKEN_MAX or pos + il + tl + el - 1 > #rec then
     return nil, 'undecodable record'
@@ -342,13 +348,18 @@ local function record_id(rec)
   return id
 end
 
--- The bytes where the id of a record or entry that does not decode would
--- be, whatever they hold (to clean the id index up after it), or nil.
-local ID_AT = {['1'] = '^1|(%d+)|()', ['2'] = '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|[^|]*|()'}
-local ENTRY_ID_AT = {['1'] = '^1|[^|]*|[^|]*|(%d+)|()', ['2'] = '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|()'}
-local function raw_id(s, patterns)
-  local p = patterns[string.sub(s, 1, 1)]
-  if not p then return nil end
+-- The bytes where the id of a record (entry false) or ready entry (entry
+-- true) that does not decode would be, whatever they hold (to clean the id
+-- index up after it), or nil.
+local function raw_id(s, entry)
+  local v, p = string.sub(s, 1, 1), nil
+  if v == '1' then
+    p = entry and '^1|[^|]*|[^|]*|(%d+)|()' or '^1|(%d+)|()'
+  elseif v == '2' then
+    p = entry and '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|()' or '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|[^|]*|()'
+  else
+    return nil
+  end
   local il, pos = string.match(s, p)
   if not il or #il > 3 then return nil end
   il = tonumber(il)
@@ -378,8 +389,15 @@ end
 -- ready at nows (fmt of now), or nil for any other record: the record with
 -- the due and ready times put in after its version. dues: a per-call cache
 -- of formatted due times (neighbours in a slot often share one).
+-- The transfer's hot path: it checks the head's shape and lengths, not the
+-- id's bytes (a string copy and a scan per item); the take checks those
+-- (entry_head) before anything is delivered, and sets such an entry aside.
 local function ready_entry_v1(rec, score, nows, dues)
-  if not v1_head(rec) then return nil end
+  if string.byte(rec, 1) ~= 49 then return nil end -- '1'
+  local il, pos = string.match(rec, '^1|(%d%d?%d?)|()')
+  if not il then return nil end
+  il = tonumber(il)
+  if il < 1 or il > ID_MAX or pos + il - 1 > #rec then return nil end
   local due = math.floor(score / ORD)
   local ds = dues[due]
   if not ds then
@@ -413,7 +431,9 @@ local function entry_head(e)
     d, rd, a, il, el, pos = string.match(e, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
   end
   if not d or #il > 3 or #el > 9 then return nil, 'undecodable ready entry' end
-  if not uint_of(d, 13, DUE_MAX) or not uint_of(rd, 13, DUE_MAX) or not uint_of(a, 9, ATTEMPTS_MAX - 1) then
+  -- The captures are digits already: their lengths and values are enough.
+  if #d > 13 or #rd > 13 or #a > 9 or tonumber(d) > DUE_MAX or tonumber(rd) > DUE_MAX or
+     tonumber(a) >= ATTEMPTS_MAX then
     return nil, 'ready entry with a number out of range'
   end
   il, el = tonumber(il), tonumber(el)

@@ -4,7 +4,7 @@
 -- the default). Fields: lease_ms, max_attempts, backoff_base_ms,
 -- backoff_max_ms. Everything is checked before anything is written: the
 -- values given, and the stored values of the fields left as they are (the
--- same ranges, CFG_MIN..CFG_MAX, that the scripts reading them check). A
+-- same ranges, cfg_range, that the scripts reading them check). A
 -- bad stored value is an error naming it; setting or resetting that field
 -- repairs it.
 -- Returns the settings after the change, defaults filled in:
@@ -23,10 +23,11 @@ for i = 1, #ARGV, 2 do
   if value == '-' then
     new[field], given[field] = CFG_DEFAULTS[field], true
   elseif value ~= '' then
-    local n = uint_of(value, 16, CFG_MAX[field])
-    if not n or n < CFG_MIN[field] then
+    local lo, hi = cfg_range(field)
+    local n = uint_of(value, 16, hi)
+    if not n or n < lo then
       return redis.error_reply('ERR delayq: bad value for ' .. field .. ': ' .. quoted(value) ..
-                               ': expected ' .. fmt(CFG_MIN[field]) .. '..' .. fmt(CFG_MAX[field]))
+                               ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
     end
     new[field], given[field] = n, true
   end

@@ -77,7 +77,7 @@ local unindex = {} -- ids of entries set aside, with their due times
 for i, e in ipairs(entries) do
   local d, a, il, el, pos, id = entry_head(e)
   if not d then
-    local rid = raw_id(e, ENTRY_ID_AT)
+    local rid = raw_id(e, true)
     bad[#bad + 1] = aside_entry(a, rid or '', e)
     local due = rid and tonumber(string.match(e, '^.|(%d+)|'))
     if due then unindex[#unindex + 1], unindex[#unindex + 2] = rid, due end

@@ -81,7 +81,7 @@ for _ = 1, 10000 do
         if score >= 0 then r, why = parse_record(rec, score) else why = 'record with a negative score' end
         if not r then
           -- Not counted: most likely not ours.
-          local id = raw_id(rec, ID_AT)
+          local id = raw_id(rec, false)
           bad[#bad + 1] = aside_entry(why, id or '', rec)
           if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
         elseif r.token ~= '' then
