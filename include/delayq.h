@@ -490,14 +490,22 @@ typedef struct dq_dead_letter {
 DQ_EXPORT int dq_dead_count(dq_client *c, const char *queue, int64_t *n) DQ_NODISCARD;
 
 /* Lists up to limit dead letters from offset, oldest death first, into a
- * new array *out of *n entries; free it with dq_dead_letters_free. */
+ * new array *out of *n entries; free it with dq_dead_letters_free. Every
+ * dead letter in the range comes back, in order, so the next page starts at
+ * offset + *n (fewer than limit: the end). One whose stored record cannot
+ * be decoded comes with reason "undecodable", died_ms, attempts and due_ms
+ * 0, error "" and the raw stored bytes as its payload ("missing record" and
+ * no bytes when its record is gone); dq_dead_redrive sets such a letter
+ * aside (the set-aside list, with its bytes) rather than dropping it. */
 DQ_EXPORT int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
                            dq_dead_letter **out, size_t *n) DQ_NODISCARD;
 DQ_EXPORT void dq_dead_letters_free(dq_dead_letter *letters, size_t n);
 
 /* Moves dead letters back to the ready list as new items (attempts start
  * over): the one with id, or all of them when id is NULL (in bounded
- * batches). An id that is active again is dropped instead, never doubled.
+ * batches). An id that is active again is dropped instead, never doubled;
+ * a dead letter that cannot be decoded, or whose id breaks the id rule, is
+ * moved to the set-aside list with its raw bytes (not counted as moved).
  * Returns how many were moved back, or a negative code. */
 DQ_EXPORT int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) DQ_NODISCARD;
 
@@ -546,6 +554,9 @@ typedef struct dq_worker_counters {
     uint64_t taken, succeeded, failed;
     uint64_t stale;  /* acks and nacks refused: the lease had run out      */
     int in_hand;
+    uint64_t refused; /* acks and nacks that failed otherwise (an invalid id
+                         or token, a failed call): their leases will run out
+                         and the items come back                          */
 } dq_worker_counters;
 
 DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out);

@@ -4,19 +4,28 @@
 -- client as id_key does, to spare the script a SHA-1 per item).
 -- Returns one status per item, in order: 1 if acked, 0 if the id is not in
 -- flight or the token is not the current lease's (it expired and went to
--- someone else). A batch shares the script call, the counter update, and
--- one ZREM per slot (the leases of one take share a slot).
+-- someone else), -1 if the id, token or bucket is malformed (an id that
+-- breaks the id rule, say): each item is judged on its own, so one bad item
+-- never sinks the others. A batch shares the script call, the counter
+-- update, and one ZREM per slot (the leases of one take share a slot).
+-- Corrupt counters refuse the call before it writes (see common.lua).
+-- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
+local _, err = read_counters(KEYS[2])
+if err then return err end
 local now = server_now_ms()
 local out, done, acked = {}, {}, 0
 local zrem = {} -- slot key -> records to remove
 local cache = {} -- the slot last found (see slot_find)
 for i = 2, #ARGV - 2, 3 do
-  local id = ARGV[i]
+  local id, token, bucket = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local status = 0
-  if not done[id] then -- the same id twice in a batch: only the first counts
+  local b = uint_of(bucket, 5, ID_BUCKETS - 1)
+  if not b or not id_ok(id) or #token < 1 or #token > TOKEN_MAX then
+    status = -1
+  elseif not done[id] then -- the same id twice in a batch: only the first counts
     done[id] = true
-    local r, key, rec, ik = leased_record(P, zs, id, ARGV[i + 1], now, P .. 'i:' .. ARGV[i + 2], cache)
+    local r, key, rec, ik = leased_record(P, zs, id, token, now, P .. 'i:' .. bucket, cache)
     if r then
       local recs = zrem[key]
       if not recs then
@@ -24,12 +33,12 @@ for i = 2, #ARGV - 2, 3 do
         zrem[key] = recs
       end
       recs[#recs + 1] = rec
-      id_del(ik, id)
+      id_del(P, ik, id)
       acked, status = acked + 1, 1
     end
   end
   out[#out + 1] = status
 end
 for key, recs in pairs(zrem) do redis.call('ZREM', key, unpack(recs)) end
-if acked > 0 then redis.pcall('HINCRBY', KEYS[2], 'inflight', nstr(-acked)) end
+if acked > 0 then redis.call('HINCRBY', KEYS[2], 'inflight', nstr(-acked)) end
 return out

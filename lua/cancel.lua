@@ -2,16 +2,24 @@
 -- its consumer until ack, nack or the end of its lease).
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id.
 -- Returns 1 if it was pending and is now removed, 0 if it was not pending.
+-- A record of the id that does not decode is set aside (with its reason)
+-- rather than removed, and the answer is 0. Reads and checks first (the
+-- counters too), then writes. Can fail after writing only on an OOM.
 local zs, P, id = KEYS[1], ARGV[1], ARGV[2]
-local err = require_type(zs, 'zset')
+local _, err = read_counters(KEYS[2])
+err = err or require_type(zs, 'zset')
 if err then return err end
 local score, ik = id_score(P, id)
 if not score then return 0 end
 local key, rec = slot_find(P, zs, id, score)
 if not key then return 0 end -- ready
-local r = parse_record(rec, score)
+local r, why = parse_record(rec, score)
 if r and r.token ~= '' then return 0 end
-redis.call('ZREM', key, rec)
-id_del(ik, id)
-redis.pcall('HINCRBY', KEYS[2], 'pending', -1)
+kcall(P, 'ZREM', key, rec)
+id_del(P, ik, id)
+if not r then
+  set_aside(P, {aside_entry(why, id, rec)})
+  return 0
+end
+redis.call('HINCRBY', KEYS[2], 'pending', -1)
 return 1

@@ -2,31 +2,42 @@
 -- KEYS[1] queue settings
 -- ARGV: pairs of field, value ('' leaves a field as it is, '-' resets it to
 -- the default). Fields: lease_ms, max_attempts, backoff_base_ms,
--- backoff_max_ms. Everything is checked before anything is written.
+-- backoff_max_ms. Everything is checked before anything is written: the
+-- values given, and the stored values of the fields left as they are (the
+-- same ranges, cfg_range, that the scripts reading them check). A
+-- bad stored value is an error naming it; setting or resetting that field
+-- repairs it.
 -- Returns the settings after the change, defaults filled in:
 -- {lease_ms, max_attempts, backoff_base_ms, backoff_max_ms}.
 local cfg = KEYS[1]
 local err = require_type(cfg, 'hash')
 if err then return err end
 local FIELDS = {'lease_ms', 'max_attempts', 'backoff_base_ms', 'backoff_max_ms'}
-local new = {}
-for _, field in ipairs(FIELDS) do new[field] = queue_setting(cfg, field, -1) end
+local new, given = {}, {}
+if #ARGV % 2 ~= 0 then return redis.error_reply('ERR delayq: queue settings come in pairs') end
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if CFG_DEFAULTS[field] == nil then
-    return redis.error_reply('ERR delayq: unknown queue setting ' .. tostring(field))
+    return redis.error_reply('ERR delayq: unknown queue setting ' .. quoted(field))
   end
   if value == '-' then
-    new[field] = CFG_DEFAULTS[field]
+    new[field], given[field] = CFG_DEFAULTS[field], true
   elseif value ~= '' then
-    local n = tonumber(value)
-    if not n or n < 0 or n ~= math.floor(n) or n > DUE_MAX then
-      return redis.error_reply('ERR delayq: bad value for ' .. field .. ': ' .. value)
+    local lo, hi = cfg_range(field)
+    local n = uint_of(value, 16, hi)
+    if not n or n < lo then
+      return redis.error_reply('ERR delayq: bad value for ' .. field .. ': ' .. quoted(value) ..
+                               ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
     end
-    new[field] = n
+    new[field], given[field] = n, true
   end
 end
-if new.lease_ms < 1 then return redis.error_reply('ERR delayq: lease_ms must be at least 1') end
+for _, field in ipairs(FIELDS) do
+  if not given[field] then
+    new[field], err = stored_setting(cfg, field)
+    if err then return err end
+  end
+end
 if new.backoff_base_ms > new.backoff_max_ms then
   return redis.error_reply('ERR delayq: backoff_base_ms above backoff_max_ms')
 end

@@ -2,14 +2,22 @@
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id,
 -- ARGV[3] token, ARGV[4] lease ms, ARGV[5] wake channel.
 -- Returns {1, new lease end ms}, or {0, 0} for an unknown id or a stale token.
+-- Reads and checks first (the lease, the counters: a new slot counts in
+-- them), then writes. Can fail after writing only on an OOM.
 local zs, counters, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local lease = tonumber(ARGV[4])
+if not lease or lease < 1 or lease > DUE_MAX or lease % 1 ~= 0 then
+  return redis.error_reply('ERR delayq: malformed extend arguments')
+end
+local _, err = read_counters(counters)
+if err then return err end
 local now = server_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)
 if not r then return {0, 0} end
-local deadline = math.min(now + tonumber(ARGV[4]), DUE_MAX)
-local bound = first_bound(zs)
-redis.call('ZREM', key, rec)
+local deadline = math.min(now + lease, DUE_MAX)
+local bound = first_bound(P, zs)
+kcall(P, 'ZREM', key, rec)
 local score = slot_insert(P, zs, counters, deadline * ORD, rec, false)
-id_set(ik, id, score)
+id_set(P, ik, id, score)
 announce_if_first(ARGV[5], score, bound)
 return {1, fmt(deadline)}

@@ -2,11 +2,15 @@
 -- KEYS[1] slot index, KEYS[2] dead letters; ARGV[1] key prefix, ARGV[2] id
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
--- end), 4 dead.
+-- end), 4 dead. Read only: a key of another type is an error. A record of
+-- the id that does not decode reads as pending with 0 attempts (the
+-- scheduler sets it aside when it falls due).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local err = require_type(zs, 'zset')
+local err = require_type(zs, 'zset') or require_type(dead, 'hash')
 if err then return err end
-local score = id_score(P, id)
+local ik = id_key(P, id)
+local s = redis.call('HGET', ik, id)
+local score = s and uint_of(s, 16, SCORE_MAX)
 if score then
   local at = fmt(math.floor(score / ORD))
   local key, rec = slot_find(P, zs, id, score)

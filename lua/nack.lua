@@ -8,36 +8,52 @@
 -- the queue's setting),
 -- ARGV[9] a random fraction in [0, 1] for the backoff's jitter.
 -- The backoff is base * 2^(attempts - 1), capped, times (1 + fraction) / 2;
--- computed here, where the attempt count is, so no extra round trip.
+-- computed here, where the attempt count is, so no extra round trip, and in
+-- closed form (backoff_ms): the attempt count comes from Redis.
 -- Returns {status, due_ms}: 1 retry due then, 2 buried, 0 stale token.
+-- Reads and checks everything first (arguments, counters, the record, the
+-- backoff settings it needs: a bad one refuses the call, naming it), then
+-- writes. Dead-letter keys of another type are renamed away.
+-- Can fail after writing only on an OOM.
 local zs, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan, id = ARGV[1], ARGV[2], ARGV[3]
+local delay, gbase, gcap, frac = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if not delay or delay > DUE_MAX or delay % 1 ~= 0 or not gbase or gbase > DUE_MAX or gbase % 1 ~= 0 or
+   not gcap or gcap > DUE_MAX or gcap % 1 ~= 0 or not frac or not (frac >= 0 and frac <= 1) then
+  return redis.error_reply('ERR delayq: malformed nack arguments')
+end
+local _, err = read_counters(counters)
+if err then return err end
 local now = server_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[4], now)
 if not r then return {0, 0} end
-redis.call('ZREM', key, rec)
-redis.pcall('HINCRBY', counters, 'inflight', -1)
 r.token = ''
 r.err = string.sub(ARGV[6], 1, 1000)
+local reason = nil
 if r.max > 0 and r.attempts >= r.max then
-  bury(P, dead, deadz, r, 'failed attempt ' .. r.attempts .. ' of ' .. r.max, now)
+  reason = 'failed attempt ' .. r.attempts .. ' of ' .. r.max
+elseif delay < 0 then
+  local base, cap
+  base, err = queue_setting(KEYS[5], 'backoff_base_ms', gbase)
+  if err then return err end
+  cap, err = queue_setting(KEYS[5], 'backoff_max_ms', gcap)
+  if err then return err end
+  delay = backoff_ms(base, cap, r.attempts, frac)
+end
+
+-- Writes.
+kcall(P, 'ZREM', key, rec)
+redis.call('HINCRBY', counters, 'inflight', -1)
+if reason then
+  ensure_type(P, dead, 'hash')
+  ensure_type(P, deadz, 'zset')
+  bury(P, dead, deadz, r, reason, now)
   return {2, 0}
 end
-local delay = tonumber(ARGV[5])
-if delay < 0 then
-  local base = queue_setting(KEYS[5], 'backoff_base_ms', tonumber(ARGV[7]))
-  local cap = queue_setting(KEYS[5], 'backoff_max_ms', tonumber(ARGV[8]))
-  delay = base
-  for _ = 2, r.attempts do
-    if delay >= cap then break end
-    delay = delay * 2
-  end
-  delay = math.floor(math.min(delay, cap) * (1 + tonumber(ARGV[9])) / 2)
-end
 local due = math.min(now + delay, DUE_MAX)
-local bound = first_bound(zs)
+local bound = first_bound(P, zs)
 local score = slot_insert(P, zs, counters, due * ORD, record_v2(r, id), true)
-id_set(ik, id, score)
-redis.pcall('HINCRBY', counters, 'pending', 1)
+id_set(P, ik, id, score)
+redis.call('HINCRBY', counters, 'pending', 1)
 announce_if_first(chan, score, bound)
 return {1, fmt(due)}

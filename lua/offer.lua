@@ -15,9 +15,13 @@
 -- Cost matters here (every item passes once): the fixed costs (the call,
 -- TIME, the type check, the slot look-up) are paid once per call, and the
 -- records bound for one slot are written with one ZADD, so batches are
--- cheap. All items are checked before the first write, and the reads of the
--- first item fail the script on a key of the wrong type, so a call never
--- half-applies.
+-- cheap. All items (ids included) are checked before the first write, and
+-- so are the counters (a corrupt one refuses the call: see common.lua); a
+-- ready list, slot index, slot or id index bucket of another type is renamed
+-- out of the way (see quarantine), so a call never half-applies. A record
+-- that does not decode where the id index points is set aside, and the
+-- offer adds the item as new.
+-- Can fail after writing only on an OOM.
 local zs, ready, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan = ARGV[1], ARGV[2]
 local n = (#ARGV - 2) / 5
@@ -27,7 +31,8 @@ local dues, flags = {}, {}
 for i = 1, n do
   local b = 2 + (i - 1) * 5
   local f, due, h = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 5])
-  if not f or not due or f < 0 or f > 7 or not h or h < 0 or h >= ID_BUCKETS or h % 1 ~= 0 then
+  if not f or not due or f < 0 or f > 7 or f % 1 ~= 0 or not h or h < 0 or h >= ID_BUCKETS or
+     h % 1 ~= 0 or due < 0 or due % 1 ~= 0 or not id_ok(ARGV[b + 1]) then
     return redis.error_reply('ERR delayq: malformed offer arguments for item ' .. i)
   end
   if f % 2 == 0 then due = now + due end
@@ -37,14 +42,13 @@ for i = 1, n do
   dues[i], flags[i] = due, f
 end
 
--- A ready list or counters of another type would fail half way (or later,
--- in a transfer): refuse up front.
-local err = require_type(ready, 'list') or require_type(counters, 'hash')
+-- Checked up front: the counters (HINCRBY would fail after the writes).
+local _, err = read_counters(counters)
 if err then return err end
 
 local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
-local bound = first_bound(zs) -- at or before every score (see first_bound)
+local bound = first_bound(P, zs) -- at or before every score (see first_bound)
 local added = 0 -- net change of the pending count
 local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
 -- Id index writes held back until the records they point at are written:
@@ -54,7 +58,7 @@ local held = {} -- ids whose writes are held back
 
 local function flush()
   slot_flush(hint)
-  for i = 1, nidx, 3 do id_set(idx[i], idx[i + 1], idx[i + 2]) end
+  for i = 1, nidx, 3 do id_set(P, idx[i], idx[i + 1], idx[i + 2]) end
   nidx, held = 0, {}
 end
 
@@ -65,19 +69,24 @@ local function offer_one(id, payload, due, keep, fresh, ik)
     -- An id may come twice in one call: its first copy must be written
     -- before the look-up, and before its slot is read or changed.
     if held[id] then flush() end
-    local old = id_score_in(ik, id)
+    local old = id_score_in(P, ik, id)
     if old then
       flush()
       local key, rec = slot_find(P, zs, id, old)
       if not key then return 3, 0, 2 end -- ready
-      if string.sub(rec, 1, 1) == '2' then
-        local r = parse_record(rec, old)
-        if r and r.token ~= '' then return 3, math.floor(old / ORD), 3 end
+      local r, why = parse_record(rec, old)
+      if not r then
+        -- Not an item of ours: set aside (not counted), and offer anew.
+        set_aside(P, {aside_entry(why, id, rec)})
+        kcall(P, 'ZREM', key, rec)
+        hint.name = nil
+      else
+        if r.token ~= '' then return 3, math.floor(old / ORD), 3 end
+        if keep then return 3, math.floor(old / ORD), 1 end
+        kcall(P, 'ZREM', key, rec)
+        hint.name = nil -- its card and last score may have changed
+        added, replaced = added - 1, true
       end
-      if keep then return 3, math.floor(old / ORD), 1 end
-      redis.call('ZREM', key, rec)
-      hint.name = nil -- its card and last score may have changed
-      added, replaced = added - 1, true
     end
   end
   local status = replaced and 2 or 1
@@ -85,9 +94,9 @@ local function offer_one(id, payload, due, keep, fresh, ik)
   -- Due already, and nothing due waits (a bound that is too early only
   -- sends the item through the scheduler): straight to the ready list.
   if due <= now and (bound == nil or bound >= (now + 1) * ORD) then
-    redis.call('RPUSH', ready, ready_entry(due, now, id, payload))
-    redis.pcall('RPUSH', sig, '1')
-    id_set(ik, id, due * ORD)
+    kcall(P, 'RPUSH', ready, ready_entry(due, now, id, payload))
+    kcall(P, 'RPUSH', sig, '1')
+    id_set(P, ik, id, due * ORD)
     return status, due, 2
   end
 

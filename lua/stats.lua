@@ -3,16 +3,16 @@
 -- KEYS[4] counters, KEYS[5] dead times; ARGV[1] key prefix.
 -- Returns {pending, ready, next_due_in_ms or -1, set_aside, inflight, dead};
 -- next_due_in_ms counts lease ends too (they are due events of the slots).
-local err = require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or
-            require_type(KEYS[3], 'list') or require_type(KEYS[4], 'hash') or
-            require_type(KEYS[5], 'zset')
+-- A key of another type, or a counter that is no integer, is an error that
+-- names it.
+local c, err = read_counters(KEYS[4])
+err = err or require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or
+      require_type(KEYS[3], 'list') or require_type(KEYS[5], 'zset')
 if err then return err end
-local pending = tonumber(redis.call('HGET', KEYS[4], 'pending') or 0)
 local ready = redis.call('LLEN', KEYS[2])
 local aside = redis.call('LLEN', KEYS[3])
-local inflight = tonumber(redis.call('HGET', KEYS[4], 'inflight') or 0)
 local dead = redis.call('ZCARD', KEYS[5])
 local next_due = earliest_due(ARGV[1], KEYS[1])
 local next_in = -1
 if next_due >= 0 then next_in = math.max(0, next_due - server_now_ms()) end
-return {math.max(pending, 0), ready, fmt(next_in), aside, inflight, dead}
+return {math.max(c[1], 0), ready, fmt(next_in), aside, math.max(c[2], 0), dead}

@@ -25,41 +25,64 @@
 -- one that could not be decoded and went to the set-aside list. Raw entries
 -- cost the script no parsing into tables, no number formatting, and one
 -- reply element per message instead of six.
+-- An entry whose id breaks the id rule, or whose numbers are out of range,
+-- is set aside like one that does not decode (so it is never delivered, and
+-- no batch of acks can meet its id); its id leaves the id index when the
+-- index says it is ready. The settings used (lease_ms, max_attempts) and the
+-- counters are checked before the LPOP: a bad one refuses the call, naming
+-- it, and nothing is popped. Keys of another type are renamed away.
+-- Can fail after writing only on an OOM.
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local P, chan = ARGV[1], ARGV[2]
 local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local count = tonumber(ARGV[3])
+if not lease or not max or not count or count < 1 or count > 1000 or count % 1 ~= 0 or
+   lease < -1 or lease > DUE_MAX or lease % 1 ~= 0 or max < -1 or max > ATTEMPTS_MAX or max % 1 ~= 0 or
+   #tprefix > TOKEN_MAX - 5 then
+  return redis.error_reply('ERR delayq: malformed take arguments')
+end
 
--- Everything this script writes after the LPOP must not fail half way.
-local err = require_type(zs, 'zset') or require_type(counters, 'hash')
+-- Everything this script writes after the LPOP must not fail half way, so
+-- all that can refuse the call comes first.
+local _, err = read_counters(counters)
 if err then return err end
+lease, err = queue_setting(cfg, 'lease_ms', lease)
+if err then return err end
+if lease > 0 then
+  max, err = queue_setting(cfg, 'max_attempts', max)
+  if err then return err end
+end
 local replay = redis.call('GET', ARGV[8])
 if replay then return cmsgpack.unpack(replay) end
-local entries = redis.call('LPOP', ready, ARGV[3])
+local entries = kcall(P, 'LPOP', ready, ARGV[3])
 if not entries then
   -- Nothing ready, so no token is owed: drop strays (from takes that
-  -- found their entry taken by a caller that was not woken).
-  redis.pcall('DEL', sig)
+  -- found their entry taken by a caller that was not woken). A key of
+  -- another type is not ours: renamed away, not deleted.
+  ensure_type(P, sig, 'list')
+  redis.call('DEL', sig)
   return {}
 end
 local owed = #entries - (ARGV[7] == '1' and 1 or 0)
 if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
 
 local now = server_now_ms()
-lease = queue_setting(cfg, 'lease_ms', lease)
-if lease > 0 then max = queue_setting(cfg, 'max_attempts', max) end
 local deadline = math.min(now + lease, DUE_MAX)
 local bound = nil
-if lease > 0 then bound = first_bound(zs) end
+if lease > 0 then bound = first_bound(P, zs) end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local hint = {} -- the leases of one take share a deadline, so usually one slot
 local maxs = lease > 0 and fmt(max) or nil
+local unindex = {} -- ids of entries set aside, with their due times
 for i, e in ipairs(entries) do
-  local d, a, il, el, pos = entry_head(e)
+  local d, a, il, el, pos, id = entry_head(e)
   if not d then
-    bad[#bad + 1] = aside_entry('undecodable ready entry', '', e)
+    local rid = raw_id(e, true)
+    bad[#bad + 1] = aside_entry(a, rid or '', e)
+    local due = rid and tonumber(string.match(e, '^.|(%d+)|'))
+    if due then unindex[#unindex + 1], unindex[#unindex + 2] = rid, due end
     out[i + 1] = ''
   else
-    local id = string.sub(e, pos, pos + il - 1)
     if lease > 0 then
       local token = tprefix .. nstr(i)
       local rec = '2|' .. nstr(a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. nstr(il) .. '|' ..
@@ -69,17 +92,25 @@ for i, e in ipairs(entries) do
       -- same millisecond append instead of sharing scores, and a full
       -- slot is followed by a new one instead of split.
       local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true, hint)
-      id_set(id_key(P, id), id, ss)
+      id_set(P, id_key(P, id), id, ss)
       if first == nil or score < first then first = score end
       leased = leased + 1
     else
-      id_del(id_key(P, id), id)
+      id_del(P, id_key(P, id), id)
     end
     out[i + 1] = e
   end
 end
 slot_flush(hint)
-if #bad > 0 then redis.pcall('RPUSH', aside, unpack(bad)) end
+set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
+-- An entry set aside leaves the id index if the index says its id is
+-- ready (in no slot, at the entry's due time).
+for i = 1, #unindex, 2 do
+  local id, due = unindex[i], unindex[i + 1]
+  local ik = id_key(P, id)
+  local s = id_score_in(P, ik, id)
+  if s and math.floor(s / ORD) == due and not slot_find(P, zs, id, s) then id_del(P, ik, id) end
+end
 if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', nstr(leased))
   announce_if_first(chan, first, bound)

@@ -114,12 +114,20 @@ int dq__entry_decode(const char *buf, size_t len, dq__entry *out)
         return DQ_EPROTO;
     if (buf[0] == '2' && read_decimal(buf, len, &pos, &errlen) != 0)
         return DQ_EPROTO;
-    /* No valid offer makes an empty or over-long id; refusing them here
-     * means no consumer has to re-check before copying the id. */
+    /* The entry was read back from Redis, where anything may have been
+     * written: the same rules as lua/common.lua's entry_head (times within
+     * DQ_DUE_MAX_MS, attempts below DQ__ATTEMPTS_MAX, the whole id rule),
+     * so no consumer has to re-check an id before copying or acking it. */
     rest = len - pos;
-    if (idlen == 0 || idlen > DQ_ID_MAX || (uint64_t)idlen > rest ||
-        (uint64_t)errlen > rest - (size_t)idlen || attempts > INT32_MAX - 1)
+    if (due > DQ_DUE_MAX_MS || ready > DQ_DUE_MAX_MS || attempts >= DQ__ATTEMPTS_MAX ||
+        idlen == 0 || idlen > DQ_ID_MAX || (uint64_t)idlen > rest ||
+        (uint64_t)errlen > rest - (size_t)idlen)
         return DQ_EPROTO;
+    for (size_t i = 0; i < (size_t)idlen; i++) {
+        unsigned char ch = (unsigned char)buf[pos + i];
+        if (ch < 0x21 || ch > 0x7e)
+            return DQ_EPROTO;
+    }
     out->due_ms = due;
     out->ready_ms = ready;
     out->attempts = attempts;

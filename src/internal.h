@@ -331,9 +331,11 @@ int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *op
                          dq__take_batch_cb *cb, void *privdata, struct dq_take_req **req);
 
 /* Acks n deliveries (1..DQ__ACK_BATCH) of queue, given by id and token, in
- * one script call; the strings are only read during the call. cb gets
- * status 1 and results[i] (1 acked, 0 stale) for each, or a negative status
- * and results NULL. */
+ * one script call; the strings are only read during the call. Each is
+ * judged on its own: cb gets status 1 and results[i] for each (1 acked, 0
+ * stale, DQ_EINVAL for an invalid id or token, which never sinks the
+ * others), or a negative status and results NULL when the call failed as a
+ * whole. Returns DQ_EINVAL (cb never runs) only if none is valid. */
 #define DQ__ACK_BATCH 64
 typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n, void *privdata);
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,

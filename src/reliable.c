@@ -29,8 +29,13 @@ int64_t dq_backoff_ms(const dq_client *c, int attempt) {
      * setting is applied inside the nack script instead). */
     int64_t base = c->opt.backoff_base_ms >= 0 ? c->opt.backoff_base_ms : 1000;
     int64_t cap = c->opt.backoff_max_ms >= 0 ? c->opt.backoff_max_ms : 600000;
+    /* Closed form, no loop over the attempt (it comes from Redis): base
+     * doubled attempt - 1 times, capped. cap < 2^42, so base (>= 1)
+     * doubled 42 times passes it; below that, base > cap >> shift says
+     * whether it would, without an overflow. */
     int64_t d = base;
-    for (int i = 1; i < attempt && d < cap; i++) d *= 2;
+    int shift = attempt > 1 ? attempt - 1 : 0;
+    if (d > 0) d = shift >= 42 || d > (cap >> shift) ? cap : d << shift;
     if (d > cap) d = cap;
     /* Jitter in [1/2, 1] spreads the retries of items that failed together. */
     uint32_t half = (uint32_t)(d / 2 > UINT32_MAX - 1 ? UINT32_MAX - 1 : d / 2);
@@ -82,24 +87,33 @@ static int settle_send(dq_client *c, const char *queue, enum dq__script script, 
 typedef struct ack_batch {
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
-    size_t n;
+    size_t n;          /* deliveries asked for                             */
+    size_t sent;       /* of those, sent to the script (valid id and token) */
+    int results[DQ__ACK_BATCH]; /* DQ_EINVAL for one not sent, else filled
+                                   from the reply in order                 */
     dq__acks_cb *cb;
     void *privdata;
 } ack_batch;
 
 static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     ack_batch *b = privdata;
-    int results[DQ__ACK_BATCH];
     int status = code == DQ_ENOTDURABLE ? code : 1; /* results either way */
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == b->n) {
-        for (size_t i = 0; i < b->n; i++) results[i] = (int)dq__reply_int(reply->element[i]);
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == b->sent) {
+        size_t k = 0;
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->results[i] == DQ_EINVAL) continue;
+            int64_t v = dq__reply_int(reply->element[k++]);
+            /* 1 acked, 0 stale; -1: the script found the id or token
+             * malformed (it judges each on its own, as we do). */
+            b->results[i] = v == 1 ? 1 : v == 0 ? 0 : DQ_EINVAL;
+        }
     } else {
         status = dq__reply_failure(b->c, conn, reply, code, b->queue);
         if (status >= 0) status = DQ_EPROTO;
     }
     b->c->callback_depth++;
     int made = status == 1 || status == DQ_ENOTDURABLE;
-    b->cb(b->c, status, made ? results : NULL, b->n, b->privdata);
+    b->cb(b->c, status, made ? b->results : NULL, b->n, b->privdata);
     b->c->callback_depth--;
     free(b);
 }
@@ -108,23 +122,39 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata) {
     if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 64 deliveries");
     int rc = dq__check_queue(c, queue);
-    for (size_t i = 0; !rc && i < n; i++) rc = check_lease(c, ids[i], tokens[i]);
     if (rc) return rc;
     ack_batch *b = malloc(sizeof *b);
     if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
     b->c = c;
     snprintf(b->queue, sizeof b->queue, "%s", queue);
-    b->n = n, b->cb = cb, b->privdata = privdata;
+    b->n = n, b->sent = 0, b->cb = cb, b->privdata = privdata;
     const dq__keys *k = dq__keys_of(c, queue);
     const char *argv[3 + 3 * DQ__ACK_BATCH] = {k->z, k->counters, k->prefix};
     size_t lens[3 + 3 * DQ__ACK_BATCH];
     char buckets[DQ__ACK_BATCH][21];
+    /* Each delivery on its own: an invalid id or token is not sent, and
+     * gets its own result (DQ_EINVAL); the others are acked. */
+    size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        dq__fmt_i64(buckets[i], dq__id_bucket(ids[i]));
-        argv[3 + 3 * i] = ids[i], argv[4 + 3 * i] = tokens[i], argv[5 + 3 * i] = buckets[i];
+        if (!ids || !tokens || !ids[i] || !dq__id_valid(ids[i]) || !tokens[i] || !*tokens[i] ||
+            strlen(tokens[i]) > 64) {
+            b->results[i] = DQ_EINVAL;
+            bad++;
+            continue;
+        }
+        size_t j = b->sent++;
+        b->results[i] = 0;
+        dq__fmt_i64(buckets[j], dq__id_bucket(ids[i]));
+        argv[3 + 3 * j] = ids[i], argv[4 + 3 * j] = tokens[i], argv[5 + 3 * j] = buckets[j];
     }
-    for (size_t i = 0; i < 3 + 3 * n; i++) lens[i] = strlen(argv[i]);
-    rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 1 + 3 * (int)n, argv, lens,
+    if (b->sent == 0) {
+        free(b);
+        return dq__fail(c, DQ_EINVAL, "invalid id or lease token for ack");
+    }
+    if (bad)
+        dq__log(c, "queue %s: %zu of %zu acks not sent: invalid id or lease token", queue, bad, n);
+    for (size_t i = 0; i < 3 + 3 * b->sent; i++) lens[i] = strlen(argv[i]);
+    rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 1 + 3 * (int)b->sent, argv, lens,
                      ack_batch_reply, b);
     if (rc) {
         free(b);
@@ -169,8 +199,9 @@ static void sync_settle_cb(dq_client *c, int status, void *privdata) {
 
 static void sync_ack_cb(dq_client *c, int status, const int *results, size_t n, void *privdata) {
     (void)n;
-    int acked = results && status != DQ_ENOTDURABLE;
-    sync_settle_cb(c, acked ? results[0] : status, privdata);
+    int r = results && status != DQ_ENOTDURABLE ? results[0] : status;
+    if (r == DQ_EINVAL) r = dq__fail(c, DQ_EINVAL, "invalid id or lease token for ack");
+    sync_settle_cb(c, r, privdata);
 }
 
 int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {

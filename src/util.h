@@ -105,8 +105,14 @@ typedef struct dq__entry {
     size_t payload_len;
 } dq__entry;
 
+/* Attempts and max attempts as records keep them (9 digits): an entry
+ * claims fewer, so its next attempt still fits (lua/common.lua ATTEMPTS_MAX). */
+#define DQ__ATTEMPTS_MAX 999999999
+
 /* Decodes a ready-list entry. Returns 0, or DQ_EPROTO for anything else
- * (wrong version, bad number, lengths that do not add up). */
+ * (wrong version, bad number, a time past DQ_DUE_MAX_MS, attempts of
+ * DQ__ATTEMPTS_MAX or more, an id that breaks the id rule of dq__id_valid,
+ * lengths that do not add up). */
 int dq__entry_decode(const char *buf, size_t len, dq__entry *out);
 
 /* Builds a set-aside entry "1|reason|idlen|<id><raw>" (the same format the

@@ -207,6 +207,7 @@ static void on_settled(dq_client *c, int status, void *privdata) {
     (void)c;
     dq_worker *w = privdata;
     w->settling--;
+    if (status < 0) w->counters.refused++;
     log_settle_failure(w, status);
     if (w->stopping || w->orphaned) maybe_free(w);
 }
@@ -215,9 +216,21 @@ static void on_acked(dq_client *c, int status, const int *results, size_t n, voi
     (void)c;
     dq_worker *w = privdata;
     w->settling--;
-    if (status < 0) log_settle_failure(w, status);
-    for (size_t i = 0; results && i < n; i++)
-        if (results[i] == 0) log_settle_failure(w, 0);
+    if (status < 0) {
+        /* The call failed as a whole: every ack of it is refused. */
+        w->counters.refused += n;
+        log_settle_failure(w, status);
+    }
+    /* Each result on its own: one refused ack never hides the others. */
+    for (size_t i = 0; results && i < n; i++) {
+        if (results[i] == 0) {
+            log_settle_failure(w, 0);
+        } else if (results[i] < 0) {
+            w->counters.refused++;
+            dq__log(w->c, "worker %s: an ack was refused (invalid id or token); its lease will "
+                          "run out", w->queue);
+        }
+    }
     if (w->stopping || w->orphaned) maybe_free(w);
 }
 
@@ -227,9 +240,13 @@ static void flush_acks(dq_worker *w) {
     w->nacks = 0;
     const char *ids[DQ__ACK_BATCH], *tokens[DQ__ACK_BATCH];
     for (size_t i = 0; i < n; i++) ids[i] = w->acks[i]->id, tokens[i] = w->acks[i]->token;
-    if (dq__ack_many_async(w->c, w->queue, ids, tokens, n, on_acked, w) == 0) w->settling++;
-    else dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue,
-                 n, w->c->errstr);
+    if (dq__ack_many_async(w->c, w->queue, ids, tokens, n, on_acked, w) == 0) {
+        w->settling++;
+    } else {
+        w->counters.refused += n;
+        dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue,
+                n, w->c->errstr);
+    }
     for (size_t i = 0; i < n; i++) dq_msg_free(w->acks[i]);
 }
 
@@ -242,8 +259,11 @@ static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
             if (dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt,
                                on_settled, w) == 0)
                 w->settling++;
-            else dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out",
-                         w->queue, msg->id, w->c->errstr);
+            else {
+                w->counters.refused++;
+                dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out",
+                        w->queue, msg->id, w->c->errstr);
+            }
         }
         dq_msg_free(msg);
     }

@@ -68,7 +68,10 @@ static int list(dq_client *c, const char *queue, int json)
         for (size_t i = 0; i < n && !rc; i++)
             rc = cli_print_dead(&d[i], json);
         dq_dead_letters_free(d, n);
-        if (rc || n < PAGE)
+        /* dq_dead_list returns every dead letter it examined (undecodable
+         * ones too), so the next page starts n further on; only an empty
+         * page ends the list. */
+        if (rc || n == 0)
             return rc;
         offset += n;
     }

@@ -93,7 +93,10 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
         rc = cli_fail(c, code, what);
     } else {
         if (res.status == DQ_KEPT)
-            cli_err("id %s already pending, kept", cli_quote(res.id));
+            cli_err("id %s already %s, kept", cli_quote(res.id),
+                    res.state == DQ_STATE_READY       ? "ready"
+                    : res.state == DQ_STATE_IN_FLIGHT ? "in flight"
+                                                      : "pending");
         int n = snprintf(line, sizeof line, "%s\n", res.id);
         rc = cli_write_out(line, (size_t)n);
         /* Offered, but not confirmed by the replicas asked for: exit 4. */

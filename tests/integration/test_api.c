@@ -681,18 +681,17 @@ static void test_wrongtype(void **state)
 
     dq_client *c = dqt_client(NULL);
     dq_item it = {.id = "w", .payload = "x", .payload_len = 1, .delay_ms = 1000};
-    DQT_EXPECT(c, dq_offer(c, q, &it, NULL), DQ_EWRONGTYPE);
-    assert_non_null(strstr(dq_client_errstr(c), "WRONGTYPE"));
-    it.delay_ms = 0;
-    DQT_EXPECT(c, dq_offer(c, q, &it, NULL), DQ_EWRONGTYPE);
+    /* Calls that only read or remove report the wrong type. */
     dq_stats st;
     DQT_EXPECT(c, dq_get_stats(c, q, &st), DQ_EWRONGTYPE);
+    assert_non_null(strstr(dq_client_errstr(c), "WRONGTYPE"));
     DQT_EXPECT(c, dq_cancel(c, q, "w"), DQ_EWRONGTYPE);
     dq_item_info info;
     DQT_EXPECT(c, dq_lookup(c, q, "w", &info), DQ_EWRONGTYPE);
 
-    /* The client and other queues keep working. */
+    /* Other queues keep working. */
     dq_offer_result res;
+    it.delay_ms = 0;
     DQT_EXPECT(c, dq_offer(c, ok, &it, &res), 0);
     assert_int_equal(res.status, DQ_ADDED);
     dq_msg *m = NULL;
@@ -700,19 +699,36 @@ static void test_wrongtype(void **state)
     assert_string_equal(m->id, "w");
     dq_msg_free(m);
 
-    /* The foreign key is untouched. */
-    r = dqt_redis("GET %s", key);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->str, "foo");
+    /* An offer renames the foreign key out of the way (its data kept) and
+     * goes on: the queue is not blocked for good. */
+    it.delay_ms = 1000;
+    DQT_EXPECT(c, dq_offer(c, q, &it, &res), 0);
+    assert_int_equal(res.status, DQ_ADDED);
+    r = dqt_redis("TYPE %s", key);
+    assert_string_equal(r->str, "zset");
     freeReplyObject(r);
+    r = dqt_redis("KEYS dq:{%s}:bad:zs:*", q);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    redisReply *v = dqt_redis("GET %s", r->element[0]->str);
+    assert_string_equal(v->str, "foo");
+    freeReplyObject(v);
+    freeReplyObject(r);
+    DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
+    assert_int_equal(st.pending, 1);
+    assert_int_equal(st.set_aside, 1); /* the note saying so */
 
-    /* A ready list of the wrong type. */
+    /* A ready list of the wrong type: the same. */
     char q2[64];
     dqt_queue(q2, sizeof q2, "wrongr");
     snprintf(key, sizeof key, "dq:{%s}:r", q2);
     r = dqt_redis("SET %s foo", key);
     freeReplyObject(r);
-    DQT_EXPECT(c, dq_offer(c, q2, &it, NULL), DQ_EWRONGTYPE);
+    it.delay_ms = 0;
+    DQT_EXPECT(c, dq_offer(c, q2, &it, NULL), 0);
+    DQT_EXPECT(c, dq_take(c, q2, 3000, &m), 1);
+    assert_string_equal(m->id, "w");
+    dq_msg_free(m);
     dq_client_free(c);
 }
 

@@ -10,6 +10,8 @@
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it). Each test uses its own queues;
  * every wait polls until a deadline scaled by $DQ_TEST_SLOW.
  */
+#include <limits.h>
+
 #include "dqtest.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -477,7 +479,26 @@ static void test_nack_backoff(void **state)
         assert_true(b1 >= 5 && b1 <= 10);
         assert_true(b2 >= 10 && b2 <= 20);
         assert_true(b9 >= 10 && b9 <= 20);
+        int64_t bmax = dq_backoff_ms(c, INT_MAX); /* closed form: no loop over it */
+        assert_true(bmax >= 10 && bmax <= 20);
     }
+    dq_client_free(c);
+
+    opts.backoff_base_ms = 0;
+    opts.backoff_max_ms = 0;
+    c = dqt_client(&opts);
+    int64_t t0 = dqt_mono_ms();
+    assert_int_equal(dq_backoff_ms(c, INT_MAX), 0);
+    assert_int_equal(dq_backoff_ms(c, 999999999), 0);
+    assert_true(dqt_mono_ms() - t0 < 100);
+    opts.backoff_base_ms = 1;
+    opts.backoff_max_ms = DQ_DUE_MAX_MS;
+    dq_client_free(c);
+    c = dqt_client(&opts);
+    int64_t b41 = dq_backoff_ms(c, 42), b43 = dq_backoff_ms(c, 43), bbig = dq_backoff_ms(c, INT_MAX);
+    assert_true(b41 >= ((int64_t)1 << 40) && b41 <= ((int64_t)1 << 41));
+    assert_true(b43 >= DQ_DUE_MAX_MS / 2 && b43 <= DQ_DUE_MAX_MS);
+    assert_true(bbig >= DQ_DUE_MAX_MS / 2 && bbig <= DQ_DUE_MAX_MS);
     dq_client_free(c);
 }
 
@@ -959,6 +980,54 @@ static void test_worker_acks(void **state)
     dq_client_free(c);
 }
 
+/* One delivery whose id went bad between take and ack (overwritten here:
+ * the decoders never hand out such an id) is judged on its own: the other
+ * acks of the same batch go through, and the worker counts one refused. */
+static void corrupting_handler(dq_worker *w, dq_msg *msg, void *privdata)
+{
+    ack_state *s = privdata;
+    s->handled++;
+    if (strcmp(msg->id, "b2") == 0)
+        ((char *)msg->id)[0] = ' ';
+    dq_worker_done(w, msg, 0);
+}
+
+static void test_ack_batch_bad_id(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "wbad");
+    dq_client *c = dqt_client(NULL);
+    for (int i = 0; i < 5; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "b%d", i);
+        offer_now(c, q, id, "x", 1);
+    }
+    ack_state s = {0, c};
+    dq_take_opts opts = lease_opts(60000, 3);
+    dq_worker *w = dq_worker_start_ex(c, q, 8, DQ_WORKER_NO_SCHEDULER, &opts, corrupting_handler, &s);
+    assert_non_null(w);
+    int64_t end = dqt_mono_ms() + 5000 * dqt_slow();
+    dq_stats st = stats(c, q);
+    while ((s.handled < 5 || st.in_flight != 1) && dqt_mono_ms() < end) {
+        dqt_run_for(c, 0.02);
+        st = stats(c, q);
+    }
+    assert_int_equal(s.handled, 5);
+    expect_stats(c, q, 0, 0, 1, 0); /* b2 alone stays in flight, until its lease ends */
+    dq_worker_counters wc;
+    dq_worker_get_counters(w, &wc);
+    assert_int_equal(wc.succeeded, 5);
+    assert_int_equal(wc.refused, 1);
+    assert_int_equal(wc.stale, 0);
+    assert_int_equal(lookup(c, q, "b2").state, DQ_STATE_IN_FLIGHT);
+    assert_int_equal(lookup(c, q, "b1").state, DQ_STATE_UNKNOWN);
+    /* A single ack of an invalid id: DQ_EINVAL, alone. */
+    assert_int_equal(dq_ack(c, q, "b 2", "tok"), DQ_EINVAL);
+    dq_worker_stop(w);
+    dq_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -976,6 +1045,7 @@ int main(void)
         cmocka_unit_test(test_take_many),
         cmocka_unit_test(test_worker_fails_to_dead),
         cmocka_unit_test(test_worker_acks),
+        cmocka_unit_test(test_ack_batch_bad_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,7 +145,7 @@ static void test_entry_decode_basic(void **state)
 }
 
 /* The payload is the raw tail: NUL, '|' and high bytes all survive, and the
- * id may hold '|' too. */
+ * id may hold '|' too (it is printable). */
 static void test_entry_decode_binary(void **state)
 {
     static const char e[] = "1|0|0|4|a|b|\0|x\xff|";
@@ -177,12 +177,12 @@ static void test_entry_decode_empty_payload(void **state)
 
 static void test_entry_decode_number_edges(void **state)
 {
-    static const char max[] = "1|9223372036854775807|0000000000000000001|1|x";
+    static const char max[] = "1|4398046511103|0000000000000000001|1|x";
     static const char zeros[] = "1|00|0|01|xy";
     dq__entry d;
     (void)state;
     assert_int_equal(dq__entry_decode(max, sizeof max - 1, &d), 0);
-    assert_int_equal(d.due_ms, INT64_MAX);
+    assert_int_equal(d.due_ms, DQ_DUE_MAX_MS);
     assert_int_equal(d.ready_ms, 1);
     assert_int_equal(d.id_len, 1);
     assert_int_equal(d.payload_len, 0);
@@ -232,6 +232,29 @@ static void test_entry_decode_id_limit(void **state)
     assert_int_equal(dq__entry_decode(e, (size_t)n, &d), DQ_EPROTO);
 }
 
+/* The id rule's edges: '!' (0x21) and '~' (0x7e) are in; an id made of
+ * every allowed byte decodes. */
+static void test_entry_decode_id_rule(void **state)
+{
+    char e[200], id[95];
+    dq__entry d;
+    int n;
+    (void)state;
+    for (int c = 0x21; c <= 0x7e; c++)
+        id[c - 0x21] = (char)c;
+    id[94] = '\0';
+    n = snprintf(e, sizeof e, "2|1|2|998|%d|0|%s\x01 \x7f", 94, id);
+    assert_int_equal(dq__entry_decode(e, (size_t)n, &d), 0);
+    assert_int_equal(d.id_len, 94);
+    assert_memory_equal(d.id, id, 94);
+    assert_int_equal(d.attempts, 998);
+    assert_int_equal(d.payload_len, 3);
+    n = snprintf(e, sizeof e, "2|1|2|999999998|1|0|!~");
+    assert_int_equal(dq__entry_decode(e, (size_t)n, &d), 0);
+    assert_int_equal(d.attempts, 999999998);
+    assert_memory_equal(d.payload, "~", 1);
+}
+
 static const char *const bad_entries[] = {
     "",
     "1",
@@ -278,6 +301,20 @@ static const char *const bad_entries[] = {
     "2|1|2|-3|1|0|a",      /* sign */
     "2|1|2|3|1|-1|a",
     "2|1|2|2147483647|1|0|a", /* attempts + 1 overflows an int */
+    "2|1|2|999999999|1|0|a", /* attempts at the cap: no next attempt */
+    "1|4398046511104|2|1|a", /* due past DQ_DUE_MAX_MS */
+    "1|1|4398046511104|1|a", /* ready past DQ_DUE_MAX_MS */
+    "1|9223372036854775807|2|1|a",
+    /* ids that break the id rule (1..128 bytes of 0x21..0x7e) */
+    "1|1|2|3|a bpayload",   /* space */
+    "1|1|2|3|a\tbpayload",  /* tab */
+    "1|1|2|3|a\nbpayload",  /* newline */
+    "1|1|2|3|a\x7f" "bpayload", /* DEL */
+    "1|1|2|3|a\x80" "bpayload", /* high byte */
+    "1|1|2|3|a\xff" "bpayload",
+    "1|1|2|1|\x1fpayload",   /* control */
+    "2|1|2|3|3|0|a bpayload",
+    "2|1|2|3|2|1|\x7fxEpayload",
 };
 
 static void test_entry_decode_malformed(void **state)
@@ -418,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_entry_decode_number_edges),
         cmocka_unit_test(test_entry_decode_v2),
         cmocka_unit_test(test_entry_decode_id_limit),
+        cmocka_unit_test(test_entry_decode_id_rule),
         cmocka_unit_test(test_entry_decode_malformed),
         cmocka_unit_test(test_entry_decode_truncated),
         cmocka_unit_test(test_entry_decode_null),
