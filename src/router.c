@@ -631,7 +631,9 @@ void dq__route_blocking_release(dq_client *c, dq__conn *b) {
 }
 
 int dq__route_owns(dq_client *c, const dq__conn *b, unsigned slot) {
-    return b->node == owner(c->router, slot);
+    const dq__node *n = owner(c->router, slot);
+    /* The node, and where it is now (a Sentinel master moves). */
+    return n && b->node == n && b->ep.port == n->ep.port && strcmp(b->ep.host, n->ep.host) == 0;
 }
 
 /* ------------------------------------------------------------ subscriptions */
