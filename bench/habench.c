@@ -3,7 +3,7 @@
  * measurement per run, driven by bench/ha.py on topologies it starts:
  *
  *   habench offer    URL QUEUES ITEMS WAIT   pipelined offers (dq_offer_async)
- *                                            round-robin over QUEUES queues
+ *                                            in runs of 64 over QUEUES queues
  *                                            named hq0..; WAIT replicas (0: none)
  *   habench one      URL ITEMS WAIT          one dq_offer at a time
  *   habench lateness URL QUEUES RATE SECS    offers at RATE/s with delays of
@@ -71,11 +71,11 @@ static int run_offer(const char *url, int queues, long items, int wait) {
     dq_item it = {.payload = payload, .payload_len = 16, .delay_ms = 3600000};
     double t0 = mono();
     long sent = 0;
-    /* Keep at most 1000 offers out: the batch gathers what one loop
-     * iteration offers into few script calls per queue. */
+    /* Keep at most 1000 offers out, in runs of 64 per queue: the client
+     * gathers consecutive offers to one queue into one script call. */
     while (p.done < items) {
         while (sent < items && sent - p.done < 1000) {
-            queue_name(q, sizeof q, (int)(sent % queues));
+            queue_name(q, sizeof q, (int)((sent / 64) % queues));
             if (dq_offer_async(c, q, &it, offered, &p) != 0) p.failed++, p.done++;
             sent++;
         }

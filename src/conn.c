@@ -338,16 +338,20 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
     dq__conn_start(w->data);
 }
 
+void dq__retry_later(dq_client *c, ev_timer *timer, int *backoff_ms) {
+    int max = c->opt.reconnect_max_ms;
+    *backoff_ms = *backoff_ms ? *backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (*backoff_ms > max) *backoff_ms = max;
+    /* Jitter in [1/2, 1] so many clients do not reconnect in lockstep. */
+    double ms = *backoff_ms / 2.0 + dq__random_uniform((uint32_t)*backoff_ms / 2 + 1);
+    ev_timer_stop(c->loop, timer);
+    ev_timer_set(timer, ms / 1000.0, 0);
+    ev_timer_start(c->loop, timer);
+}
+
 static void schedule_retry(dq__conn *conn) {
     if (!conn->auto_reconnect || conn->state == DQ__CLOSED) return;
-    int max = conn->client->opt.reconnect_max_ms;
-    conn->backoff_ms = conn->backoff_ms ? conn->backoff_ms * 2 : BACKOFF_MIN_MS;
-    if (conn->backoff_ms > max) conn->backoff_ms = max;
-    /* Jitter in [1/2, 1] so many clients do not reconnect in lockstep. */
-    double ms = conn->backoff_ms / 2.0 + dq__random_uniform((uint32_t)conn->backoff_ms / 2 + 1);
-    ev_timer_stop(conn->client->loop, &conn->retry_timer);
-    ev_timer_set(&conn->retry_timer, ms / 1000.0, 0);
-    ev_timer_start(conn->client->loop, &conn->retry_timer);
+    dq__retry_later(conn->client, &conn->retry_timer, &conn->backoff_ms);
 }
 
 void dq__conn_start(dq__conn *conn) {

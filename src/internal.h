@@ -119,6 +119,10 @@ void dq__reap_retired(dq_client *c);
 /* Maps an error reply to a DQ_E* code (WRONGTYPE -> DQ_EWRONGTYPE, ...). */
 int dq__reply_error_code(const redisReply *reply);
 
+/* Arms timer for the next reconnect attempt: *backoff_ms doubles from
+ * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */
+void dq__retry_later(dq_client *c, ev_timer *timer, int *backoff_ms);
+
 /* ------------------------------------------------------------ push connections (push.c) */
 
 typedef struct dq__push dq__push;

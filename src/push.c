@@ -10,8 +10,7 @@
  * drives a non-blocking redisContext with libev watchers of its own and
  * uses hiredis only to format commands and parse replies.
  *
- * Reconnects by itself with jittered backoff (20 ms doubling up to the
- * client's reconnect_max_ms) until freed; the owner hears DOWN and UP and
+ * Reconnects by itself with conn.c's jittered backoff until freed; the owner hears DOWN and UP and
  * subscribes again after each UP.
  */
 #include <errno.h>
@@ -21,8 +20,6 @@
 #include <sys/socket.h>
 
 #include "internal.h"
-
-#define BACKOFF_MIN_MS 20
 
 struct dq__push {
     dq_client *c;
@@ -66,15 +63,7 @@ static void close_socket(dq__push *p) {
     p->connected = p->up = 0;
 }
 
-static void schedule_retry(dq__push *p) {
-    int max = p->c->opt.reconnect_max_ms;
-    p->backoff_ms = p->backoff_ms ? p->backoff_ms * 2 : BACKOFF_MIN_MS;
-    if (p->backoff_ms > max) p->backoff_ms = max;
-    double ms = p->backoff_ms / 2.0 + dq__random_uniform((uint32_t)p->backoff_ms / 2 + 1);
-    ev_timer_stop(p->c->loop, &p->retry_timer);
-    ev_timer_set(&p->retry_timer, ms / 1000.0, 0);
-    ev_timer_start(p->c->loop, &p->retry_timer);
-}
+static void schedule_retry(dq__push *p) { dq__retry_later(p->c, &p->retry_timer, &p->backoff_ms); }
 
 /* The connection is gone: tell the owner (if it had been up), retry later. */
 static void fail(dq__push *p, const char *why) {

@@ -20,7 +20,8 @@
 #   DQ_TEST_ROOT        the source tree           DQ_TEST_LIB        tests/lib
 #   DQ_TEST_SLOW        1, or 5 under a wrapper (tests scale time bounds)
 # Knobs: DQ_TEST_ONLY=glob (run only matching test names, e.g. 'test_api*'),
-#        DQ_TEST_TIMEOUT=seconds per test file (default 120; 400 with a wrapper).
+#        DQ_TEST_TIMEOUT=seconds per test file (default 120; 400 with a wrapper;
+#        twice that for the ha_* files, which wait through real failovers).
 set -u
 
 if [ $# -ne 1 ]; then
@@ -153,7 +154,11 @@ run_one() {
     _t0=$(date +%s)
     # In the background so that a signal to run.sh can stop it (timeout
     # passes SIGTERM on to the test's whole process group).
-    timeout -k 10 "$TIMEOUT" "$@" &
+    # The HA tests start Sentinel groups and clusters of their own and wait
+    # through real failovers: they get twice the time.
+    _limit=$TIMEOUT
+    case "$_name" in ha_*) _limit=$((TIMEOUT * 2)) ;; esac
+    timeout -k 10 "$_limit" "$@" &
     CUR_PID=$!
     wait "$CUR_PID"
     _rc=$?
@@ -164,7 +169,7 @@ run_one() {
         passed=$((passed + 1))
     else
         if [ $_rc -eq 124 ] || [ $_rc -eq 137 ]; then
-            _why="timed out after $TIMEOUT s"
+            _why="timed out after $_limit s"
         else
             _why="exit $_rc"
         fi

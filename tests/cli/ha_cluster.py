@@ -8,81 +8,14 @@ delivered, none before its due time; the clients follow the promoted replica
 and the moved slot by themselves (no restarts); wake-ups follow the move, so
 items due after it are not left for the safety re-check (5 s).
 """
-import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import BIN, Bg, dq, finish, note, ok, section, wait_for  # noqa: E402
+from hatraffic import Producer, check_delivered, taken, worked  # noqa: E402
 from topology import Cluster, call, try_call  # noqa: E402
-
-
-class Producer(threading.Thread):
-    """Offers prefix0, prefix1, ... to the queues in turn, delays 0-900 ms,
-    one CLI process each, until stopped."""
-
-    def __init__(self, url, prefix, queues):
-        super().__init__(daemon=True)
-        self.url, self.prefix, self.queues = url, prefix, queues
-        self.results = []  # (id, queue, rc, started local s, delay ms)
-        self.halt = threading.Event()
-
-    def run(self):
-        i = 0
-        while not self.halt.is_set() and i < 5000:
-            id_ = f"{self.prefix}{i}"
-            q = self.queues[i % len(self.queues)]
-            delay = (i * 137) % 900
-            t0 = time.time()
-            r = dq("--redis", self.url, "--wait-replicas", "1", "offer", q, f"{delay}ms", "p", "--id", id_,
-                   redis=False, timeout=20)
-            self.results.append((id_, q, r.rc, t0, delay))
-            i += 1
-            time.sleep(0.01)
-
-    def stop(self):
-        self.halt.set()
-        self.join(30)
-
-    def confirmed(self, queue=None):
-        return [r for r in self.results if r[2] == 0 and (queue is None or r[1] == queue)]
-
-
-def plain(take):
-    out = {}
-    for recv, line in take.snapshot():
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        out.setdefault(m["id"], []).append((recv, m))
-    return out
-
-
-def worked(path):
-    try:
-        with open(path) as f:
-            return {l.strip() for l in f if l.strip()}
-    except OSError:
-        return set()
-
-
-def check(prod, take, tq, wpath, label):
-    confirmed = prod.confirmed()
-    ok(len(confirmed) > 0, f"{label}: offers confirmed durable ({len(confirmed)})")
-
-    def missing():
-        got_plain, got_work = plain(take), worked(wpath)
-        return [r[0] for r in confirmed if (r[0] not in got_plain if r[1] == tq else r[0] not in got_work)]
-
-    wait_for(lambda: not missing(), 20)
-    m = missing()
-    ok(not m, f"{label}: every durable offer delivered", m[:20])
-    early = [(r[0], e) for r in confirmed if r[1] == tq for recv, e in plain(take).get(r[0], [])
-             if e["ready_ms"] < e["due_ms"] or recv + 0.005 < r[3] + r[4] / 1000.0]
-    ok(not early, f"{label}: none delivered before its due time", early[:5])
 
 
 def main():
@@ -135,7 +68,7 @@ def main():
        f"offers to {qa} are confirmed durable again")
     prod.stop()
     ok(work.running() and take.running(), "consumers still running (not restarted)")
-    check(prod, take, qb, wpath, "kill")
+    check_delivered(prod, take, qb, wpath, "kill")
 
     section(f"slot {sb} of {qb} moves to another master while traffic runs")
     prod2 = Producer(url, "m", [qb, qa])
@@ -148,7 +81,7 @@ def main():
     t_moved = time.time()
     wait_for(lambda: sum(1 for r in prod2.results if r[3] > t_moved) >= 10, 20)
     prod2.stop()
-    check(prod2, take, qb, wpath, "move")
+    check_delivered(prod2, take, qb, wpath, "move")
     ok(try_call(dst, "EXISTS", f"dq:{{{qb}}}:n") == 1, f"{qb}'s keys are on {dst} now")
 
     section("wake-ups follow the move: items due after it are on time")
@@ -157,8 +90,8 @@ def main():
         r = dq("--redis", url, "offer", qb, "1s", "x", "--id", id_, redis=False)
         if r.rc:
             ok(False, f"offer {id_}", r)
-    ok(wait_for(lambda: all(i in plain(take) for i in ids), 15), "all delivered")
-    lat = [e["ready_ms"] - e["due_ms"] for i in ids for _, e in plain(take).get(i, [])]
+    ok(wait_for(lambda: all(i in taken(take) for i in ids), 15), "all delivered")
+    lat = [e["ready_ms"] - e["due_ms"] for i in ids for _, e in taken(take).get(i, [])]
     note(f"lateness after the move (ready - due, server clock): max {max(lat) if lat else None} ms")
     ok(lat and max(lat) < 1000, "each within 1 s of its due time (the safety re-check is 2.5-5 s)", lat)
 
@@ -171,7 +104,7 @@ def main():
         ok(wait_for(lambda: c.owner(sb) == rep[0], 20), "the replica serves the slot now")
         r = dq("--redis", url, "offer", qb, "0", "x", "--id", "after-failover", redis=False)
         ok(r.rc == 0, "an offer after it works", r)
-        ok(wait_for(lambda: "after-failover" in plain(take), 10), "and the running consumer gets it")
+        ok(wait_for(lambda: "after-failover" in taken(take), 10), "and the running consumer gets it")
         note(f"old master {was} is now a {(try_call(was, 'ROLE') or ['?'])[0]}")
     ok(work.running() and take.running(), "consumers still running")
     for p in (take, work):

@@ -8,100 +8,16 @@ promoted replica by themselves. Every offer confirmed durable (exit 0) must
 be delivered, none before its due time, and offers after the failover must
 work. The old master restarts and rejoins as a replica; nothing breaks.
 """
-import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
-from dqtest import BIN, Bg, SLOW, dq, finish, note, ok, section, wait_for  # noqa: E402
-from topology import SentinelGroup, call, try_call  # noqa: E402
+from dqtest import BIN, Bg, dq, finish, note, ok, section, wait_for  # noqa: E402
+from hatraffic import Producer, check_delivered, taken, worked  # noqa: E402
+from topology import SentinelGroup, try_call  # noqa: E402
 
 QP, QW = "hap", "haw"  # plain takes, worker
-
-
-class Producer(threading.Thread):
-    """Offers ids prefix0, prefix1, ... with delays of 0-900 ms, alternating
-    queues, one CLI process each, until stopped; records each outcome."""
-
-    def __init__(self, url, prefix):
-        super().__init__(daemon=True)
-        self.url, self.prefix = url, prefix
-        self.results = []  # (id, queue, rc, started local s, delay ms, finished local s)
-        self.halt = threading.Event()
-
-    def run(self):
-        i = 0
-        while not self.halt.is_set() and i < 5000:
-            id_ = f"{self.prefix}{i}"
-            q = QP if i % 2 == 0 else QW
-            delay = (i * 137) % 900
-            t0 = time.time()
-            r = dq("--redis", self.url, "--wait-replicas", "1", "offer", q, f"{delay}ms", "p", "--id", id_,
-                   redis=False, timeout=20)
-            self.results.append((id_, q, r.rc, t0, delay, time.time()))
-            i += 1
-            time.sleep(0.01)
-
-    def stop(self):
-        self.halt.set()
-        self.join(30)
-
-
-def delivered_plain(take):
-    out = {}
-    for recv, line in take.snapshot():
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        out.setdefault(m["id"], []).append((recv, m))
-    return out
-
-
-def delivered_worker(path):
-    try:
-        with open(path) as f:
-            ids = [l.strip() for l in f if l.strip()]
-    except OSError:
-        return {}
-    out = {}
-    for id_ in ids:
-        out[id_] = out.get(id_, 0) + 1
-    return out
-
-
-def check_deliveries(prod, take, wpath, label):
-    confirmed = [r for r in prod.results if r[2] == 0]
-    ok(len(confirmed) > 0, f"{label}: some offers confirmed durable ({len(confirmed)})")
-
-    def all_in():
-        plain, work = delivered_plain(take), delivered_worker(wpath)
-        return all((r[0] in plain) if r[1] == QP else (r[0] in work) for r in confirmed)
-
-    wait_for(all_in, 20)
-    plain, work = delivered_plain(take), delivered_worker(wpath)
-    missing = [r[0] for r in confirmed if (r[0] not in plain if r[1] == QP else r[0] not in work)]
-    ok(not missing, f"{label}: every durable offer delivered", missing[:20])
-    early = []
-    for r in confirmed:
-        if r[1] != QP or r[0] not in plain:
-            continue
-        for recv, m in plain[r[0]]:
-            # due >= offer start + delay (one clock), and ready >= due (server clock)
-            if m["ready_ms"] < m["due_ms"] or recv + 0.005 < r[3] + r[4] / 1000.0:
-                early.append((r[0], m, recv - r[3]))
-    ok(not early, f"{label}: none delivered before its due time", early[:5])
-    twice = sum(1 for v in plain.values() if len(v) > 1) + sum(1 for v in work.values() if v > 1)
-    note(f"{label}: {len(confirmed)} durable offers, {twice} ids delivered more than once "
-         f"(allowed: a take or ack the failover undid)")
-    return plain, work
-
-
-def first_delivery_after(take, wpath_times, t):
-    times = [recv for recv, _ in take.snapshot() if recv > t]
-    return min(times) if times else None
 
 
 def main():
@@ -122,7 +38,7 @@ def main():
     take = Bg([BIN, "--redis", url, "take", QP, "--count", "0", "--json"], name="take")
     work = Bg([BIN, "--redis", url, "work", QW, "--concurrency", "4", "--exec",
                f"printf '%s\\n' \"$DELAYQ_ID\" >> {wpath}"], name="work")
-    prod = Producer(url, "s")
+    prod = Producer(url, "s", [QP, QW])
     prod.start()
     ok(wait_for(lambda: sum(1 for r in prod.results if r[2] == 0) >= 20 and take.count() >= 5, 20),
        "offers confirmed and delivered before the failover")
@@ -143,11 +59,12 @@ def main():
     ok(tail and all(r[2] == 0 for r in tail), "offers go on being confirmed durable",
        [(r[0], r[2]) for r in tail if r[2] != 0][:5])
     prod.stop()
-    first = first_delivery_after(take, None, t_kill)
+    later = [recv for recv, _ in take.snapshot() if recv > t_kill]
+    first = min(later) if later else None
     if first:
         note(f"delivery pause: {first - t_kill:.2f} s from the kill to the first delivery after it")
     ok(take.running() and work.running(), "consumers still running (not restarted)")
-    check_deliveries(prod, take, wpath, "kill")
+    check_delivered(prod, take, QP, wpath, "kill")
     outcomes = {}
     for r in prod.results:
         outcomes[r[2]] = outcomes.get(r[2], 0) + 1
@@ -159,11 +76,11 @@ def main():
        "it is a replica now", try_call(old, "ROLE"))
     r = dq("--redis", url, "offer", QP, "0", "after-restart", "--id", "after-restart", redis=False)
     ok(r.rc == 0, "an offer after the restart works", r)
-    ok(wait_for(lambda: "after-restart" in delivered_plain(take), 10), "and is delivered")
+    ok(wait_for(lambda: "after-restart" in taken(take), 10), "and is delivered")
 
     section("graceful failover (SENTINEL FAILOVER): the old master lives on as a replica")
     ok(g.ready(40), "replicas linked again")
-    prod2 = Producer(url, "g")
+    prod2 = Producer(url, "g", [QP, QW])
     prod2.start()
     wait_for(lambda: sum(1 for r in prod2.results if r[2] == 0) >= 10, 20)
     old = g.master_port()
@@ -175,10 +92,10 @@ def main():
        "offers succeed after the graceful failover")
     prod2.stop()
     ok(take.running() and work.running(), "consumers still running")
-    check_deliveries(prod2, take, wpath, "graceful")
+    check_delivered(prod2, take, QP, wpath, "graceful")
     r = dq("--redis", url, "offer", QW, "0", "x", "--id", "after-graceful", redis=False)
     ok(r.rc == 0, "an offer after the graceful failover works", r)
-    ok(wait_for(lambda: "after-graceful" in delivered_worker(wpath), 10), "the worker gets it")
+    ok(wait_for(lambda: "after-graceful" in worked(wpath), 10), "the worker gets it")
     for p in (take, work):
         p.stop()
     if take.err.strip():

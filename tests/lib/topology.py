@@ -218,6 +218,13 @@ class SentinelGroup(_Group):
             reps = try_call(s, "SENTINEL", "replicas", self.NAME) or []
             if len(reps) < len(self.data_ports) - 1:
                 return False
+            # A restarted old master counts only once every sentinel sees it
+            # as a healthy replica: a failover started earlier can be undone
+            # by a sentinel that still thinks otherwise.
+            for rep in reps:
+                fields = dict(zip(rep[::2], rep[1::2]))
+                if fields.get("flags") != "slave" or fields.get("master-link-status") != "ok":
+                    return False
             sens = try_call(s, "SENTINEL", "sentinels", self.NAME) or []
             if len(sens) < len(self.sentinel_ports) - 1:
                 return False

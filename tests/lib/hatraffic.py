@@ -1,0 +1,89 @@
+"""hatraffic.py - the traffic of the HA tests: producers that offer through
+the CLI the whole time a failover happens, and readers of what consumers
+got (a `take --json` process, or the ids a `work --exec` appended)."""
+import json
+import threading
+import time
+
+from dqtest import dq, note, ok, wait_for
+
+
+class Producer(threading.Thread):
+    """Offers prefix0, prefix1, ... to queues in turn, delays 0-900 ms,
+    one CLI process each (--wait-replicas 1), until stopped; records every
+    outcome as (id, queue, exit code, started local s, delay ms)."""
+
+    def __init__(self, url, prefix, queues):
+        super().__init__(daemon=True)
+        self.url, self.prefix, self.queues = url, prefix, queues
+        self.results = []
+        self.halt = threading.Event()
+
+    def run(self):
+        i = 0
+        while not self.halt.is_set() and i < 5000:
+            id_ = f"{self.prefix}{i}"
+            q = self.queues[i % len(self.queues)]
+            delay = (i * 137) % 900
+            t0 = time.time()
+            r = dq("--redis", self.url, "--wait-replicas", "1", "offer", q, f"{delay}ms", "p", "--id", id_,
+                   redis=False, timeout=20)
+            self.results.append((id_, q, r.rc, t0, delay))
+            i += 1
+            time.sleep(0.01)
+
+    def stop(self):
+        self.halt.set()
+        self.join(30)
+
+    def confirmed(self, queue=None):
+        """The offers confirmed durable (exit 0)."""
+        return [r for r in self.results if r[2] == 0 and (queue is None or r[1] == queue)]
+
+
+def taken(bg):
+    """id -> [(receive time, message)] from a `take --json` Bg process."""
+    out = {}
+    for recv, line in bg.snapshot():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        out.setdefault(m["id"], []).append((recv, m))
+    return out
+
+
+def worked(path):
+    """id -> times run, from the file a `work --exec` appended ids to."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    out[line.strip()] = out.get(line.strip(), 0) + 1
+    except OSError:
+        pass
+    return out
+
+
+def check_delivered(prod, take, take_queue, wpath, label):
+    """Every offer prod had confirmed durable reached its consumer (take_queue's
+    `take --json`, the other queues' `work`), none before its due time: on
+    the server's clock (ready >= due) and on ours (received no sooner than
+    the offer started plus its delay)."""
+    confirmed = prod.confirmed()
+    ok(len(confirmed) > 0, f"{label}: offers confirmed durable ({len(confirmed)})")
+
+    def missing():
+        got, done = taken(take), worked(wpath)
+        return [r[0] for r in confirmed if r[0] not in (got if r[1] == take_queue else done)]
+
+    wait_for(lambda: not missing(), 20)
+    m = missing()
+    ok(not m, f"{label}: every durable offer delivered", m[:20])
+    got = taken(take)
+    early = [(r[0], e) for r in confirmed if r[1] == take_queue for recv, e in got.get(r[0], [])
+             if e["ready_ms"] < e["due_ms"] or recv + 0.005 < r[3] + r[4] / 1000.0]
+    ok(not early, f"{label}: none delivered before its due time", early[:5])
+    twice = sum(1 for v in got.values() if len(v) > 1) + sum(1 for v in worked(wpath).values() if v > 1)
+    note(f"{label}: {twice} ids delivered more than once (allowed: a take or an ack the failover undid)")
