@@ -1,0 +1,104 @@
+/*
+ * router.h - what the files of the router share (router.c: nodes, the
+ * blocking pools, healing, connect and free; request.c: commands and their
+ * redirects; subs.c: sharded subscriptions; slotmap.c: a cluster's slot
+ * map; sentinel.c: finding a Sentinel master). Private to those files.
+ */
+#ifndef DQ_ROUTER_H
+#define DQ_ROUTER_H
+
+#include "internal.h"
+
+typedef struct dq__node dq__node;
+typedef struct dq__rreq dq__rreq;
+
+/* A Redis node: its address and the connections the router keeps to it. */
+struct dq__node {
+    dq__node *next;
+    dq__router *rt;
+    dq__endpoint ep;
+    dq__conn *cmd;
+    dq__conn *idle;          /* idle blocking connections               */
+    dq__push *push;          /* sharded subscriptions on this node      */
+    dq__rreq *held, *held_tail; /* waiting for cmd to come up           */
+};
+
+struct dq__sub {
+    dq__sub *next;
+    dq__router *rt;
+    unsigned slot;
+    dq__node *node;          /* where it is (being) subscribed, or NULL */
+    int confirmed;
+    dq__sub_fn *fn;
+    void *privdata;
+    char channel[DQ__KEY_MAX];
+};
+
+struct dq__router {
+    dq_client *c;
+    int topology;
+    dq__node *nodes;
+    dq__node *master;        /* single and Sentinel                      */
+    dq__node **slots;        /* Cluster: DQ__SLOTS owners, NULL unknown  */
+    int map_loaded;
+    dq__sub *subs;
+    dq__rreq *retrying;      /* requests waiting on a backoff timer      */
+    dq__up_fn *on_up;
+    void *on_up_privdata;
+    /* Sentinel */
+    int sentinel_next;       /* the next sentinel to ask                 */
+    int discovering;
+    int discover_rounds;     /* full rounds over the sentinels that failed */
+    int failover_seen;       /* the sentinel asked runs a failover now    */
+    double connect_deadline; /* dq_connect gives up waiting for one then  */
+    dq__conn *asking;        /* the sentinel being asked                 */
+    dq__push *watch;         /* +switch-master                           */
+    int watch_sentinel;
+    /* Cluster */
+    int refreshing, refresh_again;
+    /* Both: topology re-reads while broken */
+    ev_timer heal_timer;
+    double heal_s;
+    char errstr[DQ__ERRSTR_MAX];
+};
+
+/* router.c */
+/* The node at host:port, made (and its command connection started) if new;
+ * NULL when out of memory. */
+dq__node *dq__rt_node_get(dq__router *rt, const char *host, int port);
+/* The node serving slot: the master outside a cluster; NULL if unknown. */
+dq__node *dq__rt_owner(const dq__router *rt, unsigned slot);
+/* Points node n (single or Sentinel master) at another address: its
+ * connections are dropped and made again there. */
+void dq__rt_node_move(dq__node *n, const char *host, int port);
+/* Reads the topology again after a backoff that grows while it stays
+ * broken (reset when it reads whole). */
+void dq__rt_heal_later(dq__router *rt);
+/* 1 if r is an error reply whose first word is prefix. */
+int dq__rt_error_is(const redisReply *r, const char *prefix);
+/* The address of "MOVED <slot> <host>:<port>" or ASK, split. Returns 0. */
+int dq__rt_redirect_addr(const redisReply *r, char *host, size_t hostlen, int *port);
+
+/* request.c */
+/* The requests held for n's command connection: failed with code, or sent
+ * now that it is up. */
+void dq__rt_fail_held(dq__node *n, int code);
+void dq__rt_send_held(dq__node *n);
+/* Fails the requests waiting for a retry with DQ_ECLOSED (router free). */
+void dq__rt_requests_free(dq__router *rt);
+
+/* subs.c */
+/* Subscribes s at its slot's owner (now, or when that node's push
+ * connection comes up). */
+void dq__rt_attach_sub(dq__sub *s);
+
+/* slotmap.c */
+/* Reads CLUSTER SLOTS from a node that is up (one read at a time). */
+void dq__rt_refresh(dq__router *rt);
+
+/* sentinel.c */
+/* Asks the sentinels, in turn from the last one that answered, where the
+ * master is. One round at a time. */
+void dq__rt_discover(dq__router *rt);
+
+#endif
