@@ -254,7 +254,7 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
     if (busy && r->retries < RETRIES_MAX) {
         r->retries++;
         if (rt->topology == DQ__TOPO_CLUSTER && !dq__rt_error_is(reply, "TRYAGAIN")) dq__rt_refresh(rt);
-        if (rt->topology == DQ__TOPO_SENTINEL && !dq__rt_error_is(reply, "LOADING")) dq__rt_discover(rt);
+        if (rt->topology == DQ__TOPO_SENTINEL) dq__rt_discover(rt);
         return RETRY_LATER;
     }
     if (r->rewrite) {
