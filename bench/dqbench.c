@@ -45,6 +45,7 @@
 #include <ev.h>
 #include <hiredis/hiredis.h>
 
+#include "core0.h"
 #include "delayq.h"
 #include "hist.h"
 #include "scripts.h"
@@ -342,26 +343,6 @@ typedef struct snap {
     int n;
     cmdstat cs[96];
 } snap;
-
-/* Busy and total seconds of core 0 so far (/proc/stat). */
-static void core0_times(double *busy, double *total) {
-    *busy = *total = 0;
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long v[10] = {0};
-        if (strncmp(line, "cpu0 ", 5) != 0) continue;
-        sscanf(line + 5, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-               &v[7]);
-        double hz = (double)sysconf(_SC_CLK_TCK), t = 0;
-        for (int i = 0; i < 8; i++) t += (double)v[i];
-        *total = t / hz;
-        *busy = (t - (double)v[3] - (double)v[4]) / hz; /* minus idle and iowait */
-        break;
-    }
-    fclose(f);
-}
 
 static void take_snap(snap *s) {
     memset(s, 0, sizeof *s);

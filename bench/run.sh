@@ -7,7 +7,8 @@
 # never 6379, data in a mktemp -d directory, and `save ""` so no RDB snapshot
 # forks in the middle of a figure) pinned to core 0 with taskset, then runs
 # BUILD_DIR/bench/dqbench pinned to core 1 (its children and redis-benchmark
-# inherit the pinning). The figures go to stdout and to
+# inherit the pinning), then BUILD_DIR/bench/valbench on the same server and
+# core (phase val), then bench/ha.py (phase ha). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
 # DQ_BENCH_TIMEOUT seconds (default 600).
@@ -15,8 +16,11 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,ha   run only these phases
-#                           (ha: bench/ha.py, the high-availability figures
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha   run only these
+#                           phases (val: bench/valbench.c, Redis CPU per item
+#                           of the scripts before the hardening, kept in
+#                           bench/ref/b1baf5e, next to the current ones;
+#                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
@@ -31,10 +35,13 @@ case "$1" in
     *) BUILD_DIR=$(pwd)/$1 ;;
 esac
 BENCH="$BUILD_DIR/bench/dqbench"
-if [ ! -x "$BENCH" ]; then
-    echo "run.sh: $BENCH not built (run make first)" >&2
-    exit 2
-fi
+VALBENCH="$BUILD_DIR/bench/valbench"
+for prog in "$BENCH" "$VALBENCH"; do
+    if [ ! -x "$prog" ]; then
+        echo "run.sh: $prog not built (run make first)" >&2
+        exit 2
+    fi
+done
 for tool in redis-server redis-cli redis-benchmark python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "run.sh: $tool not found (make deps installs it)" >&2
@@ -116,47 +123,57 @@ done
 [ $started -eq 1 ] || { echo "run.sh: could not start redis-server" >&2; exit 2; }
 
 echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unpinned}), dir $DIR" >&2
-echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${DQ_BENCH_ONLY:+ --only $DQ_BENCH_ONLY}" >&2
-
 RESULTS="$BUILD_DIR/bench/results.txt"
-# "ha" is bench/ha.py's phase, not dqbench's.
-CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | paste -sd, -)
+# "val" is valbench's phase and "ha" bench/ha.py's, not dqbench's.
+CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | paste -sd, -)
 RUN_HA=1
+RUN_VAL=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
+[ $RUN_CORE -eq 1 ] &&
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${CORE_ONLY:+ --only $CORE_ONLY}" >&2
+[ $RUN_VAL -eq 1 ] &&
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e" >&2
+# Runs a phase: the command after OUT, its figures into OUT and shown as
+# they come, then appended to the results; sets rc. In the background so
+# that a signal to run.sh can stop it; the caller's timeout bounds the run
+# (and kills the phase's children with it, by process group).
+run_phase() {
+    out=$1
+    shift
+    "$@" > "$out" &
+    BENCH_PID=$!
+    tail -f "$out" --pid "$BENCH_PID" 2>/dev/null &
+    TAIL_PID=$!
+    wait "$BENCH_PID"
+    rc=$?
+    BENCH_PID=
+    wait "$TAIL_PID" 2>/dev/null
+    cat "$out" >> "$RESULTS.tmp"
+    rm -f "$out"
+}
+
 set --
 [ -n "$CORE_ONLY" ] && set -- --only "$CORE_ONLY"
-# In the background so that a signal to run.sh can stop it; timeout bounds
-# the run (and kills the benchmark's children with it, by process group).
 : > "$RESULTS.tmp"
 rc=0
 if [ $RUN_CORE -eq 1 ]; then
     # shellcheck disable=SC2086
-    timeout -k 10 "${DQ_BENCH_TIMEOUT:-600}" $PIN_CLIENT "$BENCH" --port "$PORT" "$@" > "$RESULTS.tmp" &
-    BENCH_PID=$!
-    # Show the figures as they come.
-    tail -f "$RESULTS.tmp" --pid "$BENCH_PID" 2>/dev/null &
-    TAIL_PID=$!
-    wait "$BENCH_PID"
-    rc=$?
-    BENCH_PID=
-    wait "$TAIL_PID" 2>/dev/null
+    run_phase "$RESULTS.core" timeout -k 10 "${DQ_BENCH_TIMEOUT:-600}" $PIN_CLIENT "$BENCH" --port "$PORT" "$@"
+fi
+if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
+    # The same server, after dqbench (valbench FLUSHALLs it); 300 s at most.
+    # shellcheck disable=SC2086
+    run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+        --ref "$ROOT/bench/ref/b1baf5e"
 fi
 if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
     # Servers of its own (pinned to core 0), stopped by pid; 300 s at most.
-    timeout -k 10 300 python3 "$ROOT/bench/ha.py" "$BUILD_DIR" > "$RESULTS.ha" &
-    BENCH_PID=$!
-    tail -f "$RESULTS.ha" --pid "$BENCH_PID" 2>/dev/null &
-    TAIL_PID=$!
-    wait "$BENCH_PID"
-    rc=$?
-    BENCH_PID=
-    wait "$TAIL_PID" 2>/dev/null
-    cat "$RESULTS.ha" >> "$RESULTS.tmp"
-    rm -f "$RESULTS.ha"
+    run_phase "$RESULTS.ha" timeout -k 10 300 python3 "$ROOT/bench/ha.py" "$BUILD_DIR"
 fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

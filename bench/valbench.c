@@ -1,0 +1,604 @@
+/*
+ * valbench.c - `make bench`, phase val: what the hardening of the scripts
+ * (issue 15: every script checks what it reads from Redis before writing)
+ * costs Redis, as Redis CPU per item of offer, transfer and take, for the
+ * scripts before the hardening (commit b1baf5e, kept in bench/ref/b1baf5e)
+ * and the current ones (lua/, as the library embeds them), side by side.
+ *
+ *   valbench --port PORT [--ref DIR] [--rounds N] [--scale X]
+ *
+ * bench/run.sh starts the private redis-server pinned to core 0 and runs
+ * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
+ * old common.lua, offer.lua, transfer.lua and take.lua; each old script is
+ * common.lua followed by the script, as tools/embed-lua.sh assembles them.
+ * The new ones are the bytes of the generated scripts.h. Both sets are
+ * loaded with SCRIPT LOAD and called with EVALSHA, with the keys and
+ * arguments the library sends (src/ops.c send_chunk, src/scheduler.c
+ * transfer, src/take.c run_script), each set on a queue of its own.
+ *
+ * A round measures the old set, then the new one (A B A B ...); FLUSHALL
+ * comes before each set's block. A block measures, in this order:
+ *   - offer, 16 items per call, and offer, 1 item per call: generated ids
+ *     (flags: delay, fresh id), 16-byte payloads, 1 h delay, 8 calls in
+ *     flight, as dq_offer_many sends them;
+ *   - transfer: 100,000 items due (offered beforehand in calls of 100 with
+ *     absolute due times one second ahead, then waited for), moved by calls
+ *     with the library's default arguments (1000 items, 2000 us budget), one
+ *     at a time as a scheduler sends them;
+ *   - take of 64 from that ready list, without a lease and with the
+ *     queue's lease (30 s), 8 calls in flight. The DEL of the result key
+ *     the library sends after each reply is left out (it is not the script).
+ * Figures per item: script time (INFO commandstats, cmdstat_evalsha usec
+ * after CONFIG RESETSTAT, divided by items) and server CPU (INFO cpu
+ * used_cpu_sys + used_cpu_user delta, divided by items: adds reading and
+ * answering the calls). The median over rounds is printed, with each round
+ * and the other work seen on core 0 (/proc/stat) during the blocks.
+ * --rounds: 5 by default (at most 9).
+ * --scale (or DQ_BENCH_SCALE) multiplies every count; anything but 1 is
+ * printed as SCALED.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core0.h"
+#include "internal.h"
+#include "scripts.h"
+#include "util.h"
+
+#define PAYLOAD_LEN 16
+#define OFFER_DELAY "3600000" /* ms, as dqbench's offers                    */
+#define DEPTH 8               /* calls in flight (offers, takes)            */
+#define FILL_PER_CALL 100     /* src/ops.c CHUNK_ITEMS                      */
+#define FILL_PER_MS 100       /* due times of the transfer's items          */
+#define TAKE_COUNT 64
+#define ROUNDS_MAX 9
+#define ARGS_MAX (3 + 6 + 5 * FILL_PER_CALL) /* EVALSHA sha nkeys, head, items */
+
+enum { S_OFFER, S_TRANSFER, S_TAKE, S_N };
+static const char *const script_names[S_N] = {"offer", "transfer", "take"};
+
+/* The cases measured, in block order. */
+enum { C_OFFER16, C_OFFER1, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_N };
+static const char *const case_names[C_N] = {
+    "offer, 16 items per call (8 in flight)", "offer, 1 item per call (8 in flight)",
+    "transfer (calls of 1000, 2000 us budget)", "take 64, no lease (8 in flight)",
+    "take 64, queue's lease 30 s (8 in flight)"};
+
+typedef struct script_set {
+    const char *name;  /* "old" or "new"                 */
+    const char *queue; /* a queue of its own              */
+    char sha[S_N][41];
+    dq__keys k;
+} script_set;
+
+/* One case measured in one block. */
+typedef struct figure {
+    double items, calls;
+    double script_us; /* commandstats EVALSHA usec per item             */
+    double cpu_us;    /* used_cpu_sys + used_cpu_user per item          */
+    double other;     /* share of core 0 busy with other work            */
+} figure;
+
+static struct {
+    int port, rounds;
+    double scale;
+    const char *ref;
+} G = {0, 5, 1.0, "bench/ref/b1baf5e"};
+
+static redisContext *ctl;
+static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
+
+/* ------------------------------------------------------------ small helpers */
+
+static void vsay(const char *fmt, va_list ap) {
+    fputs("valbench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+static void progress(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(fmt, ap);
+    va_end(ap);
+}
+
+/* A command on the control connection; dies on an error reply. The caller
+ * frees the reply. */
+static redisReply *rcmd(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctl, fmt, ap);
+    va_end(ap);
+    if (!r) die("redis: %s", ctl->errstr);
+    if (r->type == REDIS_REPLY_ERROR) die("redis: %s: %s", fmt, r->str);
+    return r;
+}
+
+static void rdo(const char *cmd) { freeReplyObject(rcmd(cmd)); }
+
+/* A field of INFO section as a number; 0 if absent. */
+static double info_num(const char *section, const char *field) {
+    redisReply *r = rcmd("INFO %s", section);
+    double v = 0;
+    size_t fl = strlen(field);
+    for (const char *p = r->str; p && *p;) {
+        if (strncmp(p, field, fl) == 0 && p[fl] == ':') {
+            v = atof(p + fl + 1);
+            break;
+        }
+        p = strstr(p, "\r\n");
+        if (p) p += 2;
+    }
+    freeReplyObject(r);
+    return v;
+}
+
+/* calls and usec of EVALSHA since the last CONFIG RESETSTAT. */
+static void evalsha_stats(double *calls, double *usec) {
+    redisReply *r = rcmd("INFO commandstats");
+    const char *p = strstr(r->str, "cmdstat_evalsha:");
+    *calls = *usec = 0;
+    if (p) {
+        const char *c = strstr(p, "calls="), *u = strstr(p, "usec=");
+        if (c) *calls = atof(c + 6);
+        if (u) *usec = atof(u + 5);
+    }
+    freeReplyObject(r);
+}
+
+static double server_cpu_s(void) {
+    return info_num("cpu", "used_cpu_sys") + info_num("cpu", "used_cpu_user");
+}
+
+static int64_t server_ms(void) {
+    redisReply *r = rcmd("TIME");
+    int64_t ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* ------------------------------------------------------------ measuring */
+
+typedef struct meter {
+    double cpu_s, busy_s, total_s;
+} meter;
+
+static void meter_start(meter *m) {
+    rdo("CONFIG RESETSTAT");
+    m->cpu_s = server_cpu_s();
+    core0_times(&m->busy_s, &m->total_s);
+}
+
+/* The figure for items handled since meter_start. */
+static figure meter_stop(const meter *m, double items) {
+    figure f = {items, 0, 0, 0, 0};
+    double usec, busy, total;
+    evalsha_stats(&f.calls, &usec);
+    double cpu = server_cpu_s() - m->cpu_s;
+    core0_times(&busy, &total);
+    f.script_us = usec / items;
+    f.cpu_us = cpu * 1e6 / items;
+    total -= m->total_s;
+    double other = (busy - m->busy_s) - cpu;
+    f.other = total > 0 && other > 0 ? other / total : 0;
+    return f;
+}
+
+/* ------------------------------------------------------------ calls */
+
+/* One call's command: argc arguments in argv/lens (valid until the next
+ * build). */
+typedef struct call {
+    int argc;
+    const char *argv[ARGS_MAX];
+    size_t lens[ARGS_MAX];
+} call;
+
+static void arg(call *c, const char *s, size_t len) {
+    if (c->argc == ARGS_MAX) die("more than %d arguments", ARGS_MAX);
+    c->argv[c->argc] = s;
+    c->lens[c->argc++] = len;
+}
+
+static void args(call *c, const char *s) { arg(c, s, strlen(s)); }
+
+typedef void build_fn(void *ctx, long i, call *c);
+typedef void reply_fn(void *ctx, long i, const redisReply *r);
+
+/* Sends n calls, depth at a time in flight; reply runs for each reply in
+ * order. */
+static void pipeline(long n, int depth, build_fn *build, reply_fn *reply, void *ctx) {
+    static call c;
+    long sent = 0, got = 0;
+    while (got < n) {
+        while (sent < n && sent - got < depth) {
+            c.argc = 0;
+            build(ctx, sent, &c);
+            if (redisAppendCommandArgv(ctl, c.argc, c.argv, c.lens) != REDIS_OK)
+                die("redis: %s", ctl->errstr);
+            sent++;
+        }
+        void *r;
+        if (redisGetReply(ctl, &r) != REDIS_OK) die("redis: %s", ctl->errstr);
+        reply(ctx, got, r);
+        freeReplyObject(r);
+        got++;
+    }
+}
+
+static void head(call *c, const script_set *s, int script, const char *nkeys) {
+    args(c, "EVALSHA");
+    args(c, s->sha[script]);
+    args(c, nkeys);
+}
+
+/* ------------------------------------------------------------ offer */
+
+typedef struct offer_ctx {
+    const script_set *s;
+    int per_call;
+    const char *flags;  /* "4": delay, fresh id; "5": absolute due, fresh id */
+    int64_t base;       /* absolute due times: base + item / FILL_PER_MS     */
+    long item;          /* items built so far                               */
+    char ids[FILL_PER_CALL][DQ_ID_GENERATED_LEN + 1];
+    char ms[FILL_PER_CALL][24], bucket[FILL_PER_CALL][8];
+    char payload[FILL_PER_CALL][PAYLOAD_LEN + 1];
+} offer_ctx;
+
+/* The arguments of src/ops.c send_chunk: 4 keys, prefix, channel, then id,
+ * payload, ms, flags digit and id index bucket per item. */
+static void offer_build(void *ctx, long i, call *c) {
+    offer_ctx *o = ctx;
+    const dq__keys *k = &o->s->k;
+    (void)i;
+    head(c, o->s, S_OFFER, "4");
+    args(c, k->z), args(c, k->ready), args(c, k->counters), args(c, k->signal);
+    args(c, k->prefix), args(c, k->chan);
+    for (int j = 0; j < o->per_call; j++, o->item++) {
+        dq__id_generate(o->ids[j]);
+        snprintf(o->payload[j], sizeof o->payload[j], "%016lx", (unsigned long)o->item);
+        arg(c, o->ids[j], DQ_ID_GENERATED_LEN);
+        arg(c, o->payload[j], PAYLOAD_LEN);
+        if (o->base) arg(c, o->ms[j], dq__fmt_i64(o->ms[j], o->base + o->item / FILL_PER_MS));
+        else args(c, OFFER_DELAY);
+        args(c, o->flags);
+        arg(c, o->bucket[j], dq__fmt_i64(o->bucket[j], dq__id_bucket(o->ids[j])));
+    }
+}
+
+static void offer_reply(void *ctx, long i, const redisReply *r) {
+    const offer_ctx *o = ctx;
+    if (r->type == REDIS_REPLY_ERROR) die("%s offer call %ld: %s", o->s->name, i, r->str);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * (size_t)o->per_call)
+        die("%s offer call %ld: unexpected reply", o->s->name, i);
+    for (int j = 0; j < o->per_call; j++)
+        if (r->element[1 + 3 * j]->integer != 1) die("%s offer call %ld: item %d not added", o->s->name, i, j);
+}
+
+/* calls offer calls of per_call items; base 0: 1 h delays, else absolute
+ * due times from base. */
+static void offer_calls(const script_set *s, long calls, int per_call, int64_t base) {
+    static offer_ctx o;
+    o.s = s, o.per_call = per_call, o.flags = base ? "5" : "4", o.base = base, o.item = 0;
+    pipeline(calls, DEPTH, offer_build, offer_reply, &o);
+}
+
+static long long pending_of(const script_set *s) {
+    redisReply *r = rcmd("HGET %s pending", s->k.counters);
+    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* ------------------------------------------------------------ transfer */
+
+typedef struct transfer_ctx {
+    const script_set *s;
+    long long moved, more;
+} transfer_ctx;
+
+/* The arguments of src/scheduler.c transfer() with the default options,
+ * for a run fired by a due time (no wake-token top-up). */
+static void transfer_build(void *ctx, long i, call *c) {
+    const transfer_ctx *t = ctx;
+    const dq__keys *k = &t->s->k;
+    (void)i;
+    head(c, t->s, S_TRANSFER, "7");
+    args(c, k->z), args(c, k->ready), args(c, k->aside), args(c, k->counters);
+    args(c, k->dead), args(c, k->dead_times), args(c, k->signal);
+    args(c, k->prefix), args(c, k->chan), args(c, "1000"), args(c, "2000"), args(c, "0");
+}
+
+static void transfer_reply(void *ctx, long i, const redisReply *r) {
+    transfer_ctx *t = ctx;
+    if (r->type == REDIS_REPLY_ERROR) die("%s transfer call %ld: %s", t->s->name, i, r->str);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) die("%s transfer call %ld: unexpected reply", t->s->name, i);
+    if (r->element[1]->integer != 0) die("%s transfer call %ld: items set aside", t->s->name, i);
+    t->moved += r->element[0]->integer;
+    t->more = r->element[4]->integer;
+}
+
+/* Runs transfers one at a time until nothing due is left; returns the
+ * items moved. */
+static long long transfer_all(const script_set *s) {
+    transfer_ctx t = {s, 0, 1};
+    for (int n = 0; t.more; n++) {
+        if (n == 100000) die("%s transfer: still more after %d calls", s->name, n);
+        pipeline(1, 1, transfer_build, transfer_reply, &t);
+    }
+    return t.moved;
+}
+
+/* ------------------------------------------------------------ take */
+
+typedef struct take_ctx {
+    const script_set *s;
+    const char *lease; /* "0" or "-1" (the queue's)                          */
+    char request[DQ_ID_GENERATED_LEN + 1];
+    char tprefix[DQ_ID_GENERATED_LEN + 2];
+    char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 4];
+} take_ctx;
+
+/* The arguments of src/take.c run_script: a new request per call, not
+ * woken by a token, max attempts the queue's. */
+static void take_build(void *ctx, long i, call *c) {
+    take_ctx *t = ctx;
+    const dq__keys *k = &t->s->k;
+    (void)i;
+    char suffix[DQ_ID_GENERATED_LEN + 3];
+    dq__id_generate(t->request);
+    snprintf(suffix, sizeof suffix, "t:%s", t->request);
+    dq__key(t->result_key, sizeof t->result_key, t->s->queue, suffix);
+    snprintf(t->tprefix, sizeof t->tprefix, "%s.", t->request);
+    head(c, t->s, S_TAKE, "6");
+    args(c, k->z), args(c, k->ready), args(c, k->aside), args(c, k->counters), args(c, k->signal);
+    args(c, k->config), args(c, k->prefix), args(c, k->chan);
+    args(c, "64"), args(c, t->lease), args(c, t->tprefix), args(c, "-1"), args(c, "0");
+    args(c, t->result_key);
+}
+
+static void take_reply(void *ctx, long i, const redisReply *r) {
+    const take_ctx *t = ctx;
+    if (r->type == REDIS_REPLY_ERROR) die("%s take call %ld: %s", t->s->name, i, r->str);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + TAKE_COUNT)
+        die("%s take call %ld: %zu elements, expected %d (ready list short?)", t->s->name, i,
+            r->type == REDIS_REPLY_ARRAY ? r->elements : 0, 1 + TAKE_COUNT);
+    if (r->element[0]->integer != (strcmp(t->lease, "0") != 0))
+        die("%s take call %ld: lease flag %lld", t->s->name, i, r->element[0]->integer);
+    for (size_t j = 1; j < r->elements; j++)
+        if (r->element[j]->type != REDIS_REPLY_STRING || r->element[j]->len == 0)
+            die("%s take call %ld: entry %zu set aside", t->s->name, i, j);
+}
+
+static void take_calls(const script_set *s, long calls, const char *lease) {
+    static take_ctx t;
+    t.s = s, t.lease = lease;
+    pipeline(calls, DEPTH, take_build, take_reply, &t);
+}
+
+/* ------------------------------------------------------------ a block */
+
+/* Measures every case for set s into out[C_N]; counts scaled by scale. */
+static void block(const script_set *s, double scale, figure *out) {
+    long offer16 = (long)(2000 * scale), offer1 = (long)(10000 * scale);
+    long due_n = (long)(100000 * scale) / FILL_PER_CALL * FILL_PER_CALL;
+    long takes = (long)(500 * scale);
+    if (offer16 < 1 || offer1 < 1 || due_n < FILL_PER_CALL || takes < 1) die("--scale too small");
+    meter m;
+
+    rdo("FLUSHALL");
+    meter_start(&m);
+    offer_calls(s, offer16, 16, 0);
+    out[C_OFFER16] = meter_stop(&m, (double)offer16 * 16);
+    meter_start(&m);
+    offer_calls(s, offer1, 1, 0);
+    out[C_OFFER1] = meter_stop(&m, (double)offer1);
+    if (pending_of(s) != offer16 * 16 + offer1) die("%s: pending count is not what was offered", s->name);
+
+    /* Items due one second from now and over the next due_n / FILL_PER_MS
+     * ms. Only the first must be in the future when offered: later ones
+     * then go into slots too, behind it. */
+    rdo("FLUSHALL");
+    int64_t base = server_ms() + 1000;
+    offer_calls(s, due_n / FILL_PER_CALL, FILL_PER_CALL, base);
+    if (pending_of(s) != due_n) die("%s: %lld pending, expected %ld", s->name, pending_of(s), due_n);
+    int64_t last = base + (due_n - 1) / FILL_PER_MS;
+    while (server_ms() <= last + 1) usleep(20000);
+    meter_start(&m);
+    long long moved = transfer_all(s);
+    out[C_TRANSFER] = meter_stop(&m, (double)moved);
+    if (moved != due_n) die("%s transfer: moved %lld, expected %ld", s->name, moved, due_n);
+
+    if (2 * takes * TAKE_COUNT > due_n) die("%s: not enough ready entries for the takes", s->name);
+    meter_start(&m);
+    take_calls(s, takes, "0");
+    out[C_TAKE] = meter_stop(&m, (double)takes * TAKE_COUNT);
+    meter_start(&m);
+    take_calls(s, takes, "-1");
+    out[C_TAKE_LEASE] = meter_stop(&m, (double)takes * TAKE_COUNT);
+}
+
+/* ------------------------------------------------------------ scripts */
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            buf = realloc(buf, cap);
+            if (!buf) die("out of memory");
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) die("%s: read error", path);
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* SCRIPT LOAD of body into sha; want: the expected SHA-1, or NULL. */
+static void load(const char *body, size_t len, char sha[41], const char *what, const char *want) {
+    redisReply *r = rcmd("SCRIPT LOAD %b", body, len);
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) die("SCRIPT LOAD %s: unexpected reply", what);
+    memcpy(sha, r->str, 41);
+    freeReplyObject(r);
+    if (want && strcmp(sha, want) != 0) die("SCRIPT LOAD %s: sha %s, scripts.h says %s", what, sha, want);
+}
+
+/* The old set: DIR/common.lua followed by DIR/<script>.lua, as
+ * tools/embed-lua.sh assembles a script. */
+static void load_old(script_set *s) {
+    char path[4096];
+    size_t clen;
+    snprintf(path, sizeof path, "%s/common.lua", G.ref);
+    char *common = read_all(path, &clen);
+    for (int i = 0; i < S_N; i++) {
+        size_t len;
+        snprintf(path, sizeof path, "%s/%s.lua", G.ref, script_names[i]);
+        char *body = read_all(path, &len);
+        char *all = malloc(clen + len);
+        if (!all) die("out of memory");
+        memcpy(all, common, clen);
+        memcpy(all + clen, body, len);
+        load(all, clen + len, s->sha[i], path, NULL);
+        free(all);
+        free(body);
+    }
+    free(common);
+}
+
+/* The new set: the bytes the library embeds (build/gen/scripts.h). */
+static void load_new(script_set *s) {
+    load(dq_lua_offer, DQ_LUA_offer_LEN, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
+    load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
+    load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
+}
+
+/* ------------------------------------------------------------ report */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median over rounds of set's case c: script time if script, else
+ * server CPU. */
+static double median(int set, int c, int script) {
+    double v[ROUNDS_MAX];
+    for (int r = 0; r < G.rounds; r++) v[r] = script ? fig[set][r][c].script_us : fig[set][r][c].cpu_us;
+    qsort(v, (size_t)G.rounds, sizeof v[0], cmp_double);
+    return G.rounds % 2 ? v[G.rounds / 2] : (v[G.rounds / 2 - 1] + v[G.rounds / 2]) / 2;
+}
+
+static void report(const script_set *sets) {
+    const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
+    printf("\n== Validation cost (hardening, issue 15): Redis CPU per item, old scripts vs new%s\n", sc);
+    printf("   old: commit b1baf5e (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", G.ref);
+    for (int i = 0; i < S_N; i++)
+        printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i], sets[1].sha[i]);
+    printf("   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
+           G.rounds, sets[0].queue, sets[1].queue);
+    printf("   script = INFO commandstats cmdstat_evalsha usec / items (after CONFIG RESETSTAT);\n"
+           "   server = INFO cpu used_cpu_sys+used_cpu_user delta / items (adds reading and answering\n"
+           "   the calls). Medians over the rounds, us per item:\n\n");
+    printf("   %-42s %8s %8s %6s %8s %8s %6s  %s\n", "case", "old", "new", "ratio", "old srv", "new srv", "ratio",
+           "items/call (old, new)");
+    for (int c = 0; c < C_N; c++) {
+        double so = median(0, c, 1), sn = median(1, c, 1), co = median(0, c, 0), cn = median(1, c, 0);
+        double per_call[2];
+        for (int s = 0; s < 2; s++) {
+            double items = 0, calls = 0;
+            for (int r = 0; r < G.rounds; r++) items += fig[s][r][c].items, calls += fig[s][r][c].calls;
+            per_call[s] = calls ? items / calls : 0;
+        }
+        printf("   %-42s %8.2f %8.2f %6.2f %8.2f %8.2f %6.2f  %.0f, %.0f\n", case_names[c], so, sn, sn / so, co, cn,
+               cn / co, per_call[0], per_call[1]);
+    }
+    double offer = median(1, C_OFFER16, 1), offer_old = median(0, C_OFFER16, 1);
+    printf("\n   target (issue 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
+           "   new %.2f us: %s (old %.2f us: %s)\n",
+           offer, offer <= 7.0 ? "PASS" : "MISS", offer_old, offer_old <= 7.0 ? "PASS" : "MISS");
+
+    printf("\n   each round, script us per item (old / new):\n");
+    printf("   %-42s", "case");
+    for (int r = 0; r < G.rounds; r++) printf("   round %d   ", r + 1);
+    printf("\n");
+    double other = 0;
+    for (int c = 0; c < C_N; c++) {
+        printf("   %-42s", case_names[c]);
+        for (int r = 0; r < G.rounds; r++) {
+            printf(" %6.2f/%-6.2f", fig[0][r][c].script_us, fig[1][r][c].script_us);
+            for (int s = 0; s < 2; s++)
+                if (fig[s][r][c].other > other) other = fig[s][r][c].other;
+        }
+        printf("\n");
+    }
+    printf("   most other work on core 0 (redis-server's) in any measured case: %.0f%%\n", 100 * other);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------ main */
+
+static void usage(void) {
+    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--rounds N] [--scale X]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    const char *env = getenv("DQ_BENCH_SCALE");
+    if (env && *env) G.scale = atof(env);
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) usage();
+        if (strcmp(argv[i], "--port") == 0) G.port = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--ref") == 0) G.ref = argv[++i];
+        else if (strcmp(argv[i], "--rounds") == 0) G.rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--scale") == 0) G.scale = atof(argv[++i]);
+        else usage();
+    }
+    if (G.port <= 0 || G.port > 65535 || G.rounds < 1 || G.rounds > ROUNDS_MAX || !(G.scale > 0)) usage();
+    if (dq__crypto_init() != 0) die("libsodium did not initialise");
+
+    struct timeval tv = {5, 0};
+    ctl = redisConnectWithTimeout("127.0.0.1", G.port, tv);
+    if (!ctl || ctl->err) die("cannot connect to 127.0.0.1:%d: %s", G.port, ctl ? ctl->errstr : "oom");
+
+    static script_set sets[2] = {{.name = "old", .queue = "valold"}, {.name = "new", .queue = "valnew"}};
+    load_old(&sets[0]);
+    load_new(&sets[1]);
+    for (int s = 0; s < 2; s++) dq__keys_init(&sets[s].k, sets[s].queue);
+
+    /* Warm-up (not reported): the server's allocator and Lua state. */
+    figure warm[C_N];
+    for (int s = 0; s < 2; s++) block(&sets[s], 0.1 * G.scale, warm);
+    for (int r = 0; r < G.rounds; r++)
+        for (int s = 0; s < 2; s++) {
+            progress("round %d of %d, %s scripts", r + 1, G.rounds, sets[s].name);
+            block(&sets[s], G.scale, fig[s][r]);
+        }
+    rdo("FLUSHALL");
+    report(sets);
+    redisFree(ctl);
+    return 0;
+}
