@@ -47,6 +47,7 @@ struct dq__rreq {
 typedef dq__rreq rreq;
 
 static void dispatch(rreq *r);
+static void retry_later(rreq *r);
 
 /* ------------------------------------------------------------ replies */
 
@@ -161,6 +162,15 @@ static int try_dispatch(rreq *r) {
     dq__router *rt = r->rt;
     dq__node *n = r->target ? r->target : dq__rt_owner(rt, r->slot);
     r->target = NULL;
+    if (!n && rt->topology == DQ__TOPO_CLUSTER && r->retries < RETRIES_MAX) {
+        /* The map read during a failover may lack the slot for a moment
+         * (the node asked had not heard of the promotion): read it again
+         * and retry, as for CLUSTERDOWN. */
+        r->retries++;
+        dq__rt_refresh(rt);
+        retry_later(r);
+        return 0;
+    }
     if (!n) {
         snprintf(rt->errstr, sizeof rt->errstr, "no node serves slot %u (cluster map %s)", r->slot,
                  rt->map_loaded ? "incomplete" : "not loaded");
@@ -330,6 +340,7 @@ int dq__route_check(dq_client *c, unsigned slot) {
     dq__router *rt = c->router;
     dq__node *n = dq__rt_owner(rt, slot);
     if (n && n->cmd->state != DQ__DOWN && n->cmd->state != DQ__CLOSED) return 0;
+    if (!n && rt->topology == DQ__TOPO_CLUSTER) return 0; /* dq__route retries */
     return dq__fail(c, DQ_ECONNECT, "not connected to Redis (%s)",
                     n ? (n->cmd->errstr[0] ? n->cmd->errstr : "connecting")
                       : "no node serves the queue's slot");
