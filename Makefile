@@ -6,6 +6,7 @@
 #   make test-asan    the suite built with AddressSanitizer + UBSan
 #   make valgrind     the suite's C programs under valgrind (leaks are errors)
 #   make bench        speed, lateness, memory and Redis cost next to references
+#   make fuzz         libFuzzer targets (fuzz/fuzz_*.c), FUZZ_SECONDS each (60)
 #   make deps         apt-get install whatever is missing (needs root)
 #   make install      PREFIX=/usr/local DESTDIR=
 #
@@ -70,7 +71,7 @@ PC = $(BUILD)/delayq.pc
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libcmocka-dev redis-server redis-tools python3 valgrind
 
-.PHONY: all deps demo test test-asan valgrind bench check install clean
+.PHONY: all deps demo test test-asan valgrind bench fuzz fuzz-objs check install clean
 all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
 
 deps:
@@ -140,6 +141,15 @@ bench: deps
 	$(MAKE) all
 	sh bench/run.sh $(BUILD)
 
+# clang's libFuzzer, on objects built with clang into build-fuzz/.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@sh tools/deps.sh clang
+	$(MAKE) CC=clang BUILD=build-fuzz SANITIZE=fuzzer-no-link,address,undefined fuzz-objs
+	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+fuzz-objs: $(STATIC) $(CLI_OBJ)
+
 check: test
 
 install: $(STATIC) $(SHARED) $(CLI) $(PC)
@@ -152,4 +162,4 @@ install: $(STATIC) $(SHARED) $(CLI) $(PC)
 	install -m 644 $(PC) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

@@ -1,0 +1,52 @@
+/*
+ * fuzz_url.c - libFuzzer target: dq__url_parse and dq__url_mask on any
+ * bytes. Besides not crashing: the masked text fits DQ__URL_MASKED_MAX and
+ * shows "***" where the user info and a sentinel password were.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Where the URL had user info, the masked text shows "***" in its place
+ * and nothing of it, and a sentinel password's value never follows its
+ * name. (Looking for the password's bytes anywhere would flag hosts that
+ * happen to hold them.) */
+static void check_masked(const char *masked, const char *text, const dq__url *u) {
+    const char *sep = strstr(text, "://");
+    if (!sep) abort(); /* it parsed */
+    size_t scheme = (size_t)(sep - text) + 3;
+    /* A unix:// path may hold an '@': it has no user info. */
+    if (!u->is_unix && strrchr(sep + 3, '@') && (strncmp(masked, text, scheme) != 0 || strncmp(masked + scheme, "***@", 4) != 0))
+        abort();
+    if (!u->sentinel_password[0]) return;
+    /* The sentinel password's value never follows its name. */
+    char shown[sizeof "sentinel_password=" + sizeof u->sentinel_password];
+    snprintf(shown, sizeof shown, "sentinel_password=%s", u->sentinel_password);
+    if (strstr(masked, shown)) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *text = malloc(size + 1);
+    if (!text) return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    dq__url u;
+    char err[200];
+    if (dq__url_parse(text, &u, err, sizeof err) == 0) {
+        if (strlen(u.masked) > DQ__URL_MASKED_MAX) abort();
+        check_masked(u.masked, text, &u);
+        if (u.nnodes < 0 || u.nnodes > DQ__URL_NODES_MAX) abort();
+    } else if (strlen(err) >= sizeof err) {
+        abort();
+    }
+    char masked[DQ__URL_MASKED_MAX + 1];
+    dq__url_mask(text, masked, sizeof masked);
+    if (strlen(masked) > DQ__URL_MASKED_MAX) abort();
+    free(text);
+    return 0;
+}
