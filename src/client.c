@@ -52,7 +52,6 @@ dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
         c->loop = ev_loop_new(EVFLAG_AUTO);
         c->own_loop = 1;
     }
-    c->url_text = "";
     if (!c->loop) {
         dq_client_free(c);
         return NULL;
@@ -68,14 +67,12 @@ struct ev_loop *dq_client_loop(const dq_client *c) { return c->loop; }
 
 int dq_connect(dq_client *c, const char *url) {
     char err[200];
-    if (c->connected_once || c->router)
+    if (c->router)
         return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
         return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
-    c->url_text = c->url.masked;
     int rc = dq__router_connect(c);
-    if (rc == 0) c->connected_once = 1;
-    else dq__router_free(c); /* nothing keeps trying in the background */
+    if (rc) dq__router_free(c); /* nothing keeps trying in the background */
     return rc;
 }
 

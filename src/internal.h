@@ -236,14 +236,12 @@ struct dq_client {
     int own_loop;
     dq_options opt;
     dq__url url;
-    const char *url_text;        /* url.masked: never holds a password  */
     dq__router *router;          /* the connections, after dq_connect   */
     dq__conn *retired;           /* closed, to be freed by the reaper   */
     ev_timer reaper;
     dq__sched *scheds;
     struct dq_take_req *takes;   /* every live take                     */
     struct dq_worker *workers;
-    int connected_once;
     int callback_depth;          /* > 0 while running a user callback   */
     int stop;
     int64_t clock_offset_us;     /* server time - local ev_time, in us   */
