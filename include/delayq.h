@@ -440,6 +440,21 @@ DQ_EXPORT int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_op
 DQ_EXPORT int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts,
                            int64_t timeout_ms, dq_msg **msgs, size_t max) DQ_NODISCARD;
 
+/* Completion of dq_take_many_async. status: 1 with msgs[0..n-1] (n >= 1),
+ * 0 on timeout, or a negative code (DQ_ECLOSED when cancelled or the client
+ * is freed), with n = 0. Each message belongs to the callee (dq_msg_free);
+ * the array itself does not, and is valid only during the call. Runs
+ * exactly once. */
+typedef void dq_take_many_cb(dq_client *c, int status, dq_msg **msgs, size_t n,
+                             void *privdata);
+
+/* As dq_take_async_ex, for up to max (1..64) items in one round trip: cb gets
+ * what one script run popped, as soon as anything is ready. Returns 0,
+ * DQ_EINVAL or DQ_ENOMEM. */
+DQ_EXPORT int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
+                                 int64_t timeout_ms, size_t max, dq_take_many_cb *cb,
+                                 void *privdata, dq_take_req **req) DQ_NODISCARD;
+
 /* Cancels a waiting take without losing an item: if an item was already on
  * its way, cb gets it (status 1); otherwise cb runs with DQ_ECLOSED. Either
  * way cb runs later on the loop, not inside this call. */

@@ -7,7 +7,8 @@
 -- someone else), -1 if the id, token or bucket is malformed (an id that
 -- breaks the id rule, say): each item is judged on its own, so one bad item
 -- never sinks the others. A batch shares the script call, the counter
--- update, and one ZREM per slot (the leases of one take share a slot).
+-- update, one look-up and one ZREM per slot (the leases of one take share a
+-- slot: see slot_find_many).
 -- Corrupt counters refuse the call before it writes (see common.lua).
 -- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
@@ -15,8 +16,7 @@ local _, err = read_counters(KEYS[2])
 if err then return err end
 local now = server_now_ms()
 local out, done, acked = {}, {}, 0
-local zrem = {} -- slot key -> records to remove
-local cache = {} -- the slot last found (see slot_find)
+local want = {} -- items in flight by the index: found in their slots below
 for i = 2, #ARGV - 2, 3 do
   local id, token, bucket = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local status = 0
@@ -25,19 +25,29 @@ for i = 2, #ARGV - 2, 3 do
     status = -1
   elseif not done[id] then -- the same id twice in a batch: only the first counts
     done[id] = true
-    local r, key, rec, ik = leased_record(P, zs, id, token, now, P .. 'i:' .. bucket, cache)
-    if r then
-      local recs = zrem[key]
-      if not recs then
-        recs = {}
-        zrem[key] = recs
-      end
-      recs[#recs + 1] = rec
-      id_del(P, ik, id)
-      acked, status = acked + 1, 1
+    -- In flight: indexed at a score whose lease has not ended (now, server
+    -- ms, at or past its end: ended, even if no scheduler returned it yet).
+    local ik = P .. 'i:' .. bucket
+    local score = id_score_in(P, ik, id)
+    if score and math.floor(score / ORD) > now then
+      want[#want + 1] = {at = #out + 1, id = id, token = token, ik = ik, score = score}
     end
   end
   out[#out + 1] = status
+end
+slot_find_many(P, zs, want)
+local zrem = {} -- slot key -> records to remove
+for _, w in ipairs(want) do
+  if w.rec and record_token(w.rec) == w.token then
+    local recs = zrem[w.key]
+    if not recs then
+      recs = {}
+      zrem[w.key] = recs
+    end
+    recs[#recs + 1] = w.rec
+    id_del(P, w.ik, w.id)
+    acked, out[w.at] = acked + 1, 1
+  end
 end
 for key, recs in pairs(zrem) do redis.call('ZREM', key, unpack(recs)) end
 if acked > 0 then redis.call('HINCRBY', KEYS[2], 'inflight', nstr(-acked)) end

@@ -77,6 +77,7 @@ local TOKEN_MAX = 64
 local ATTEMPTS_MAX = 999999999
 
 local function fmt(n) return string.format('%d', n) end
+local DUE_MAX_S, ATTEMPTS_MAX_S = fmt(DUE_MAX), fmt(ATTEMPTS_MAX)
 
 -- fmt for the small numbers (lengths, counts) of records: cached per call.
 -- Never concatenate a number directly: Lua formats it with %.14g, through
@@ -89,6 +90,18 @@ local function nstr(n)
     small_num[n] = s
   end
   return s
+end
+
+-- tonumber for the short digit strings of lengths (of ids, errors):
+-- cached per call, as they repeat from entry to entry.
+local small_int = {}
+local function small_uint(s)
+  local n = small_int[s]
+  if not n then
+    n = tonumber(s)
+    small_int[s] = n
+  end
+  return n
 end
 
 local function server_now_ms()
@@ -431,12 +444,14 @@ local function entry_head(e)
     d, rd, a, il, el, pos = string.match(e, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
   end
   if not d or #il > 3 or #el > 9 then return nil, 'undecodable ready entry' end
-  -- The captures are digits already: their lengths and values are enough.
-  if #d > 13 or #rd > 13 or #a > 9 or tonumber(d) > DUE_MAX or tonumber(rd) > DUE_MAX or
-     tonumber(a) >= ATTEMPTS_MAX then
+  -- The captures are digits already: their lengths and values are enough,
+  -- and digit strings of one length compare as their numbers do (cheaper
+  -- than tonumber, which goes through the C library's strtod).
+  if #d > 13 or #rd > 13 or #a > 9 or (#d == 13 and d > DUE_MAX_S) or
+     (#rd == 13 and rd > DUE_MAX_S) or a == ATTEMPTS_MAX_S then
     return nil, 'ready entry with a number out of range'
   end
-  il, el = tonumber(il), tonumber(el)
+  il, el = small_uint(il), small_uint(el)
   if il < 1 or il > ID_MAX or pos + il + el - 1 > #e then return nil, 'undecodable ready entry' end
   local id = string.sub(e, pos, pos + il - 1)
   if string.find(id, '[^!-~]') then return nil, 'ready entry with an invalid id' end
@@ -747,6 +762,58 @@ local function leased_record(P, zs, id, token, now, ik, cache)
   local r = parse_record(rec, score)
   if not r or r.token == '' or r.token ~= token then return nil end
   return r, key, rec, ik
+end
+
+-- The token of a version 2 record ('' for none, or for a record that does
+-- not decode: no token matches it).
+local function record_token(rec)
+  if string.byte(rec, 1) ~= 50 then return '' end -- '2'
+  local a, _, _, il, tl, _, pos = v2_head(rec)
+  if not a then return '' end
+  return string.sub(rec, pos + il, pos + il + tl - 1)
+end
+
+-- slot_find for many records at once: items is a list of tables with id
+-- and score (a number); each item whose record is found gets key (its
+-- slot's key) and rec. The items that share a slot cost one ZRANGEBYSCORE
+-- over their scores, not one each (a batch of acks usually holds the leases
+-- of one take: one slot, consecutive ordinals). Bounded: a range read stops
+-- at twice the items plus 64 records, and an item it did not reach is looked
+-- up alone with slot_find.
+local function slot_find_many(P, zs, items)
+  local order = {}
+  for i, w in ipairs(items) do order[i] = w end
+  table.sort(order, function(x, y) return x.score < y.score end)
+  local i = 1
+  while i <= #order do
+    local name, bound = slot_at(zs, fmt(order[i].score))
+    if not name then
+      i = i + 1
+    else
+      local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+      local upper = nx[2] and tonumber(nx[2]) or math.huge
+      local j = i
+      while j < #order and order[j + 1].score < upper do j = j + 1 end
+      local key, limit = slot_key(P, name), 2 * (j - i + 1) + 64
+      local recs = kcall(P, 'ZRANGEBYSCORE', key, fmt(order[i].score), fmt(order[j].score), 'WITHSCORES',
+                         'LIMIT', '0', nstr(limit))
+      local by = {} -- id .. '|' .. score -> record
+      for k = 1, #recs, 2 do
+        local rid = record_id(recs[k])
+        if rid then by[rid .. '|' .. recs[k + 1]] = recs[k] end
+      end
+      for k = i, j do
+        local w = order[k]
+        local rec = by[w.id .. '|' .. fmt(w.score)]
+        if rec then
+          w.key, w.rec = key, rec
+        elseif #recs / 2 >= limit then
+          w.key, w.rec = slot_find(P, zs, w.id, w.score)
+        end
+      end
+      i = j + 1
+    end
+  end
 end
 
 -- Publishes the new earliest due time if score is before the first bound.

@@ -7,11 +7,15 @@
 -- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
 -- ARGV[6] max attempts recorded with a lease (0: no limit; -1: the queue's),
 -- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP),
--- ARGV[8] the call's result key (dq:{Q}:t:<token prefix>): the result is kept
--- there for 60 s, and a call repeated with the same key (its reply was lost
--- with the connection) gets the same result back instead of popping more, so
--- a take whose reply is lost loses nothing. The caller deletes the key once
--- it has the reply.
+-- ARGV[8] the caller's result key (dq:{Q}:t:<client>.<n>, one per take a
+-- client has out at once, reused by its next take),
+-- ARGV[9] '1' when this call repeats a request whose reply was lost (same
+-- token prefix), '0' for a new request.
+-- The result is kept in the result key for 60 s, tagged with the token
+-- prefix; a repeated call finds it there and gets the same result back
+-- instead of popping more, so a take whose reply is lost loses nothing. A
+-- new request skips that read, and overwrites the key: no reply lost costs
+-- one SET, and no clean-up command.
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
 -- Without a lease the id leaves the id index. With a lease each entry goes
@@ -29,8 +33,8 @@
 -- is set aside like one that does not decode (so it is never delivered, and
 -- no batch of acks can meet its id); its id leaves the id index when the
 -- index says it is ready. The settings used (lease_ms, max_attempts) and the
--- counters are checked before the LPOP: a bad one refuses the call, naming
--- it, and nothing is popped. Keys of another type are renamed away.
+-- counters (which only a leased take writes) are checked before the LPOP:
+-- a bad one refuses the call, naming it, and nothing is popped. Keys of another type are renamed away.
 -- Can fail after writing only on an OOM.
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local P, chan = ARGV[1], ARGV[2]
@@ -44,16 +48,25 @@ end
 
 -- Everything this script writes after the LPOP must not fail half way, so
 -- all that can refuse the call comes first.
-local _, err = read_counters(counters)
-if err then return err end
+local err
 lease, err = queue_setting(cfg, 'lease_ms', lease)
 if err then return err end
 if lease > 0 then
   max, err = queue_setting(cfg, 'max_attempts', max)
   if err then return err end
+  local _, cerr = read_counters(counters)
+  if cerr then return cerr end
 end
-local replay = redis.call('GET', ARGV[8])
-if replay then return cmsgpack.unpack(replay) end
+local tag = tprefix .. '\n'
+if ARGV[9] == '1' then
+  -- A key of another type holds no result of ours: the SET below replaces it.
+  local replay = redis.pcall('GET', ARGV[8])
+  if type(replay) == 'string' and string.sub(replay, 1, #tag) == tag then
+    local ok, out = pcall(cmsgpack.unpack, string.sub(replay, #tag + 1))
+    if ok and type(out) == 'table' then return out end
+    return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
+  end
+end
 local entries = kcall(P, 'LPOP', ready, ARGV[3])
 if not entries then
   -- Nothing ready, so no token is owed: drop strays (from takes that
@@ -66,10 +79,11 @@ end
 local owed = #entries - (ARGV[7] == '1' and 1 or 0)
 if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
 
-local now = server_now_ms()
-local deadline = math.min(now + lease, DUE_MAX)
-local bound = nil
-if lease > 0 then bound = first_bound(P, zs) end
+local deadline, bound = 0, nil
+if lease > 0 then
+  deadline = math.min(server_now_ms() + lease, DUE_MAX)
+  bound = first_bound(P, zs)
+end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local hint = {} -- the leases of one take share a deadline, so usually one slot
 local maxs = lease > 0 and fmt(max) or nil
@@ -115,5 +129,5 @@ if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', nstr(leased))
   announce_if_first(chan, first, bound)
 end
-redis.call('SET', ARGV[8], cmsgpack.pack(out), 'PX', 60000)
+redis.call('SET', ARGV[8], tag .. cmsgpack.pack(out), 'PX', 60000)
 return out

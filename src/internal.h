@@ -241,6 +241,12 @@ struct dq_client {
     ev_timer reaper;
     dq__sched *scheds;
     struct dq_take_req *takes;   /* every live take                     */
+    char take_tag[DQ_ID_GENERATED_LEN + 1]; /* names the client's take result
+                                    keys, "" until the first take        */
+    unsigned *result_free;       /* result key numbers free for reuse   */
+    size_t result_nfree, result_cap; /* result_cap: numbers handed out
+                                    so far fit (all can be given back)   */
+    unsigned result_next;        /* the next number never used          */
     struct dq_worker *workers;
     int callback_depth;          /* > 0 while running a user callback   */
     int stop;
@@ -325,12 +331,6 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
                    int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
                    void *privdata);
 
-/* Waits (without a timeout) for 1..max (at most 64) items of queue and
- * passes them to cb, which owns the messages; status 1, or a negative code
- * with no messages (DQ_ECLOSED once cancelled). *req as dq_take_async. */
-typedef void dq__take_batch_cb(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata);
-int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, size_t max,
-                         dq__take_batch_cb *cb, void *privdata, struct dq_take_req **req);
 
 /* Acks n deliveries (1..DQ__ACK_BATCH) of queue, given by id and token, in
  * one script call; the strings are only read during the call. Each is

@@ -43,7 +43,7 @@ struct dq_take_req {
     size_t max;             /* messages one script run may pop           */
     take_done_fn *done_fn;
     dq_take_cb *cb;         /* dq_take_async's callback                   */
-    dq__take_batch_cb *batch_cb; /* dq__take_batch_async's callback      */
+    dq_take_many_cb *batch_cb; /* dq_take_many_async's callback         */
     void *privdata;
     dq_msg **out;           /* dq_take_many's array                       */
     dq__conn *conn;         /* blocking connection for the wait, or NULL */
@@ -51,9 +51,12 @@ struct dq_take_req {
     take_token *token;      /* the script run in flight, if any           */
     int wait_out;           /* a BLPOP wait is out on conn                */
     int woke;               /* the last wait popped a token (tell the script) */
-    char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 4]; /* dq:{Q}:t:<request>,
-                               "" before the first call; kept until a reply
-                               comes, so a retry replays a lost result   */
+    unsigned result_slot;   /* which of the client's result keys is ours  */
+    char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 16]; /* dq:{Q}:t:<client tag>.<slot> */
+    char request[DQ_ID_GENERATED_LEN + 1]; /* the request out, "" when none:
+                               kept until a reply comes, so a retry
+                               repeats it and the script replays a lost
+                               result                                     */
     int ending;             /* timeout or cancel: finish at the next step */
     int retrying;           /* the timer is a retry, not the timeout      */
     double deadline;        /* ev_now() time of the timeout; < 0: none    */
@@ -125,11 +128,40 @@ static void release_conn(dq_take_req *t) {
     else dq__conn_retire(conn); /* still waiting, or broken: not reusable */
 }
 
+/* ------------------------------------------------------------ result keys */
+
+/* Each take out at once has a result key of its own (the script keeps its
+ * last result there for a retry to replay). Keys are numbered per client and
+ * reused by later takes, which overwrite them: no clean-up command, and a
+ * client leaves at most one key per take it ran at once, each expiring 60 s
+ * after its last use. */
+static int result_slot_acquire(dq_client *c, unsigned *slot) {
+    if (c->result_nfree > 0) {
+        *slot = c->result_free[--c->result_nfree];
+        return 0;
+    }
+    if (c->result_next == c->result_cap) { /* room to give every slot back */
+        size_t cap = c->result_cap ? c->result_cap * 2 : 8;
+        unsigned *p = realloc(c->result_free, cap * sizeof *p);
+        if (!p) return -1;
+        c->result_free = p;
+        c->result_cap = cap;
+    }
+    if (!c->take_tag[0]) dq__id_generate(c->take_tag);
+    *slot = c->result_next++;
+    return 0;
+}
+
+static void result_slot_release(dq_client *c, unsigned slot) {
+    c->result_free[c->result_nfree++] = slot; /* room was made at acquire */
+}
+
 static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     if (t->done) return;
     t->done = 1;
     ev_timer_stop(t->c->loop, &t->timer);
     unlink_take(t);
+    result_slot_release(t->c, t->result_slot);
     if (t->token) t->token->take = NULL;
     release_conn(t);
     t->c->callback_depth++;
@@ -142,21 +174,6 @@ static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
 
 static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     (void)conn, (void)reply, (void)code, (void)privdata;
-}
-
-/* The result is in hand: its replay copy in Redis can go (it would expire
- * after 60 s anyway). Pipelined behind whatever comes next. */
-static void forget_result(dq_take_req *t) {
-    const char *argv[2] = {"UNLINK", t->result_key};
-    size_t lens[2] = {6, strlen(t->result_key)};
-    (void)dq__op_command(t->c, t->queue, 2, argv, lens, ignore_reply, NULL);
-}
-
-/* The request id of the script call out (the tail of dq:{Q}:t:<request>);
- * the lease tokens of its messages are "<request>.<i>". */
-static const char *request_of(const dq_take_req *t) {
-    const char *colon = strrchr(t->result_key, ':');
-    return colon ? colon + 1 : "";
 }
 
 /* An entry the script handed out but this client cannot decode (the
@@ -228,10 +245,9 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     /* A reply came: the request is settled, and its token counted. */
     t->woke = 0;
-    char request[DQ_ID_GENERATED_LEN + 1]; /* result_key is cleared below */
-    snprintf(request, sizeof request, "%s", request_of(t));
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) forget_result(t);
-    t->result_key[0] = '\0';
+    char request[DQ_ID_GENERATED_LEN + 1]; /* t->request is cleared below */
+    memcpy(request, t->request, sizeof request);
+    t->request[0] = '\0';
     if (code == DQ_ENOTDURABLE)
         /* Handed out all the same: holding them back would only leave them
          * in flight until their lease ends. A failover before the take
@@ -285,27 +301,24 @@ static void run_script(dq_take_req *t) {
     token->take = t;
     char count[16], lease[24], max[16], tprefix[DQ_ID_GENERATED_LEN + 2];
     const char *woke = t->woke ? "1" : "0";
-    if (!t->result_key[0]) {
-        /* A new request: 128 random bits, so tokens never repeat. A retry
-         * after a lost reply keeps the request, and the script replays it. */
-        char request[DQ_ID_GENERATED_LEN + 1];
-        dq__id_generate(request);
-        dq__key(t->result_key, sizeof t->result_key, t->queue, "t:");
-        strcat(t->result_key, request);
-    }
-    snprintf(tprefix, sizeof tprefix, "%s.", request_of(t));
+    /* A new request: 128 random bits, so tokens never repeat. A retry
+     * after a lost reply keeps the request, and the script replays it. */
+    const char *repeat = t->request[0] ? "1" : "0";
+    if (!t->request[0]) dq__id_generate(t->request);
+    snprintf(tprefix, sizeof tprefix, "%s.", t->request);
     snprintf(count, sizeof count, "%zu", t->max);
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);
     const dq__keys *k = &t->keys;
-    const char *argv[14] = {k->z, k->ready, k->aside, k->counters, k->signal, k->config,
-                            k->prefix, k->chan, count, lease, tprefix, max, woke, t->result_key};
-    size_t lens[14];
-    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
+    const char *argv[15] = {k->z,   k->ready, k->aside, k->counters, k->signal,
+                            k->config, k->prefix, k->chan, count, lease,
+                            tprefix, max, woke, t->result_key, repeat};
+    size_t lens[15];
+    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
     /* A leased take writes what must survive a failover; a plain take
      * hands its items out for good either way. */
     unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
-    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 8, argv, lens, script_reply, token) != 0) {
+    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 9, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
@@ -419,13 +432,17 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
         return NULL;
     }
     dq_take_req *t = calloc(1, sizeof *t);
-    if (!t) {
+    if (!t || result_slot_acquire(c, &t->result_slot) != 0) {
+        free(t);
         *rc = dq__fail(c, DQ_ENOMEM, "out of memory");
         return NULL;
     }
     t->c = c;
     snprintf(t->queue, sizeof t->queue, "%s", queue);
     dq__keys_init(&t->keys, queue);
+    char suffix[DQ_ID_GENERATED_LEN + 16];
+    snprintf(suffix, sizeof suffix, "t:%s.%u", c->take_tag, t->result_slot);
+    dq__key(t->result_key, sizeof t->result_key, queue, suffix);
     if (opts) t->opts = *opts;
     t->max = max;
     ev_timer_init(&t->timer, on_timer, 0, 0);
@@ -465,11 +482,12 @@ static void batch_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     t->batch_cb(t->c, status, status == 1 ? msgs : NULL, status == 1 ? n : 0, t->privdata);
 }
 
-int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, size_t max,
-                         dq__take_batch_cb *cb, void *privdata, dq_take_req **out) {
+int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
+                       int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
+                       dq_take_req **out) {
     if (!cb || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
     int rc;
-    dq_take_req *t = take_new(c, queue, opts, -1, max, &rc);
+    dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);
     if (!t) return rc;
     t->done_fn = batch_done;
     t->batch_cb = cb;
@@ -500,6 +518,9 @@ void dq__take_free_all(dq_client *c) {
         dq_take_req *t = c->takes;
         finish(t, DQ_ECLOSED, NULL, 0);
     }
+    free(c->result_free);
+    c->result_free = NULL;
+    c->result_nfree = c->result_cap = c->result_next = 0;
 }
 
 /* ------------------------------------------------------------ synchronous */

@@ -136,7 +136,7 @@ static void refill(dq_worker *w) {
         if (!s) return;
         s->w = w;
         s->index = i;
-        if (dq__take_batch_async(w->c, w->queue, &w->opts, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
+        if (dq_take_many_async(w->c, w->queue, &w->opts, -1, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
             free(s);
             return;
         }

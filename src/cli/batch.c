@@ -10,9 +10,15 @@
  * allocated once, holds the chunk's lines, cut into NUL-terminated fields
  * in place, and the start of the next line. A line is refused as soon as
  * it grows past BATCH_LINE_MAX bytes, without reading the rest of it.
+ * A chunk also ends, short, when the input pauses (a pipe or terminal with
+ * nothing more to read right now): a producer that streams lines has them
+ * offered as they come, not held until 1000 have gathered, and Redis gets a
+ * steady flow of small calls instead of bursts that hold it for
+ * milliseconds (and make every scheduler late meanwhile).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +121,19 @@ static int take_line(cli_batch *b, char *nl)
     return rc;
 }
 
+/* Whether a read of fd would return at once (data, end of input, or an
+ * error to report): always so for a regular file. */
+static int input_ready(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n;
+
+    do
+        n = poll(&p, 1, 0);
+    while (n < 0 && errno == EINTR);
+    return n != 0;
+}
+
 /* Reads more input after b->end. Returns 0 or CLI_USAGE after saying why. */
 static int fill(cli_batch *b)
 {
@@ -157,6 +176,8 @@ int cli_batch_next(cli_batch *b)
                 rc = take_line(b, b->buf + b->end);
             if (!rc)
                 break;
+        } else if (b->n > 0 && !input_ready(b->fd)) {
+            break; /* the input pauses: send what has come */
         } else {
             b->scan = b->end;
             rc = fill(b);

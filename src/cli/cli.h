@@ -215,13 +215,13 @@ int cli_write_out(const void *data, size_t len);
  * CLI_FAIL after printing why, unless a write failed and said so before. */
 int cli_out_close(void);
 
-/* Prints a taken message: the raw payload and "\n", or with json one JSON
- * object per line. A leased delivery (msg->token set) prints as
+/* Prints taken messages msgs[0..n-1] in one write: each as the raw payload
+ * and "\n", or with json one JSON object per line. A leased delivery (msg->token set) prints as
  * "ID<TAB>TOKEN<TAB>PAYLOAD\n" (an id that breaks the id rules escaped),
  * and its JSON object adds "attempt" and "token". An id or payload that is
- * not valid UTF-8 goes in "id_base64" or "payload_base64" instead. Flushes.
- * Returns 0 or CLI_FAIL after printing why. */
-int cli_print_msg(const dq_msg *msg, int json);
+ * not valid UTF-8 goes in "id_base64" or "payload_base64" instead. Flushes
+ * once, at the end. Returns 0 or CLI_FAIL after printing why. */
+int cli_print_msgs(dq_msg *const *msgs, size_t n, int json);
 
 /* Prints a queue's stats as text lines or one JSON object. Returns 0 or
  * CLI_FAIL after printing why. */

@@ -229,13 +229,27 @@ static json_t *json_msg(const dq_msg *msg)
     return o;
 }
 
-int cli_print_msg(const dq_msg *msg, int json)
+/* Appends a message's JSON line to b (and frees the value). Returns 0 or -1
+ * when out of memory. */
+static int json_line(dq__buf *b, json_t *v)
+{
+    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+
+    json_decref(v);
+    if (!text)
+        return -1;
+    int rc = dq__buf_append(b, text, strlen(text)) || dq__buf_append(b, "\n", 1);
+    free(text);
+    return rc ? -1 : 0;
+}
+
+int cli_print_msgs(dq_msg *const *msgs, size_t n, int json)
 {
     dq__buf b = {0};
+    int rc = 0;
 
-    if (json)
-        return write_json(json_msg(msg), "a message");
-    int rc = text_msg(&b, msg);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = json ? json_line(&b, json_msg(msgs[i])) : text_msg(&b, msgs[i]);
     if (rc)
         cli_err("cannot print a message: out of memory");
     else

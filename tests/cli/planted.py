@@ -276,11 +276,14 @@ for field in ("pending", "inflight", "slots"):
         redis("HSET", k(q, "n"), field, bad)
         before = sorted(redis("KEYS", f"dq:{{{q}}}:*"))
         snap = {kk: redis("DUMP", kk) for kk in before}
-        for args in (("offer", q, "0", "x", "--id", "c2"), ("take", q, "--timeout", "0"),
+        for args in (("offer", q, "0", "x", "--id", "c2"),
                      ("take", q, "--ack", "manual", "--timeout", "0"), ("stats", q), ("cancel", q, "c1")):
             r = dq(*args)
             ok(r.rc == 3 and f"counter {field} in dq:{{{q}}}:n".encode() in r.err,
                f"{args[0]}: exit 3, the error names the key and field", r)
+        # A plain take neither reads nor writes the counters: it is not refused.
+        r = dq("take", q, "--timeout", "0")
+        ok(r.rc == 1 and b"counter" not in r.err, "plain take: not refused (exit 1: nothing due)", r)
         after = sorted(redis("KEYS", f"dq:{{{q}}}:*"))
         ok(after == before and all(redis("DUMP", kk) == snap[kk] for kk in after), "nothing written")
         redis("HDEL", k(q, "n"), field)

@@ -220,6 +220,51 @@ static void test_generated_id(void **state)
     dq_client_free(c);
 }
 
+/* One client's takes share result keys (for the lost-reply replay): a
+ * hundred takes one after the other leave one key, and two takes out at
+ * once two. */
+static void on_async_take(dq_client *c, int status, dq_msg *msg, void *privdata)
+{
+    (void)c;
+    int *left = privdata;
+    assert_int_equal(status, 1);
+    dq_msg_free(msg);
+    (*left)--;
+}
+
+static void test_take_result_keys_bounded(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "rkeys");
+    dq_client *c = dqt_client(NULL);
+    dq_item it = {.payload = "x", .payload_len = 1, .delay_ms = 0};
+    for (int i = 0; i < 102; i++)
+        DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
+    DQT_EXPECT(c, dq_schedule(c, q), 0);
+    for (int i = 0; i < 100; i++) {
+        dq_msg *m = NULL;
+        DQT_EXPECT(c, dq_take(c, q, 5000, &m), 1);
+        dq_msg_free(m);
+    }
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "dq:{%s}:t:*", q);
+    redisReply *r = dqt_redis("KEYS %s", pattern);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    freeReplyObject(r);
+    int left = 2;
+    DQT_EXPECT(c, dq_take_async(c, q, 5000, on_async_take, &left, NULL), 0);
+    DQT_EXPECT(c, dq_take_async(c, q, 5000, on_async_take, &left, NULL), 0);
+    for (int i = 0; i < 100 && left > 0; i++)
+        dqt_run_for(c, 0.05);
+    assert_int_equal(left, 0);
+    r = dqt_redis("KEYS %s", pattern);
+    assert_int_equal(r->elements, 2);
+    freeReplyObject(r);
+    dq_client_free(c);
+}
+
 /* A delayed item is not delivered before its due time, then promptly. */
 static void test_delay_respected(void **state)
 {
@@ -778,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_connect_ok),
         cmocka_unit_test(test_roundtrip_binary),
         cmocka_unit_test(test_generated_id),
+        cmocka_unit_test(test_take_result_keys_bounded),
         cmocka_unit_test(test_delay_respected),
         cmocka_unit_test(test_due_in_past),
         cmocka_unit_test(test_offer_many),
