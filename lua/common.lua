@@ -77,7 +77,9 @@ local TOKEN_MAX = 64
 local ATTEMPTS_MAX = 999999999
 
 local function fmt(n) return string.format('%d', n) end
-local DUE_MAX_S, ATTEMPTS_MAX_S = fmt(DUE_MAX), fmt(ATTEMPTS_MAX)
+-- As digit strings (literals: a function library's top level may not call
+-- the string library when it loads).
+local DUE_MAX_S, ATTEMPTS_MAX_S = '4398046511103', '999999999'
 
 -- fmt for the small numbers (lengths, counts) of records: cached per call.
 -- Never concatenate a number directly: Lua formats it with %.14g, through
@@ -147,6 +149,14 @@ end
 -- Keys of the wrong type ------------------------------------------------------
 
 local renamed = 0 -- keys this call renamed (their new names must differ)
+
+-- Per-call state back to its start. As EVAL, every call runs this file
+-- afresh; in the function library (tools/embed-lua.sh) the file runs once
+-- and every function calls this first, so nothing leaks from call to call
+-- (the number caches would otherwise grow with whatever Redis holds).
+local function call_begin()
+  renamed, small_num, small_int = 0, {}, {}
+end
 
 -- Renames key (which holds the type got, not the one the layout wants) out
 -- of the way, keeping its data, and notes it in the set-aside list.

@@ -153,8 +153,12 @@ int dq__router_connect(dq_client *c);
 void dq__router_free(dq_client *c);
 
 /* Rewrites a command after an error reply: a new malloc'ed command and its
- * length in *len, or NULL to keep the error. Used once per request. */
-typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, size_t *newlen);
+ * length in *newlen, or NULL to keep the error. *pre (NULL when none; set
+ * only with a new command) may get a malloc'ed command of *pre_len bytes to
+ * send first on the same connection, its reply ignored. Used once per
+ * request. */
+typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, size_t *newlen,
+                             char **pre, size_t *pre_len);
 
 #define DQ__ROUTE_WRITE (1u << 1) /* a write: WAIT for the client's
                                      wait_replicas after it              */
@@ -212,9 +216,10 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
 /* The slot of a queue's keys (their hash tag is the queue name). */
 unsigned dq__queue_slot(const char *queue);
 
-/* Runs a script on the node serving queue's slot with EVALSHA (EVAL again
- * on NOSCRIPT): argv holds nkeys keys then nargs args. flags as
- * dq__route. Returns as dq__route. */
+/* Runs a script on the node serving queue's slot with FCALL (EVAL of its
+ * text, with the library loaded before it, when the node lacks the library):
+ * argv holds nkeys keys then nargs args. flags as dq__route. Returns as
+ * dq__route. */
 int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
              int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
              void *privdata);

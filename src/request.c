@@ -3,7 +3,8 @@
  * its slot (or held while that node's connection is being made), MOVED and
  * ASK followed, TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN
  * retried with a bounded backoff, an error reply rewritten once by the
- * caller's hook (script.c: NOSCRIPT into EVAL), and for a write, WAIT for
+ * caller's hook (script.c: a missing function library into FUNCTION LOAD and
+ * EVAL), and for a write, WAIT for
  * the client's wait_replicas pipelined behind it on the same connection:
  * the reply reaches the caller with DQ_ENOTDURABLE when fewer confirmed.
  * Every command's callback runs exactly once.
@@ -29,6 +30,8 @@ struct dq__rreq {
     char *cmd;               /* owned                                    */
     size_t len;
     dq__rewrite_fn *rewrite;
+    char *pre;               /* the rewrite's command to send first, owned */
+    size_t pre_len;
     dq__reply_fn *fn;
     void *privdata;
     int redirects, retries;
@@ -82,6 +85,7 @@ fail:
 
 static void rreq_free(rreq *r) {
     if (r->held) freeReplyObject(r->held);
+    free(r->pre);
     free(r->cmd);
     free(r);
 }
@@ -125,6 +129,11 @@ static int send_on(rreq *r, dq__node *n) {
         size_t al[1] = {6};
         if (dq__conn_send(conn, 0, 1, av, al, ignore_reply, NULL) != 0) return DQ_ECONNECT;
         r->asking = 0;
+    }
+    if (r->pre) {
+        if (dq__conn_send_raw(conn, 0, r->pre, r->pre_len, ignore_reply, NULL) != 0) return DQ_ECONNECT;
+        free(r->pre); /* sent: the connection has its copy */
+        r->pre = NULL;
     }
     int rc = dq__conn_send_raw(conn, r->flags & DQ__SEND_NO_TIMEOUT, r->cmd, r->len, on_cmd_reply, r);
     if (rc) return rc;
@@ -269,7 +278,7 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
     }
     if (r->rewrite) {
         size_t len;
-        char *cmd = r->rewrite(r->cmd, r->len, reply, &len);
+        char *cmd = r->rewrite(r->cmd, r->len, reply, &len, &r->pre, &r->pre_len);
         if (cmd) {
             free(r->cmd);
             r->cmd = cmd, r->len = len;

@@ -1,0 +1,71 @@
+"""functions.py - the scripts as a Redis function library.
+
+The library runs its scripts with FCALL; a server without the library (a new
+one, FUNCTION FLUSH, FUNCTION DELETE) gets the call as EVAL of the script's
+text with FUNCTION LOAD of the library before it, so the call still works
+and the next one finds the library. Checked through the CLI against the
+test's redis-server, with commandstats counting which command ran.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+R = Redis(timeout=30)
+
+
+def calls(name):
+    for line in R.cmd("INFO", "commandstats").decode().splitlines():
+        if line.startswith(f"cmdstat_{name}:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def libraries():
+    out = {}
+    for lib in R.cmd("FUNCTION", "LIST") or []:
+        d = dict(zip(lib[0::2], lib[1::2]))
+        fns = [dict(zip(f[0::2], f[1::2])) for f in d[b"functions"]]
+        out[d[b"library_name"].decode()] = {f[b"name"].decode(): f[b"flags"] for f in fns}
+    return out
+
+
+section("the first call on a server without the library loads it")
+R.cmd("FUNCTION", "FLUSH")
+R.cmd("CONFIG", "RESETSTAT")
+r = dq("offer", "fn1", "0", "a", "--id", "a")
+eq(r.rc, 0, "offer exits 0")
+libs = libraries()
+names = [n for n in libs if n.startswith("delayq_")]
+eq(len(names), 1, "one delayq library on the server")
+lib = names[0] if names else "?"
+fns = libs.get(lib, {})
+eq(sorted(n[len(lib) + 1:] for n in fns),
+   sorted(["ack", "cancel", "config", "dead", "extend", "lookup", "nack", "offer", "stats", "take", "transfer"]),
+   "its functions: one per script")
+eq(fns.get(lib + "_stats"), ["allow-oom"], "stats may run while Redis is out of memory")
+eq(fns.get(lib + "_offer"), [], "offer may not (it writes)")
+eq((calls("function|load"), calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")
+
+section("later calls are FCALLs")
+R.cmd("CONFIG", "RESETSTAT")
+r = dq("take", "fn1", "--json", "--timeout", "5s")
+ok(r.rc == 0 and [m["id"] for m in r.json_lines()] == ["a"], "take gets the item", r)
+eq(dq("stats", "fn1").rc, 0, "stats exits 0")
+eq(calls("eval") + calls("evalsha") + calls("function|load"), 0, "no EVAL, no EVALSHA, no FUNCTION LOAD")
+ok(calls("fcall") >= 2, "FCALLs ran", calls("fcall"))
+
+section("FUNCTION DELETE while a consumer waits: nothing is lost")
+p = bg_dq("take", "fn2", "--count", "3", "--json", "--timeout", "20s")
+ok(wait_for(lambda: calls("blpop") > 0 or p.count() > 0, 5), "the consumer waits")
+R.cmd("FUNCTION", "DELETE", lib)
+eq(libraries(), {}, "no library on the server")
+for i in range(3):
+    eq(dq("offer", "fn2", "0", f"p{i}", "--id", f"b{i}").rc, 0, f"offer b{i} exits 0")
+eq(p.wait(15), 0, "the consumer exits 0")
+got = sorted(parse_json_lines(b"\n".join(line for _, line in p.snapshot())), key=lambda m: m["id"])
+eq([m["id"] for m in got], ["b0", "b1", "b2"], "it got all three")
+eq(list(libraries()), [lib], "the library is back")
+
+finish()
