@@ -36,17 +36,35 @@ for i = 2, #ARGV - 2, 3 do
   out[#out + 1] = status
 end
 slot_find_many(P, zs, want)
-local zrem = {} -- slot key -> records to remove
+local done_items = {}
 for _, w in ipairs(want) do
-  if w.rec and record_token(w.rec) == w.token then
+  local _, token = nil, nil
+  if w.rec then _, token = record_lease(w.rec) end
+  if token == w.token then
+    if w.run then w.run.acked = (w.run.acked or 0) + 1 end
+    done_items[#done_items + 1] = w
+    id_del(P, w.ik, w.id)
+    acked, out[w.at] = acked + 1, 1
+  end
+end
+-- A range read whose records are all acked (the common case: a take's
+-- leases, in one slot, acked together) goes with one ZREMRANGEBYSCORE; ZREM
+-- of each record would search the slot's listpack once per record.
+local zrem = {} -- slot key -> records to remove one by one
+for _, w in ipairs(done_items) do
+  local run = w.run
+  if run and run.acked == run.n then
+    if not run.removed then
+      redis.call('ZREMRANGEBYSCORE', run.key, run.lo, run.hi)
+      run.removed = true
+    end
+  else
     local recs = zrem[w.key]
     if not recs then
       recs = {}
       zrem[w.key] = recs
     end
     recs[#recs + 1] = w.rec
-    id_del(P, w.ik, w.id)
-    acked, out[w.at] = acked + 1, 1
   end
 end
 for key, recs in pairs(zrem) do redis.call('ZREM', key, unpack(recs)) end

@@ -774,26 +774,35 @@ local function leased_record(P, zs, id, token, now, ik, cache)
   return r, key, rec, ik
 end
 
--- The token of a version 2 record ('' for none, or for a record that does
--- not decode: no token matches it).
-local function record_token(rec)
-  if string.byte(rec, 1) ~= 50 then return '' end -- '2'
-  local a, _, _, il, tl, _, pos = v2_head(rec)
-  if not a then return '' end
-  return string.sub(rec, pos + il, pos + il + tl - 1)
+-- The id and token of a version 2 record (nil for a record that does not
+-- decode or is of another version: it holds no lease).
+local function record_lease(rec)
+  if string.byte(rec, 1) ~= 50 then return nil end -- '2'
+  local a, _, _, il, tl, _, pos, id = v2_head(rec)
+  if not a then return nil end
+  return id, string.sub(rec, pos + il, pos + il + tl - 1)
 end
 
 -- slot_find for many records at once: items is a list of tables with id
 -- and score (a number); each item whose record is found gets key (its
--- slot's key) and rec. The items that share a slot cost one ZRANGEBYSCORE
+-- slot's key) and rec, and, when found by a range read, run: the read's
+-- {key, lo, hi, n} (the range's scores as strings and how many records it
+-- held, all of them read: none when it stopped at its limit), so a caller
+-- that removes every record of a run can remove the range. The items that share a slot cost one ZRANGEBYSCORE
 -- over their scores, not one each (a batch of acks usually holds the leases
--- of one take: one slot, consecutive ordinals). Bounded: a range read stops
--- at twice the items plus 64 records, and an item it did not reach is looked
--- up alone with slot_find.
+-- of one take: one slot, consecutive ordinals). Records are matched by
+-- score, and their ids checked only then; an item whose score several
+-- records share (more than ORD in one millisecond), or that a range read did
+-- not reach (it stops at twice the items plus 64 records), is looked up
+-- alone with slot_find.
 local function slot_find_many(P, zs, items)
-  local order = {}
-  for i, w in ipairs(items) do order[i] = w end
-  table.sort(order, function(x, y) return x.score < y.score end)
+  local order, sorted = {}, true
+  for i, w in ipairs(items) do
+    order[i] = w
+    if i > 1 and w.score < items[i - 1].score then sorted = false end
+  end
+  -- A take's leases are acked in the order taken: usually sorted already.
+  if not sorted then table.sort(order, function(x, y) return x.score < y.score end) end
   local i = 1
   while i <= #order do
     local name, bound = slot_at(zs, fmt(order[i].score))
@@ -805,19 +814,18 @@ local function slot_find_many(P, zs, items)
       local j = i
       while j < #order and order[j + 1].score < upper do j = j + 1 end
       local key, limit = slot_key(P, name), 2 * (j - i + 1) + 64
-      local recs = kcall(P, 'ZRANGEBYSCORE', key, fmt(order[i].score), fmt(order[j].score), 'WITHSCORES',
-                         'LIMIT', '0', nstr(limit))
-      local by = {} -- id .. '|' .. score -> record
-      for k = 1, #recs, 2 do
-        local rid = record_id(recs[k])
-        if rid then by[rid .. '|' .. recs[k + 1]] = recs[k] end
-      end
+      local lo, hi = fmt(order[i].score), fmt(order[j].score)
+      local recs = kcall(P, 'ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', '0', nstr(limit))
+      local whole = #recs / 2 < limit
+      local run = whole and {key = key, lo = lo, hi = hi, n = #recs / 2} or nil
+      local by = {} -- score (as Redis wrote it) -> record
+      for k = 1, #recs, 2 do by[recs[k + 1]] = recs[k] end
       for k = i, j do
         local w = order[k]
-        local rec = by[w.id .. '|' .. fmt(w.score)]
-        if rec then
-          w.key, w.rec = key, rec
-        elseif #recs / 2 >= limit then
+        local rec = by[fmt(w.score)]
+        if rec and record_id(rec) == w.id then
+          w.key, w.rec, w.run = key, rec, run
+        elseif rec or not whole then
           w.key, w.rec = slot_find(P, zs, w.id, w.score)
         end
       end
