@@ -410,7 +410,7 @@ static double d_usec(const snap *a, const snap *b, const char *name) {
 }
 
 /* The commands that cost Redis the most between two snapshots (commands
- * run inside scripts are counted both on their own and in EVALSHA). */
+ * run inside scripts are counted both on their own and in FCALL). */
 static void print_breakdown(const snap *a, const snap *b, double per_n, const char *per_what) {
     int idx[96], n = 0;
     double us[96];
@@ -436,9 +436,9 @@ static void print_breakdown(const snap *a, const snap *b, double per_n, const ch
     out("\n");
 }
 
-/* Longest EVALSHA of a script (by sha) in the slow log, in us; -1 if none
- * over the threshold was logged. *count gets how many were. */
-static long long slowlog_max(const char *sha, long long *count) {
+/* Longest FCALL of a library function (by name) in the slow log, in us; -1
+ * if none over the threshold was logged. *count gets how many were. */
+static long long slowlog_max(const char *fn, long long *count) {
     redisReply *r = rcmd(ctl, "SLOWLOG GET -1");
     long long mx = -1, n = 0;
     for (size_t i = 0; i < r->elements; i++) {
@@ -446,8 +446,8 @@ static long long slowlog_max(const char *sha, long long *count) {
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 4) continue;
         redisReply *argv = e->element[3];
         if (argv->type != REDIS_REPLY_ARRAY || argv->elements < 2) continue;
-        if (strcasecmp(argv->element[0]->str, "evalsha") != 0) continue;
-        if (strncmp(argv->element[1]->str, sha, 40) != 0) continue;
+        if (strcasecmp(argv->element[0]->str, "fcall") != 0) continue;
+        if (strcmp(argv->element[1]->str, fn) != 0) continue;
         n++;
         if (e->element[2]->integer > mx) mx = e->element[2]->integer;
     }
@@ -1110,7 +1110,7 @@ static void capture_offer(void) {
     for (int i = 0; i < 10000 && !ref_argc; i++) {
         if (redisGetReply(m, (void **)&r) != REDIS_OK) die("MONITOR: %s", m->errstr);
         if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && !strstr(r->str, "[0 lua]") &&
-            (strstr(r->str, "\"EVALSHA\"") || strstr(r->str, "\"evalsha\"")) && strstr(r->str, ref_id))
+            (strstr(r->str, "\"FCALL\"") || strstr(r->str, "\"fcall\"")) && strstr(r->str, ref_id))
             ref_argc = parse_monitor_args(r->str, ref_argv, 32);
         freeReplyObject(r);
     }
@@ -1121,13 +1121,15 @@ static void capture_offer(void) {
 
 /* The captured command as redis-benchmark arguments (single-quoted for
  * sh), the id replaced by aaaaaaaaaa__rand_int__ (22 chars, random per
- * call); sha: NULL keeps the library's script, else replaces it. */
+ * call); sha: NULL keeps the library's FCALL, else makes it EVALSHA of that
+ * script with the same keys and arguments. */
 static void offer_ref_args(char *buf, size_t size, const char *sha) {
     capture_offer();
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < ref_argc; i++) {
         const char *a = ref_argv[i];
+        if (i == 0 && sha) a = "EVALSHA";
         if (i == 1 && sha) a = sha;
         if (strcmp(a, ref_id) == 0) a = "aaaaaaaaaa__rand_int__";
         if (strchr(a, '\'')) die("offer argument with a quote: %s", a);
@@ -1279,7 +1281,7 @@ static void phase_offer(void) {
 
     char a[32], b[32], c[32];
     out("\n   %-42s %5s %11s %15s %13s %7s %s\n", "Figure 1: offers/s (best of rounds)", "-P/-c", "ours",
-        "ref EVALSHA", "ref ZADD", "ratio", "(median of paired ratios; range)");
+        "ref FCALL", "ref ZADD", "ratio", "(median of paired ratios; range)");
     for (int i = 0; i < M_N; i++)
         out("   %-42s %2d/%-2d %11s %15s %13s %7.3f (%.3f .. %.3f)\n", names[i], ps[i], cs[i],
             commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval), commas(c, sizeof c, m[i].ref_zadd),
@@ -1294,7 +1296,7 @@ static void phase_offer(void) {
         "   decodes 64 replies and encodes the next 64)\n");
 
     out("\n   %-42s %5s %11s %15s %13s %7s\n", "Figure 2: Redis CPU per offer (us)", "-P/-c", "ours",
-        "ref EVALSHA", "ref ZADD", "ratio");
+        "ref FCALL", "ref ZADD", "ratio");
     for (int i = 0; i < M_N; i++)
         out("   %-42s %2d/%-2d %11.2f %15.2f %13.2f %7.2f\n", names[i], ps[i], cs[i], m[i].ours_cpu, m[i].ref_cpu,
             m[i].zadd_cpu, m[i].ours_cpu / m[i].ref_cpu);
@@ -1304,14 +1306,14 @@ static void phase_offer(void) {
         floor_cpu, floor_rate);
     print_breakdown(&best_many.a, &best_many.b, (double)ns[M_MANY], "offer");
     out("   (the batched run made %.0f script calls for %" PRId64 " offers: dq_offer_many sends several\n"
-        "   items per call, so its reference is really the per-item EVALSHA it replaces)\n",
-        d_calls(&best_many.a, &best_many.b, "evalsha"), ns[M_MANY]);
+        "   items per call, so its reference is really the per-item FCALL it replaces)\n",
+        d_calls(&best_many.a, &best_many.b, "fcall"), ns[M_MANY]);
 
     machine_factor();
     char ours[32], ref[44], ratio[16];
     for (int i = 0; i < M_N; i++) {
         snprintf(ours, sizeof ours, "%.0f/s", m[i].ours);
-        snprintf(ref, sizeof ref, "EVALSHA %.0f/s (-P%d -c%d)", m[i].ref_eval, ps[i], cs[i]);
+        snprintf(ref, sizeof ref, "FCALL %.0f/s (-P%d -c%d)", m[i].ref_eval, ps[i], cs[i]);
         snprintf(ratio, sizeof ratio, "%.3f", med[i]);
         int has_target = i != M_CONC;
         add_row("1", names[i], ours, ref, ratio, has_target ? "ratio >= 0.90" : "(none)",
@@ -1320,7 +1322,7 @@ static void phase_offer(void) {
     /* The pipelined CPU: the smaller of the two pipelined modes (same server work). */
     int best = m[M_WINDOW].ours_cpu < m[M_MANY].ours_cpu ? M_WINDOW : M_MANY;
     snprintf(ours, sizeof ours, "%.2f us", m[best].ours_cpu);
-    snprintf(ref, sizeof ref, "EVALSHA %.2f, ZADD %.2f, floor %.2f", m[best].ref_cpu, m[best].zadd_cpu, floor_cpu);
+    snprintf(ref, sizeof ref, "FCALL %.2f, ZADD %.2f, floor %.2f", m[best].ref_cpu, m[best].zadd_cpu, floor_cpu);
     snprintf(ratio, sizeof ratio, "%.2f", m[best].ours_cpu / m[best].ref_cpu);
     add_row("2", "Redis CPU per offer, pipelined -P64", ours, ref, ratio, "<= 7 us", m[best].ours_cpu <= 7.0);
     char nt[34];
@@ -1334,7 +1336,7 @@ typedef struct lat_res {
     int64_t offered, delivered;
     double rate;
     hist recv, ready_lat;
-    double cpu_us, evalsha_calls, block_calls;
+    double cpu_us, fcall_calls, block_calls;
     dq_sched_counters sc;
     int64_t max_offset_rtt;
 } lat_res;
@@ -1415,7 +1417,7 @@ static void lateness_run(const char *queue, int consumers, double rate, double s
         if (s->clock_rtt_us > res->max_offset_rtt) res->max_offset_rtt = s->clock_rtt_us;
     }
     res->cpu_us = d_cpu_us(&a, &b);
-    res->evalsha_calls = d_calls(&a, &b, "evalsha");
+    res->fcall_calls = d_calls(&a, &b, "fcall");
     res->block_calls = d_calls(&a, &b, "blpop") + d_calls(&a, &b, "blmove") + d_calls(&a, &b, "blmpop") +
                        d_calls(&a, &b, "brpoplpush");
 
@@ -1610,7 +1612,7 @@ static void phase_lat(void) {
     out("\n   Figure 7: 16 consumer processes each running the scheduler vs 1, same load\n");
     double d1 = (double)(r1.delivered ? r1.delivered : 1), d16 = (double)(r16.delivered ? r16.delivered : 1);
     double off1 = (double)r1.offered, off16 = (double)r16.offered;
-    /* Offer cost in each window: evalsha calls that were not transfers are
+    /* Offer cost in each window: FCALL calls that were not transfers are
      * offers; their Redis CPU is estimated from the run with 1 scheduler is not
      * separable, so both the total and the transfer-call counts are shown. */
     out("   %-44s %12s %12s %8s\n", "", "1 process", "16 procs", "ratio");
@@ -1618,8 +1620,8 @@ static void phase_lat(void) {
         (double)r16.sc.transfers / d16, ((double)r16.sc.transfers / d16) / ((double)r1.sc.transfers / d1));
     out("   %-44s %12.2f %12.2f %8.2f\n", "Redis CPU us per delivered item (all)", r1.cpu_us / d1, r16.cpu_us / d16,
         (r16.cpu_us / d16) / (r1.cpu_us / d1));
-    out("   %-44s %12.2f %12.2f %8.2f\n", "EVALSHA calls per delivered item (all scripts)", r1.evalsha_calls / d1,
-        r16.evalsha_calls / d16, (r16.evalsha_calls / d16) / (r1.evalsha_calls / d1));
+    out("   %-44s %12.2f %12.2f %8.2f\n", "FCALL calls per delivered item (all scripts)", r1.fcall_calls / d1,
+        r16.fcall_calls / d16, (r16.fcall_calls / d16) / (r1.fcall_calls / d1));
     out("   %-44s %12.2f %12.2f %8.2f\n", "blocking waits per delivered item (BL*)", r1.block_calls / d1,
         r16.block_calls / d16, (r16.block_calls / d16) / (r1.block_calls > 0 ? r1.block_calls / d1 : 1));
     (void)off1, (void)off16;
@@ -1710,7 +1712,7 @@ static double end_to_end(const cons_args *a, int64_t n, int limit_s, const char 
     snprintf(label, sizeof label, "end-to-end drain, %s", kind);
     run_drain(a, 4, (uint64_t)n, limit_s, label, r);
     long long nslow = 0;
-    long long slow = slowlog_max(DQ_LUA_transfer_SHA, &nslow);
+    long long slow = slowlog_max(DQ_LUA_transfer_FN, &nslow);
     double rate = (double)r->got / r->secs;
     out("   %s:\n      %" PRIu64 " of %" PRId64 " delivered in %.2f s = %.0f items/s, Redis CPU %.2f us per item,\n"
         "      longest transfer run %s%lld us\n",
@@ -1768,8 +1770,8 @@ static void phase_backlog(void) {
     take_snap(&b);
     stop_kids();
     long long nslow = 0;
-    long long slow = slowlog_max(DQ_LUA_transfer_SHA, &nslow);
-    double tr_calls = d_calls(&a, &b, "evalsha"), tr_usec = d_usec(&a, &b, "evalsha");
+    long long slow = slowlog_max(DQ_LUA_transfer_FN, &nslow);
+    double tr_calls = d_calls(&a, &b, "fcall"), tr_usec = d_usec(&a, &b, "fcall");
     double tr_rate = (double)n / t_tr, tr_cpu = d_cpu_us(&a, &b) / (double)n;
     long long ready_len = rint_cmd("LLEN %s", rl);
     out("   5a pure transfer (1 scheduler process: dq_schedule, default transfer_batch and\n"
@@ -1893,7 +1895,7 @@ static void phase_deadline(void) {
         c1, n1, c2, n2, rs_pred, n);
 
     /* 6a: the move alone: one scheduler process, no consumers, so every
-     * EVALSHA in the window is a transfer run. */
+     * FCALL in the window is a transfer run. */
     int64_t due = fill_same_deadline(n, "fill same-deadline (move only)");
     reset_slots();
     rdo("SLOWLOG RESET");
@@ -1914,10 +1916,10 @@ static void phase_deadline(void) {
     take_snap(&b);
     stop_kids();
     long long nslow = 0;
-    long long slow = slowlog_max(DQ_LUA_transfer_SHA, &nslow);
-    double tr_usec = d_usec(&a, &b, "evalsha"), tr_calls = d_calls(&a, &b, "evalsha"), mv_cpu = d_cpu_us(&a, &b);
+    long long slow = slowlog_max(DQ_LUA_transfer_FN, &nslow);
+    double tr_usec = d_usec(&a, &b, "fcall"), tr_calls = d_calls(&a, &b, "fcall"), mv_cpu = d_cpu_us(&a, &b);
     out("   6a move only (1 scheduler process): all moved to the ready list %.3f s after the due time;\n"
-        "      transfer scripts %.3f s of Redis time in %.0f runs (commandstats EVALSHA usec), longest run\n"
+        "      transfer scripts %.3f s of Redis time in %.0f runs (commandstats FCALL usec), longest run\n"
         "      %s%lld us; all Redis CPU in the window %.3f s. Redisson's design: about 40 s (brief's figure).\n",
         moved_ms < 0 ? -1.0 : (double)(moved_ms - due) / 1000, tr_usec / 1e6, tr_calls, slow < 0 ? "< " : "",
         slow < 0 ? 1000 : slow, mv_cpu / 1e6);
