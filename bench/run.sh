@@ -9,7 +9,8 @@
 # BUILD_DIR/bench/dqbench pinned to core 1 (its children and redis-benchmark
 # inherit the pinning), then BUILD_DIR/bench/valbench on the same server and
 # core (phase val), then bench/ha.py (phase ha), then bench/users.py (phase
-# users: the CLI as users run it, unpinned, on a server of its own). The figures go to stdout and to
+# users: the CLI as users run it, unpinned, on a server of its own), then
+# bench/peer.py (phase peer: BullMQ next to the CLI, A B A B). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
 # DQ_BENCH_TIMEOUT seconds (default 600).
@@ -17,14 +18,14 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users   run only
-#                           these
-#                           phases (val: bench/valbench.c, Redis CPU per item
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,peer
+#                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening, kept in
 #                           bench/ref/b1baf5e, next to the current ones;
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
-#                           users: bench/users.py, the CLI unpinned)
+#                           users: bench/users.py, the CLI unpinned;
+#                           peer: bench/peer.py, BullMQ in the same run)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
 
@@ -130,15 +131,17 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 # "val" is valbench's phase, "ha" bench/ha.py's and "users" bench/users.py's,
 # not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' |
-    grep -v '^users$' | paste -sd, -)
+    grep -v '^users$' | grep -v '^peer$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_USERS=1
+RUN_PEER=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
 [ $RUN_CORE -eq 1 ] &&
@@ -185,6 +188,11 @@ fi
 if [ $rc -eq 0 ] && [ $RUN_USERS -eq 1 ]; then
     # The CLI as users run it: a server of its own, nothing pinned; 300 s at most.
     run_phase "$RESULTS.users" timeout -k 10 300 python3 "$ROOT/bench/users.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_PEER -eq 1 ]; then
+    # BullMQ on a server of its own, A B A B with the CLI; skipped (and
+    # said so) where node is missing; 420 s at most.
+    run_phase "$RESULTS.peer" timeout -k 10 420 python3 "$ROOT/bench/peer.py" "$BUILD_DIR"
 fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

@@ -103,10 +103,14 @@ enum dq_error {
     DQ_ECLOSED = -10,   /* the client, worker or take was stopped            */
     DQ_EBUSY = -11,     /* the operation is not allowed right now (e.g. a
                            synchronous call from inside a callback)         */
-    DQ_ENOTDURABLE = -12 /* the write was made on the master, but fewer than
+    DQ_ENOTDURABLE = -12, /* the write was made on the master, but fewer than
                            dq_options.wait_replicas replicas confirmed it in
                            wait_timeout_ms: a failover before it replicates
                            may lose it. Results are filled as on success.  */
+    DQ_EKEY = -13       /* a sealed item needs a key the client does not
+                           hold (dq_options.key_file): the item stays where
+                           a consumer with that key gets it; errstr names
+                           the key id and the item                        */
 };
 
 /* Static text for a DQ_E* code ("invalid argument", ...). Never NULL. */
@@ -152,6 +156,16 @@ typedef struct dq_options {
                                 call returns DQ_ENOTDURABLE when fewer
                                 confirm. 0 (default): no WAIT               */
     int wait_timeout_ms;     /* default 1000; 0 waits forever (WAIT's rule) */
+    const char *key_file;    /* sealed payloads: a file of key lines ('delayq
+                                keygen'), read by dq_connect (DQ_EINVAL when
+                                it is unreadable, malformed, or open to group
+                                or others). The first key seals every payload
+                                this client offers (XChaCha20-Poly1305, bound
+                                to the queue and the item id); every key
+                                opens what it takes. NULL (default): payloads
+                                go as they are, and a sealed item taken gives
+                                DQ_EKEY. The string must stay valid until
+                                dq_connect returns                          */
 } dq_options;
 
 /* Fills *opts with the defaults above. */

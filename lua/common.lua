@@ -751,8 +751,22 @@ local function earliest_score(P, zs)
   return first_bound(P, zs)
 end
 
-local function earliest_due(P, zs)
-  local s = earliest_score(P, zs)
+-- earliest_score without its repairs, for the scripts that only read (a
+-- no-writes function may not ZADD or ZREM): empty slots are skipped, not
+-- dropped; a slot of another type counts as empty. Bounded as the other.
+local function earliest_score_ro(P, zs)
+  for i = 0, 999 do
+    local f = redis.call('ZRANGE', zs, fmt(i), fmt(i))
+    if f[1] == nil then return nil end
+    local e = redis.pcall('ZRANGE', slot_key(P, f[1]), '0', '0', 'WITHSCORES')
+    if type(e) == 'table' and e[2] then return tonumber(e[2]) end
+  end
+  return nil
+end
+
+local function earliest_due(P, zs, read_only)
+  local s
+  if read_only then s = earliest_score_ro(P, zs) else s = earliest_score(P, zs) end
   if s == nil then return -1 end
   return math.min(math.max(math.floor(s / ORD), 0), DUE_MAX) -- a planted score may be anything
 end

@@ -71,6 +71,12 @@ int dq_connect(dq_client *c, const char *url) {
         return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
         return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
+    if (c->opt.key_file && !c->keyring) {
+        char why[512];
+        int krc = dq__keyring_load(c->opt.key_file, &c->keyring, why, sizeof why);
+        if (krc) return dq__fail(c, krc, "%s", why);
+        c->opt.key_file = NULL; /* the caller's string: not kept */
+    }
     int rc = dq__router_connect(c);
     if (rc) dq__router_free(c); /* nothing keeps trying in the background */
     return rc;
@@ -110,6 +116,7 @@ void dq_client_free(dq_client *c) {
     dq__router_free(c);
     dq__reap_retired(c);
     if (c->own_loop && c->loop) ev_loop_destroy(c->loop);
+    dq__keyring_free(c->keyring);
     free(c);
 }
 

@@ -22,6 +22,7 @@ const char *dq_strerror(int code)
     case DQ_ECLOSED: return "closed";
     case DQ_EBUSY: return "busy";
     case DQ_ENOTDURABLE: return "not confirmed by enough replicas";
+    case DQ_EKEY: return "sealed with a key this client does not hold";
     default: return "unknown error";
     }
 }

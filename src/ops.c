@@ -53,6 +53,14 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
         const char *tail = strstr(reply->str, " script: ");
         int len = tail ? (int)(tail - reply->str) : (int)strlen(reply->str);
         code = dq__reply_error_code(reply);
+        /* ACL refusals: Redis names a refused command, never a refused key
+         * (nor, from inside a script, the command): say which permission. */
+        if (strncmp(reply->str, "NOPERM", 6) == 0 && strstr(reply->str, "keys"))
+            return dq__fail(c, code, "%.*s (queue %s needs keys dq:{%s}:* and channel dq:{%s}:w: "
+                            "see 'delayq acl')", len, reply->str, queue, queue, queue);
+        if (strstr(reply->str, "user executing the script can't"))
+            return dq__fail(c, code, "%.*s (queue %s: a command or key of its scripts is not "
+                            "granted: 'delayq acl' prints the rule delayq needs)", len, reply->str, queue);
         if (code == DQ_EWRONGTYPE && !strstr(reply->str, "dq:{"))
             return dq__fail(c, code,
                             "%.*s (queue %s: dq:{%s}:zs and dq:{%s}:q:* must be zsets, "

@@ -246,7 +246,8 @@ static int dead_ints(dq_client *c, const char *queue, const char *op, const char
     dq__keys_init(&k, queue);
     const char *argv[7] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, op, arg ? arg : ""};
     unsigned flags = strcmp(op, "count") == 0 ? 0 : DQ__ROUTE_WRITE;
-    return dq__eval_ints(c, queue, flags, DQ__LUA_DEAD, 4, arg ? 3 : 2, argv, s);
+    enum dq__script script = flags ? DQ__LUA_DEAD : DQ__LUA_DEAD_RO; /* count only reads */
+    return dq__eval_ints(c, queue, flags, script, 4, arg ? 3 : 2, argv, s);
 }
 
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
@@ -369,7 +370,7 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     size_t lens[8];
     for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
-    rc = dq__op_eval(c, queue, 0, DQ__LUA_DEAD, 4, 4, argv, lens, dead_list_reply, &l);
+    rc = dq__op_eval(c, queue, 0, DQ__LUA_DEAD_RO, 4, 4, argv, lens, dead_list_reply, &l);
     if (rc) return rc;
     dq__wait(c, &l.done);
     if (l.status) {

@@ -13,6 +13,10 @@
  * LOAD REPLACE of the library goes before it on the same connection, so the
  * calls after it find the library. Functions live in the dataset: they are
  * replicated, persisted in RDB and AOF, and kept by FLUSHALL.
+ * The scripts that only read (stats, lookup, dead letters' list and count)
+ * are no-writes functions called with FCALL_RO (EVAL_RO as the fallback):
+ * their keys then count as read, so a user whose keys are read-only (ACL
+ * %R~, `delayq acl --read-only`) may run them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,17 +29,19 @@ static const struct {
     const char *body;
     size_t len;
     const char *fn; /* the function's name in the library */
+    int ro;         /* a no-writes function: FCALL_RO, EVAL_RO */
 } scripts[DQ__LUA_COUNT] = {
     [DQ__LUA_OFFER] = {dq_lua_offer, DQ_LUA_offer_LEN, DQ_LUA_offer_FN},
     [DQ__LUA_TRANSFER] = {dq_lua_transfer, DQ_LUA_transfer_LEN, DQ_LUA_transfer_FN},
     [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_FN},
-    [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_FN},
-    [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_FN},
+    [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_FN, 1},
+    [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_FN, 1},
     [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_FN},
     [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_FN},
     [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_FN},
     [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_FN},
     [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_FN},
+    [DQ__LUA_DEAD_RO] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_ro_FN, 1},
     [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_FN},
 };
 
@@ -51,17 +57,22 @@ static char *library_load(size_t *len) {
 }
 
 /* "Function not found" (the node lacks the library): the same call as EVAL
- * of the script's text, everything after the function's name kept as it
- * is, with the library's FUNCTION LOAD to go before it (*pre). The command
- * starts "*<argc>\r\n$5\r\nFCALL\r\n$<n>\r\n<name>\r\n". */
+ * (EVAL_RO) of the script's text, everything after the function's name kept
+ * as it is, with the library's FUNCTION LOAD to go before it (*pre). The
+ * command starts "*<argc>\r\n$5\r\nFCALL\r\n$<n>\r\n<name>\r\n" (or
+ * "$8\r\nFCALL_RO\r\n"). */
 static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, size_t *newlen,
                      char **pre, size_t *pre_len) {
-    static const char fcall[] = "$5\r\nFCALL\r\n";
+    static const char fcall[] = "$5\r\nFCALL\r\n", fcall_ro[] = "$8\r\nFCALL_RO\r\n";
     if (strncmp(err->str, "ERR Function not found", 22) != 0) return NULL;
     const char *crlf = memchr(cmd, '\n', cmd_len);
     if (!crlf) return NULL;
-    size_t head = (size_t)(crlf + 1 - cmd), at = head + sizeof fcall - 1;
-    if (at + 4 > cmd_len || memcmp(cmd + head, fcall, sizeof fcall - 1) != 0 || cmd[at] != '$') return NULL;
+    size_t head = (size_t)(crlf + 1 - cmd), at;
+    if (head + sizeof fcall_ro + 4 > cmd_len) return NULL;
+    if (memcmp(cmd + head, fcall, sizeof fcall - 1) == 0) at = head + sizeof fcall - 1;
+    else if (memcmp(cmd + head, fcall_ro, sizeof fcall_ro - 1) == 0) at = head + sizeof fcall_ro - 1;
+    else return NULL;
+    if (cmd[at] != '$') return NULL;
     char *end;
     unsigned long name_len = strtoul(cmd + at + 1, &end, 10);
     size_t name_at = (size_t)(end - cmd) + 2, skip = name_at + name_len + 2;
@@ -72,7 +83,8 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
             which = i;
     if (which < 0) return NULL;
     char mid[48];
-    int mlen = snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", scripts[which].len);
+    int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", scripts[which].len)
+                                 : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", scripts[which].len);
     size_t len = head + (size_t)mlen + scripts[which].len + 2 + (cmd_len - skip);
     char *out = malloc(len + 1), *p = out; /* NUL-ended, as dq__format_command's */
     if (!out) return NULL;
@@ -93,8 +105,8 @@ int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script sc
              int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
              void *privdata) {
     char nk[21];
-    const char *head[3] = {"FCALL", scripts[script].fn, nk};
-    size_t headlen[3] = {5, strlen(scripts[script].fn), dq__fmt_i64(nk, nkeys)};
+    const char *head[3] = {scripts[script].ro ? "FCALL_RO" : "FCALL", scripts[script].fn, nk};
+    size_t headlen[3] = {strlen(head[0]), strlen(scripts[script].fn), dq__fmt_i64(nk, nkeys)};
     char *cmd = NULL;
     long len = dq__format_command(&cmd, 3, head, headlen, nkeys + nargs, argv, argvlen);
     if (len < 0) return dq__fail(c, DQ_ENOMEM, "out of memory");

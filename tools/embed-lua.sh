@@ -8,8 +8,11 @@
 #     lacks the library (it is loaded alongside; see src/script.c).
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
 # functions are <library>_<script>, so clients of different versions never
-# call each other's scripts. stats and lookup, which only read, may run
-# while Redis is out of memory (allow-oom); the others may not start then.
+# call each other's scripts. stats and lookup only read: they are flagged
+# no-writes (FCALL_RO runs them, for a user whose keys are read-only, and
+# they run while Redis is out of memory), and so is dead_ro, dead.lua again
+# for its reading operations (list, count). The others may not start while
+# Redis is out of memory.
 # Usage: tools/embed-lua.sh OUT.h lua/common.lua lua/a.lua lua/b.lua ...
 set -eu
 out=$1; common=$2; shift 2
@@ -21,14 +24,19 @@ trap 'rm -f "$lib" "$libbody"' EXIT
 # The library's text, with @LIB@ for its name (which depends on its SHA-1).
 {
   cat "$common"
+  register() { # FILE NAME FLAGS
+    echo "redis.register_function{function_name = '@LIB@_$2', callback = function(KEYS, ARGV)"
+    echo "call_begin()"
+    cat "$1"
+    echo "end$3}"
+  }
   for f in "$@"; do
     name=$(basename "$f" .lua)
-    flags=""
-    case "$name" in stats|lookup) flags=", flags = {'allow-oom'}" ;; esac
-    echo "redis.register_function{function_name = '@LIB@_$name', callback = function(KEYS, ARGV)"
-    echo "call_begin()"
-    cat "$f"
-    echo "end$flags}"
+    case "$name" in
+      stats|lookup) register "$f" "$name" ", flags = {'no-writes'}" ;;
+      dead) register "$f" dead ""; register "$f" dead_ro ", flags = {'no-writes'}" ;;
+      *) register "$f" "$name" "" ;;
+    esac
   done
 } > "$libbody"
 libname="delayq_$(sha1sum "$libbody" | cut -c1-12)"
@@ -62,6 +70,7 @@ bytes() {
     echo "#define DQ_LUA_${name}_LEN ((size_t)$(wc -c < "$body"))"
     echo "#define DQ_LUA_${name}_SHA \"$sha\""
     echo "#define DQ_LUA_${name}_FN \"${libname}_${name}\""
+    [ "$name" = dead ] && echo "#define DQ_LUA_dead_ro_FN \"${libname}_dead_ro\""
     rm -f "$body"
   done
   echo "#endif"

@@ -250,6 +250,7 @@ int cli_cmd_extend(cli_env *env, int argc, char **argv);   /* cmd_lease.c */
 int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
 int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
 int cli_cmd_config(cli_env *env, int argc, char **argv);   /* cmd_config.c */
+int cli_cmd_acl(cli_env *env, int argc, char **argv);      /* cmd_acl.c */
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -263,6 +264,7 @@ extern const char cli_usage_extend[];
 extern const char cli_usage_dead[];
 extern const char cli_usage_work[];
 extern const char cli_usage_config[];
+extern const char cli_usage_acl[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

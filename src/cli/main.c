@@ -45,6 +45,9 @@ static const char usage_main[] =
     "  config QUEUE [--lease DUR] [--max-attempts N] [--backoff-base DUR]\n"
     "               [--backoff-max DUR] [--reset] [--json]\n"
     "                       the queue's own settings, for consumers that set none\n"
+    "  acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
+    "                       print the ACL SETUSER rule that lets NAME use these\n"
+    "                       queues and nothing else\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -87,6 +90,7 @@ static const command commands[] = {
     {"work", cli_cmd_work, cli_usage_work},
     {"dead", cli_cmd_dead, cli_usage_dead},
     {"config", cli_cmd_config, cli_usage_config},
+    {"acl", cli_cmd_acl, cli_usage_acl},
     {NULL, NULL, NULL},
 };
 

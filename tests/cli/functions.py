@@ -42,10 +42,12 @@ eq(len(names), 1, "one delayq library on the server")
 lib = names[0] if names else "?"
 fns = libs.get(lib, {})
 eq(sorted(n[len(lib) + 1:] for n in fns),
-   sorted(["ack", "cancel", "config", "dead", "extend", "lookup", "nack", "offer", "stats", "take", "transfer"]),
-   "its functions: one per script")
-eq(fns.get(lib + "_stats"), ["allow-oom"], "stats may run while Redis is out of memory")
-eq(fns.get(lib + "_offer"), [], "offer may not (it writes)")
+   sorted(["ack", "cancel", "config", "dead", "dead_ro", "extend", "lookup", "nack", "offer", "stats", "take",
+           "transfer"]),
+   "its functions: one per script, and dead.lua's reading half again")
+for name in ("stats", "lookup", "dead_ro"):
+    eq(fns.get(lib + "_" + name), ["no-writes"], f"{name} is no-writes (FCALL_RO; runs while out of memory)")
+eq(fns.get(lib + "_offer"), [], "offer is not (it writes, and may not start while out of memory)")
 eq((calls("function|load"), calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")
 
 section("later calls are FCALLs")
@@ -54,7 +56,14 @@ r = dq("take", "fn1", "--json", "--timeout", "5s")
 ok(r.rc == 0 and [m["id"] for m in r.json_lines()] == ["a"], "take gets the item", r)
 eq(dq("stats", "fn1").rc, 0, "stats exits 0")
 eq(calls("eval") + calls("evalsha") + calls("function|load"), 0, "no EVAL, no EVALSHA, no FUNCTION LOAD")
-ok(calls("fcall") >= 2, "FCALLs ran", calls("fcall"))
+ok(calls("fcall") >= 1 and calls("fcall_ro") == 1, "FCALLs ran, stats as FCALL_RO",
+   (calls("fcall"), calls("fcall_ro")))
+
+section("a read-only function missing: EVAL_RO, and the library loaded")
+R.cmd("FUNCTION", "FLUSH")
+R.cmd("CONFIG", "RESETSTAT")
+eq(dq("dead", "fn1", "count").rc, 0, "dead count exits 0")
+eq((calls("eval_ro"), calls("function|load")), (1, 1), "one EVAL_RO, one FUNCTION LOAD")
 
 section("FUNCTION DELETE while a consumer waits: nothing is lost")
 p = bg_dq("take", "fn2", "--count", "3", "--json", "--timeout", "20s")

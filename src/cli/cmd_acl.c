@@ -1,0 +1,203 @@
+/*
+ * cmd_acl.c - "delayq acl": the least-privilege ACL rule for some queues.
+ *
+ * Owns the one table of what delayq sends to a data node (every command a
+ * client sends itself, and every command its scripts call, which Redis 7
+ * checks against the caller's ACL too) and prints one ACL SETUSER line from
+ * it: the queues' key patterns and wake channels, and exactly those
+ * commands. With --read-only: read-only key patterns (%R~) and only what
+ * stats and dead-letter listing need (their scripts are no-writes functions
+ * run with FCALL_RO, whose keys count as read). The password comes from a
+ * file and appears only as its SHA-256 (libsodium's crypto_hash_sha256).
+ * Connects to nothing.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util.h"
+
+const char cli_usage_acl[] =
+    "usage: delayq acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
+    "\n"
+    "Prints one ACL SETUSER command that lets user NAME run every delayq command on\n"
+    "the queues given, and nothing else: their keys (dq:{QUEUE}:*), their wake\n"
+    "channels, and only the commands delayq and its scripts send. Run it on every\n"
+    "data node (each master and replica of a cluster or Sentinel group):\n"
+    "  delayq acl orders --user app --password-file pw | redis-cli -h HOST -x ...\n"
+    "or paste it into redis-cli.\n"
+    "\n"
+    "  --user NAME           the ACL user (1-64 of A-Z a-z 0-9 _ . -)\n"
+    "  --password-file FILE  the password: the file's first line; it must not be\n"
+    "                        readable by group or others. Printed only as its\n"
+    "                        SHA-256 (#...). Without it the user gets no password\n"
+    "                        and cannot log in until one is set\n"
+    "  --read-only           only what 'stats' and 'dead list' / 'dead count' need:\n"
+    "                        read-only keys, no offer, take, ack or redrive\n"
+    "\n"
+    "The rule starts with 'reset': it replaces whatever NAME had. Sentinel itself\n"
+    "is not covered: a Sentinel with ACLs needs its own user (the URL's\n"
+    "sentinel_user and sentinel_password).\n"
+    "Exit codes: 0 printed, 2 usage error or an unusable password file.\n";
+
+/* What a client sends itself, and what its scripts call. FUNCTION LOAD: a
+ * node without the library is sent it once (src/script.c), and EVAL runs
+ * that one call; CLUSTER SLOTS and ASKING: the cluster router; ROLE:
+ * the check that a node is a master; WAIT: --wait-replicas. */
+static const char *const commands_full[] = {
+    "ping", "select", "role", "client|id", "cluster|slots", "asking", "wait",
+    "fcall", "fcall_ro", "eval", "eval_ro", "function|load",
+    "blpop", "rpush", "ssubscribe", "sunsubscribe",
+    /* inside the scripts (lua/NAME.lua) */
+    "del", "exists", "get", "set", "rename", "type", "time", "spublish",
+    "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
+    "llen", "lpop", "zadd", "zcard", "zrange", "zrangebyscore", "zrem",
+    "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore",
+    NULL,
+};
+
+/* stats, dead list and dead count (and the library's lookup): no-writes functions (FCALL_RO, or EVAL_RO
+ * while the node lacks the library) and the reads they make. */
+static const char *const commands_read[] = {
+    "ping", "select", "role", "client|id", "cluster|slots", "asking",
+    "fcall_ro", "eval_ro",
+    "type", "time", "hget", "hexists", "hmget", "llen", "zcard", "zrange",
+    "zrangebyscore", "zrevrangebyscore",
+    NULL,
+};
+
+static int user_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 1 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Reads the first line of path (without its "\n" or "\r\n") into pw and
+ * wipes what it read. Returns 0, or CLI_USAGE after saying why. */
+static int read_password(const char *path, char *pw, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        cli_err("acl: cannot read the password file %s: %s", cli_quote(path), strerror(errno));
+        return CLI_USAGE;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cli_err("acl: the password file %s is not a regular file", cli_quote(path));
+        close(fd);
+        return CLI_USAGE;
+    }
+    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+        cli_err("acl: the password file %s is open to group or others (mode %03o): chmod 600 it",
+                cli_quote(path), (unsigned)(st.st_mode & 0777));
+        close(fd);
+        return CLI_USAGE;
+    }
+    char buf[1024];
+    ssize_t got = read(fd, buf, sizeof buf);
+    close(fd);
+    size_t len = got > 0 ? (size_t)got : 0;
+    char *nl = memchr(buf, '\n', len);
+    if (nl)
+        len = (size_t)(nl - buf);
+    if (len && buf[len - 1] == '\r')
+        len--;
+    int rc = 0;
+    if (got < 0) {
+        cli_err("acl: cannot read the password file %s: %s", cli_quote(path), strerror(errno));
+        rc = CLI_USAGE;
+    } else if (len == 0) {
+        cli_err("acl: the password file %s is empty", cli_quote(path));
+        rc = CLI_USAGE;
+    } else if (len >= size || (!nl && (size_t)got == sizeof buf)) {
+        cli_err("acl: the password in %s is longer than %zu bytes", cli_quote(path), size - 1);
+        rc = CLI_USAGE;
+    } else {
+        memcpy(pw, buf, len);
+        pw[len] = '\0';
+    }
+    sodium_memzero(buf, sizeof buf);
+    return rc;
+}
+
+/* The rule for queues[0..n-1], printed as one line. */
+static int print_rule(const char *user, const char *pw, int read_only, char **queues, int n)
+{
+    dq__buf b = {0};
+    int bad = dq__buf_printf(&b, "ACL SETUSER %s reset on", user);
+    if (pw) {
+        unsigned char hash[crypto_hash_sha256_BYTES];
+        char hex[crypto_hash_sha256_BYTES * 2 + 1];
+        crypto_hash_sha256(hash, (const unsigned char *)pw, strlen(pw));
+        sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
+        bad |= dq__buf_printf(&b, " #%s", hex);
+    }
+    for (int i = 0; i < n; i++)
+        bad |= dq__buf_printf(&b, " %s~dq:{%s}:*", read_only ? "%R" : "", queues[i]);
+    if (!read_only)
+        for (int i = 0; i < n; i++)
+            bad |= dq__buf_printf(&b, " &dq:{%s}:w", queues[i]);
+    bad |= dq__buf_printf(&b, " -@all");
+    for (const char *const *c = read_only ? commands_read : commands_full; *c; c++)
+        bad |= dq__buf_printf(&b, " +%s", *c);
+    bad |= dq__buf_append(&b, "\n", 1);
+    int rc = bad ? (cli_err("acl: out of memory"), CLI_FAIL) : cli_write_out(b.data, b.len);
+    dq__buf_release(&b);
+    return rc ? CLI_FAIL : CLI_OK;
+}
+
+int cli_cmd_acl(cli_env *env, int argc, char **argv)
+{
+    static const char *const names[] = {"QUEUE"};
+    const char *user = NULL, *pwfile = NULL;
+    int read_only = 0, npos;
+    const cli_opt opts[] = {{"user", &user, NULL},
+                            {"password-file", &pwfile, NULL},
+                            {"read-only", NULL, &read_only},
+                            {NULL, NULL, NULL}};
+    char pw[512];
+
+    int rc = cli_parse(env, "acl", argc, argv, opts, &npos);
+    if (rc == CLI_HELP)
+        return cli_help(cli_usage_acl);
+    if (!rc)
+        rc = cli_want_args("acl", npos, 1, -1, names, argv);
+    for (int i = 0; !rc && i < npos; i++)
+        rc = cli_check_queue(argv[i]);
+    if (!rc && !user) {
+        cli_err("acl: missing --user NAME (see 'delayq acl --help')");
+        rc = CLI_USAGE;
+    }
+    if (!rc && !user_valid(user)) {
+        cli_err("acl: invalid user name '%s': expected 1 to 64 of A-Z a-z 0-9 _ . -",
+                cli_quote(user));
+        rc = CLI_USAGE;
+    }
+    if (!rc && sodium_init() < 0) {
+        cli_err("acl: libsodium could not start");
+        rc = CLI_FAIL;
+    }
+    if (!rc && pwfile)
+        rc = read_password(pwfile, pw, sizeof pw);
+    if (rc)
+        return rc;
+    if (!pwfile)
+        cli_err("acl: no --password-file: user %s gets no password and cannot log in until "
+                "one is set (ACL SETUSER %s >PASSWORD)", user, user);
+    rc = print_rule(user, pwfile ? pw : NULL, read_only, argv, npos);
+    sodium_memzero(pw, sizeof pw);
+    return rc;
+}
