@@ -32,7 +32,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import topology  # noqa: E402
+from cli_server import Server, out, quantile  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 DELAYQ = os.path.join(BUILD, "delayq")
@@ -44,13 +46,8 @@ def n(x):
     return max(1000, int(x * SCALE))
 
 
-def out(*a):
-    print(*a, flush=True)
 
 
-def quantile(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
 def peer_ready():
@@ -63,22 +60,6 @@ def peer_ready():
         if r.returncode != 0:
             return "npm ci failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200]
     return None
-
-
-class Server(topology._Group):
-    def __init__(self):
-        super().__init__("delayq-bench-peer.")
-        self.port = topology.free_port()
-        self._server(self.port, "--appendonly", "no")
-        if not self.wait_ping([self.port]):
-            raise SystemExit("peer: redis-server did not start")
-        self.url = f"redis://127.0.0.1:{self.port}"
-
-    def call(self, *args):
-        return topology.call(self.port, *args)
-
-    def memory(self):
-        return int(topology.info(self.port, "memory")["used_memory"])
 
 
 def bull(srv, *args, timeout=300):
@@ -186,7 +167,7 @@ def main():
     rate, secs, max_delay = 2000, max(2.0, 10 * SCALE), 10000
     tmp = tempfile.mkdtemp(prefix="delayq-peer.")
     rows = []
-    with Server() as srv:
+    with Server("peer") as srv:
         out(f"   redis-server 127.0.0.1:{srv.port}, not pinned; delayq CLI {DELAYQ}; BullMQ {version} "
             f"(node {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()})")
 

@@ -36,7 +36,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import topology  # noqa: E402
+from cli_server import Server, out, quantile  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 DELAYQ = os.path.join(BUILD, "delayq")
@@ -47,34 +49,8 @@ def n(x):
     return max(1, int(x * SCALE))
 
 
-def out(*a):
-    print(*a, flush=True)
 
 
-class Server(topology._Group):
-    def __init__(self):
-        super().__init__("delayq-bench-users.")
-        self.port = topology.free_port()
-        self._server(self.port, "--appendonly", "no")
-        if not self.wait_ping([self.port]):
-            raise SystemExit("users: redis-server did not start")
-        self.url = f"redis://127.0.0.1:{self.port}"
-
-    def call(self, *args):
-        return topology.call(self.port, *args)
-
-    def cpu(self):
-        i = topology.info(self.port, "cpu")
-        return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
-
-    def now_ms(self):
-        s, us = self.call("TIME")
-        return int(s) * 1000 + int(us) // 1000
-
-
-def quantile(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
 class Reader(threading.Thread):
@@ -291,7 +267,7 @@ def main():
     out("\n== As users run it: the CLI, unpinned, timed at the consumer"
         + (" [SCALED]" if SCALE != 1 else ""))
     rows = []
-    with Server() as srv:
+    with Server("users") as srv:
         out(f"   redis-server 127.0.0.1:{srv.port}, not pinned; delayq {DELAYQ}")
         for fig in (shared_deadline, lateness, work):
             srv.call("FLUSHALL")
