@@ -511,7 +511,9 @@ typedef struct dq_dead_letter {
     int64_t due_ms;    /* its original due time                            */
     char *reason;      /* why it died, e.g. "failed attempt 16 of 16"      */
     char *error;       /* the last error a consumer gave, "" if none       */
-    void *payload;
+    void *payload;     /* opened when it is sealed with a key the client
+                          holds; else as stored (a sealed one then starts
+                          "\0dqs1")                                         */
     size_t payload_len;
 } dq_dead_letter;
 

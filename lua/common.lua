@@ -468,6 +468,23 @@ local function entry_head(e)
   return d, a, il, el, pos, id
 end
 
+-- The key id (16 hex digits) of a sealed payload starting at byte ppos of
+-- entry e (src/seal.c: "\0dqs1", the 8-byte key id, a 24-byte nonce, at
+-- least a 16-byte tag), or nil for a payload that is not sealed.
+local SEAL_MAGIC, SEAL_OVERHEAD = '\0dqs1', 53
+local function sealed_key(e, ppos)
+  if #e - ppos + 1 < SEAL_OVERHEAD or string.sub(e, ppos, ppos + 4) ~= SEAL_MAGIC then return nil end
+  return string.format('%02x%02x%02x%02x%02x%02x%02x%02x', string.byte(e, ppos + 5, ppos + 12))
+end
+
+-- Whether held (16 hex digits per key id) holds key id kid.
+local function key_held(held, kid)
+  for j = 1, #held, 16 do
+    if string.sub(held, j, j + 15) == kid then return true end
+  end
+  return false
+end
+
 local function dead_record(r, reason, now)
   return '1|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. fmt(r.due) .. '|' .. nstr(#reason) ..
          '|' .. nstr(#r.err) .. '|' .. reason .. r.err .. r.payload

@@ -10,7 +10,13 @@
 -- ARGV[8] the caller's result key (dq:{Q}:t:<client>.<n>, one per take a
 -- client has out at once, reused by its next take),
 -- ARGV[9] '1' when this call repeats a request whose reply was lost (same
--- token prefix), '0' for a new request.
+-- token prefix), '0' for a new request,
+-- ARGV[10] the key ids the caller holds, 16 hex digits each, concatenated
+-- ('' or absent: none). A sealed entry (its payload starts "\0dqs1", then
+-- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
+-- handed out: it goes back to the head of the ready list, in order, and the
+-- reply has "k|<key id>|<id>" in its place, so the caller can name the key
+-- it lacks while a consumer that holds it gets the item.
 -- The result is kept in the result key for 60 s, tagged with the token
 -- prefix; a repeated call finds it there and gets the same result back
 -- instead of popping more, so a take whose reply is lost loses nothing. A
@@ -26,7 +32,8 @@
 -- when the entries were leased (entry i's token is then the token prefix
 -- .. i), 0 when handed out; ei is the i-th entry popped, as it was in the
 -- ready list (the caller decodes it: attempt = its attempts + 1), or '' for
--- one that could not be decoded and went to the set-aside list. Raw entries
+-- one that could not be decoded and went to the set-aside list, or the
+-- "k|..." of one held back (see ARGV[10]). Raw entries
 -- cost the script no parsing into tables, no number formatting, and one
 -- reply element per message instead of six.
 -- An entry whose id breaks the id rule, or whose numbers are out of range,
@@ -40,9 +47,11 @@ local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local P, chan = ARGV[1], ARGV[2]
 local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local count = tonumber(ARGV[3])
+local keys_held = ARGV[10] or ''
 if not lease or not max or not count or count < 1 or count > 1000 or count % 1 ~= 0 or
    lease < -1 or lease > DUE_MAX or lease % 1 ~= 0 or max < -1 or max > ATTEMPTS_MAX or max % 1 ~= 0 or
-   #tprefix > TOKEN_MAX - 5 then
+   #tprefix > TOKEN_MAX - 5 or #keys_held % 16 ~= 0 or #keys_held > 16 * 64 or
+   string.find(keys_held, '[^0-9a-f]') then
   return redis.error_reply('ERR delayq: malformed take arguments')
 end
 
@@ -76,8 +85,6 @@ if not entries then
   redis.call('DEL', sig)
   return {}
 end
-local owed = #entries - (ARGV[7] == '1' and 1 or 0)
-if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
 
 local deadline, bound = 0, nil
 if lease > 0 then
@@ -88,9 +95,14 @@ local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local hint = {} -- the leases of one take share a deadline, so usually one slot
 local maxs = lease > 0 and fmt(max) or nil
 local unindex = {} -- ids of entries set aside, with their due times
+local back = {} -- sealed entries for a key the caller lacks: back to the head
 for i, e in ipairs(entries) do
   local d, a, il, el, pos, id = entry_head(e)
-  if not d then
+  local kid = d and sealed_key(e, pos + il + el)
+  if kid and not key_held(keys_held, kid) then
+    back[#back + 1] = e
+    out[i + 1] = 'k|' .. kid .. '|' .. id
+  elseif not d then
     local rid = raw_id(e, true)
     bad[#bad + 1] = aside_entry(a, rid or '', e)
     local due = rid and tonumber(string.match(e, '^.|(%d+)|'))
@@ -117,6 +129,17 @@ for i, e in ipairs(entries) do
 end
 slot_flush(hint)
 set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
+-- Tokens: one per entry that left the ready list (the caller's own counts);
+-- those held back stay, with theirs, and a token the caller popped for one
+-- goes back with it.
+local owed = #entries - #back - (ARGV[7] == '1' and 1 or 0)
+if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
+if #back > 0 then
+  local rev = {}
+  for j = #back, 1, -1 do rev[#rev + 1] = back[j] end
+  redis.call('LPUSH', ready, unpack(rev))
+  if owed < 0 then signal(sig, -owed) end
+end
 -- An entry set aside leaves the id index if the index says its id is
 -- ready (in no slot, at the entry's due time).
 for i = 1, #unindex, 2 do

@@ -238,39 +238,6 @@ typedef struct dq__keys {
 } dq__keys;
 typedef struct dq__sched dq__sched;
 
-/* ------------------------------------------------------------ sealing (seal.c) */
-
-#define DQ__SEAL_MAGIC_LEN 5 /* "\0dqs1" */
-#define DQ__KEY_ID_LEN 8
-#define DQ__SEAL_OVERHEAD (DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN + 24 + 16)
-
-typedef struct dq__keyring dq__keyring;
-/* Reads a key file (see seal.c); *out is owned by the caller
- * (dq__keyring_free). Returns 0, or DQ_EINVAL / DQ_ENOMEM with why in err
- * (never key material). */
-int dq__keyring_load(const char *path, dq__keyring **out, char *err, size_t errlen);
-/* The same from len bytes of key lines. */
-int dq__keyring_parse(const char *text, size_t len, dq__keyring **out, char *err, size_t errlen);
-void dq__keyring_free(dq__keyring *kr);
-/* The key ids of kr, 16 hex digits each, concatenated, NUL-ended (as many
- * as fit in size). Returns the length. */
-size_t dq__keyring_ids_hex(const dq__keyring *kr, char *buf, size_t size);
-void dq__key_id_hex(const unsigned char id[DQ__KEY_ID_LEN], char hex[DQ__KEY_ID_LEN * 2 + 1]);
-/* A new key line ("dq-key-1 <id> <key>\n") into line. 0, or -1 if size is short. */
-int dq__key_line(char *line, size_t size);
-/* 1 if payload is an envelope (then *id, unless NULL, gets its key id). */
-int dq__sealed(const void *payload, size_t len, unsigned char id[DQ__KEY_ID_LEN]);
-/* Seals pt for item id of queue with kr's first key: *out (malloc'ed) gets
- * the envelope, DQ__SEAL_OVERHEAD bytes longer. 0 or DQ_ENOMEM. */
-int dq__seal(const dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
-             unsigned char **out, size_t *out_len);
-/* Opens an envelope of item id (id_len bytes) of queue: *out (malloc'ed,
- * one byte longer than *out_len) gets the payload. 0, DQ_EKEY (kr, which
- * may be NULL, holds no key of that id), DQ_EPROTO (it does not open: tampered,
- * or moved from another item or queue), DQ_EINVAL (no envelope), DQ_ENOMEM. */
-int dq__open(const dq__keyring *kr, const char *queue, const char *id, size_t id_len,
-             const void *env, size_t len, unsigned char **out, size_t *out_len);
-
 struct dq_client {
     struct ev_loop *loop;
     int own_loop;

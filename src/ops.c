@@ -40,6 +40,12 @@ static int check_item(dq_client *c, const dq_item *item) {
         return dq__fail(c, DQ_EINVAL, "delay or due time out of range (0 to %" PRId64 " ms)",
                         DQ_DUE_MAX_MS);
     if (item->flags & ~DQ_OFFER_KEEP) return dq__fail(c, DQ_EINVAL, "unknown offer flags");
+    /* A payload that looks sealed but is not would be taken for one: a
+     * client without keys may not offer it (its first byte is NUL, so no
+     * text payload is refused). */
+    if (!c->keyring && item->payload_len && dq__sealed(item->payload, item->payload_len, NULL))
+        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs1): offer it "
+                                      "with a key file, or change its first bytes");
     return 0;
 }
 
@@ -151,9 +157,10 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
     offer_chunk *oc = calloc(1, sizeof *oc);
     size_t argc = HEAD + PER_ITEM * n;
     void *mem = malloc(argc * (sizeof(const char *) + sizeof(size_t)) + n * (MS_LEN + BUCKET_LEN));
+    unsigned char **sealed = c->keyring ? calloc(n, sizeof *sealed) : NULL; /* the envelopes */
     if (oc) oc->results = calloc(n, sizeof *oc->results);
     int rc = DQ_ENOMEM;
-    if (oc && oc->results && mem) {
+    if (oc && oc->results && mem && (sealed || !c->keyring)) {
         const char **argv = mem;
         size_t *lens = (size_t *)(argv + argc);
         char *text = (char *)(lens + argc);
@@ -182,15 +189,22 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             size_t *l = lens + HEAD + PER_ITEM * i;
             a[0] = id, l[0] = idl;
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
+            if (sealed && dq__seal(c->keyring, queue, id, a[1], it->payload_len, &sealed[i], &l[1]) != 0)
+                break; /* out of memory */
+            if (sealed) a[1] = (const char *)sealed[i];
             a[2] = ms, l[2] = dq__fmt_i64(ms, abs ? it->due_ms : it->delay_ms);
             a[3] = digit[flags], l[3] = 1;
             a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
-        rc = dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
-                      chunk_reply, oc);
+        int all_sealed = !sealed || n == 0 || sealed[n - 1];
+        rc = all_sealed ? dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
+                                   chunk_reply, oc)
+                        : dq__fail(c, DQ_ENOMEM, "out of memory");
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
     }
+    for (size_t i = 0; sealed && i < n; i++) free(sealed[i]);
+    free(sealed);
     free(mem);
     if (rc && oc) {
         free(oc->results);

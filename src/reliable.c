@@ -329,6 +329,20 @@ static int letter_from(dq_dead_letter *d, redisReply **f) {
     return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
 }
 
+/* A sealed payload that the client's keys open is shown opened; one they do
+ * not open stays the envelope (the caller can tell: dq__sealed). */
+static void open_letter(dq_client *c, const char *queue, dq_dead_letter *d) {
+    unsigned char *plain;
+    size_t len;
+    if (!c->keyring || !dq__sealed(d->payload, d->payload_len, NULL)) return;
+    if (dq__open(c->keyring, queue, d->id, strlen(d->id), d->payload, d->payload_len, &plain, &len) != 0)
+        return;
+    plain[len] = '\0';
+    free(d->payload);
+    d->payload = plain;
+    d->payload_len = len;
+}
+
 static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dead_list *l = privdata;
     l->done = 1;
@@ -349,6 +363,7 @@ static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *p
             l->status = dq__fail(l->c, rc, "undecodable dead letter");
             return;
         }
+        open_letter(l->c, l->queue, &l->out[i]);
     }
 }
 

@@ -178,11 +178,12 @@ static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *priv
 
 /* An entry the script handed out but this client cannot decode (the
  * script checks what the decoder checks, so only a version skew between the
- * two gets here): it goes to the set-aside list rather than away. */
-static void set_aside(dq_take_req *t, const redisReply *e) {
+ * two gets here), or whose sealed payload does not open: it goes to the
+ * set-aside list with why, rather than away. */
+static void set_aside(dq_take_req *t, const redisReply *e, const char *why) {
     size_t len;
-    char *rec = dq__aside_encode("undecodable by the client", "", 0, e->str, e->len, &len);
-    dq__log(t->c, "queue %s: a delivered entry could not be decoded; set aside", t->queue);
+    char *rec = dq__aside_encode(why, "", 0, e->str, e->len, &len);
+    dq__log(t->c, "queue %s: a delivered entry set aside: %s", t->queue, why);
     if (!rec) return;
     const char *argv[3] = {"RPUSH", t->keys.aside, rec};
     size_t lens[3] = {5, strlen(t->keys.aside), len};
@@ -190,12 +191,66 @@ static void set_aside(dq_take_req *t, const redisReply *e) {
     free(rec);
 }
 
+/* A leased delivery that will never be handed out (set aside): its lease
+ * is acked, so it does not come back to fail again. */
+static void ack_lease(dq_take_req *t, const dq__entry *e, const char *token) {
+    char id[DQ_ID_MAX + 1], bucket[16];
+    memcpy(id, e->id, e->id_len);
+    id[e->id_len] = '\0';
+    dq__fmt_i64(bucket, dq__id_bucket(id));
+    const char *argv[6] = {t->keys.z, t->keys.counters, t->keys.prefix, id, token, bucket};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 4, argv, lens, ignore_reply, NULL);
+}
+
+/* Opens a sealed payload in place of e's (*plain gets the buffer to free
+ * once the message is made). Returns 0 (also for a payload not sealed), or
+ * -1 after setting the entry aside: it does not open under the key its
+ * envelope names (tampered, or moved from another item or queue). */
+static int open_payload(dq_take_req *t, const redisReply *r, dq__entry *e, const char *token,
+                        unsigned char **plain) {
+    unsigned char kid[DQ__KEY_ID_LEN];
+    *plain = NULL;
+    if (!dq__sealed(e->payload, e->payload_len, kid)) return 0;
+    size_t len;
+    int rc = dq__open(t->c->keyring, t->queue, e->id, e->id_len, e->payload, e->payload_len, plain, &len);
+    if (rc == 0) {
+        e->payload = (const char *)*plain;
+        e->payload_len = len;
+        return 0;
+    }
+    char hex[DQ__KEY_ID_LEN * 2 + 1], why[96];
+    dq__key_id_hex(kid, hex);
+    snprintf(why, sizeof why, rc == DQ_EKEY ? "sealed with key %s, which the taking client lacked"
+             : rc == DQ_EPROTO ? "sealed payload failed authentication (key %s)" : "sealed payload (key %s): out of memory", hex);
+    set_aside(t, r, why);
+    if (token) ack_lease(t, e, token);
+    return -1;
+}
+
+/* A "k|<key id>|<id>" marker: the script held back an item sealed with a key
+ * this client lacks. Says so in the client's error (the first one kept). */
+static void note_held_back(dq_take_req *t, const redisReply *r, int first) {
+    const char *bar = r->len > 19 ? memchr(r->str + 2, '|', r->len - 2) : NULL;
+    if (!first || !bar) return;
+    int kl = (int)(bar - r->str - 2), il = (int)(r->len - (size_t)(bar + 1 - r->str));
+    if (t->c->keyring)
+        dq__fail(t->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, which this client's key "
+                 "file does not hold; it stays for a consumer that does", il, bar + 1, t->queue, kl, r->str + 2);
+    else
+        dq__fail(t->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, and this client has no key "
+                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, t->queue, kl,
+                 r->str + 2);
+}
+
 /* The script's reply: {} or {lease, entry 1, ..., entry n} (lua/take.lua);
- * entry i's token is "<request>.<i>" when leased, and an empty entry is one
- * the script set aside. Fills msgs; returns how many, or -1 if the reply is
- * not of that shape. */
+ * entry i's token is "<request>.<i>" when leased, an empty entry is one the
+ * script set aside, and "k|..." one it held back (sealed with a key this
+ * client lacks: *held counts them). Fills msgs; returns how many, or -1 if
+ * the reply is not of that shape. */
 static int decode_reply(dq_take_req *t, const redisReply *reply, const char *request,
-                        dq_msg **msgs, size_t max) {
+                        dq_msg **msgs, size_t max, int *held) {
     if (reply->type != REDIS_REPLY_ARRAY) return -1;
     if (reply->elements == 0) return 0;
     const redisReply *lease = reply->element[0];
@@ -209,13 +264,20 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
         const redisReply *r = reply->element[i];
         if (r->type != REDIS_REPLY_STRING) return -1;
         if (r->len == 0) continue; /* set aside by the script */
+        if (r->len > 2 && r->str[0] == 'k' && r->str[1] == '|') {
+            note_held_back(t, r, ++*held == 1);
+            continue;
+        }
         dq__entry e;
         if (dq__entry_decode(r->str, r->len, &e) != 0) {
-            set_aside(t, r);
+            set_aside(t, r, "undecodable by the client");
             continue;
         }
         if (lease->integer) dq__fmt_i64(token + prefix_len, (int64_t)i);
+        unsigned char *plain;
+        if (open_payload(t, r, &e, lease->integer ? token : NULL, &plain) != 0) continue;
         dq_msg *m = msg_new(t->queue, &e, lease->integer ? token : NULL);
+        free(plain);
         if (m) msgs[got++] = m;
         else dq__log(t->c, "queue %s: out of memory for a delivery", t->queue);
     }
@@ -254,12 +316,15 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
          * replicates may deliver them again, which a lease allows. */
         dq__log(t->c, "queue %s: take not confirmed by the replicas: %s", t->queue, t->c->errstr);
     dq_msg *msgs[TAKE_MAX];
-    int n = decode_reply(t, reply, request, msgs, t->max);
+    int held = 0;
+    int n = decode_reply(t, reply, request, msgs, t->max, &held);
     if (n < 0) {
         finish(t, dq__reply_failure(t->c, conn, reply, code, t->queue), NULL, 0);
         return;
     }
+    if (held > 0 && n > 0) dq__log(t->c, "queue %s: %s", t->queue, t->c->errstr);
     if (n > 0) finish(t, 1, msgs, (size_t)n);
+    else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
     else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
     else wait_for_entries(t);
@@ -310,15 +375,17 @@ static void run_script(dq_take_req *t) {
     snprintf(lease, sizeof lease, "%" PRId64, t->opts.lease_ms);
     snprintf(max, sizeof max, "%d", t->opts.max_attempts);
     const dq__keys *k = &t->keys;
-    const char *argv[15] = {k->z,   k->ready, k->aside, k->counters, k->signal,
+    char held[64 * DQ__KEY_ID_LEN * 2 + 1]; /* the key ids this client holds */
+    dq__keyring_ids_hex(c->keyring, held, sizeof held);
+    const char *argv[16] = {k->z,   k->ready, k->aside, k->counters, k->signal,
                             k->config, k->prefix, k->chan, count, lease,
-                            tprefix, max, woke, t->result_key, repeat};
-    size_t lens[15];
-    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
+                            tprefix, max, woke, t->result_key, repeat, held};
+    size_t lens[16];
+    for (int i = 0; i < 16; i++) lens[i] = strlen(argv[i]);
     /* A leased take writes what must survive a failover; a plain take
      * hands its items out for good either way. */
     unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
-    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 9, argv, lens, script_reply, token) != 0) {
+    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 10, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */

@@ -38,10 +38,11 @@ typedef struct cli_env {
     const char *redis_url; /* from --redis, $DELAYQ_REDIS or the default   */
     const char *wait_replicas; /* --wait-replicas N, or NULL (0)           */
     const char *wait_timeout;  /* --wait-timeout DUR, or NULL (1s)         */
+    const char *key_file;      /* --key-file FILE or $DELAYQ_KEY_FILE, or NULL */
 } cli_env;
 
 /* The options every command takes, before or after its name: --redis,
- * --wait-replicas, --wait-timeout. Returns 1 and where the value goes in
+ * --wait-replicas, --wait-timeout, --key-file. Returns 1 and where the value goes in
  * *value when name (len bytes) is one of them, else 0. */
 int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
 
@@ -251,6 +252,7 @@ int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
 int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
 int cli_cmd_config(cli_env *env, int argc, char **argv);   /* cmd_config.c */
 int cli_cmd_acl(cli_env *env, int argc, char **argv);      /* cmd_acl.c */
+int cli_cmd_keygen(cli_env *env, int argc, char **argv);   /* cmd_keygen.c */
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -265,6 +267,7 @@ extern const char cli_usage_dead[];
 extern const char cli_usage_work[];
 extern const char cli_usage_config[];
 extern const char cli_usage_acl[];
+extern const char cli_usage_keygen[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

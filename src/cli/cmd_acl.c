@@ -56,13 +56,14 @@ static const char *const commands_full[] = {
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
     "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
-    "llen", "lpop", "zadd", "zcard", "zrange", "zrangebyscore", "zrem",
+    "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrem",
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore",
     NULL,
 };
 
-/* stats, dead list and dead count (and the library's lookup): no-writes functions (FCALL_RO, or EVAL_RO
- * while the node lacks the library) and the reads they make. */
+/* stats, dead list and dead count (and the library's lookup): no-writes
+ * functions (FCALL_RO, or EVAL_RO while the node lacks the library) and the
+ * reads they make. */
 static const char *const commands_read[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking",
     "fcall_ro", "eval_ro",

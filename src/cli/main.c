@@ -48,6 +48,7 @@ static const char usage_main[] =
     "  acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
     "                       print the ACL SETUSER rule that lets NAME use these\n"
     "                       queues and nothing else\n"
+    "  keygen               print a new key line for --key-file (sealed payloads)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -63,6 +64,10 @@ static const char usage_main[] =
     "                 (Redis WAIT); exit 4 if fewer confirm in time\n"
     "  --wait-timeout DUR\n"
     "                 how long --wait-replicas waits; default 1s\n"
+    "  --key-file FILE\n"
+    "                 seal payloads: offers are encrypted with the first key of\n"
+    "                 FILE, takes and dead-letter lists open them with any of its\n"
+    "                 keys (see 'delayq keygen'); default $DELAYQ_KEY_FILE\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
@@ -91,6 +96,7 @@ static const command commands[] = {
     {"dead", cli_cmd_dead, cli_usage_dead},
     {"config", cli_cmd_config, cli_usage_config},
     {"acl", cli_cmd_acl, cli_usage_acl},
+    {"keygen", cli_cmd_keygen, cli_usage_keygen},
     {NULL, NULL, NULL},
 };
 
@@ -155,7 +161,7 @@ static int global_options(cli_env *env, int argc, char **argv)
 static int dispatch(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
-    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL};
+    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE")};
 
     int i = global_options(&env, argc, argv);
     if (i < 0)

@@ -330,13 +330,29 @@ static int text_payload(dq__buf *b, const void *payload, size_t len)
     return rc;
 }
 
+/* The key id of a dead letter still sealed (the client holds no key that
+ * opens it: dq_dead_list opens the others), in hex; "" if not sealed. */
+static const char *sealed_with(const dq_dead_letter *d, char hex[DQ__KEY_ID_LEN * 2 + 1])
+{
+    unsigned char kid[DQ__KEY_ID_LEN];
+
+    hex[0] = '\0';
+    if (dq__sealed(d->payload, d->payload_len, kid))
+        dq__key_id_hex(kid, hex);
+    return hex;
+}
+
 static int text_dead(dq__buf *b, const dq_dead_letter *d)
 {
+    char kid[DQ__KEY_ID_LEN * 2 + 1];
+
     if (text_id(b, d->id, strlen(d->id)) || dq__buf_printf(b, "\t%d\t", d->attempts) ||
         text_escaped(b, d->reason, strlen(d->reason), DQ__ESC_UTF8) ||
         dq__buf_append(b, "\t", 1) ||
         text_escaped(b, d->error, strlen(d->error), DQ__ESC_UTF8) ||
-        dq__buf_append(b, "\t", 1) || text_payload(b, d->payload, d->payload_len))
+        dq__buf_append(b, "\t", 1) ||
+        (sealed_with(d, kid)[0] ? dq__buf_printf(b, "<sealed with key %s>", kid)
+                                : text_payload(b, d->payload, d->payload_len)))
         return DQ_ENOMEM;
     return dq__buf_append(b, "\n", 1);
 }
@@ -348,8 +364,14 @@ static json_t *json_dead(const dq_dead_letter *d)
     if (!o || json_bytes(o, "id", d->id, strlen(d->id)) ||
         json_int(o, "died_ms", d->died_ms) || json_int(o, "attempts", d->attempts) ||
         json_int(o, "due_ms", d->due_ms) || json_words(o, "reason", d->reason) ||
-        json_words(o, "error", d->error) ||
-        json_bytes(o, "payload", d->payload, d->payload_len)) {
+        json_words(o, "error", d->error)) {
+        json_decref(o);
+        return NULL;
+    }
+    char kid[DQ__KEY_ID_LEN * 2 + 1];
+    /* Sealed with a key this client lacks: the key's id, not the bytes. */
+    if (sealed_with(d, kid)[0] ? json_object_set_new(o, "payload_sealed_with", json_string(kid))
+                               : json_bytes(o, "payload", d->payload, d->payload_len)) {
         json_decref(o);
         return NULL;
     }

@@ -100,6 +100,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
     dq_options_init(&opts);
     if (durability_options(env, &opts) != 0)
         return CLI_USAGE;
+    opts.key_file = env->key_file && *env->key_file ? env->key_file : NULL;
     dq_client *c = dq_client_new(loop, &opts);
     if (!c) {
         cli_err("cannot make a client: out of memory");
@@ -113,7 +114,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
     /* The library's message names the URL when it is about connecting. */
     const char *why = cause(c, rc);
     if (strncmp(why, "cannot connect to ", 18) == 0 ||
-        strncmp(why, "invalid Redis URL", 17) == 0) {
+        strncmp(why, "invalid Redis URL", 17) == 0 || strncmp(why, "key file ", 9) == 0) {
         cli_err("%s", why);
     } else {
         dq__url_mask(env->redis_url, shown, sizeof shown);
