@@ -31,18 +31,18 @@ static const struct {
     const char *fn; /* the function's name in the library */
     int ro;         /* a no-writes function: FCALL_RO, EVAL_RO */
 } scripts[DQ__LUA_COUNT] = {
-    [DQ__LUA_OFFER] = {dq_lua_offer, DQ_LUA_offer_LEN, DQ_LUA_offer_FN},
-    [DQ__LUA_TRANSFER] = {dq_lua_transfer, DQ_LUA_transfer_LEN, DQ_LUA_transfer_FN},
-    [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_FN},
+    [DQ__LUA_OFFER] = {dq_lua_offer, DQ_LUA_offer_LEN, DQ_LUA_offer_FN, 0},
+    [DQ__LUA_TRANSFER] = {dq_lua_transfer, DQ_LUA_transfer_LEN, DQ_LUA_transfer_FN, 0},
+    [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_FN, 0},
     [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_FN, 1},
     [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_FN, 1},
-    [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_FN},
-    [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_FN},
-    [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_FN},
-    [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_FN},
-    [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_FN},
+    [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_FN, 0},
+    [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_FN, 0},
+    [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_FN, 0},
+    [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_FN, 0},
+    [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_FN, 0},
     [DQ__LUA_DEAD_RO] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_ro_FN, 1},
-    [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_FN},
+    [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_FN, 0},
 };
 
 /* "FUNCTION LOAD REPLACE <library>", formatted. NULL when out of memory. */

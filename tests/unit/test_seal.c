@@ -1,0 +1,187 @@
+/*
+ * test_seal.c - unit tests of src/seal.c: key lines and files (format,
+ * errors by line and without key material, refused permissions), the
+ * envelope round trip with every byte value, and what must not open: another
+ * item, another queue, a flipped byte anywhere, a key the ring lacks. Also
+ * rotation: a ring of [new, old] seals with new and opens both.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "util.h"
+
+static void new_line(char *line, size_t size) { assert_int_equal(dq__key_line(line, size), 0); }
+
+static dq__keyring *ring_of(const char *text) {
+    dq__keyring *kr = NULL;
+    char err[200];
+    int rc = dq__keyring_parse(text, strlen(text), &kr, err, sizeof err);
+    if (rc) fail_msg("parse: %s", err);
+    return kr;
+}
+
+static void test_key_lines(void **state) {
+    (void)state;
+    char a[128], b[128], text[512];
+    new_line(a, sizeof a);
+    new_line(b, sizeof b);
+    assert_memory_equal(a, "dq-key-1 ", 9);
+    assert_int_equal(strlen(a), 9 + 16 + 1 + 44 + 1);
+    assert_string_not_equal(a, b);
+    snprintf(text, sizeof text, "# keys\n\n%s%s", a, b);
+    dq__keyring *kr = ring_of(text);
+    char ids[64];
+    assert_int_equal(dq__keyring_ids_hex(kr, ids, sizeof ids), 32);
+    assert_memory_equal(ids, a + 9, 16); /* the first key first */
+    assert_memory_equal(ids + 16, b + 9, 16);
+    dq__keyring_free(kr);
+}
+
+static void test_key_errors(void **state) {
+    (void)state;
+    char good[128], text[512], err[200];
+    new_line(good, sizeof good);
+    const char *key = good + 9 + 17; /* the base64 */
+    struct {
+        const char *what, *want;
+    } cases[] = {
+        {"", "no key"},
+        {"# only a comment\n", "no key"},
+        {"dq-key-2 0000000000000000 AAAA\n", "line 1: not a key line"},
+        {"hello\n", "line 1: not a key line"},
+        {"dq-key-1 00 AAAA\n", "line 1: malformed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dq__keyring *kr = (dq__keyring *)1;
+        assert_int_not_equal(dq__keyring_parse(cases[i].what, strlen(cases[i].what), &kr, err, sizeof err), 0);
+        assert_null(kr);
+        if (!strstr(err, cases[i].want)) fail_msg("%s: got '%s'", cases[i].what, err);
+    }
+    /* A key that does not match its id: named by line, the key not shown. */
+    snprintf(text, sizeof text, "%s# two\ndq-key-1 0123456789abcdef %s", good, key);
+    dq__keyring *kr = NULL;
+    assert_int_equal(dq__keyring_parse(text, strlen(text), &kr, err, sizeof err), DQ_EINVAL);
+    assert_non_null(strstr(err, "line 3"));
+    assert_non_null(strstr(err, "does not match"));
+    assert_null(strstr(err, key));
+    /* Broken base64. */
+    snprintf(text, sizeof text, "dq-key-1 %.16s !!!%s", good + 9, key + 3);
+    assert_int_equal(dq__keyring_parse(text, strlen(text), &kr, err, sizeof err), DQ_EINVAL);
+    assert_non_null(strstr(err, "malformed"));
+}
+
+static void test_key_file_mode(void **state) {
+    (void)state;
+    char path[] = "/tmp/delayq-test-key.XXXXXX", line[128], err[300];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    new_line(line, sizeof line);
+    assert_int_equal(write(fd, line, strlen(line)), (ssize_t)strlen(line));
+    close(fd);
+    dq__keyring *kr = NULL;
+    assert_int_equal(chmod(path, 0640), 0);
+    assert_int_equal(dq__keyring_load(path, &kr, err, sizeof err), DQ_EINVAL);
+    assert_non_null(strstr(err, "group or others"));
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(dq__keyring_load(path, &kr, err, sizeof err), 0);
+    dq__keyring_free(kr);
+    unlink(path);
+    assert_int_equal(dq__keyring_load(path, &kr, err, sizeof err), DQ_EINVAL);
+    assert_non_null(strstr(err, "cannot read"));
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    char line[128];
+    new_line(line, sizeof line);
+    dq__keyring *kr = ring_of(line);
+    unsigned char pt[256];
+    for (int i = 0; i < 256; i++) pt[i] = (unsigned char)i;
+    for (size_t len = 0; len <= sizeof pt; len += 64) {
+        unsigned char *env, *out;
+        size_t el, ol;
+        assert_int_equal(dq__seal(kr, "q", "id-1", pt, len, &env, &el), 0);
+        assert_int_equal(el, len + DQ__SEAL_OVERHEAD);
+        unsigned char kid[DQ__KEY_ID_LEN];
+        assert_true(dq__sealed(env, el, kid));
+        assert_int_equal(dq__open(kr, "q", "id-1", 4, env, el, &out, &ol), 0);
+        assert_int_equal(ol, len);
+        if (len) assert_memory_equal(out, pt, len);
+        if (len) assert_null(memmem(env, el, pt, len > 16 ? 16 : len)); /* nothing in the clear */
+        free(out);
+        free(env);
+    }
+    assert_false(dq__sealed("plain", 5, NULL));
+    dq__keyring_free(kr);
+}
+
+static void test_what_does_not_open(void **state) {
+    (void)state;
+    char a[128], b[128];
+    new_line(a, sizeof a);
+    new_line(b, sizeof b);
+    dq__keyring *ka = ring_of(a), *kb = ring_of(b);
+    unsigned char *env, *out;
+    size_t el, ol;
+    assert_int_equal(dq__seal(ka, "orders", "o-1", "pay me", 6, &env, &el), 0);
+    assert_int_equal(dq__open(ka, "orders", "o-2", 3, env, el, &out, &ol), DQ_EPROTO);   /* another item */
+    assert_int_equal(dq__open(ka, "refunds", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);  /* another queue */
+    assert_int_equal(dq__open(kb, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY);     /* another key */
+    assert_int_equal(dq__open(NULL, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY);   /* no key */
+    for (size_t i = DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN; i < el; i++) {                 /* any byte */
+        env[i] ^= 0x01;
+        assert_int_equal(dq__open(ka, "orders", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);
+        env[i] ^= 0x01;
+    }
+    assert_int_equal(dq__open(ka, "orders", "o-1", 3, env, el, &out, &ol), 0);
+    free(out);
+    assert_int_equal(dq__open(ka, "orders", "o-1", 3, env, el - 1, &out, &ol), DQ_EPROTO); /* cut */
+    free(env);
+    dq__keyring_free(ka);
+    dq__keyring_free(kb);
+}
+
+static void test_rotation(void **state) {
+    (void)state;
+    char old_line[128], new_line_[128], both[256];
+    new_line(old_line, sizeof old_line);
+    new_line(new_line_, sizeof new_line_);
+    snprintf(both, sizeof both, "%s%s", new_line_, old_line);
+    dq__keyring *old = ring_of(old_line), *rotated = ring_of(both);
+    unsigned char *env, *out, kid[DQ__KEY_ID_LEN];
+    size_t el, ol;
+    char hex[DQ__KEY_ID_LEN * 2 + 1];
+    assert_int_equal(dq__seal(old, "q", "x", "before", 6, &env, &el), 0);
+    assert_int_equal(dq__open(rotated, "q", "x", 1, env, el, &out, &ol), 0); /* old items still open */
+    assert_memory_equal(out, "before", 6);
+    free(out);
+    free(env);
+    assert_int_equal(dq__seal(rotated, "q", "y", "after", 5, &env, &el), 0);
+    assert_true(dq__sealed(env, el, kid));
+    dq__key_id_hex(kid, hex);
+    assert_memory_equal(hex, new_line_ + 9, 16); /* the new key seals */
+    assert_int_equal(dq__open(old, "q", "y", 1, env, el, &out, &ol), DQ_EKEY);
+    free(env);
+    dq__keyring_free(old);
+    dq__keyring_free(rotated);
+}
+
+int main(void) {
+    if (sodium_init() < 0) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_lines),       cmocka_unit_test(test_key_errors),
+        cmocka_unit_test(test_key_file_mode),   cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_what_does_not_open), cmocka_unit_test(test_rotation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
