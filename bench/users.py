@@ -19,6 +19,10 @@ same run on the same server:
       sent every 10 ms over the same run (the floor any delivery shares).
   U3  `delayq work --exec true --concurrency 16` throughput over 5,000 items.
       Reference: as many `/bin/sh -c true` run 16 at a time by xargs.
+  U4  sealed payloads: `delayq offer --batch FILE` of 50,000 items (100-byte
+      payloads, delay 1 h) with --key-file against the same without, A B A B:
+      offers/s, Redis bytes per pending item (the envelope adds 53), and the
+      CLI process's CPU per offer (user + system, from wait4).
 
 The server is started by tests/lib/topology.py (AOF off) and stopped by its
 pid; every process started here is stopped by its pid; every wait has a
@@ -31,6 +35,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -261,6 +266,54 @@ def work(srv):
              f"xargs -P{conc} sh -c true: {ref_rate:.0f}/s", "(info)", None if done else False)]
 
 
+# ------------------------------------------------------------------ U4
+
+def timed_batch(srv, path, queue, key_file=None):
+    """(offers/s, client CPU s) of one `offer --batch path`, the CPU from wait4."""
+    argv = [DELAYQ, "--redis", srv.url] + (["--key-file", key_file] if key_file else []) + \
+        ["offer", queue, "--batch", path]
+    t0 = time.time()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"users: offer --batch exited {p.returncode}")
+    return time.time() - t0, ru.ru_utime + ru.ru_stime
+
+
+def sealing(srv):
+    count = n(50000)
+    tmp = tempfile.mkdtemp(prefix="delayq-bench-seal.")
+    key = os.path.join(tmp, "key")
+    line = subprocess.run([DELAYQ, "keygen"], capture_output=True, check=True).stdout
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+        f.write(line)
+    path = os.path.join(tmp, "batch")
+    with open(path, "w") as f:
+        for i in range(count):
+            f.write(f"1h\t\t{'p' * 90}{i:010d}\n")
+    res = {"plain": [], "sealed": []}
+    for _ in range(2):  # A B A B
+        for kind in ("plain", "sealed"):
+            srv.call("FLUSHALL")
+            before = srv.memory()
+            secs, cpu = timed_batch(srv, path, "u4", key if kind == "sealed" else None)
+            res[kind].append((count / secs, (srv.memory() - before) / count, cpu * 1e6 / count))
+    shutil.rmtree(tmp, ignore_errors=True)
+    best = {k: (max(r[0] for r in v), min(r[1] for r in v), min(r[2] for r in v)) for k, v in res.items()}
+    (pr, pb, pc), (sr, sb, sc) = best["plain"], best["sealed"]
+    out(f"   U4 sealed payloads: `offer --batch` of {count} items, 100-byte payloads, A B A B (best of 2):")
+    out(f"      offers/s: sealed {sr:,.0f}, plain {pr:,.0f} (ratio {sr / pr:.2f})")
+    out(f"      Redis bytes per pending item: sealed {sb:.0f}, plain {pb:.0f} (+{sb - pb:.0f}; the envelope "
+        f"adds 53 bytes to the payload)")
+    out(f"      client CPU per offer (delayq process, user + system): sealed {sc:.2f} us, plain {pc:.2f} us "
+        f"(sealing costs {sc - pc:.2f} us)")
+    return [("U4", "sealed offers/s, offer --batch (vs plain)", f"{sr:,.0f}/s", f"plain {pr:,.0f}/s",
+             "(info)", None),
+            ("U4", "sealed: Redis bytes per item (vs plain)", f"{sb:.0f} B", f"plain {pb:.0f} B", "(info)", None),
+            ("U4", "sealed: client CPU per offer (vs plain)", f"{sc:.2f} us", f"plain {pc:.2f} us", "(info)", None)]
+
+
 def main():
     if not os.path.exists(DELAYQ):
         raise SystemExit(f"users: {DELAYQ} not built")
@@ -269,7 +322,7 @@ def main():
     rows = []
     with Server("users") as srv:
         out(f"   redis-server 127.0.0.1:{srv.port}, not pinned; delayq {DELAYQ}")
-        for fig in (shared_deadline, lateness, work):
+        for fig in (shared_deadline, lateness, work, sealing):
             srv.call("FLUSHALL")
             rows += fig(srv)
     out("\n   summary (as users run it)")

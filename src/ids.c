@@ -90,6 +90,16 @@ void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
     } while (out[0] == '-');
 }
 
+void dq__random_bytes(unsigned char *out, size_t n)
+{
+    (void)dq__crypto_init();
+    while (n > 0) {
+        size_t k = n < ID_RANDOM_BYTES ? n : ID_RANDOM_BYTES;
+        random_take(out, k);
+        out += k, n -= k;
+    }
+}
+
 uint32_t dq__random_uniform(uint32_t upper)
 {
     (void)dq__crypto_init();

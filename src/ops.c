@@ -169,6 +169,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
         const dq__keys *k = dq__keys_of(c, queue);
         const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan};
         for (int i = 0; i < HEAD; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+        dq__keyring_use(c->keyring);
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
             char *id = oc->results[i].id, *ms = text, *bucket = text + MS_LEN;
@@ -196,6 +197,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             a[3] = digit[flags], l[3] = 1;
             a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
+        dq__keyring_done(c->keyring);
         int all_sealed = !sealed || n == 0 || sealed[n - 1];
         rc = all_sealed ? dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
                                    chunk_reply, oc)

@@ -44,7 +44,19 @@ struct dq__keyring {
     size_t n;
     unsigned char (*ids)[DQ__KEY_ID_LEN];
     unsigned char *keys; /* n * KEY_LEN, sodium_malloc'ed, no access at rest */
+    int in_use;          /* dq__keyring_use depth: readable while > 0 */
 };
+
+/* Two mprotect calls per item would cost more than sealing it: a batch
+ * opens the keys once (dq__keyring_use ... dq__keyring_done), and the seal
+ * and open calls inside it only count. */
+void dq__keyring_use(dq__keyring *kr) {
+    if (kr && kr->in_use++ == 0) sodium_mprotect_readonly(kr->keys);
+}
+
+void dq__keyring_done(dq__keyring *kr) {
+    if (kr && --kr->in_use == 0) sodium_mprotect_noaccess(kr->keys);
+}
 
 /* ------------------------------------------------------------ key ids */
 
@@ -218,7 +230,7 @@ static size_t make_ad(unsigned char *ad, const char *queue, const char *id, size
     return n;
 }
 
-int dq__seal(const dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
+int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
              unsigned char **out, size_t *out_len) {
     unsigned char ad[32 + DQ_QUEUE_MAX + DQ_ID_MAX];
     size_t adl = make_ad(ad, queue, id, strlen(id));
@@ -227,18 +239,18 @@ int dq__seal(const dq__keyring *kr, const char *queue, const char *id, const voi
     memcpy(e, magic, sizeof magic);
     memcpy(e + sizeof magic, kr->ids[0], DQ__KEY_ID_LEN);
     unsigned char *nonce = e + sizeof magic + DQ__KEY_ID_LEN;
-    randombytes_buf(nonce, NONCE_LEN);
+    dq__random_bytes(nonce, NONCE_LEN);
     unsigned long long clen = 0;
-    sodium_mprotect_readonly(kr->keys);
+    dq__keyring_use(kr);
     crypto_aead_xchacha20poly1305_ietf_encrypt(nonce + NONCE_LEN, &clen, pt, len, ad, adl, NULL, nonce,
                                                kr->keys);
-    sodium_mprotect_noaccess(kr->keys);
+    dq__keyring_done(kr);
     *out = e;
     *out_len = DQ__SEAL_OVERHEAD + len;
     return 0;
 }
 
-int dq__open(const dq__keyring *kr, const char *queue, const char *id, size_t id_len,
+int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
              const void *env, size_t len, unsigned char **out, size_t *out_len) {
     unsigned char kid[DQ__KEY_ID_LEN];
     if (!dq__sealed(env, len, kid)) return DQ_EINVAL;
@@ -253,10 +265,10 @@ int dq__open(const dq__keyring *kr, const char *queue, const char *id, size_t id
     unsigned char *pt = malloc(clen - TAG_LEN + 1); /* + 1: room for a NUL, and never malloc(0) */
     if (!pt) return DQ_ENOMEM;
     unsigned long long plen = 0;
-    sodium_mprotect_readonly(kr->keys);
+    dq__keyring_use(kr);
     int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(pt, &plen, NULL, nonce + NONCE_LEN, clen, ad, adl, nonce,
                                                          kr->keys + which * KEY_LEN);
-    sodium_mprotect_noaccess(kr->keys);
+    dq__keyring_done(kr);
     if (bad) {
         free(pt);
         return DQ_EPROTO;

@@ -317,7 +317,9 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         dq__log(t->c, "queue %s: take not confirmed by the replicas: %s", t->queue, t->c->errstr);
     dq_msg *msgs[TAKE_MAX];
     int held = 0;
+    dq__keyring_use(t->c->keyring); /* once for the batch's envelopes */
     int n = decode_reply(t, reply, request, msgs, t->max, &held);
+    dq__keyring_done(t->c->keyring);
     if (n < 0) {
         finish(t, dq__reply_failure(t->c, conn, reply, code, t->queue), NULL, 0);
         return;

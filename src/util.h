@@ -131,6 +131,9 @@ int dq__crypto_init(void);
  * DQ_ID_GENERATED_LEN chars + NUL) into out. */
 void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1]);
 /* A uniformly random integer in [0, upper) (upper > 0), for jitter. */
+/* n random bytes from the same fork-safe block as the ids (one getrandom()
+ * per 1 KiB, not one per call): nonces. */
+void dq__random_bytes(unsigned char *out, size_t n);
 uint32_t dq__random_uniform(uint32_t upper);
 /* ------------------------------------------------------------ id index (idindex.c) */
 
@@ -195,6 +198,10 @@ int dq__keyring_load(const char *path, dq__keyring **out, char *err, size_t errl
 /* The same from len bytes of key lines. */
 int dq__keyring_parse(const char *text, size_t len, dq__keyring **out, char *err, size_t errlen);
 void dq__keyring_free(dq__keyring *kr);
+/* Keys readable from use to done (nested calls count): wrap a batch of
+ * seal/open calls, which otherwise each toggle the keys' protection. */
+void dq__keyring_use(dq__keyring *kr);
+void dq__keyring_done(dq__keyring *kr);
 /* The key ids of kr, 16 hex digits each, concatenated, NUL-ended (as many
  * as fit in size). Returns the length. */
 size_t dq__keyring_ids_hex(const dq__keyring *kr, char *buf, size_t size);
@@ -205,13 +212,13 @@ int dq__key_line(char *line, size_t size);
 int dq__sealed(const void *payload, size_t len, unsigned char id[DQ__KEY_ID_LEN]);
 /* Seals pt for item id of queue with kr's first key: *out (malloc'ed) gets
  * the envelope, DQ__SEAL_OVERHEAD bytes longer. 0 or DQ_ENOMEM. */
-int dq__seal(const dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
+int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
              unsigned char **out, size_t *out_len);
 /* Opens an envelope of item id (id_len bytes) of queue: *out (malloc'ed,
  * one byte longer than *out_len) gets the payload. 0, DQ_EKEY (kr, which
  * may be NULL, holds no key of that id), DQ_EPROTO (it does not open: tampered,
  * or moved from another item or queue), DQ_EINVAL (no envelope), DQ_ENOMEM. */
-int dq__open(const dq__keyring *kr, const char *queue, const char *id, size_t id_len,
+int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
              const void *env, size_t len, unsigned char **out, size_t *out_len);
 
 #endif

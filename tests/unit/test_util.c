@@ -116,11 +116,12 @@ static void test_strerror(void **state)
     assert_string_equal(dq_strerror(DQ_ENOMEM), "out of memory");
     assert_string_equal(dq_strerror(DQ_ECLOSED), "closed");
     assert_string_equal(dq_strerror(DQ_EBUSY), "busy");
+    assert_string_equal(dq_strerror(DQ_EKEY), "sealed with a key this client does not hold");
 }
 
 static void test_strerror_unknown(void **state)
 {
-    static const int codes[] = {1, 2, -13, -100, 1000, INT_MIN, INT_MAX};
+    static const int codes[] = {1, 2, -14, -100, 1000, INT_MIN, INT_MAX};
     size_t i;
     (void)state;
     for (i = 0; i < sizeof codes / sizeof codes[0]; i++)
@@ -132,8 +133,8 @@ static void test_strerror_distinct(void **state)
 {
     int a, b;
     (void)state;
-    for (a = DQ_ENOTDURABLE; a <= DQ_OK; a++)
-        for (b = DQ_ENOTDURABLE; b < a; b++)
+    for (a = DQ_EKEY; a <= DQ_OK; a++)
+        for (b = DQ_EKEY; b < a; b++)
             assert_string_not_equal(dq_strerror(a), dq_strerror(b));
 }
 
