@@ -332,6 +332,11 @@ typedef struct dq__sync_ints {
 int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
                   int nkeys, int nargs, const char **argv, dq__sync_ints *s);
 
+/* The reply of dead.lua's list (flat 7 fields per letter) as letters:
+ * *out (dq_dead_letters_free, also on failure) holds *n of them. Returns 0,
+ * DQ_EPROTO for a reply of another shape, or DQ_ENOMEM. */
+int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n);
+
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
 typedef void dq__settle_cb(dq_client *c, int status, void *privdata);

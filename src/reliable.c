@@ -343,28 +343,34 @@ static void open_letter(dq_client *c, const char *queue, dq_dead_letter *d) {
     d->payload_len = len;
 }
 
+int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 7) return DQ_EPROTO;
+    size_t count = reply->elements / 7;
+    *out = calloc(count ? count : 1, sizeof **out);
+    if (!*out) return DQ_ENOMEM;
+    for (size_t i = 0; i < count; i++) {
+        *n = i + 1;
+        int rc = letter_from(&(*out)[i], reply->element + 7 * i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dead_list *l = privdata;
     l->done = 1;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements % 7) {
+    if (!reply || reply->type == REDIS_REPLY_ERROR) {
         l->status = dq__reply_failure(l->c, conn, reply, code, l->queue);
         return;
     }
-    size_t n = reply->elements / 7;
-    l->out = calloc(n ? n : 1, sizeof *l->out);
-    if (!l->out) {
-        l->status = dq__fail(l->c, DQ_ENOMEM, "out of memory");
+    int rc = dq__dead_letters_decode(reply, &l->out, &l->n);
+    if (rc) {
+        l->status = dq__fail(l->c, rc, rc == DQ_ENOMEM ? "out of memory" : "undecodable dead letter");
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        l->n = i + 1;
-        int rc = letter_from(&l->out[i], reply->element + 7 * i);
-        if (rc) {
-            l->status = dq__fail(l->c, rc, "undecodable dead letter");
-            return;
-        }
-        open_letter(l->c, l->queue, &l->out[i]);
-    }
+    for (size_t i = 0; i < l->n; i++) open_letter(l->c, l->queue, &l->out[i]);
 }
 
 int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
