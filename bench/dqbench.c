@@ -1204,6 +1204,13 @@ static void phase_offer(void) {
     redisReply *fr = rcmd(ctl, "SCRIPT LOAD %s", "return 1");
     offer_ref_args(floor_args, sizeof floor_args, fr->str);
     freeReplyObject(fr);
+    /* The offer script as EVAL runs it (common.lua + offer.lua, EVALSHA):
+     * the reference the brief's target names, for one at a time. */
+    char evalsha_args[1024];
+    fr = rcmd(ctl, "SCRIPT LOAD %b", dq_lua_offer, DQ_LUA_offer_LEN);
+    offer_ref_args(evalsha_args, sizeof evalsha_args, fr->str);
+    freeReplyObject(fr);
+    double single_evalsha = 0;
 
     enum { M_SINGLE, M_MANY, M_WINDOW, M_CONC, M_N };
     const char *names[M_N] = {"one at a time (dq_offer)", "batched (dq_offer_many, 64 a call)",
@@ -1238,6 +1245,10 @@ static void phase_offer(void) {
                 m[i].ref_cpu = min2(m[i].ref_cpu, cpu);
                 m[i].ref_client = min2(m[i].ref_client, cl);
                 if (i == M_MANY) many_ref_this_round = v;
+                if (i == M_SINGLE) {
+                    flushall();
+                    single_evalsha = max2(single_evalsha, redis_benchmark(ns[i], 1, 1, evalsha_args, &cpu, NULL));
+                }
             } else {
                 v = many_ref_this_round;
             }
@@ -1286,6 +1297,9 @@ static void phase_offer(void) {
         out("   %-42s %2d/%-2d %11s %15s %13s %7.3f (%.3f .. %.3f)\n", names[i], ps[i], cs[i],
             commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval), commas(c, sizeof c, m[i].ref_zadd),
             med[i], lo[i], hi[i]);
+    out("   One at a time against EVALSHA of the same script text (common.lua + offer.lua, as EVAL\n"
+        "   runs it; the brief's reference): %s/s, ratio %.3f.\n",
+        commas(a, sizeof a, single_evalsha), m[M_SINGLE].ours / single_evalsha);
     out("   For scale: BullMQ 6.7 adds about 48k delayed jobs/s (brief's figure, another run).\n");
     out("\n   %-42s %5s %11s %15s %13s %7s\n", "client CPU per offer (us, getrusage)", "-P/-c", "ours",
         "redis-benchmark", "", "ratio");
@@ -1315,9 +1329,18 @@ static void phase_offer(void) {
         snprintf(ours, sizeof ours, "%.0f/s", m[i].ours);
         snprintf(ref, sizeof ref, "FCALL %.0f/s (-P%d -c%d)", m[i].ref_eval, ps[i], cs[i]);
         snprintf(ratio, sizeof ratio, "%.3f", med[i]);
-        int has_target = i != M_CONC;
-        add_row("1", names[i], ours, ref, ratio, has_target ? "ratio >= 0.90" : "(none)",
+        /* One at a time is judged as the target states it, against EVALSHA
+         * of the script; the FCALL pair (the same server work as ours) is
+         * shown beside it. */
+        int has_target = i != M_CONC && i != M_SINGLE;
+        add_row("1", names[i], ours, ref, ratio, has_target ? "ratio >= 0.90" : "(info)",
                 has_target ? med[i] >= 0.90 : -1);
+        if (i == M_SINGLE) {
+            snprintf(ref, sizeof ref, "EVALSHA %.0f/s (-P1 -c1)", single_evalsha);
+            snprintf(ratio, sizeof ratio, "%.3f", m[i].ours / single_evalsha);
+            add_row("1", "one at a time, vs EVALSHA of the script", ours, ref, ratio, "ratio >= 0.90",
+                    m[i].ours / single_evalsha >= 0.90);
+        }
     }
     /* The pipelined CPU: the smaller of the two pipelined modes (same server work). */
     int best = m[M_WINDOW].ours_cpu < m[M_MANY].ours_cpu ? M_WINDOW : M_MANY;
