@@ -103,6 +103,16 @@ static void on_retry(struct ev_loop *loop, ev_timer *t, int revents) {
 
 /* ------------------------------------------------------------ taking */
 
+/* Pauses the takes for RETRY_AFTER_S after a failed one. The timer is set
+ * again each time: a libev timer that has fired keeps only what was left of
+ * its time (nothing), so restarting it alone would retry at once, in a busy
+ * loop for as long as Redis refuses. */
+static void pause_takes(dq_worker *w) {
+    if (w->stopping || w->orphaned || ev_is_active(&w->retry)) return;
+    ev_timer_set(&w->retry, RETRY_AFTER_S, 0);
+    ev_timer_start(w->c->loop, &w->retry);
+}
+
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
     take_slot *s = privdata;
     dq_worker *w = s->w;
@@ -118,7 +128,7 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
         for (size_t i = 0; i < n; i++) w->handler(w, msgs[i], w->privdata);
     } else if (status != DQ_ECLOSED) {
         dq__log(c, "worker %s: take failed: %s", w->queue, c->errstr);
-        if (!w->stopping && !w->orphaned) ev_timer_start(c->loop, &w->retry);
+        pause_takes(w);
     }
     w->busy--;
     if (w->stopping || w->orphaned) maybe_free(w);
