@@ -10,20 +10,9 @@
 #include <string.h>
 
 #include "internal.h"
+#include "resp_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* hiredis 0.14 allocates what an array header claims before the elements
- * come: such input only measures the machine's memory. */
-static int claims_huge(const uint8_t *data, size_t size) {
-    for (size_t i = 0; i + 1 < size; i++) {
-        if (data[i] != '*' && data[i] != '$') continue;
-        size_t digits = 0;
-        while (i + 1 + digits < size && data[i + 1 + digits] >= '0' && data[i + 1 + digits] <= '9') digits++;
-        if (digits >= 7) return 1;
-    }
-    return 0;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (claims_huge(data, size)) return 0;

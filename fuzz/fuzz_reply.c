@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "resp_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -18,20 +19,6 @@ static void visit(const redisReply *r, int depth) {
     (void)dq__reply_is_topology(r);
     if (r->type == REDIS_REPLY_ARRAY && depth < 8)
         for (size_t i = 0; i < r->elements; i++) visit(r->element[i], depth + 1);
-}
-
-/* 1 if an array or string header claims a million elements or bytes:
- * hiredis 0.14 allocates what an array header claims before the elements
- * come, so such input only measures the machine's memory. (From a server,
- * such a reply would have to be real.) */
-static int claims_huge(const uint8_t *data, size_t size) {
-    for (size_t i = 0; i + 1 < size; i++) {
-        if (data[i] != '*' && data[i] != '$') continue;
-        size_t digits = 0;
-        while (i + 1 + digits < size && data[i + 1 + digits] >= '0' && data[i + 1 + digits] <= '9') digits++;
-        if (digits >= 7) return 1;
-    }
-    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -161,6 +161,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
     if (oc) oc->results = calloc(n, sizeof *oc->results);
     int rc = DQ_ENOMEM;
     if (oc && oc->results && mem && (sealed || !c->keyring)) {
+        rc = 0; /* until an envelope cannot be made */
         const char **argv = mem;
         size_t *lens = (size_t *)(argv + argc);
         char *text = (char *)(lens + argc);
@@ -190,16 +191,17 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             size_t *l = lens + HEAD + PER_ITEM * i;
             a[0] = id, l[0] = idl;
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
-            if (sealed && dq__seal(c->keyring, queue, id, a[1], it->payload_len, &sealed[i], &l[1]) != 0)
-                break; /* out of memory */
+            if (sealed && dq__seal(c->keyring, queue, id, a[1], it->payload_len, &sealed[i], &l[1]) != 0) {
+                rc = DQ_ENOMEM;
+                break;
+            }
             if (sealed) a[1] = (const char *)sealed[i];
             a[2] = ms, l[2] = dq__fmt_i64(ms, abs ? it->due_ms : it->delay_ms);
             a[3] = digit[flags], l[3] = 1;
             a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
         dq__keyring_done(c->keyring);
-        int all_sealed = !sealed || n == 0 || sealed[n - 1];
-        rc = all_sealed ? dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
+        rc = rc == 0 ? dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
                                    chunk_reply, oc)
                         : dq__fail(c, DQ_ENOMEM, "out of memory");
     } else {
