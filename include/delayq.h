@@ -213,6 +213,16 @@ DQ_EXPORT const char *dq_client_errstr(const dq_client *c);
 typedef void dq_log_fn(void *privdata, const char *msg);
 DQ_EXPORT void dq_set_log(dq_client *c, dq_log_fn *fn, void *privdata);
 
+/* Receives each refusal of the client's background work by Redis's ACL (a
+ * NOPERM reply to a transfer, a subscription or a worker's take), one line
+ * naming the queue or channel and the permission; msg is valid during the
+ * call. Retrying cannot help until the user's rule changes, so a program
+ * that exists to do that work (a scheduler, a worker) may stop here: 'delayq
+ * schedule' and 'delayq work' exit 3. Default: nothing; the line still goes
+ * to the log and the work is retried with its usual backoff. */
+typedef void dq_refused_fn(void *privdata, const char *msg);
+DQ_EXPORT void dq_set_on_refused(dq_client *c, dq_refused_fn *fn, void *privdata);
+
 /* Runs the client's loop until dq_stop() is called or nothing is left to do.
  * Returns 0. */
 DQ_EXPORT int dq_run(dq_client *c);

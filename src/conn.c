@@ -495,6 +495,11 @@ void dq__conn_retire(dq__conn *conn) {
     }
 }
 
+int dq__reply_is_refusal(const redisReply *reply) {
+    return reply && reply->type == REDIS_REPLY_ERROR && reply->str &&
+           (strncmp(reply->str, "NOPERM", 6) == 0 || strstr(reply->str, "user executing the script can't"));
+}
+
 int dq__reply_error_code(const redisReply *reply) {
     if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str) return DQ_EPROTO;
     if (strstr(reply->str, "WRONGTYPE")) return DQ_EWRONGTYPE;

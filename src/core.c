@@ -35,6 +35,21 @@ void dq__log(dq_client *c, const char *fmt, ...) {
     c->log_fn(c->log_privdata, line);
 }
 
+void dq_set_on_refused(dq_client *c, dq_refused_fn *fn, void *privdata) {
+    c->refused_fn = fn;
+    c->refused_privdata = privdata;
+}
+
+void dq__refused(dq_client *c, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->log_fn) c->log_fn(c->log_privdata, line);
+    if (c->refused_fn) c->refused_fn(c->refused_privdata, line);
+}
+
 void dq__keys_init(dq__keys *k, const char *queue) {
     dq__key(k->z, sizeof k->z, queue, "zs");
     dq__key(k->ready, sizeof k->ready, queue, "r");

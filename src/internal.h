@@ -118,6 +118,9 @@ void dq__reap_retired(dq_client *c);
 
 /* Maps an error reply to a DQ_E* code (WRONGTYPE -> DQ_EWRONGTYPE, ...). */
 int dq__reply_error_code(const redisReply *reply);
+/* 1 if reply is an ACL refusal: NOPERM, or a script's command or key the
+ * user's rule does not grant. */
+int dq__reply_is_refusal(const redisReply *reply);
 
 /* Arms timer for the next reconnect attempt: *backoff_ms doubles from
  * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */
@@ -269,6 +272,8 @@ struct dq_client {
     int flushing;
     dq_log_fn *log_fn;
     void *log_privdata;
+    dq_refused_fn *refused_fn;
+    void *refused_privdata;
     char errstr[DQ__ERRSTR_MAX];
 };
 
@@ -286,6 +291,10 @@ int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports an ACL refusal of background work: to the log, then to the
+ * dq_set_on_refused callback, if any. */
+void dq__refused(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Records the client's last failure message and returns code. */
 int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -101,7 +101,10 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
-        if (reply && reply->type == REDIS_REPLY_ERROR)
+        if (dq__reply_is_refusal(reply))
+            dq__refused(c, "queue %s: transfer refused: %s (queue %s needs keys dq:{%s}:* and channel "
+                        "dq:{%s}:w: see 'delayq acl')", s->queue, reply->str, s->queue, s->queue, s->queue);
+        else if (reply && reply->type == REDIS_REPLY_ERROR)
             dq__log(c, "queue %s: transfer failed: %s", s->queue, reply->str);
         else if (!reply && code != DQ_ECLOSED)
             dq__log(c, "queue %s: transfer interrupted: %s", s->queue, dq_strerror(code));

@@ -70,7 +70,15 @@ static void sub_refused(dq__node *n, const redisReply *reply) {
             return;
         }
     }
-    dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
+    if (dq__reply_is_refusal(reply)) {
+        /* Redis does not say which channel: the ones waiting on n. */
+        const char *chan = "?";
+        for (dq__sub *s = rt->subs; s; s = s->next)
+            if (s->node == n && !s->confirmed) chan = s->channel;
+        dq__refused(rt->c, "subscription to %s refused by %s: %s (see 'delayq acl')", chan, n->ep.name,
+                    reply->str);
+    } else
+        dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
     for (dq__sub *s = rt->subs; s; s = s->next)
         if (s->node == n && !s->confirmed) s->node = NULL;
     dq__rt_heal_later(rt); /* the map read attaches them */

@@ -3,7 +3,8 @@
  *
  * Owns running dq_schedule for each queue named on the command line in the
  * foreground until SIGINT or SIGTERM. The library retries by itself while
- * Redis is away, so once connected this command only ends on a signal.
+ * Redis is away, so once connected this command only ends on a signal, or
+ * at the first refusal by Redis's ACL (which retrying cannot cure).
  * Nothing goes to stdout; one line on stderr says what is scheduled, and the
  * library's background problems (failed transfers, reconnects) follow there.
  */
@@ -19,17 +20,29 @@ const char cli_usage_schedule[] =
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "Exit codes: 0 stopped by a signal, 2 usage error, 3 Redis unreachable or\n"
-    "erroring.\n";
+    "erroring, or refusing the user (ACL: exits at the first refusal).\n";
 
 typedef struct sched_run {
     dq_client *c;
-    int signum; /* the signal that stopped the run, 0 if none */
+    int signum;  /* the signal that stopped the run, 0 if none    */
+    int refused; /* Redis's ACL refused a transfer or subscription */
 } sched_run;
 
 static void on_signal(void *data, int signum)
 {
     sched_run *s = data;
     s->signum = signum;
+    dq_stop(s->c);
+}
+
+/* The refusal's line is on stderr already (the log); retrying cannot help
+ * until the user's rule changes, so stop and exit 3. */
+static void on_refused(void *data, const char *msg)
+{
+    sched_run *s = data;
+
+    (void)msg;
+    s->refused = 1;
     dq_stop(s->c);
 }
 
@@ -51,9 +64,13 @@ static int run(sched_run *s, int n, char **queues)
         return rc;
     cli_err("scheduling %d queue%s until SIGINT or SIGTERM", n, n == 1 ? "" : "s");
     cli_log_start(s->c);
+    dq_set_on_refused(s->c, on_refused, s);
     cli_signals_start(dq_client_loop(s->c), on_signal, s);
     dq_run(s->c);
     cli_signals_stop(dq_client_loop(s->c));
+    dq_set_on_refused(s->c, NULL, NULL);
+    if (s->refused)
+        return CLI_FAIL;
     if (s->signum)
         return CLI_OK;
     return cli_fail(s->c, DQ_ECLOSED, "schedule");

@@ -71,8 +71,8 @@ const char cli_usage_work[] =
     "commands to finish (each is acked or nacked as usual); a second one sends\n"
     "them SIGTERM, a third SIGKILL (they are then nacked). Nothing is printed on\n"
     "stdout but what the commands print.\n"
-    "Exit codes: 0 stopped by a signal, 2 usage error, 3 Redis unreachable or\n"
-    "erroring.\n";
+    "Exit codes: 0 stopped by a signal, 2 usage error, 3 Redis unreachable,\n"
+    "refusing the user (ACL: exits at the first refusal) or erroring.\n";
 
 typedef struct work_run work_run;
 
@@ -100,6 +100,7 @@ struct work_run {
     job *jobs;
     int running;          /* commands started and not yet reaped          */
     int signals;          /* SIGINT/SIGTERM received                      */
+    int refused;          /* Redis's ACL refused a take: stop, exit 3     */
     uint64_t handled;     /* messages the worker handed us                */
     uint64_t succeeded, failed;
 };
@@ -285,7 +286,7 @@ static void on_child(struct ev_loop *loop, ev_child *w, int revents)
         dq_worker_fail(r->w, j->msg, why);
     }
     free(j);
-    if (r->signals && r->running == 0)
+    if ((r->signals || r->refused) && r->running == 0)
         dq_stop(r->c);
 }
 
@@ -351,6 +352,20 @@ static void on_signal(void *data, int signum)
         kill(-j->pid, sig);
 }
 
+/* Redis's ACL refused the worker's takes (the line is on stderr already):
+ * retrying cannot help, so stop as on a first signal, then exit 3. */
+static void on_refused(void *data, const char *msg)
+{
+    work_run *r = data;
+
+    (void)msg;
+    if (r->refused++ || r->signals)
+        return;
+    dq_worker_stop(r->w);
+    if (r->running == 0)
+        dq_stop(r->c);
+}
+
 /* After the last command: the worker's cancelled takes may still bring a
  * message, and its acks and nacks are still on their way. A command on the
  * client's connection answers after all of them. Returns 1 when the run is
@@ -387,15 +402,22 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts)
         return CLI_FAIL;
     }
     cli_log_start(r->c);
+    dq_set_on_refused(r->c, on_refused, r);
     cli_err("work: running the command for items of %s, up to %d at once, until SIGINT "
             "or SIGTERM", r->queue, concurrency);
     cli_signals_start(r->loop, on_signal, r);
     for (;;) {
         dq_run(r->c);
-        if (!r->signals || (r->running == 0 && settled(r)))
+        if (!(r->signals || r->refused) || (r->running == 0 && settled(r)))
             break;
     }
     cli_signals_stop(r->loop);
+    dq_set_on_refused(r->c, NULL, NULL);
+    if (r->refused && !r->signals) {
+        cli_err("work: stopped: refused by Redis's ACL (%" PRIu64 " succeeded, %" PRIu64 " failed)",
+                r->succeeded, r->failed);
+        return CLI_FAIL;
+    }
     if (!r->signals) {
         drop_jobs(r);
         return cli_fail(r->c, DQ_ECLOSED, "work");

@@ -2,7 +2,8 @@
 
 On the suite's redis-server: the rule of `delayq acl` (applied with ACL
 SETUSER) lets its user run every delayq command on its queues; the same user
-is refused on another queue (exit 3, one line naming the keys) and on
+is refused on another queue (exit 3, one line naming the keys; schedule and
+work stop at their first refusal) and on
 FLUSHALL, KEYS and CONFIG; the --read-only rule runs stats and the dead-letter
 listing and is refused on every write. The password appears only as its
 SHA-256. Then the same rule through a Sentinel group and a 3-master cluster
@@ -130,6 +131,13 @@ section("refused elsewhere")
 refused(as_user(url, "offer", "other", "0", "x"), "offer to another queue", "dq:{other}:*")
 refused(as_user(url, "take", "other", "--timeout", "0"), "take from another queue", "dq:{other}:*")
 refused(as_user(url, "stats", "other"), "stats of another queue", "dq:{other}:*")
+# The long-running commands stop at the first refusal: retrying cannot help.
+r = as_user(url, "schedule", "other", timeout=10)
+ok(r.rc == 3 and any("NOPERM" in ln and "dq:{other}:" in ln for ln in r.errtext.splitlines()),
+   "schedule another queue: exit 3 at once, a line naming NOPERM and the queue's channel or keys", r)
+r = as_user(url, "work", "other", "--exec", "true", timeout=10)
+ok(r.rc == 3 and any("NOPERM" in ln and "dq:{other}:" in ln for ln in r.errtext.splitlines()),
+   "work on another queue: exit 3 at once, a line naming NOPERM and the queue's keys", r)
 for cmd in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "maxmemory"), ("GET", "dq:{other}:x")):
     reply = user_cmd(PORT, "dqapp", *cmd)
     ok(isinstance(reply, str) and reply.startswith("NOPERM"), f"{cmd[0]}: NOPERM", reply)
@@ -181,6 +189,9 @@ with topology.Cluster(masters=3, replicas_per_master=0) as cl:
     eq(as_user(curl, "ack", "aq2", m.get("id", "?"), m.get("token", "?")).rc, 0, "ack")
     eq(as_user(curl, "stats", "aq2").rc, 0, "stats")
     refused(as_user(curl, "offer", "other", "0", "x"), "another queue", "dq:{other}:*")
+    r = as_user(curl, "schedule", "other", timeout=10)
+    ok(r.rc == 3 and any("NOPERM" in ln and "dq:{other}:" in ln for ln in r.errtext.splitlines()),
+       "schedule another queue: exit 3 at its first refusal", r)
 
 os.remove(pwfile)
 os.rmdir(tmp)
