@@ -39,8 +39,9 @@ DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibilit
             -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 LIBS = -lhiredis -lev -lsodium -lm
-# The CLI writes its JSON with jansson; the library does not use it.
-CLI_LIBS = -ljansson
+# The CLI writes its JSON with jansson and serves HTTP with libmicrohttpd;
+# the library uses neither.
+CLI_LIBS = -ljansson -lmicrohttpd
 
 LUA_COMMON = lua/common.lua
 LUA_SCRIPTS = $(filter-out $(LUA_COMMON),$(wildcard lua/*.lua))
@@ -69,7 +70,8 @@ PC = $(BUILD)/delayq.pc
 
 # Debian 12 packages the build, the tests and the demo need.
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
-           libcmocka-dev redis-server redis-tools python3 valgrind
+           libmicrohttpd-dev libcmocka-dev redis-server redis-tools python3 valgrind \
+           python3-prometheus-client chromium chromium-driver python3-selenium
 
 .PHONY: all deps demo test test-asan valgrind bench fuzz fuzz-objs check install clean
 all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
@@ -80,6 +82,12 @@ deps:
 $(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_COMMON) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
 	sh tools/embed-lua.sh $@ $(LUA_COMMON) $(LUA_SCRIPTS)
+
+$(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/dashboard.html
+	@mkdir -p $(dir $@)
+	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/dashboard.html
+
+$(BUILD)/src/cli/serve_http.o: $(BUILD)/gen/dashboard.h
 
 $(BUILD)/%.o: %.c $(BUILD)/gen/scripts.h $(wildcard include/*.h src/*.h src/cli/*.h tests/*.h)
 	@mkdir -p $(dir $@)

@@ -334,6 +334,79 @@ typedef struct dq_stats {
  * O(1) apart from one O(log N) look-up. */
 DQ_EXPORT int dq_get_stats(dq_client *c, const char *queue, dq_stats *stats) DQ_NODISCARD;
 
+/* ------------------------------------------------------------------ observing */
+
+/* Upper bounds, in ms, of the lateness buckets of dq_metrics (ready time
+ * minus due time of every item a transfer moves); a last bucket holds what
+ * lies above them all. */
+#define DQ_LATENESS_BUCKETS 13
+DQ_EXPORT extern const int64_t dq_lateness_bounds_ms[DQ_LATENESS_BUCKETS];
+
+typedef struct dq_metrics {
+    dq_stats stats;
+    int64_t oldest_ready_age_ms; /* how long the head of the ready list has
+                                    waited (consumer lag); -1 if empty      */
+    /* Totals since the queue's first offer, kept in Redis by the scripts
+     * that do the work (so every process counts, and they survive
+     * restarts of any process): */
+    int64_t offered;       /* items accepted by offers (new or replacing)   */
+    int64_t delivered;     /* items handed out by takes, leased or not      */
+    int64_t acked;
+    int64_t nacked;
+    int64_t dead;          /* items that became dead letters                */
+    int64_t lease_expired; /* leases that ran out before an ack or nack     */
+    int64_t lateness[DQ_LATENESS_BUCKETS + 1]; /* moves per bucket, not
+                                                  cumulative               */
+    int64_t lateness_sum_ms;
+} dq_metrics;
+
+/* Counts and totals of one queue, in one round trip. Returns 0 and fills
+ * *m, or a negative code: DQ_EPROTO (message names the field) when a
+ * stored total is not an integer. O(1) apart from one O(log N) look-up. */
+DQ_EXPORT int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) DQ_NODISCARD;
+
+/* The names of every queue ever offered to, from the registry the offers
+ * keep (the set dq:queues: a client adds a queue the first time it offers
+ * to it, pipelined with that offer; no SCAN, no KEYS). Returns 0 and a new
+ * array *names of *n strings, sorted (free with dq_queues_free), or a
+ * negative code. */
+DQ_EXPORT int dq_queues(dq_client *c, char ***names, size_t *n) DQ_NODISCARD;
+DQ_EXPORT void dq_queues_free(char **names, size_t n);
+
+/* One item of a listing (dq_list). Strings are owned by the array. */
+typedef struct dq_listed {
+    int state;            /* enum dq_state of the listing                 */
+    char *id;
+    int64_t due_ms;       /* its due time                                 */
+    int64_t lease_end_ms; /* IN_FLIGHT: its lease's end; else 0           */
+    int64_t ready_ms;     /* READY: when it became ready; else 0          */
+    int64_t died_ms;      /* DEAD: when it died; else 0                   */
+    int attempts;         /* deliveries so far                            */
+    char *error;          /* the last failure a consumer gave, "" if none */
+    char *reason;         /* DEAD: why it died; else ""                   */
+    void *payload;        /* as stored: a sealed payload stays sealed
+                             (it starts "\0dqs1"), except dead letters,
+                             which open as dq_dead_list says            */
+    size_t payload_len;
+} dq_listed;
+
+/* Longest cursor of dq_list, without its NUL. */
+#define DQ_CURSOR_MAX 40
+
+/* One page of the items of queue in state (PENDING by due time, IN_FLIGHT
+ * by lease end, READY and DEAD oldest first): cursor NULL or "" for the
+ * first page, else the next_cursor of the page before. Reads a bounded
+ * part of the state, never all of it: a page may hold fewer than limit
+ * items (even none) and still have a next page. *out gets a new array of *n
+ * items (dq_listed_free); next_cursor (DQ_CURSOR_MAX + 1 bytes) gets the
+ * next page's cursor, "" at the end. Items that move meanwhile may be
+ * missed or shown twice, as in any paged view of a moving queue. Returns 0,
+ * DQ_EINVAL (a bad state, limit outside 1..1000, or a malformed cursor), or
+ * a negative code. */
+DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
+                      dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
+DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
+
 /* ------------------------------------------------------------------ scheduling */
 
 /* Starts moving due items of queue to its ready list, on the client's loop:

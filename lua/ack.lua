@@ -69,4 +69,5 @@ for _, w in ipairs(done_items) do
 end
 for key, recs in pairs(zrem) do redis.call('ZREM', key, unpack(recs)) end
 if acked > 0 then redis.call('HINCRBY', KEYS[2], 'inflight', nstr(-acked)) end
+metric_add(KEYS[2], 'acked', acked)
 return out

@@ -15,7 +15,8 @@
 --   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
---   dq:{Q}:n        HASH  counters: pending, inflight, slots (names issued)
+--   dq:{Q}:n        HASH  counters: pending, inflight, slots (names issued),
+--                         and the metrics (see Metrics below)
 --   dq:{Q}:t:<req> STRING a take's result, until its taker has the reply
 --                         (60 s at most): a retried take replays it
 --   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
@@ -245,6 +246,39 @@ local function read_counters(counters)
     end
   end
   return out
+end
+
+-- Metrics -------------------------------------------------------------------
+-- What happened to a queue, for /metrics: counters and a histogram of
+-- lateness, in the counters hash next to pending and inflight:
+--   offered, delivered, acked, nacked, dead, expired   totals since the start
+--   lat:<b>  transfers' moves with lateness (ready time - due time, ms) in
+--            bucket b: at most LAT_MS[b] ms, b = #LAT_MS + 1 above them all
+--   lat_sum  the sum of those latenesses, ms
+-- They are reports, not the queue's state: written with pcall, so a field
+-- someone corrupted fails its own increment (stats reports it), never the
+-- call that delivers or keeps an item. Buckets in ms; /metrics shows seconds.
+local LAT_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+local function metric_add(counters, field, n)
+  if n ~= 0 then redis.pcall('HINCRBY', counters, field, nstr(n)) end
+end
+
+-- Lateness of the moves of one call, gathered per bucket and written once.
+local function lateness_add(lat, late)
+  if late < 0 then late = 0 end
+  local b = 1
+  while b <= #LAT_MS and late > LAT_MS[b] do b = b + 1 end
+  lat[b] = (lat[b] or 0) + 1
+  lat.sum = (lat.sum or 0) + late
+end
+
+local function lateness_write(counters, lat)
+  if not lat.sum then return end
+  for b = 1, #LAT_MS + 1 do
+    if lat[b] then metric_add(counters, 'lat:' .. nstr(b), lat[b]) end
+  end
+  metric_add(counters, 'lat_sum', lat.sum)
 end
 
 -- The id index bucket of an id. SHA-1 rather than a few of the id's bytes:

@@ -44,7 +44,9 @@ end
 -- Writes.
 kcall(P, 'ZREM', key, rec)
 redis.call('HINCRBY', counters, 'inflight', -1)
+metric_add(counters, 'nacked', 1)
 if reason then
+  metric_add(counters, 'dead', 1)
   ensure_type(P, dead, 'hash')
   ensure_type(P, deadz, 'zset')
   bury(P, dead, deadz, r, reason, now)

@@ -50,6 +50,7 @@ local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
 local bound = first_bound(P, zs) -- at or before every score (see first_bound)
 local added = 0 -- net change of the pending count
+local offered = 0 -- items accepted (added or replaced)
 local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
 -- Id index writes held back until the records they point at are written:
 -- a failed call then leaves no index entry without its record.
@@ -116,10 +117,12 @@ for i = 1, n do
   local f = flags[i]
   local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4,
                                        P .. 'i:' .. ARGV[b + 5])
+  if status ~= 3 then offered = offered + 1 end
   local k = #out
   out[k + 1], out[k + 2], out[k + 3] = status, due, state
 end
 flush()
 if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
+metric_add(counters, 'offered', offered)
 if announce then redis.call('SPUBLISH', chan, fmt(announce)) end
 return out

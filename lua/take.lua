@@ -40,7 +40,8 @@
 -- is set aside like one that does not decode (so it is never delivered, and
 -- no batch of acks can meet its id); its id leaves the id index when the
 -- index says it is ready. The settings used (lease_ms, max_attempts) and the
--- counters (which only a leased take writes) are checked before the LPOP:
+-- counters (which only a leased take changes; every take adds to the
+-- delivered metric, with pcall) are checked before the LPOP:
 -- a bad one refuses the call, naming it, and nothing is popped. Keys of another type are renamed away.
 -- Can fail after writing only on an OOM.
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -92,6 +93,7 @@ if lease > 0 then
   bound = first_bound(P, zs)
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
+local delivered = 0
 local hint = {} -- the leases of one take share a deadline, so usually one slot
 local maxs = lease > 0 and fmt(max) or nil
 local unindex = {} -- ids of entries set aside, with their due times
@@ -125,9 +127,11 @@ for i, e in ipairs(entries) do
       id_del(P, id_key(P, id), id)
     end
     out[i + 1] = e
+    delivered = delivered + 1
   end
 end
 slot_flush(hint)
+metric_add(counters, 'delivered', delivered)
 set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
 -- Tokens: one per entry that left the ready list (the caller's own counts);
 -- those held back stay, with theirs, and a token the caller popped for one

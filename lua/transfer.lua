@@ -43,6 +43,7 @@ local now = math.floor(start_us / 1000)
 local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
+local lat = {} -- lateness of the moves, by bucket (see Metrics in common.lua)
 local checked = false
 
 for _ = 1, 10000 do
@@ -75,6 +76,7 @@ for _ = 1, 10000 do
       local e = score >= 0 and ready_entry_v1(rec, score, nows, dues)
       if e then
         pending_out = pending_out + 1
+        lateness_add(lat, now - math.floor(score / ORD))
         out[#out + 1] = e
       else
         local r, why
@@ -96,6 +98,7 @@ for _ = 1, 10000 do
           end
         else
           pending_out = pending_out + 1
+          lateness_add(lat, now - math.floor(score / ORD))
           out[#out + 1] = ready_entry_of(r, now)
         end
       end
@@ -119,6 +122,9 @@ for _ = 1, 10000 do
 end
 if expired > 0 then redis.call('HINCRBY', counters, 'inflight', -expired) end
 if pending_out > 0 then redis.call('HINCRBY', counters, 'pending', -pending_out) end
+metric_add(counters, 'expired', expired)
+metric_add(counters, 'dead', buried)
+lateness_write(counters, lat)
 if ARGV[5] == '1' then
   local have = redis.pcall('LLEN', sig)
   local rl = redis.pcall('LLEN', ready)

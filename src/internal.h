@@ -216,6 +216,7 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
                   DQ__LUA_DEAD, DQ__LUA_CONFIG,
                   DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
+                  DQ__LUA_METRICS, DQ__LUA_LIST,
                   DQ__LUA_COUNT };
 
 /* The slot of a queue's keys (their hash tag is the queue name). */
@@ -272,6 +273,7 @@ struct dq_client {
     int flushing;
     dq_log_fn *log_fn;
     void *log_privdata;
+    struct dq__registry *registry; /* queues this client registered (registry.c) */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
     char errstr[DQ__ERRSTR_MAX];
@@ -288,6 +290,11 @@ int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script
 /* The same for a plain command on queue's node. */
 int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
                    const size_t *lens, dq__reply_fn *fn, void *privdata);
+
+/* Registers queue in dq:queues unless this client did already: an SADD on
+ * the loop, not waited for (registry.c). Called by every offer. */
+void dq__registry_note(dq_client *c, const char *queue);
+void dq__registry_free(dq_client *c);
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

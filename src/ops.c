@@ -167,6 +167,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
         char *text = (char *)(lens + argc);
         oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
+        dq__registry_note(c, queue);
         const dq__keys *k = dq__keys_of(c, queue);
         const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan};
         for (int i = 0; i < HEAD; i++) argv[i] = head[i], lens[i] = strlen(head[i]);

@@ -202,13 +202,17 @@ run_c() {
 run_c unit unit
 run_c integration integration
 
+# Debian's python3, where the python3-* packages the tests use (make deps)
+# live; a python3 of its own earlier in PATH would not see them.
+PYTHON=python3
+[ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
 for t in "$ROOT"/tests/cli/*.py "$ROOT"/tests/cli/*.sh; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
     case "$name" in _*) continue ;; esac
     selected "$name" || continue
     case "$t" in
-        *.py) run_one cli "$name" python3 "$t" ;;
+        *.py) run_one cli "$name" "$PYTHON" "$t" ;;
         *.sh) run_one cli "$name" sh "$t" ;;
     esac
 done

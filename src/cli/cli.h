@@ -237,6 +237,37 @@ int cli_print_settings(const dq_queue_config *q, int json);
  * after printing why. */
 int cli_print_dead(const dq_dead_letter *d, int json);
 
+/* Reads the first line of path (without its "\n" or "\r\n") into out
+ * (size bytes with the NUL): what (e.g. "password") names it in errors,
+ * after "cmd: ". A file that group or others may read is refused. Returns
+ * 0, or CLI_USAGE after saying why (secret.c). */
+int cli_read_secret(const char *cmd, const char *what, const char *path, char *out, size_t size);
+
+/* "pending", "ready", "inflight", "dead" or "unknown" for an enum dq_state. */
+const char *cli_state_name(int state);
+
+/* A listed item as the JSON object of 'list --json' and the HTTP API:
+ * id, state, due_ms, lease_end_ms, ready_ms, died_ms (null where they do not
+ * apply), attempts, payload (null unless UTF-8 text and not sealed),
+ * payload_base64, payload_bytes, sealed, reason, error (null if none).
+ * A new reference, or NULL when out of memory. */
+struct json_t;
+struct json_t *cli_json_listed(const dq_listed *it);
+
+/* Prints a listed item: one JSON object per line (json), or
+ * "ID<TAB>STATE<TAB>TIME<TAB>ATTEMPTS<TAB>ERROR-OR-REASON<TAB>PAYLOAD", TIME
+ * being the due time, lease end or death (ms), by state. Returns 0 or
+ * CLI_FAIL after printing why. */
+int cli_print_listed(const dq_listed *it, int json);
+
+/* A look-up as JSON: id, state, due_ms (pending), lease_end_ms (in flight),
+ * attempts. A new reference, or NULL when out of memory. */
+struct json_t *cli_json_lookup(const char *id, const dq_item_info *info);
+
+/* Prints a look-up as "state S", "due_ms N" or "lease_end_ms N" (when they
+ * apply), "attempts N" lines, or one JSON object. Returns 0 or CLI_FAIL. */
+int cli_print_lookup(const char *id, const dq_item_info *info, int json);
+
 /* ------------------------------------------------------------ commands */
 
 /* Each takes the arguments after its name and returns an exit code. */
@@ -253,6 +284,9 @@ int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
 int cli_cmd_config(cli_env *env, int argc, char **argv);   /* cmd_config.c */
 int cli_cmd_acl(cli_env *env, int argc, char **argv);      /* cmd_acl.c */
 int cli_cmd_keygen(cli_env *env, int argc, char **argv);   /* cmd_keygen.c */
+int cli_cmd_lookup(cli_env *env, int argc, char **argv);   /* cmd_browse.c */
+int cli_cmd_list(cli_env *env, int argc, char **argv);     /* cmd_browse.c */
+int cli_cmd_serve(cli_env *env, int argc, char **argv);    /* cmd_serve.c */
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -268,6 +302,9 @@ extern const char cli_usage_work[];
 extern const char cli_usage_config[];
 extern const char cli_usage_acl[];
 extern const char cli_usage_keygen[];
+extern const char cli_usage_lookup[];
+extern const char cli_usage_list[];
+extern const char cli_usage_serve[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

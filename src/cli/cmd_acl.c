@@ -37,7 +37,8 @@ const char cli_usage_acl[] =
     "                        readable by group or others. Printed only as its\n"
     "                        SHA-256 (#...). Without it the user gets no password\n"
     "                        and cannot log in until one is set\n"
-    "  --read-only           only what 'stats' and 'dead list' / 'dead count' need:\n"
+    "  --read-only           only what stats, lookup, list, dead list/count, serve\n"
+    "                        and its /metrics need:\n"
     "                        read-only keys, no offer, take, ack or redrive\n"
     "\n"
     "The rule starts with 'reset': it replaces whatever NAME had. Sentinel itself\n"
@@ -53,11 +54,12 @@ static const char *const commands_full[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking", "wait",
     "fcall", "fcall_ro", "eval", "eval_ro", "function|load",
     "blpop", "rpush", "ssubscribe", "sunsubscribe",
+    "sadd", "smembers", "lrange", /* the queue registry; list's ready pages */
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
     "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
     "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrem",
-    "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore",
+    "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     NULL,
 };
 
@@ -66,9 +68,9 @@ static const char *const commands_full[] = {
  * reads they make. */
 static const char *const commands_read[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking",
-    "fcall_ro", "eval_ro",
+    "fcall_ro", "eval_ro", "smembers", "lrange",
     "type", "time", "hget", "hexists", "hmget", "llen", "zcard", "zrange",
-    "zrangebyscore", "zrevrangebyscore",
+    "zrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     NULL,
 };
 
@@ -86,53 +88,6 @@ static int user_valid(const char *name)
     return 1;
 }
 
-/* Reads the first line of path (without its "\n" or "\r\n") into pw and
- * wipes what it read. Returns 0, or CLI_USAGE after saying why. */
-static int read_password(const char *path, char *pw, size_t size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0) {
-        cli_err("acl: cannot read the password file %s: %s", cli_quote(path), strerror(errno));
-        return CLI_USAGE;
-    }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        cli_err("acl: the password file %s is not a regular file", cli_quote(path));
-        close(fd);
-        return CLI_USAGE;
-    }
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        cli_err("acl: the password file %s is open to group or others (mode %03o): chmod 600 it",
-                cli_quote(path), (unsigned)(st.st_mode & 0777));
-        close(fd);
-        return CLI_USAGE;
-    }
-    char buf[1024];
-    ssize_t got = read(fd, buf, sizeof buf);
-    close(fd);
-    size_t len = got > 0 ? (size_t)got : 0;
-    char *nl = memchr(buf, '\n', len);
-    if (nl)
-        len = (size_t)(nl - buf);
-    if (len && buf[len - 1] == '\r')
-        len--;
-    int rc = 0;
-    if (got < 0) {
-        cli_err("acl: cannot read the password file %s: %s", cli_quote(path), strerror(errno));
-        rc = CLI_USAGE;
-    } else if (len == 0) {
-        cli_err("acl: the password file %s is empty", cli_quote(path));
-        rc = CLI_USAGE;
-    } else if (len >= size || (!nl && (size_t)got == sizeof buf)) {
-        cli_err("acl: the password in %s is longer than %zu bytes", cli_quote(path), size - 1);
-        rc = CLI_USAGE;
-    } else {
-        memcpy(pw, buf, len);
-        pw[len] = '\0';
-    }
-    sodium_memzero(buf, sizeof buf);
-    return rc;
-}
 
 /* The rule for queues[0..n-1], printed as one line. */
 static int print_rule(const char *user, const char *pw, int read_only, char **queues, int n)
@@ -148,6 +103,8 @@ static int print_rule(const char *user, const char *pw, int read_only, char **qu
     }
     for (int i = 0; i < n; i++)
         bad |= dq__buf_printf(&b, " %s~dq:{%s}:*", read_only ? "%R" : "", queues[i]);
+    /* The registry of queue names (offers add to it, serve lists it). */
+    bad |= dq__buf_printf(&b, " %s~dq:queues", read_only ? "%R" : "");
     if (!read_only)
         for (int i = 0; i < n; i++)
             bad |= dq__buf_printf(&b, " &dq:{%s}:w", queues[i]);
@@ -192,7 +149,7 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
         rc = CLI_FAIL;
     }
     if (!rc && pwfile)
-        rc = read_password(pwfile, pw, sizeof pw);
+        rc = cli_read_secret("acl", "password", pwfile, pw, sizeof pw);
     if (rc)
         return rc;
     if (!pwfile)

@@ -49,6 +49,13 @@ static const char usage_main[] =
     "                       print the ACL SETUSER rule that lets NAME use these\n"
     "                       queues and nothing else\n"
     "  keygen               print a new key line for --key-file (sealed payloads)\n"
+    "  lookup QUEUE ID [--json]\n"
+    "                       the state, due time or lease end, and attempts of ID\n"
+    "  list QUEUE [--state S] [--limit N] [--cursor C] [--json]\n"
+    "                       a page of the items in a state (pending, ready,\n"
+    "                       inflight, dead)\n"
+    "  serve [--listen ADDR:PORT] [--token-file FILE] [QUEUE...]\n"
+    "                       HTTP: Prometheus /metrics, a dashboard at /, a JSON API\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -97,6 +104,9 @@ static const command commands[] = {
     {"config", cli_cmd_config, cli_usage_config},
     {"acl", cli_cmd_acl, cli_usage_acl},
     {"keygen", cli_cmd_keygen, cli_usage_keygen},
+    {"lookup", cli_cmd_lookup, cli_usage_lookup},
+    {"list", cli_cmd_list, cli_usage_list},
+    {"serve", cli_cmd_serve, cli_usage_serve},
     {NULL, NULL, NULL},
 };
 

@@ -392,3 +392,115 @@ int cli_print_dead(const dq_dead_letter *d, int json)
     dq__buf_release(&b);
     return rc ? CLI_FAIL : 0;
 }
+
+/* ------------------------------------------------------------ listings and look-ups */
+
+const char *cli_state_name(int state)
+{
+    static const char *const names[] = {"unknown", "pending", "ready", "inflight", "dead"};
+
+    return state >= 0 && state <= DQ_STATE_DEAD ? names[state] : "unknown";
+}
+
+/* A time in ms, or JSON null when 0 (the field does not apply). */
+static int json_time(json_t *obj, const char *key, int64_t ms)
+{
+    return json_object_set_new(obj, key, ms ? json_integer((json_int_t)ms) : json_null());
+}
+
+json_t *cli_json_listed(const dq_listed *it)
+{
+    json_t *o = json_object();
+    char *b64 = dq__base64_encode(it->payload, it->payload_len);
+    int sealed = dq__sealed(it->payload, it->payload_len, NULL);
+    int text = !sealed && dq__utf8_valid(it->payload, it->payload_len);
+
+    if (!o || !b64 || json_bytes(o, "id", it->id, strlen(it->id)) ||
+        json_object_set_new(o, "state", json_string(cli_state_name(it->state))) ||
+        json_time(o, "due_ms", it->due_ms) || json_time(o, "lease_end_ms", it->lease_end_ms) ||
+        json_time(o, "ready_ms", it->ready_ms) || json_time(o, "died_ms", it->died_ms) ||
+        json_int(o, "attempts", it->attempts) ||
+        json_object_set_new(o, "payload", text ? json_stringn(it->payload_len ? it->payload : "",
+                                                              it->payload_len)
+                                               : json_null()) ||
+        json_object_set_new(o, "payload_base64", json_string(b64)) ||
+        json_int(o, "payload_bytes", (int64_t)it->payload_len) ||
+        json_object_set_new(o, "sealed", json_boolean(sealed)) ||
+        (it->reason[0] ? json_words(o, "reason", it->reason)
+                       : json_object_set_new(o, "reason", json_null())) ||
+        (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null()))) {
+        json_decref(o);
+        o = NULL;
+    }
+    free(b64);
+    return o;
+}
+
+/* id, state, time (due, lease end or death, by state), attempts, then the
+ * error or reason, then the payload: tab-separated, escaped as take's. */
+static int text_listed(dq__buf *b, const dq_listed *it)
+{
+    int64_t at = it->state == DQ_STATE_IN_FLIGHT ? it->lease_end_ms
+                 : it->state == DQ_STATE_DEAD    ? it->died_ms
+                                                 : it->due_ms;
+    const char *why = it->reason[0] ? it->reason : it->error;
+
+    if (text_id(b, it->id, strlen(it->id)) ||
+        dq__buf_printf(b, "\t%s\t%" PRId64 "\t%d\t", cli_state_name(it->state), at, it->attempts) ||
+        text_escaped(b, why, strlen(why), DQ__ESC_UTF8) || dq__buf_append(b, "\t", 1) ||
+        (dq__sealed(it->payload, it->payload_len, NULL) ? dq__buf_printf(b, "<sealed>")
+                                                       : text_payload(b, it->payload, it->payload_len)))
+        return DQ_ENOMEM;
+    return dq__buf_append(b, "\n", 1);
+}
+
+int cli_print_listed(const dq_listed *it, int json)
+{
+    dq__buf b = {0};
+
+    if (json)
+        return write_json(cli_json_listed(it), "an item");
+    int rc = text_listed(&b, it);
+    if (rc)
+        cli_err("cannot print an item: out of memory");
+    else
+        rc = cli_write_out(b.data, b.len);
+    dq__buf_release(&b);
+    return rc ? CLI_FAIL : 0;
+}
+
+json_t *cli_json_lookup(const char *id, const dq_item_info *info)
+{
+    json_t *o = json_object();
+
+    if (!o || json_bytes(o, "id", id, strlen(id)) ||
+        json_object_set_new(o, "state", json_string(cli_state_name(info->state))) ||
+        json_time(o, "due_ms", info->state == DQ_STATE_PENDING ? info->due_ms : 0) ||
+        json_time(o, "lease_end_ms", info->state == DQ_STATE_IN_FLIGHT ? info->due_ms : 0) ||
+        json_int(o, "attempts", info->attempts)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+int cli_print_lookup(const char *id, const dq_item_info *info, int json)
+{
+    dq__buf b = {0};
+
+    if (json)
+        return write_json(cli_json_lookup(id, info), "an item");
+    int rc = dq__buf_printf(&b, "state %s\n", cli_state_name(info->state));
+    if (!rc && info->state == DQ_STATE_PENDING)
+        rc = dq__buf_printf(&b, "due_ms %" PRId64 "\n", info->due_ms);
+    if (!rc && info->state == DQ_STATE_IN_FLIGHT)
+        rc = dq__buf_printf(&b, "lease_end_ms %" PRId64 "\n", info->due_ms);
+    if (!rc)
+        rc = dq__buf_printf(&b, "attempts %d\n", info->attempts);
+    if (rc)
+        cli_err("cannot print an item: out of memory");
+    else
+        rc = cli_write_out(b.data, b.len);
+    dq__buf_release(&b);
+    return rc ? CLI_FAIL : 0;
+}

@@ -1,0 +1,70 @@
+-- list.lua: one page of a queue's pending or in-flight items, read only.
+-- KEYS[1] slot index; ARGV[1] key prefix, ARGV[2] 'pending' or 'inflight',
+-- ARGV[3] cursor ('' for the first page, else '<score>:<skip>' as a page
+-- returned it), ARGV[4] limit (1..1000).
+-- Returns {next cursor or '', then per item: time, attempts, entry}: time
+-- is the due time (pending) or the lease's end (in flight), in ms; entry is
+-- the item as a ready entry (its id, due time, last error and payload;
+-- src/codec.c decodes it). Pending items come by due time and in-flight ones
+-- by lease end: both share the slots, ordered by score. A page reads at most
+-- SCAN_MAX records, so a page of one state among many of the other may hold
+-- fewer than limit items and still have a next cursor. Records that do not
+-- decode are skipped (the scheduler sets them aside when they fall due).
+local zs, P, want = KEYS[1], ARGV[1], ARGV[2]
+local limit = tonumber(ARGV[4])
+if (want ~= 'pending' and want ~= 'inflight') or not limit or limit < 1 or limit > 1000 then
+  return redis.error_reply('ERR delayq: malformed list arguments')
+end
+local err = require_type(zs, 'zset')
+if err then return err end
+local SCAN_MAX = 4000
+local start, skip = -1, 0
+if ARGV[3] ~= '' then
+  local s, k = string.match(ARGV[3], '^(%d+):(%d+)$')
+  start, skip = s and #s <= 16 and tonumber(s), k and #k <= 6 and tonumber(k)
+  if not start or not skip or start > SCORE_MAX then
+    return redis.error_reply('ERR delayq: bad cursor')
+  end
+end
+local now = server_now_ms()
+local out, n, scanned = {''}, 0, 0
+local last, last_run = nil, 0 -- the last score read, and how many records of it were read
+-- The slot holding start, or the first one.
+local name = start >= 0 and slot_at(zs, fmt(start)) or redis.call('ZRANGE', zs, '0', '0')[1]
+local from = start >= 0 and fmt(start) or '-inf'
+for _ = 1, 1000 do
+  if not name or n >= limit or scanned >= SCAN_MAX then break end
+  local ask = math.min(SCAN_MAX - scanned, 500)
+  local recs = redis.pcall('ZRANGEBYSCORE', slot_key(P, name), from, '+inf', 'WITHSCORES', 'LIMIT', '0',
+                           nstr(ask))
+  if type(recs) ~= 'table' or recs.err then recs = {} end
+  local i = 1
+  while i < #recs and n < limit do
+    local rec, score = recs[i], tonumber(recs[i + 1])
+    scanned = scanned + 1
+    if score == last then last_run = last_run + 1 else last, last_run = score, 1 end
+    if score ~= start or last_run > skip then
+      local r = parse_record(rec, score)
+      if r and (r.token ~= '') == (want == 'inflight') then
+        local k = #out
+        out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
+        n = n + 1
+      end
+    end
+    i = i + 2
+  end
+  -- Stopped inside the slot, or it may hold more than was asked: the
+  -- cursor resumes there.
+  if i < #recs or #recs / 2 >= ask or n >= limit or scanned >= SCAN_MAX then break end
+  -- This slot is done: the next one by bound.
+  local bound = redis.call('ZSCORE', zs, name)
+  local nx = bound and redis.call('ZRANGEBYSCORE', zs, '(' .. bound, '+inf', 'LIMIT', '0', '1')
+  name = nx and nx[1]
+  from = '-inf'
+  if not name then last = nil end
+end
+if last then
+  -- More may follow: resume after the records of the last score read.
+  out[1] = fmt(last) .. ':' .. nstr(last_run)
+end
+return out

@@ -1,0 +1,410 @@
+/*
+ * serve_views.c - what 'delayq serve' answers, built from the library's
+ * reads: the Prometheus text of /metrics and the JSON bodies of /api/.
+ *
+ * Owns turning dq_get_metrics, dq_list, dq_lookup and the dead-letter and
+ * cancel calls into a status and a body. Knows nothing of HTTP beyond the
+ * status codes: serve_http.c routes the requests here and sends the bodies.
+ * The queues shown are the registry's (dq_queues) and those named on the
+ * command line.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/serve.h"
+#include "util.h"
+
+/* ------------------------------------------------------------ bodies */
+
+static void view_json(cli_view *v, int status, json_t *body)
+{
+    v->status = status;
+    v->type = "application/json";
+    v->body = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+    json_decref(body);
+    if (!v->body) {
+        v->status = 500;
+        v->body = strdup("{\"error\":\"out of memory\"}");
+    }
+    v->len = v->body ? strlen(v->body) : 0;
+}
+
+void cli_view_error(cli_view *v, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *o = json_object();
+    /* Messages may quote what the request held: keep them valid UTF-8. */
+    char esc[4 * sizeof msg];
+    dq__escape(esc, sizeof esc, msg, strlen(msg), SIZE_MAX, DQ__ESC_UTF8);
+    json_object_set_new(o, "error", json_string(esc));
+    view_json(v, status, o);
+}
+
+/* The HTTP status of a library failure: bad input 400, Redis away 503,
+ * anything else Redis said 502. */
+static void view_failure(cli_view *v, dq_client *c, int rc)
+{
+    int status = rc == DQ_EINVAL ? 400 : rc == DQ_ECONNECT || rc == DQ_ETIMEDOUT ? 503 : 502;
+    const char *msg = dq_client_errstr(c);
+    cli_view_error(v, status, "%s", msg[0] ? msg : dq_strerror(rc));
+}
+
+/* ------------------------------------------------------------ the queues shown */
+
+/* The registry's queues and those of the command line, sorted, without
+ * repeats, into a new array (free with dq_queues_free). */
+static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n)
+{
+    char **reg;
+    size_t nreg;
+    int rc = dq_queues(conf->c, &reg, &nreg);
+    if (rc)
+        return rc;
+    char **all = calloc(nreg + (size_t)conf->nqueues + 1, sizeof *all);
+    if (!all) {
+        dq_queues_free(reg, nreg);
+        return DQ_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < nreg; i++)
+        all[k++] = reg[i];
+    free(reg);
+    for (int i = 0; i < conf->nqueues; i++) {
+        size_t j = 0;
+        while (j < k && strcmp(all[j], conf->queues[i]) != 0)
+            j++;
+        if (j == k && !(all[k++] = strdup(conf->queues[i]))) {
+            dq_queues_free(all, k - 1);
+            return DQ_ENOMEM;
+        }
+    }
+    *out = all;
+    *n = k;
+    return 0;
+}
+
+int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known)
+{
+    char **names;
+    size_t n;
+    *known = 0;
+    int rc = shown_queues(conf, &names, &n);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (strcmp(names[i], queue) == 0)
+            *known = 1;
+    if (!rc)
+        dq_queues_free(names, n);
+    return rc;
+}
+
+/* ------------------------------------------------------------ /metrics */
+
+static double seconds(int64_t ms)
+{
+    return (double)ms / 1000.0;
+}
+
+typedef struct family {
+    const char *name, *type, *help;
+} family;
+
+static void family_head(dq__buf *b, const family *f)
+{
+    dq__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
+}
+
+/* The metrics of each shown queue; a queue whose read fails counts in
+ * delayq_queue_read_errors and is left out of the rest. */
+static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const int *okq, size_t n)
+{
+    static const char *const states[4] = {"pending", "ready", "inflight", "dead"};
+    static const family items = {"delayq_items", "gauge", "Items of a queue by state."};
+    family_head(b, &items);
+    for (size_t i = 0; i < n; i++) {
+        if (!okq[i])
+            continue;
+        const int64_t v[4] = {m[i].stats.pending, m[i].stats.ready, m[i].stats.in_flight, m[i].stats.dead};
+        for (int s = 0; s < 4; s++)
+            dq__buf_printf(b, "delayq_items{queue=\"%s\",state=\"%s\"} %" PRId64 "\n", names[i], states[s], v[s]);
+    }
+    static const family aside = {"delayq_set_aside", "gauge",
+                                 "Entries set aside because they could not be decoded."};
+    family_head(b, &aside);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i])
+            dq__buf_printf(b, "delayq_set_aside{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].stats.set_aside);
+
+    static const family totals[6] = {
+        {"delayq_offered_total", "counter", "Items accepted by offers."},
+        {"delayq_delivered_total", "counter", "Items handed out by takes."},
+        {"delayq_acked_total", "counter", "Leased deliveries acked."},
+        {"delayq_nacked_total", "counter", "Leased deliveries nacked."},
+        {"delayq_dead_total", "counter", "Items that became dead letters."},
+        {"delayq_lease_expired_total", "counter", "Leases that ran out before an ack or nack."},
+    };
+    for (int t = 0; t < 6; t++) {
+        family_head(b, &totals[t]);
+        for (size_t i = 0; i < n; i++) {
+            if (!okq[i])
+                continue;
+            const int64_t v[6] = {m[i].offered, m[i].delivered, m[i].acked,
+                                  m[i].nacked,  m[i].dead,      m[i].lease_expired};
+            dq__buf_printf(b, "%s{queue=\"%s\"} %" PRId64 "\n", totals[t].name, names[i], v[t]);
+        }
+    }
+
+    static const family lat = {"delayq_lateness_seconds", "histogram",
+                               "Ready time minus due time of the items transfers moved."};
+    family_head(b, &lat);
+    for (size_t i = 0; i < n; i++) {
+        if (!okq[i])
+            continue;
+        int64_t cum = 0;
+        for (int k = 0; k <= DQ_LATENESS_BUCKETS; k++) {
+            cum += m[i].lateness[k];
+            if (k < DQ_LATENESS_BUCKETS)
+                dq__buf_printf(b, "delayq_lateness_seconds_bucket{queue=\"%s\",le=\"%g\"} %" PRId64 "\n",
+                               names[i], seconds(dq_lateness_bounds_ms[k]), cum);
+            else
+                dq__buf_printf(b, "delayq_lateness_seconds_bucket{queue=\"%s\",le=\"+Inf\"} %" PRId64 "\n",
+                               names[i], cum);
+        }
+        dq__buf_printf(b, "delayq_lateness_seconds_sum{queue=\"%s\"} %.3f\n", names[i],
+                       seconds(m[i].lateness_sum_ms));
+        dq__buf_printf(b, "delayq_lateness_seconds_count{queue=\"%s\"} %" PRId64 "\n", names[i], cum);
+    }
+
+    static const family age = {"delayq_oldest_ready_age_seconds", "gauge",
+                               "How long the head of the ready list has waited (0 when empty)."};
+    family_head(b, &age);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i])
+            dq__buf_printf(b, "delayq_oldest_ready_age_seconds{queue=\"%s\"} %.3f\n", names[i],
+                           m[i].oldest_ready_age_ms > 0 ? seconds(m[i].oldest_ready_age_ms) : 0.0);
+    static const family next = {"delayq_next_due_seconds", "gauge",
+                                "Seconds until the next timed event (due time or lease end); "
+                                "absent when none."};
+    family_head(b, &next);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i] && m[i].stats.next_due_in_ms >= 0)
+            dq__buf_printf(b, "delayq_next_due_seconds{queue=\"%s\"} %.3f\n", names[i],
+                           seconds(m[i].stats.next_due_in_ms));
+}
+
+void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
+{
+    dq__buf b = {0};
+    char **names = NULL;
+    size_t n = 0;
+    int up = shown_queues(conf, &names, &n) == 0;
+    dq_metrics *m = up ? calloc(n ? n : 1, sizeof *m) : NULL;
+    int *okq = up ? calloc(n ? n : 1, sizeof *okq) : NULL;
+    int errors = 0;
+    if (up && (!m || !okq))
+        up = 0;
+    for (size_t i = 0; up && i < n; i++) {
+        okq[i] = dq_get_metrics(conf->c, names[i], &m[i]) == 0;
+        errors += !okq[i];
+    }
+    dq__buf_printf(&b, "# HELP delayq_up Whether Redis answered this scrape (1) or not (0).\n"
+                       "# TYPE delayq_up gauge\ndelayq_up %d\n",
+                   up);
+    dq__buf_printf(&b, "# HELP delayq_queue_read_errors Queues whose metrics could not be read.\n"
+                       "# TYPE delayq_queue_read_errors gauge\ndelayq_queue_read_errors %d\n",
+                   errors);
+    if (up)
+        render_metrics(&b, names, m, okq, n);
+    free(m);
+    free(okq);
+    dq_queues_free(names, n);
+    v->status = b.data ? 200 : 500;
+    v->type = "text/plain; version=0.0.4; charset=utf-8";
+    v->body = b.data ? b.data : strdup("out of memory\n");
+    v->len = b.data ? b.len : (v->body ? strlen(v->body) : 0);
+}
+
+/* ------------------------------------------------------------ /api/queues */
+
+static json_t *queue_json(const char *name, const dq_metrics *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(name));
+    json_object_set_new(o, "pending", json_integer(m->stats.pending));
+    json_object_set_new(o, "ready", json_integer(m->stats.ready));
+    json_object_set_new(o, "inflight", json_integer(m->stats.in_flight));
+    json_object_set_new(o, "dead", json_integer(m->stats.dead));
+    json_object_set_new(o, "set_aside", json_integer(m->stats.set_aside));
+    json_object_set_new(o, "offered_total", json_integer(m->offered));
+    json_object_set_new(o, "delivered_total", json_integer(m->delivered));
+    json_object_set_new(o, "acked_total", json_integer(m->acked));
+    json_object_set_new(o, "nacked_total", json_integer(m->nacked));
+    json_object_set_new(o, "dead_total", json_integer(m->dead));
+    json_object_set_new(o, "lease_expired_total", json_integer(m->lease_expired));
+    json_object_set_new(o, "oldest_ready_age_seconds",
+                        json_real(m->oldest_ready_age_ms > 0 ? seconds(m->oldest_ready_age_ms) : 0.0));
+    json_object_set_new(o, "next_due_seconds",
+                        m->stats.next_due_in_ms >= 0 ? json_real(seconds(m->stats.next_due_in_ms)) : json_null());
+    return o;
+}
+
+void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
+{
+    char **names;
+    size_t n;
+    json_t *body = json_object(), *list = json_array();
+    int rc = shown_queues(conf, &names, &n);
+    json_object_set_new(body, "redis_up", json_boolean(rc == 0));
+    if (rc) {
+        const char *msg = dq_client_errstr(conf->c);
+        json_object_set_new(body, "error", json_string(msg[0] ? msg : dq_strerror(rc)));
+        json_object_set_new(body, "queues", list);
+        view_json(v, 200, body);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dq_metrics m;
+        if (dq_get_metrics(conf->c, names[i], &m) == 0) {
+            json_array_append_new(list, queue_json(names[i], &m));
+        } else {
+            json_t *o = json_object();
+            json_object_set_new(o, "name", json_string(names[i]));
+            json_object_set_new(o, "error", json_string(dq_client_errstr(conf->c)));
+            json_array_append_new(list, o);
+        }
+    }
+    dq_queues_free(names, n);
+    json_object_set_new(body, "queues", list);
+    view_json(v, 200, body);
+}
+
+void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
+{
+    dq_metrics m;
+    int rc = dq_get_metrics(conf->c, queue, &m);
+    if (rc) {
+        view_failure(v, conf->c, rc);
+        return;
+    }
+    json_t *o = queue_json(queue, &m), *lat = json_object(), *buckets = json_array();
+    int64_t cum = 0;
+    for (int k = 0; k <= DQ_LATENESS_BUCKETS; k++) {
+        cum += m.lateness[k];
+        json_t *bk = json_object();
+        json_object_set_new(bk, "le", k < DQ_LATENESS_BUCKETS ? json_real(seconds(dq_lateness_bounds_ms[k]))
+                                                              : json_string("+Inf"));
+        json_object_set_new(bk, "count", json_integer(cum));
+        json_array_append_new(buckets, bk);
+    }
+    json_object_set_new(lat, "buckets", buckets);
+    json_object_set_new(lat, "sum", json_real(seconds(m.lateness_sum_ms)));
+    json_object_set_new(lat, "count", json_integer(cum));
+    json_object_set_new(o, "lateness", lat);
+    view_json(v, 200, o);
+}
+
+/* ------------------------------------------------------------ items */
+
+void cli_view_items(const cli_serve_conf *conf, const char *queue, const char *state, const char *cursor,
+                    const char *limit, cli_view *v)
+{
+    int st = -1;
+    for (int s = DQ_STATE_PENDING; s <= DQ_STATE_DEAD; s++)
+        if (state && strcmp(state, cli_state_name(s)) == 0)
+            st = s;
+    if (st < 0) {
+        cli_view_error(v, 400, "state: expected pending, ready, inflight or dead");
+        return;
+    }
+    long lim = 50;
+    if (limit) {
+        char *end;
+        lim = strtol(limit, &end, 10);
+        if (!*limit || *end || lim < 1 || lim > 1000) {
+            cli_view_error(v, 400, "limit: expected a number from 1 to 1000");
+            return;
+        }
+    }
+    dq_listed *items;
+    size_t n;
+    char next[DQ_CURSOR_MAX + 1];
+    int rc = dq_list(conf->c, queue, st, cursor, (size_t)lim, &items, &n, next);
+    if (rc) {
+        view_failure(v, conf->c, rc);
+        return;
+    }
+    json_t *list = json_array(), *body = json_object();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, cli_json_listed(&items[i]));
+    dq_listed_free(items, n);
+    json_object_set_new(body, "items", list);
+    json_object_set_new(body, "next_cursor", next[0] ? json_string(next) : json_null());
+    view_json(v, 200, body);
+}
+
+void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
+{
+    dq_item_info info;
+    int rc = dq_lookup(conf->c, queue, id, &info);
+    if (rc) {
+        view_failure(v, conf->c, rc);
+        return;
+    }
+    if (info.state == DQ_STATE_UNKNOWN) {
+        cli_view_error(v, 404, "no such item");
+        return;
+    }
+    view_json(v, 200, cli_json_lookup(id, &info));
+}
+
+/* ------------------------------------------------------------ changes */
+
+static void view_count(cli_view *v, const char *key, int64_t n)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, key, json_integer(n));
+    view_json(v, 200, o);
+}
+
+void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
+{
+    int64_t n = dq_dead_redrive(conf->c, queue, id);
+    if (n < 0)
+        view_failure(v, conf->c, (int)n);
+    else if (id && n == 0)
+        cli_view_error(v, 404, "no such dead letter");
+    else
+        view_count(v, "redriven", n);
+}
+
+void cli_view_purge(const cli_serve_conf *conf, const char *queue, cli_view *v)
+{
+    int64_t n = dq_dead_purge(conf->c, queue);
+    if (n < 0)
+        view_failure(v, conf->c, (int)n);
+    else
+        view_count(v, "purged", n);
+}
+
+void cli_view_cancel(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
+{
+    int rc = dq_cancel(conf->c, queue, id);
+    if (rc < 0) {
+        view_failure(v, conf->c, rc);
+    } else if (rc == 0) {
+        cli_view_error(v, 409, "not pending: only a pending item can be cancelled");
+    } else {
+        json_t *o = json_object();
+        json_object_set_new(o, "cancelled", json_true());
+        view_json(v, 200, o);
+    }
+}

@@ -1,0 +1,294 @@
+/*
+ * observe.c - what an operator reads of a queue: its metrics (counts,
+ * totals and the lateness histogram, one script) and paged listings of
+ * each state. Reads only: the scripts are no-writes functions, so a
+ * read-only ACL user may run them, and they never change what they show.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+const int64_t dq_lateness_bounds_ms[DQ_LATENESS_BUCKETS] = {1,   2,   5,    10,   25,   50,   100,
+                                                             250, 500, 1000, 2500, 5000, 10000};
+
+/* A synchronous script or command whose array reply decode turns into the
+ * caller's result, inside the reply callback (the reply is freed after it). */
+typedef int decode_fn(dq_client *c, const redisReply *reply, void *out);
+
+typedef struct sync_call {
+    dq_client *c;
+    const char *queue;
+    int done, status;
+    decode_fn *decode;
+    void *out;
+} sync_call;
+
+static void sync_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    sync_call *s = privdata;
+    s->done = 1;
+    if (reply && reply->type == REDIS_REPLY_ARRAY) s->status = s->decode(s->c, reply, s->out);
+    else s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
+}
+
+static int run_sync(sync_call *s, int script, int nkeys, int nargs, const char **argv) {
+    size_t lens[8];
+    for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
+    int rc = script >= 0 ? dq__op_eval(s->c, s->queue, 0, (enum dq__script)script, nkeys, nargs, argv, lens,
+                                       sync_reply, s)
+                         : dq__op_command(s->c, s->queue, nkeys + nargs, argv, lens, sync_reply, s);
+    if (rc) return rc;
+    dq__wait(s->c, &s->done);
+    return s->status;
+}
+
+static int check_read(dq_client *c, const char *queue) {
+    int rc = dq__not_in_callback(c);
+    return rc ? rc : dq__check_queue(c, queue);
+}
+
+/* ------------------------------------------------------------ metrics */
+
+/* A stored total: absent is 0; anything but a decimal integer is refused,
+ * naming the field (totals are written with pcall and may hold whatever
+ * someone put there). */
+static int stored_total(dq_client *c, const redisReply *r, const char *field, int64_t *out) {
+    *out = 0;
+    if (r->type == REDIS_REPLY_NIL) return 0;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *out = r->integer;
+        return 0;
+    }
+    char *end = NULL;
+    long long v = r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 19 ? strtoll(r->str, &end, 10) : 0;
+    if (!end || *end || end != r->str + r->len || v < 0)
+        return dq__fail(c, DQ_EPROTO, "metric %s of the queue is not a count (HDEL it to reset it)", field);
+    *out = v;
+    return 0;
+}
+
+enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
+
+static int decode_metrics(dq_client *c, const redisReply *reply, void *out) {
+    dq_metrics *m = out;
+    if (reply->elements != METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1)
+        return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    redisReply *const *e = reply->element;
+    memset(m, 0, sizeof *m);
+    m->stats.pending = dq__reply_int(e[0]);
+    m->stats.ready = dq__reply_int(e[1]);
+    m->stats.next_due_in_ms = dq__reply_int(e[2]);
+    m->stats.set_aside = dq__reply_int(e[3]);
+    m->stats.in_flight = dq__reply_int(e[4]);
+    m->stats.dead = dq__reply_int(e[5]);
+    m->oldest_ready_age_ms = dq__reply_int(e[6]);
+    static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
+                                                     "dead",    "expired",   "lat_sum"};
+    int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
+                                      &m->dead,    &m->lease_expired, &m->lateness_sum_ms};
+    for (int i = 0; i < METRIC_TOTALS; i++) {
+        int rc = stored_total(c, e[METRIC_COUNTS + i], names[i], totals[i]);
+        if (rc) return rc;
+    }
+    for (int b = 0; b <= DQ_LATENESS_BUCKETS; b++) {
+        char name[16];
+        snprintf(name, sizeof name, "lat:%d", b + 1);
+        int rc = stored_total(c, e[METRIC_COUNTS + METRIC_TOTALS + b], name, &m->lateness[b]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) {
+    int rc = check_read(c, queue);
+    if (rc) return rc;
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
+    sync_call s = {c, queue, 0, 0, decode_metrics, m};
+    return run_sync(&s, DQ__LUA_METRICS, 5, 1, argv);
+}
+
+/* ------------------------------------------------------------ listing */
+
+typedef struct page {
+    int state;
+    dq_listed *items;
+    size_t n;
+    char *next; /* DQ_CURSOR_MAX + 1 */
+    size_t offset, limit; /* ready and dead: the page's place */
+} page;
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Fills item from a ready entry (entry form: see lua/list.lua). */
+static int item_of_entry(dq_listed *it, const char *buf, size_t len) {
+    dq__entry e;
+    if (dq__entry_decode(buf, len, &e) != 0) return DQ_EPROTO;
+    it->id = dup_n(e.id, e.id_len);
+    it->error = dup_n(e.err, e.err_len);
+    it->reason = dup_n("", 0);
+    it->payload = dup_n(e.payload, e.payload_len);
+    it->payload_len = e.payload_len;
+    it->due_ms = e.due_ms;
+    it->attempts = (int)e.attempts;
+    it->ready_ms = e.ready_ms;
+    return it->id && it->error && it->reason && it->payload ? 0 : DQ_ENOMEM;
+}
+
+/* list.lua's reply: {next cursor, (time, attempts, entry)...}. */
+static int decode_slots_page(dq_client *c, const redisReply *reply, void *out) {
+    page *p = out;
+    if (reply->elements < 1 || (reply->elements - 1) % 3 != 0 || reply->element[0]->type != REDIS_REPLY_STRING ||
+        reply->element[0]->len > DQ_CURSOR_MAX)
+        return dq__fail(c, DQ_EPROTO, "unexpected list reply");
+    memcpy(p->next, reply->element[0]->str, reply->element[0]->len + 1);
+    size_t n = (reply->elements - 1) / 3;
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    if (!p->items) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        redisReply *const *e = reply->element + 1 + 3 * i;
+        dq_listed *it = &p->items[p->n];
+        if (e[2]->type != REDIS_REPLY_STRING) return dq__fail(c, DQ_EPROTO, "unexpected list reply");
+        int rc = item_of_entry(it, e[2]->str, e[2]->len);
+        p->n++;
+        if (rc == DQ_ENOMEM) return dq__fail(c, rc, "out of memory");
+        if (rc) return dq__fail(c, rc, "a listed item does not decode");
+        it->state = p->state;
+        it->attempts = (int)dq__reply_int(e[1]);
+        it->ready_ms = 0;
+        if (p->state == DQ_STATE_IN_FLIGHT) it->lease_end_ms = dq__reply_int(e[0]);
+    }
+    return 0;
+}
+
+/* LRANGE of the ready list. An entry that does not decode is shown with
+ * its raw bytes and reason "undecodable" (a consumer sets it aside). */
+static int decode_ready_page(dq_client *c, const redisReply *reply, void *out) {
+    page *p = out;
+    size_t n = reply->elements;
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    if (!p->items) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = reply->element[i];
+        dq_listed *it = &p->items[p->n++];
+        it->state = DQ_STATE_READY;
+        int rc = e->type == REDIS_REPLY_STRING ? item_of_entry(it, e->str, e->len) : DQ_EPROTO;
+        if (rc == DQ_EPROTO) {
+            free(it->id), free(it->error), free(it->reason), free(it->payload);
+            memset(it, 0, sizeof *it);
+            it->state = DQ_STATE_READY;
+            it->id = dup_n("", 0);
+            it->error = dup_n("", 0);
+            it->reason = dup_n("undecodable", 11);
+            it->payload = e->type == REDIS_REPLY_STRING ? dup_n(e->str, e->len) : dup_n("", 0);
+            it->payload_len = e->type == REDIS_REPLY_STRING ? e->len : 0;
+            rc = it->id && it->error && it->reason && it->payload ? 0 : DQ_ENOMEM;
+        }
+        if (rc) return dq__fail(c, rc, "out of memory");
+    }
+    if (n == p->limit) snprintf(p->next, DQ_CURSOR_MAX + 1, "%zu", p->offset + n);
+    return 0;
+}
+
+/* A cursor of the pending and in-flight pages: "<score>:<skip>". */
+static int slots_cursor_ok(const char *s) {
+    size_t a = strspn(s, "0123456789");
+    if (a < 1 || a > 16 || s[a] != ':') return 0;
+    size_t b = strspn(s + a + 1, "0123456789");
+    return b >= 1 && b <= 6 && s[a + 1 + b] == '\0';
+}
+
+/* A cursor of the ready and dead pages: an offset. */
+static int offset_cursor(const char *s, size_t *off) {
+    size_t a = strspn(s, "0123456789");
+    if (a < 1 || a > 9 || s[a] != '\0') return 0;
+    *off = (size_t)strtoul(s, NULL, 10);
+    return 1;
+}
+
+static int list_dead(dq_client *c, const char *queue, page *p) {
+    dq_dead_letter *d;
+    size_t n;
+    int rc = dq_dead_list(c, queue, p->offset, p->limit, &d, &n);
+    if (rc) return rc;
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    if (!p->items) {
+        dq_dead_letters_free(d, n);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        dq_listed *it = &p->items[i];
+        it->state = DQ_STATE_DEAD;
+        it->id = d[i].id, it->reason = d[i].reason, it->error = d[i].error;
+        it->payload = d[i].payload, it->payload_len = d[i].payload_len;
+        it->died_ms = d[i].died_ms, it->due_ms = d[i].due_ms, it->attempts = d[i].attempts;
+        memset(&d[i], 0, sizeof d[i]); /* the strings are the item's now */
+    }
+    p->n = n;
+    dq_dead_letters_free(d, n);
+    if (n == p->limit) snprintf(p->next, DQ_CURSOR_MAX + 1, "%zu", p->offset + n);
+    return 0;
+}
+
+int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, dq_listed **out,
+            size_t *n, char *next_cursor) {
+    *out = NULL;
+    *n = 0;
+    next_cursor[0] = '\0';
+    int rc = check_read(c, queue);
+    if (rc) return rc;
+    if (limit < 1 || limit > 1000) return dq__fail(c, DQ_EINVAL, "list between 1 and 1000 items a page");
+    if (!cursor) cursor = "";
+    page p = {state, NULL, 0, next_cursor, 0, limit};
+    int slots = state == DQ_STATE_PENDING || state == DQ_STATE_IN_FLIGHT;
+    if (state != DQ_STATE_READY && state != DQ_STATE_DEAD && !slots)
+        return dq__fail(c, DQ_EINVAL, "list: no such state %d", state);
+    if (*cursor && (slots ? !slots_cursor_ok(cursor) : !offset_cursor(cursor, &p.offset)))
+        return dq__fail(c, DQ_EINVAL, "list: malformed cursor");
+    dq__keys k;
+    dq__keys_init(&k, queue);
+    char num[2][24];
+    sync_call s = {c, queue, 0, 0, NULL, &p};
+    if (slots) {
+        snprintf(num[0], sizeof num[0], "%zu", limit);
+        const char *argv[5] = {k.z, k.prefix, state == DQ_STATE_PENDING ? "pending" : "inflight", cursor, num[0]};
+        s.decode = decode_slots_page;
+        rc = run_sync(&s, DQ__LUA_LIST, 1, 4, argv);
+    } else if (state == DQ_STATE_READY) {
+        snprintf(num[0], sizeof num[0], "%zu", p.offset);
+        snprintf(num[1], sizeof num[1], "%zu", p.offset + limit - 1);
+        const char *argv[4] = {"LRANGE", k.ready, num[0], num[1]};
+        s.decode = decode_ready_page;
+        rc = run_sync(&s, -1, 4, 0, argv);
+    } else {
+        rc = list_dead(c, queue, &p);
+    }
+    if (rc) {
+        dq_listed_free(p.items, p.n);
+        next_cursor[0] = '\0';
+        return rc;
+    }
+    *out = p.items;
+    *n = p.n;
+    return 0;
+}
+
+void dq_listed_free(dq_listed *items, size_t n) {
+    if (!items) return;
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].id);
+        free(items[i].error);
+        free(items[i].reason);
+        free(items[i].payload);
+    }
+    free(items);
+}
