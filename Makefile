@@ -71,7 +71,7 @@ PC = $(BUILD)/delayq.pc
 # Debian 12 packages the build, the tests and the demo need.
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libmicrohttpd-dev libcmocka-dev redis-server redis-tools python3 valgrind \
-           python3-prometheus-client chromium chromium-driver python3-selenium
+           python3-prometheus-client
 
 .PHONY: all deps demo test test-asan valgrind bench fuzz fuzz-objs check install clean
 all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)

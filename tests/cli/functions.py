@@ -42,10 +42,10 @@ eq(len(names), 1, "one delayq library on the server")
 lib = names[0] if names else "?"
 fns = libs.get(lib, {})
 eq(sorted(n[len(lib) + 1:] for n in fns),
-   sorted(["ack", "cancel", "config", "dead", "dead_ro", "extend", "lookup", "nack", "offer", "stats", "take",
-           "transfer"]),
+   sorted(["ack", "cancel", "config", "dead", "dead_ro", "extend", "list", "lookup", "metrics", "nack", "offer",
+           "stats", "take", "transfer"]),
    "its functions: one per script, and dead.lua's reading half again")
-for name in ("stats", "lookup", "dead_ro"):
+for name in ("stats", "lookup", "dead_ro", "metrics", "list"):
     eq(fns.get(lib + "_" + name), ["no-writes"], f"{name} is no-writes (FCALL_RO; runs while out of memory)")
 eq(fns.get(lib + "_offer"), [], "offer is not (it writes, and may not start while out of memory)")
 eq((calls("function|load"), calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")
