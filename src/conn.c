@@ -495,9 +495,12 @@ void dq__conn_retire(dq__conn *conn) {
     }
 }
 
+int dq__text_is_refusal(const char *text) {
+    return strncmp(text, "NOPERM", 6) == 0 || strstr(text, "user executing the script can't") != NULL;
+}
+
 int dq__reply_is_refusal(const redisReply *reply) {
-    return reply && reply->type == REDIS_REPLY_ERROR && reply->str &&
-           (strncmp(reply->str, "NOPERM", 6) == 0 || strstr(reply->str, "user executing the script can't"));
+    return reply && reply->type == REDIS_REPLY_ERROR && reply->str && dq__text_is_refusal(reply->str);
 }
 
 int dq__reply_error_code(const redisReply *reply) {

@@ -121,6 +121,8 @@ int dq__reply_error_code(const redisReply *reply);
 /* 1 if reply is an ACL refusal: NOPERM, or a script's command or key the
  * user's rule does not grant. */
 int dq__reply_is_refusal(const redisReply *reply);
+/* The same for an error's text (a reply's, or a failure message built on it). */
+int dq__text_is_refusal(const char *text);
 
 /* Arms timer for the next reconnect attempt: *backoff_ms doubles from
  * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */

@@ -78,7 +78,7 @@ typedef struct noted {
 
 static void sadd_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     noted *nd = privdata;
-    (void)conn, (void)code;
+    (void)conn;
     if (!reply) {
         if (code != DQ_ECLOSED) forget(nd->c, nd->name); /* lost: the next offer tries again */
     } else if (reply->type == REDIS_REPLY_ERROR && nd->c->registry && !nd->c->registry->refused) {

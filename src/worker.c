@@ -113,11 +113,6 @@ static void pause_takes(dq_worker *w) {
     ev_timer_start(w->c->loop, &w->retry);
 }
 
-/* 1 if a take's failure message is an ACL refusal (see dq__reply_failure). */
-static int refused_by_acl(const char *errstr) {
-    return strncmp(errstr, "NOPERM", 6) == 0 || strstr(errstr, "user executing the script can't");
-}
-
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
     take_slot *s = privdata;
     dq_worker *w = s->w;
@@ -131,7 +126,7 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
         /* A taken message is always handled, even if a handler stops the
          * worker on the way. */
         for (size_t i = 0; i < n; i++) w->handler(w, msgs[i], w->privdata);
-    } else if (status == DQ_EAUTH && refused_by_acl(c->errstr)) {
+    } else if (status == DQ_EAUTH && dq__text_is_refusal(c->errstr)) {
         dq__refused(c, "worker %s: take refused: %s", w->queue, c->errstr);
         pause_takes(w);
     } else if (status != DQ_ECLOSED) {

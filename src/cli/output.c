@@ -134,6 +134,20 @@ static int write_json(json_t *v, const char *what)
     return rc;
 }
 
+/* Writes what b holds, built with result built (0, or DQ_ENOMEM while
+ * building it), and releases b. Returns 0 or CLI_FAIL after saying why. */
+static int write_text(dq__buf *b, int built, const char *what)
+{
+    int rc = built;
+
+    if (rc)
+        cli_err("cannot print %s: out of memory", what);
+    else
+        rc = cli_write_out(b->data, b->len);
+    dq__buf_release(b);
+    return rc ? CLI_FAIL : 0;
+}
+
 /* Sets obj[key] to the len bytes at data as a string when they are valid
  * UTF-8, else obj[key + "_base64"] to their standard base64. Returns 0 or
  * -1 when out of memory. */
@@ -384,13 +398,7 @@ int cli_print_dead(const dq_dead_letter *d, int json)
 
     if (json)
         return write_json(json_dead(d), "a dead letter");
-    int rc = text_dead(&b, d);
-    if (rc)
-        cli_err("cannot print a dead letter: out of memory");
-    else
-        rc = cli_write_out(b.data, b.len);
-    dq__buf_release(&b);
-    return rc ? CLI_FAIL : 0;
+    return write_text(&b, text_dead(&b, d), "a dead letter");
 }
 
 /* ------------------------------------------------------------ listings and look-ups */
@@ -460,13 +468,7 @@ int cli_print_listed(const dq_listed *it, int json)
 
     if (json)
         return write_json(cli_json_listed(it), "an item");
-    int rc = text_listed(&b, it);
-    if (rc)
-        cli_err("cannot print an item: out of memory");
-    else
-        rc = cli_write_out(b.data, b.len);
-    dq__buf_release(&b);
-    return rc ? CLI_FAIL : 0;
+    return write_text(&b, text_listed(&b, it), "an item");
 }
 
 json_t *cli_json_lookup(const char *id, const dq_item_info *info)
@@ -497,10 +499,5 @@ int cli_print_lookup(const char *id, const dq_item_info *info, int json)
         rc = dq__buf_printf(&b, "lease_end_ms %" PRId64 "\n", info->due_ms);
     if (!rc)
         rc = dq__buf_printf(&b, "attempts %d\n", info->attempts);
-    if (rc)
-        cli_err("cannot print an item: out of memory");
-    else
-        rc = cli_write_out(b.data, b.len);
-    dq__buf_release(&b);
-    return rc ? CLI_FAIL : 0;
+    return write_text(&b, rc, "an item");
 }
