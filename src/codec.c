@@ -49,6 +49,24 @@ int dq__id_valid(const char *id)
     return i > 0;
 }
 
+int dq__list_cursor(int slots, const char *cursor, size_t *offset)
+{
+    size_t a = strspn(cursor, "0123456789");
+    *offset = 0;
+    if (!*cursor)
+        return 1;
+    if (slots) {
+        if (a < 1 || a > 16 || cursor[a] != ':')
+            return 0;
+        size_t b = strspn(cursor + a + 1, "0123456789");
+        return b >= 1 && b <= 6 && cursor[a + 1 + b] == '\0';
+    }
+    if (a > 9 || cursor[a] != '\0')
+        return 0;
+    *offset = (size_t)strtoul(cursor, NULL, 10);
+    return 1;
+}
+
 int dq__key(char *buf, size_t size, const char *queue, const char *suffix)
 {
     int n;

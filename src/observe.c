@@ -199,22 +199,6 @@ static int decode_ready_page(dq_client *c, const redisReply *reply, void *out) {
     return 0;
 }
 
-/* A cursor of the pending and in-flight pages: "<score>:<skip>". */
-static int slots_cursor_ok(const char *s) {
-    size_t a = strspn(s, "0123456789");
-    if (a < 1 || a > 16 || s[a] != ':') return 0;
-    size_t b = strspn(s + a + 1, "0123456789");
-    return b >= 1 && b <= 6 && s[a + 1 + b] == '\0';
-}
-
-/* A cursor of the ready and dead pages: an offset. */
-static int offset_cursor(const char *s, size_t *off) {
-    size_t a = strspn(s, "0123456789");
-    if (a < 1 || a > 9 || s[a] != '\0') return 0;
-    *off = (size_t)strtoul(s, NULL, 10);
-    return 1;
-}
-
 static int list_dead(dq_client *c, const char *queue, page *p) {
     dq_dead_letter *d;
     size_t n;
@@ -252,7 +236,7 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
     int slots = state == DQ_STATE_PENDING || state == DQ_STATE_IN_FLIGHT;
     if (state != DQ_STATE_READY && state != DQ_STATE_DEAD && !slots)
         return dq__fail(c, DQ_EINVAL, "list: no such state %d", state);
-    if (*cursor && (slots ? !slots_cursor_ok(cursor) : !offset_cursor(cursor, &p.offset)))
+    if (!dq__list_cursor(slots, cursor, &p.offset))
         return dq__fail(c, DQ_EINVAL, "list: malformed cursor");
     dq__keys k;
     dq__keys_init(&k, queue);

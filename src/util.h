@@ -80,6 +80,12 @@ int dq__queue_valid(const char *name);
 /* 1 if id is a valid id (1..DQ_ID_MAX bytes in 0x21..0x7e). */
 int dq__id_valid(const char *id);
 
+/* 1 if cursor is a valid dq_list cursor ("" starts at the top). The
+ * pending and in-flight pages (slots) take "<score>:<skip>", 1-16 and 1-6
+ * digits; the ready and dead pages an offset of 1-9 digits, stored in
+ * *offset (0 for ""). */
+int dq__list_cursor(int slots, const char *cursor, size_t *offset);
+
 /* Writes "dq:{queue}:" followed by suffix into buf (NUL-terminated).
  * Returns the length, or -1 if it does not fit. */
 int dq__key(char *buf, size_t size, const char *queue, const char *suffix);

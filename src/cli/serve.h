@@ -1,8 +1,9 @@
 /*
  * serve.h - the parts of 'delayq serve': the command (cmd_serve.c) starts
- * the HTTP server (serve_http.c), which routes each request to a view
- * (serve_views.c), which reads through the library. Each layer calls only
- * the one below.
+ * the HTTP server (serve_http.c), which has each request routed and checked
+ * (serve_route.c, no HTTP library and no Redis, so it can be fuzzed) and
+ * answered by a view (serve_views.c), which reads through the library.
+ * Each layer calls only the ones below.
  *
  * One thread: libmicrohttpd's own polling thread runs every request, one
  * at a time, and is the only user of the client (a dq_client is not
@@ -34,14 +35,15 @@ typedef struct cli_view {
 
 /* ------------------------------------------------------------ views (serve_views.c) */
 
-/* Each fills v. A library failure becomes 400 (bad input), 503 (Redis
+/* Each fills v, for a queue the router and cli_queue_known passed. A library failure becomes 400 (bad input), 503 (Redis
  * away) or 502 (Redis erred), with a JSON body {"error": "..."}. */
 void cli_view_error(cli_view *v, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queues(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v);
-void cli_view_items(const cli_serve_conf *conf, const char *queue, const char *state, const char *cursor,
-                    const char *limit, cli_view *v);
+/* state, cursor and limit as the router checked them (cli_route). */
+void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
+                    cli_view *v);
 void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
 /* id NULL: every dead letter. */
 void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
@@ -51,6 +53,54 @@ void cli_view_cancel(const cli_serve_conf *conf, const char *queue, const char *
 /* *known = 1 if queue is in the registry or on the command line. Returns 0
  * or a negative code (Redis away). */
 int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known);
+
+/* ------------------------------------------------------------ routing (serve_route.c) */
+
+/* A request as the router sees it, with no HTTP library in sight. Every
+ * string is NUL-terminated and may hold any other byte; NULL: absent. */
+typedef struct cli_request {
+    const char *method;
+    const char *path;          /* unescaped, without the query        */
+    const char *state, *cursor, *limit; /* the query's values          */
+    const char *authorization; /* the header's value                   */
+    size_t body_len;           /* bytes of body received (and dropped) */
+} cli_request;
+
+typedef enum cli_endpoint {
+    CLI_EP_ERROR,       /* the route holds the answer: status, error, allow */
+    CLI_EP_PAGE,        /* GET /                                           */
+    CLI_EP_METRICS,     /* GET /metrics                                    */
+    CLI_EP_QUEUES,      /* GET /api/queues                                 */
+    CLI_EP_QUEUE,       /* GET /api/queues/{q}                             */
+    CLI_EP_ITEMS,       /* GET /api/queues/{q}/items                       */
+    CLI_EP_ITEM,        /* GET /api/queues/{q}/items/{id}                  */
+    CLI_EP_CANCEL,      /* DELETE /api/queues/{q}/items/{id}               */
+    CLI_EP_REDRIVE_ALL, /* POST /api/queues/{q}/dead/redrive               */
+    CLI_EP_REDRIVE_ONE, /* POST /api/queues/{q}/dead/{id}/redrive          */
+    CLI_EP_PURGE        /* POST /api/queues/{q}/dead/purge                 */
+} cli_endpoint;
+
+/* Where a request goes, with its arguments checked: a queue endpoint has
+ * a valid queue name (whether the queue exists is the caller's to ask
+ * Redis), an id endpoint a valid id, ITEMS a state, a limit from 1 to
+ * 1000 and a well-formed cursor (NULL: the first page). A mutation got
+ * here only with the right token. */
+typedef struct cli_route {
+    cli_endpoint ep;
+    char queue[DQ_QUEUE_MAX + 1];
+    char id[DQ_ID_MAX + 1];
+    int state;          /* enum dq_state */
+    size_t limit;
+    const char *cursor; /* points into the request */
+    /* CLI_EP_ERROR only: */
+    int status;         /* 4xx                                    */
+    const char *allow;  /* for 405: the methods the path takes    */
+    const char *error;  /* static text                            */
+} cli_route;
+
+/* Routes rq. token: what mutations need in "Authorization: Bearer TOKEN";
+ * NULL: read-only, mutations get 403. Never fails otherwise. */
+void cli_route_request(const char *token, const cli_request *rq, cli_route *r);
 
 /* ------------------------------------------------------------ server (serve_http.c) */
 

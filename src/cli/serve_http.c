@@ -1,21 +1,10 @@
 /*
  * serve_http.c - the HTTP side of 'delayq serve', on libmicrohttpd.
  *
- * Owns the daemon, routing a request's method and path to a view, the
- * bearer-token check of mutations, and sending what the view built. Paths:
- *   GET    /                                   the dashboard (built in)
- *   GET    /metrics                            Prometheus text
- *   GET    /api/queues                         every queue with its counts
- *   GET    /api/queues/{q}                     one, with its lateness histogram
- *   GET    /api/queues/{q}/items?state=&cursor=&limit=
- *   GET    /api/queues/{q}/items/{id}          look-up
- *   DELETE /api/queues/{q}/items/{id}          cancel          (token)
- *   POST   /api/queues/{q}/dead/redrive        all dead letters (token)
- *   POST   /api/queues/{q}/dead/{id}/redrive   one             (token)
- *   POST   /api/queues/{q}/dead/purge                          (token)
- * A bad request gets a 4xx with a JSON error body. libmicrohttpd has
- * unescaped the path already, so an id may hold '/': it is the rest of the
- * path after "/items/", or before "/redrive".
+ * Owns the daemon, turning each request into a cli_request for the router
+ * (serve_route.c, which checks everything the request brings), asking
+ * Redis whether a routed queue is known, calling the endpoint's view and
+ * sending what it built.
  */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -29,13 +18,11 @@
 #include "dashboard.h"
 #include "util.h"
 
-#define BODY_MAX 65536 /* request bodies are read and dropped, up to this */
-
 struct cli_server {
     struct MHD_Daemon *d;
 };
 
-/* Per request: what its body has brought so far. */
+/* Per request: how many bytes of body it has brought so far. */
 typedef struct request {
     size_t body;
 } request;
@@ -79,34 +66,14 @@ static enum MHD_Result send_page(struct MHD_Connection *conn)
     return rc;
 }
 
-/* ------------------------------------------------------------ checks */
+/* ------------------------------------------------------------ dispatch */
 
-/* 0 if the request may change things; else fills v (403 read-only, 401). */
-static int authorized(const cli_serve_conf *conf, struct MHD_Connection *conn, cli_view *v)
-{
-    if (!conf->token) {
-        cli_view_error(v, 403, "read-only: this server was started without --token-file");
-        return -1;
-    }
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    size_t want = strlen(conf->token);
-    if (h && strncmp(h, "Bearer ", 7) == 0 && strlen(h + 7) == want &&
-        sodium_memcmp(h + 7, conf->token, want) == 0)
-        return 0;
-    cli_view_error(v, 401, "a valid 'Authorization: Bearer TOKEN' header is needed to change a queue");
-    return -1;
-}
-
-/* 0 if queue is a valid name the server knows; else fills v. */
+/* 0 if the routed queue is one the server shows; else fills v (404, or
+ * 503 with Redis away). */
 static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
 {
     int known;
-    if (!dq__queue_valid(queue)) {
-        cli_view_error(v, 400, "invalid queue name");
-        return -1;
-    }
-    int rc = cli_queue_known(conf, queue, &known);
-    if (rc) {
+    if (cli_queue_known(conf, queue, &known)) {
         cli_view_error(v, 503, "Redis: %s", dq_client_errstr(conf->c));
         return -1;
     }
@@ -117,97 +84,52 @@ static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *
     return 0;
 }
 
-static int valid_id(const char *id, cli_view *v)
+/* Every endpoint's answer but the page's, which send_page sends. */
+static void answer(const cli_serve_conf *conf, const cli_route *r, cli_view *v)
 {
-    if (dq__id_valid(id))
-        return 0;
-    cli_view_error(v, 400, "invalid id: 1 to %d printable ASCII characters", DQ_ID_MAX);
-    return -1;
-}
-
-/* ------------------------------------------------------------ routing */
-
-/* The request on /api/queues/{q}/REST, rest without its leading '/'
- * ("" for the queue itself). Fills v; *allow gets the methods the path
- * takes when the method is wrong. */
-static void route_queue(const cli_serve_conf *conf, struct MHD_Connection *conn, const char *method,
-                        const char *queue, const char *rest, cli_view *v, const char **allow)
-{
-    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0,
-        del = strcmp(method, "DELETE") == 0;
-    size_t rl = strlen(rest);
-    if (!*rest || strcmp(rest, "items") == 0) {
-        if (!get) {
-            *allow = "GET";
-            cli_view_error(v, 405, "method not allowed");
-        } else if (known_queue(conf, queue, v) == 0) {
-            if (*rest)
-                cli_view_items(conf, queue,
-                               MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state")
-                                   ?: "pending",
-                               MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
-                               MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"), v);
-            else
-                cli_view_queue(conf, queue, v);
-        }
-    } else if (strncmp(rest, "items/", 6) == 0) {
-        const char *id = rest + 6;
-        if (!get && !del) {
-            *allow = "GET, DELETE";
-            cli_view_error(v, 405, "method not allowed");
-        } else if (valid_id(id, v) == 0 && (get || authorized(conf, conn, v) == 0) &&
-                   known_queue(conf, queue, v) == 0) {
-            if (get)
-                cli_view_item(conf, queue, id, v);
-            else
-                cli_view_cancel(conf, queue, id, v);
-        }
-    } else if (strcmp(rest, "dead/redrive") == 0 || strcmp(rest, "dead/purge") == 0 ||
-               (strncmp(rest, "dead/", 5) == 0 && rl > 5 + 8 && strcmp(rest + rl - 8, "/redrive") == 0)) {
-        char id[DQ_ID_MAX + 2] = "";
-        int one = strcmp(rest, "dead/redrive") != 0 && strcmp(rest, "dead/purge") != 0;
-        if (one)
-            snprintf(id, sizeof id, "%.*s", (int)(rl - 5 - 8 < sizeof id - 1 ? rl - 5 - 8 : sizeof id - 1),
-                     rest + 5);
-        if (!post) {
-            *allow = "POST";
-            cli_view_error(v, 405, "method not allowed");
-        } else if ((!one || valid_id(id, v) == 0) && authorized(conf, conn, v) == 0 &&
-                   known_queue(conf, queue, v) == 0) {
-            if (strcmp(rest, "dead/purge") == 0)
-                cli_view_purge(conf, queue, v);
-            else
-                cli_view_redrive(conf, queue, one ? id : NULL, v);
-        }
-    } else {
-        cli_view_error(v, 404, "no such path");
+    switch (r->ep) {
+    case CLI_EP_ERROR:
+        cli_view_error(v, r->status, "%s", r->error);
+        return;
+    case CLI_EP_METRICS:
+        cli_view_metrics(conf, v);
+        return;
+    case CLI_EP_QUEUES:
+        cli_view_queues(conf, v);
+        return;
+    default:
+        break;
+    }
+    if (known_queue(conf, r->queue, v))
+        return;
+    switch (r->ep) {
+    case CLI_EP_QUEUE:
+        cli_view_queue(conf, r->queue, v);
+        break;
+    case CLI_EP_ITEMS:
+        cli_view_items(conf, r->queue, r->state, r->cursor, r->limit, v);
+        break;
+    case CLI_EP_ITEM:
+        cli_view_item(conf, r->queue, r->id, v);
+        break;
+    case CLI_EP_CANCEL:
+        cli_view_cancel(conf, r->queue, r->id, v);
+        break;
+    case CLI_EP_REDRIVE_ALL:
+        cli_view_redrive(conf, r->queue, NULL, v);
+        break;
+    case CLI_EP_REDRIVE_ONE:
+        cli_view_redrive(conf, r->queue, r->id, v);
+        break;
+    default: /* CLI_EP_PURGE */
+        cli_view_purge(conf, r->queue, v);
+        break;
     }
 }
 
-static void route(const cli_serve_conf *conf, struct MHD_Connection *conn, const char *method, const char *url,
-                  cli_view *v, const char **allow)
+static const char *query(struct MHD_Connection *conn, const char *name)
 {
-    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    if (strcmp(url, "/metrics") == 0 || strcmp(url, "/api/queues") == 0) {
-        if (!get) {
-            *allow = "GET";
-            cli_view_error(v, 405, "method not allowed");
-        } else if (url[1] == 'm') {
-            cli_view_metrics(conf, v);
-        } else {
-            cli_view_queues(conf, v);
-        }
-        return;
-    }
-    if (strncmp(url, "/api/queues/", 12) == 0) {
-        const char *q = url + 12, *slash = strchr(q, '/');
-        char queue[DQ_QUEUE_MAX + 2];
-        size_t ql = slash ? (size_t)(slash - q) : strlen(q);
-        snprintf(queue, sizeof queue, "%.*s", (int)(ql < sizeof queue - 1 ? ql : sizeof queue - 1), q);
-        route_queue(conf, conn, method, queue, slash ? slash + 1 : "", v, allow);
-        return;
-    }
-    cli_view_error(v, 404, "no such path");
+    return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -229,17 +151,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    cli_view v = {0};
-    const char *allow = NULL;
-    if (rq->body > BODY_MAX)
-        cli_view_error(&v, 413, "request body too large");
-    else if (strcmp(url, "/") == 0 && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0))
+    const cli_request req = {
+        .method = method,
+        .path = url,
+        .state = query(conn, "state"),
+        .cursor = query(conn, "cursor"),
+        .limit = query(conn, "limit"),
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+        .body_len = rq->body,
+    };
+    cli_route r;
+    cli_route_request(conf->token, &req, &r);
+    if (r.ep == CLI_EP_PAGE)
         return send_page(conn);
-    else if (strcmp(url, "/") == 0)
-        (allow = "GET"), cli_view_error(&v, 405, "method not allowed");
-    else
-        route(conf, conn, method, url, &v, &allow);
-    return send_view(conn, &v, allow);
+    cli_view v = {0};
+    answer(conf, &r, &v);
+    return send_view(conn, &v, r.ep == CLI_EP_ERROR ? r.allow : NULL);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

@@ -314,30 +314,13 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
 
 /* ------------------------------------------------------------ items */
 
-void cli_view_items(const cli_serve_conf *conf, const char *queue, const char *state, const char *cursor,
-                    const char *limit, cli_view *v)
+void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
+                    cli_view *v)
 {
-    int st = -1;
-    for (int s = DQ_STATE_PENDING; s <= DQ_STATE_DEAD; s++)
-        if (state && strcmp(state, cli_state_name(s)) == 0)
-            st = s;
-    if (st < 0) {
-        cli_view_error(v, 400, "state: expected pending, ready, inflight or dead");
-        return;
-    }
-    long lim = 50;
-    if (limit) {
-        char *end;
-        lim = strtol(limit, &end, 10);
-        if (!*limit || *end || lim < 1 || lim > 1000) {
-            cli_view_error(v, 400, "limit: expected a number from 1 to 1000");
-            return;
-        }
-    }
     dq_listed *items;
     size_t n;
     char next[DQ_CURSOR_MAX + 1];
-    int rc = dq_list(conf->c, queue, st, cursor, (size_t)lim, &items, &n, next);
+    int rc = dq_list(conf->c, queue, state, cursor, limit, &items, &n, next);
     if (rc) {
         view_failure(v, conf->c, rc);
         return;
