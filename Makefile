@@ -7,7 +7,8 @@
 #   make valgrind     the suite's C programs under valgrind (leaks are errors)
 #   make bench        speed, lateness, memory and Redis cost next to references
 #   make fuzz         libFuzzer targets (fuzz/fuzz_*.c), FUZZ_SECONDS each (60)
-#   make deps         apt-get install whatever is missing (needs root)
+#   make deps         apt-get install whatever is missing (needs root);
+#                     make deps-test adds what only the tests use (a browser)
 #   make install      PREFIX=/usr/local DESTDIR=
 #
 # Knobs: CFLAGS/LDFLAGS are yours and are appended, never replaced.
@@ -72,12 +73,17 @@ PC = $(BUILD)/delayq.pc
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libmicrohttpd-dev libcmocka-dev redis-server redis-tools python3 valgrind \
            python3-prometheus-client
+# What only the tests need besides: a browser for the dashboard's test.
+TEST_PKGS = chromium chromium-driver python3-selenium
 
-.PHONY: all deps demo test test-asan valgrind bench fuzz fuzz-objs check install clean
+.PHONY: all deps deps-test demo test test-asan valgrind bench fuzz fuzz-objs check install clean
 all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
+
+deps-test: deps
+	@sh tools/deps.sh $(TEST_PKGS)
 
 $(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_COMMON) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
@@ -131,16 +137,16 @@ demo: deps
 	$(MAKE) all
 	sh examples/demo.sh $(BUILD)
 
-test: deps
+test: deps-test
 	$(MAKE) all
 	sh tests/run.sh $(BUILD)
 
-test-asan: deps
+test-asan: deps-test
 	$(MAKE) SANITIZE=address,undefined all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  sh tests/run.sh build-san
 
-valgrind: deps
+valgrind: deps-test
 	$(MAKE) all
 	DQ_TEST_WRAPPER="valgrind --quiet --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible" \
 	  sh tests/run.sh $(BUILD)
