@@ -384,9 +384,9 @@ typedef struct dq_listed {
     int attempts;         /* deliveries so far                            */
     char *error;          /* the last failure a consumer gave, "" if none */
     char *reason;         /* DEAD: why it died; else ""                   */
-    void *payload;        /* as stored: a sealed payload stays sealed
-                             (it starts "\0dqs1"), except dead letters,
-                             which open as dq_dead_list says            */
+    void *payload;        /* a sealed payload the client's keys open is
+                             shown opened; one they do not open stays
+                             sealed (it starts "\0dqs1")                */
     size_t payload_len;
 } dq_listed;
 

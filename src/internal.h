@@ -355,6 +355,12 @@ int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__scri
  * DQ_EPROTO for a reply of another shape, or DQ_ENOMEM. */
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n);
 
+/* What a listing shows of a payload (reliable.c): a sealed one that c's
+ * keys open is replaced, in *payload and *len, by its plaintext (malloc'ed,
+ * NUL-terminated); one they do not open stays the envelope, which the
+ * caller can tell by dq__sealed. */
+void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len);
+
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
 typedef void dq__settle_cb(dq_client *c, int status, void *privdata);

@@ -261,6 +261,9 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
         next_cursor[0] = '\0';
         return rc;
     }
+    for (size_t i = 0; i < p.n; i++)
+        if (state != DQ_STATE_DEAD) /* dq_dead_list opened those */
+            dq__open_shown(c, queue, p.items[i].id, &p.items[i].payload, &p.items[i].payload_len);
     *out = p.items;
     *n = p.n;
     return 0;

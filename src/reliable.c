@@ -329,18 +329,15 @@ static int letter_from(dq_dead_letter *d, redisReply **f) {
     return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
 }
 
-/* A sealed payload that the client's keys open is shown opened; one they do
- * not open stays the envelope (the caller can tell: dq__sealed). */
-static void open_letter(dq_client *c, const char *queue, dq_dead_letter *d) {
+void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len) {
     unsigned char *plain;
-    size_t len;
-    if (!c->keyring || !dq__sealed(d->payload, d->payload_len, NULL)) return;
-    if (dq__open(c->keyring, queue, d->id, strlen(d->id), d->payload, d->payload_len, &plain, &len) != 0)
-        return;
-    plain[len] = '\0';
-    free(d->payload);
-    d->payload = plain;
-    d->payload_len = len;
+    size_t plain_len;
+    if (!c->keyring || !dq__sealed(*payload, *len, NULL)) return;
+    if (dq__open(c->keyring, queue, id, strlen(id), *payload, *len, &plain, &plain_len) != 0) return;
+    plain[plain_len] = '\0';
+    free(*payload);
+    *payload = plain;
+    *len = plain_len;
 }
 
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n) {
@@ -370,7 +367,7 @@ static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *p
         l->status = dq__fail(l->c, rc, rc == DQ_ENOMEM ? "out of memory" : "undecodable dead letter");
         return;
     }
-    for (size_t i = 0; i < l->n; i++) open_letter(l->c, l->queue, &l->out[i]);
+    for (size_t i = 0; i < l->n; i++) dq__open_shown(l->c, l->queue, l->out[i].id, &l->out[i].payload, &l->out[i].payload_len);
 }
 
 int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,

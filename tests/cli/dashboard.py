@@ -79,6 +79,12 @@ ok(st.get("pending") == 3 and st.get("ready") == 2 and st.get("dead") == 3, "3 p
 batch = "".join(f"1h\tq{i:03d}\titem {i}\n" for i in range(120)).encode()
 eq(dq("offer", Q2, "--batch", "-", stdin=batch).rc, 0, "120 pending in dash2")
 
+keyf = os.path.join(tmp, "key")
+with open(os.open(keyf, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+    f.write(dq("keygen", redis=False).text)
+Q3 = "dash3"
+eq(dq("--key-file", keyf, "offer", Q3, "1h", "the-secret", "--id", "s0").rc, 0, "a sealed item in dash3")
+
 port = free_port()
 serve = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile)
 ok(wait_for(lambda: answers(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
@@ -250,6 +256,12 @@ try:
                  ".getImageData(0, 0, c.width, c.height).data; let n = 0;"
                  "for (let i = 0; i < d.length; i += 4) if (d[i + 2] > 180 && d[i] < 80) n++; return n;")
     ok(painted and painted > 20, "the chart draws the offered line", painted)
+
+    section("a sealed payload shows sealed (serve has no key)")
+    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q3}"]').click()
+    wait_until(lambda: row_ids() == ["s0"], "dash3: s0", detail=row_ids)
+    shown = js("const r = document.querySelector('#items tr[data-id=\"s0\"] .payload'); return r && r.textContent;")
+    ok(shown and shown.startswith("<sealed") and "the-secret" not in driver.page_source, "sealed, no plaintext", shown)
 
     section("Redis down and back")
     ok(redis_stop(), "redis stopped")

@@ -7,7 +7,8 @@
 - A tampered envelope, or payloads swapped between two items: set aside with
   the reason, not delivered, not retried (also under a lease: acked away).
 - Rotation: a file of [new, old] opens old items and seals with the new key.
-- Dead letters show a sealed payload as sealed unless the key is given.
+- Dead letters and listings show a sealed payload as sealed unless the key
+  is given.
 - Key files open to group or others, or malformed, are refused (exit 2); a
   client without keys may not offer a payload that looks sealed.
 """
@@ -155,6 +156,21 @@ ok(r.rc == 0 and r.json_lines() and r.json_lines()[0].get("payload_sealed_with")
    "--json: payload_sealed_with", r)
 r = dq("--key-file", k1, "dead", q, "list")
 ok(r.rc == 0 and "dead-secret" in r.text, "with the key: the payload", r)
+
+section("list (and so the API and the dashboard): sealed unless the key is given")
+q = "seal9"
+eq(dq("--key-file", k1, "offer", q, "1h", "later-secret", "--id", "l1").rc, 0, "offer l1 (pending)")
+eq(dq("--key-file", k1, "offer", q, "0", "ready-secret", "--id", "l2").rc, 0, "offer l2 (ready)")
+for state, word in (("pending", "later-secret"), ("ready", "ready-secret")):
+    r = dq("list", q, "--state", state, "--json")
+    m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
+    ok(m.get("sealed") is True and m.get("payload") is None and word not in r.text,
+       f"{state}, no key: sealed, no plaintext", r)
+    r = dq("--key-file", k1, "list", q, "--state", state, "--json")
+    m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
+    ok(m.get("sealed") is False and m.get("payload") == word, f"{state}, with the key: the payload", r)
+    r = dq("--key-file", keyfile("other9", keygen()), "list", q, "--state", state)
+    ok(r.rc == 0 and "<sealed>" in r.text and word not in r.text, f"{state}, another key: <sealed>", r)
 
 section("refusals")
 loose = keyfile("loose", K1)
