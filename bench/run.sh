@@ -10,6 +10,7 @@
 # inherit the pinning), then BUILD_DIR/bench/valbench on the same server and
 # core (phase val), then bench/ha.py (phase ha), then bench/users.py (phase
 # users: the CLI as users run it, unpinned, on a server of its own), then
+# bench/ops.py (phase ops: `delayq serve`'s scrapes with 100 queues), then
 # bench/peer.py (phase peer: BullMQ next to the CLI, A B A B). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
@@ -18,13 +19,15 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,peer
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,ops,peer
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
-#                           of the scripts before the hardening, kept in
-#                           bench/ref/b1baf5e, next to the current ones;
+#                           of the scripts before the hardening and before
+#                           the metrics, kept in bench/ref/b1baf5e and
+#                           bench/ref/856d7b3, next to the current ones;
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
+#                           ops: bench/ops.py, /metrics with 100 queues;
 #                           peer: bench/peer.py, BullMQ in the same run)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
@@ -128,26 +131,28 @@ done
 
 echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unpinned}), dir $DIR" >&2
 RESULTS="$BUILD_DIR/bench/results.txt"
-# "val" is valbench's phase, "ha" bench/ha.py's and "users" bench/users.py's,
-# not dqbench's.
+# "val" is valbench's phase, "ha" bench/ha.py's, "users" bench/users.py's
+# and "ops" bench/ops.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' |
-    grep -v '^users$' | grep -v '^peer$' | paste -sd, -)
+    grep -v '^users$' | grep -v '^ops$' | grep -v '^peer$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_USERS=1
+RUN_OPS=1
 RUN_PEER=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
 [ $RUN_CORE -eq 1 ] &&
     echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${CORE_ONLY:+ --only $CORE_ONLY}" >&2
 [ $RUN_VAL -eq 1 ] &&
-    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e" >&2
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e (then 856d7b3)" >&2
 # Runs a phase: the command after OUT, its figures into OUT and shown as
 # they come, then appended to the results; sets rc. In the background so
 # that a signal to run.sh can stop it; the caller's timeout bounds the run
@@ -179,7 +184,11 @@ if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
     # The same server, after dqbench (valbench FLUSHALLs it); 300 s at most.
     # shellcheck disable=SC2086
     run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
-        --ref "$ROOT/bench/ref/b1baf5e"
+        --ref "$ROOT/bench/ref/b1baf5e" --what "hardening, issue 15"
+    # The same again against the scripts before the metrics (issue 11).
+    # shellcheck disable=SC2086
+    [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+        --ref "$ROOT/bench/ref/856d7b3" --what "metrics, issue 11"
 fi
 if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
     # Servers of its own (pinned to core 0), stopped by pid; 300 s at most.
@@ -188,6 +197,10 @@ fi
 if [ $rc -eq 0 ] && [ $RUN_USERS -eq 1 ]; then
     # The CLI as users run it: a server of its own, nothing pinned; 300 s at most.
     run_phase "$RESULTS.users" timeout -k 10 300 python3 "$ROOT/bench/users.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_OPS -eq 1 ]; then
+    # delayq serve on a server of its own, unpinned; 120 s at most.
+    run_phase "$RESULTS.ops" timeout -k 10 120 python3 "$ROOT/bench/ops.py" "$BUILD_DIR"
 fi
 if [ $rc -eq 0 ] && [ $RUN_PEER -eq 1 ]; then
     # BullMQ on a server of its own, A B A B with the CLI; skipped (and

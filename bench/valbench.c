@@ -1,11 +1,14 @@
 /*
- * valbench.c - `make bench`, phase val: what the hardening of the scripts
- * (issue 15: every script checks what it reads from Redis before writing)
- * costs Redis, as Redis CPU per item of offer, transfer and take, for the
- * scripts before the hardening (commit b1baf5e, kept in bench/ref/b1baf5e)
- * and the current ones (lua/, as the library embeds them), side by side.
+ * valbench.c - `make bench`, phase val: what a change to the scripts costs
+ * Redis, as Redis CPU per item of offer, transfer and take, for the scripts
+ * before the change (kept in bench/ref/COMMIT) and the current ones (lua/,
+ * as the library embeds them), side by side. bench/run.sh runs it twice:
+ *   --ref bench/ref/b1baf5e --what "hardening, issue 15"   (every script
+ *       checks what it reads from Redis before writing)
+ *   --ref bench/ref/856d7b3 --what "metrics, issue 11"     (the totals and
+ *       the lateness histogram the scripts keep in dq:{Q}:n)
  *
- *   valbench --port PORT [--ref DIR] [--rounds N] [--scale X]
+ *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
@@ -90,8 +93,8 @@ typedef struct figure {
 static struct {
     int port, rounds;
     double scale;
-    const char *ref;
-} G = {0, 5, 1.0, "bench/ref/b1baf5e"};
+    const char *ref, *what;
+} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15"};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -514,8 +517,9 @@ static double median(int set, int c, int script) {
 
 static void report(const script_set *sets) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
-    printf("\n== Validation cost (hardening, issue 15): Redis CPU per item, old scripts vs new%s\n", sc);
-    printf("   old: commit b1baf5e (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", G.ref);
+    const char *commit = strrchr(G.ref, '/') ? strrchr(G.ref, '/') + 1 : G.ref;
+    printf("\n== Script cost (%s): Redis CPU per item, old scripts vs new%s\n", G.what, sc);
+    printf("   old: commit %s (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", commit, G.ref);
     for (int i = 0; i < S_N; i++)
         printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i], sets[1].sha[i]);
     printf("   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
@@ -537,7 +541,7 @@ static void report(const script_set *sets) {
                cn / co, per_call[0], per_call[1]);
     }
     double offer = median(1, C_OFFER16, 1), offer_old = median(0, C_OFFER16, 1);
-    printf("\n   target (issue 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
+    printf("\n   target (issues 11 and 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
            "   new %.2f us: %s (old %.2f us: %s)\n",
            offer, offer <= 7.0 ? "PASS" : "MISS", offer_old, offer_old <= 7.0 ? "PASS" : "MISS");
 
@@ -562,7 +566,7 @@ static void report(const script_set *sets) {
 /* ------------------------------------------------------------ main */
 
 static void usage(void) {
-    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--rounds N] [--scale X]\n");
+    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n");
     exit(2);
 }
 
@@ -573,6 +577,7 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--port") == 0) G.port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--ref") == 0) G.ref = argv[++i];
+        else if (strcmp(argv[i], "--what") == 0) G.what = argv[++i];
         else if (strcmp(argv[i], "--rounds") == 0) G.rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--scale") == 0) G.scale = atof(argv[++i]);
         else usage();
