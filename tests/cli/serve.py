@@ -231,7 +231,7 @@ for method, path in (("DELETE", f"/api/queues/{Q}/items/p1"), ("POST", f"/api/qu
     ok(code == 403 and "error" in body, f"{method} {path}: 403", (code, body))
 eq(zscore_due(Q, "p1") is not None, True, "p1 still pending")
 
-section("concurrent scrapes and API reads while items flow")
+section("concurrent scrapes, API reads and page loads while items flow")
 flow = "srvflow"
 sched = bg_dq("schedule", flow)
 consumer = bg_dq("take", flow, "--count", "0", "--json", "--no-scheduler")
@@ -239,12 +239,16 @@ errors, done = [], threading.Event()
 
 
 def scraper(kind):
+    """kind 1: /metrics, parsed; 0: /api/queues; 2: the dashboard page."""
     n = 0
+    path = {0: "/api/queues", 1: "/metrics", 2: "/"}[kind]
     while not done.is_set() and n < 400:
-        code, body, _ = http(rport, "/metrics" if kind else "/api/queues")
+        code, body, _ = http(rport, path)
         if code != 200:
             errors.append((kind, code, body[:200]))
-        elif kind:
+        elif kind == 2 and b'id="queues"' not in body:
+            errors.append(("page", body[:200]))
+        elif kind == 1:
             try:
                 list(text_string_to_metric_families(body.decode()))
             except Exception as e:  # noqa: BLE001
@@ -252,7 +256,7 @@ def scraper(kind):
         n += 1
 
 
-threads = [threading.Thread(target=scraper, args=(i % 2,)) for i in range(4)]
+threads = [threading.Thread(target=scraper, args=(i % 3,)) for i in range(6)]
 for t in threads:
     t.start()
 batch = "".join(f"{i % 500}ms\tf{i}\tx\n" for i in range(2000)).encode()
@@ -261,7 +265,7 @@ ok(wait_for(lambda: consumer.count() >= 2000, 20), "all 2000 delivered", consume
 done.set()
 for t in threads:
     t.join(30 * SLOW)
-ok(not errors, "every scrape and read answered 200 and parsed", errors[:3])
+ok(not errors, "every scrape, read and page load answered 200 and parsed", errors[:3])
 code, fams, _ = metrics(rport)
 eq(sample(fams, "delayq_delivered", queue=flow), 2000.0, "delivered_total 2000")
 cnt = sample(fams, "delayq_lateness_seconds", "delayq_lateness_seconds_count", queue=flow)
