@@ -52,6 +52,7 @@ UNIT_SRC = $(wildcard tests/unit/*.c)
 ITEST_SRC = $(wildcard tests/integration/*.c)
 EX_SRC = $(wildcard examples/*.c)
 BENCH_SRC = $(wildcard bench/*.c)
+DQBENCH_SRC = $(wildcard bench/dqbench/*.c)
 # Helpers the tests run (tests/cli/*.py), not tests themselves: run.sh
 # executes every tests/unit binary, so they live apart.
 TOOL_SRC = $(wildcard tests/tools/*.c)
@@ -61,7 +62,7 @@ CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ITEST_BIN = $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 EX_BIN = $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
-BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(BUILD)/bench/dqbench
 TOOL_BIN = $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 
 STATIC = $(BUILD)/libdelayq.a
@@ -128,6 +129,11 @@ $(BUILD)/examples/%: examples/%.c $(STATIC) $(wildcard examples/*.h)
 $(BUILD)/bench/%: bench/%.c $(STATIC) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -Ibench $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+# dqbench is one program of many files (bench/dqbench/: a file per figure).
+$(BUILD)/bench/dqbench: $(DQBENCH_SRC) $(STATIC) $(wildcard bench/*.h bench/dqbench/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(DQ_CFLAGS) -Ibench -Ibench/dqbench $(DQ_LDFLAGS) -o $@ $(DQBENCH_SRC) $(STATIC) $(LIBS)
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)
