@@ -194,8 +194,9 @@ int dq__reply_is_topology(const redisReply *r);
 typedef void dq__up_fn(dq_client *c, void *privdata);
 void dq__route_set_up_hook(dq_client *c, dq__up_fn *fn, void *privdata);
 
-/* A blocking connection to the node serving slot (from its pool, or new
- * and connecting: watch on_up), or NULL (message on c). Give it back with
+/* A blocking connection to the node serving slot (from its pool, and up,
+ * or new and connecting: watch on_up), or NULL (message on c). Blocking
+ * connections never reconnect: one lost while pooled is retired here. Give it back with
  * dq__route_blocking_release, or dq__conn_retire it. */
 dq__conn *dq__route_blocking(dq_client *c, unsigned slot);
 void dq__route_blocking_release(dq_client *c, dq__conn *conn);

@@ -201,11 +201,15 @@ dq__conn *dq__route_blocking(dq_client *c, unsigned slot) {
         dq__fail(c, DQ_ECONNECT, "no node serves slot %u", slot);
         return NULL;
     }
-    dq__conn *b = n->idle;
-    if (b) {
+    dq__conn *b;
+    while ((b = n->idle)) {
         n->idle = b->next_in_pool;
         b->next_in_pool = NULL;
-        return b;
+        if (b->state == DQ__UP) return b;
+        /* Lost while idle (a restart, a killed client): a blocking
+         * connection does not reconnect by itself, so one handed out now
+         * would never come up, and its take would wait for ever. */
+        dq__conn_retire(b);
     }
     b = dq__conn_new(c, DQ__CONN_BLOCKING, &n->ep);
     if (!b) {

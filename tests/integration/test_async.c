@@ -2,7 +2,8 @@
  * test_async.c - the callback API on the client's loop: dq_offer_async,
  * dq_take_async (item, timeout, many at once), dq_take_cancel (never inside
  * the call, never losing an item), DQ_EBUSY from callbacks, DQ_ECLOSED when
- * the client is freed, and a scheduled delay through the async path.
+ * the client is freed, a scheduled delay through the async path, and a
+ * take that waits after its client's idle blocking connection was lost.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it).
  */
 #include "dqtest.h"
@@ -375,6 +376,50 @@ static void test_async_scheduled(void **state)
     dq_client_free(c);
 }
 
+/* A take that waited gives its blocking connection back to the client's
+ * pool. If Redis drops that connection while it sits there (a restart, a
+ * CLIENT KILL), the next take that must wait gets a new one: it once got
+ * the dead one, which never reconnects, and waited for ever while items
+ * were ready (seen as a CLI consumer stuck after a Redis restart). */
+static void test_take_after_pooled_conn_lost(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "apool");
+    dq_client *c = dqt_client(NULL);
+    dq_item it = {.id = "p1", .payload = "x", .payload_len = 1};
+
+    /* 1. A take waits, an offer wakes it: its connection goes to the pool. */
+    take_state ts = {.c = c, .stop_when_called = 1};
+    DQT_EXPECT(c, dq_take_async(c, q, 5000, take_cb, &ts, NULL), 0);
+    dqt_run_for(c, 0.2); /* now waiting in BLPOP */
+    offer_state os = {0};
+    DQT_EXPECT(c, dq_offer_async(c, q, &it, offer_cb, &os), 0);
+    assert_int_equal(dqt_run_until_stopped(c, 5), 0);
+    assert_int_equal(ts.status, 1);
+    dq_msg_free(ts.msg);
+
+    /* 2. Redis drops every connection of the client's; the command
+     * connection comes back by itself, the pooled blocking one cannot. */
+    freeReplyObject(dqt_redis("CLIENT KILL TYPE normal SKIPME yes"));
+    dqt_run_for(c, 1.0);
+
+    /* 3. A take that must wait, then an item: it must get it. */
+    take_state ts2 = {.c = c, .stop_when_called = 1};
+    DQT_EXPECT(c, dq_take_async(c, q, 3000 * dqt_slow(), take_cb, &ts2, NULL), 0);
+    dqt_run_for(c, 0.3);
+    it.id = "p2";
+    offer_state os2 = {0};
+    DQT_EXPECT(c, dq_offer_async(c, q, &it, offer_cb, &os2), 0);
+    assert_int_equal(dqt_run_until_stopped(c, 5 * dqt_slow()), 0);
+    assert_int_equal(ts2.calls, 1);
+    assert_int_equal(ts2.status, 1);
+    assert_non_null(ts2.msg);
+    assert_string_equal(ts2.msg->id, "p2");
+    dq_msg_free(ts2.msg);
+    dq_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_busy_in_callback),
         cmocka_unit_test(test_free_ends_takes),
         cmocka_unit_test(test_async_scheduled),
+        cmocka_unit_test(test_take_after_pooled_conn_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
