@@ -16,14 +16,15 @@ the number of scrapes (not the queues: 100 is the figure asked for).
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import topology  # noqa: E402
 from cli_server import Server, out, quantile  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
@@ -52,14 +53,6 @@ def fill(srv):
                    "--no-scheduler", "--timeout", "5s").stdout.decode().splitlines()
         for m in map(json.loads, lines[:5]):
             dq(srv, "nack", name, m["id"], m["token"], "--error", "bench")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def get(port, path):
@@ -100,7 +93,7 @@ def main():
         + (" [SCALED]" if SCALE != 1 else ""))
     with Server("ops") as srv:
         fill(srv)
-        port = free_port()
+        port = topology.free_port()
         serve = subprocess.Popen([DELAYQ, "--redis", srv.url, "serve", "--listen", f"127.0.0.1:{port}"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:

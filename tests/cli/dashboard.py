@@ -11,7 +11,6 @@ violation would land there).
 """
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -35,18 +34,7 @@ if webdriver is None or not shutil.which("chromedriver"):
 
 TOKEN = "t0ken-of-dashboard-py"
 tmp = tempfile.mkdtemp(prefix="delayq-dash.")
-tokfile = os.path.join(tmp, "token")
-with open(tokfile, "w") as f:
-    f.write(TOKEN + "\n")
-os.chmod(tokfile, 0o600)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+tokfile = private_file(tmp, "token", TOKEN + "\n")
 
 
 def answers(port):
@@ -79,13 +67,11 @@ ok(st.get("pending") == 3 and st.get("ready") == 2 and st.get("dead") == 3, "3 p
 batch = "".join(f"1h\tq{i:03d}\titem {i}\n" for i in range(120)).encode()
 eq(dq("offer", Q2, "--batch", "-", stdin=batch).rc, 0, "120 pending in dash2")
 
-keyf = os.path.join(tmp, "key")
-with open(os.open(keyf, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-    f.write(dq("keygen", redis=False).text)
+keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
 Q3 = "dash3"
 eq(dq("--key-file", keyf, "offer", Q3, "1h", "the-secret", "--id", "s0").rc, 0, "a sealed item in dash3")
 
-port = free_port()
+port = closed_port()
 serve = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile)
 ok(wait_for(lambda: answers(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
 

@@ -53,11 +53,18 @@ def main():
     # replica follows the new master, every one is confirmed again.
     ok(wait_for(lambda: sum(1 for r in prod.results if r[2] == 0 and r[3] > t_promoted) >= 10, 30),
        "offers after the failover succeed (exit 0)")
-    t_check = time.time()
-    wait_for(lambda: len([r for r in prod.results if r[3] > t_check]) >= 10, 20)
-    tail = [r for r in prod.results if r[3] > t_check]
-    ok(tail and all(r[2] == 0 for r in tail), "offers go on being confirmed durable",
-       [(r[0], r[2]) for r in tail if r[2] != 0][:5])
+    # The replica that follows the new master may resync once more (a full
+    # sync after its partial one, Sentinel's reconfiguration): WAIT then
+    # misses its 1 s for a few offers (exit 4, written). Durability must
+    # resume: 10 confirmed in a row, within 30 s.
+    def ten_in_a_row():
+        after = [r for r in list(prod.results) if r[3] > t_promoted]
+        return len(after) >= 10 and all(r[2] == 0 for r in after[-10:])
+    resumed = wait_for(ten_in_a_row, 30)
+    after = [r for r in list(prod.results) if r[3] > t_promoted]
+    ok(resumed, "offers are confirmed durable again: 10 in a row", [(r[0], r[2]) for r in after[-10:]])
+    note("after the promotion: exit codes " + str({c: sum(1 for r in after if r[2] == c)
+                                                   for c in sorted({r[2] for r in after})}))
     prod.stop()
     later = [recv for recv, _ in take.snapshot() if recv > t_kill]
     first = min(later) if later else None

@@ -9,7 +9,6 @@ count). The registry (dq:queues) lists every queue offered to.
 """
 import json
 import os
-import socket
 import stat
 import sys
 import tempfile
@@ -29,18 +28,7 @@ ok(text_string_to_metric_families is not None, "python3-prometheus-client is ins
 
 TOKEN = "t0ken-of-serve-py"
 tmp = tempfile.mkdtemp(prefix="delayq-serve.")
-tokfile = os.path.join(tmp, "token")
-with open(tokfile, "w") as f:
-    f.write(TOKEN + "\n")
-os.chmod(tokfile, 0o600)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+tokfile = private_file(tmp, "token", TOKEN + "\n")
 
 
 def http(port, path, method="GET", token=None, timeout=10):
@@ -80,7 +68,7 @@ def sample(fams, family, name=None, **labels):
 
 
 def start_server(*extra, token=True):
-    port = free_port()
+    port = closed_port()
     args = ["serve", "--listen", f"127.0.0.1:{port}"] + (["--token-file", tokfile] if token else []) + list(extra)
     p = bg_dq(*args)
     up = wait_for(lambda: http(port, "/api/queues", timeout=2)[0] == 200, 10)

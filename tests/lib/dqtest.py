@@ -404,6 +404,15 @@ def closed_port():
     return p
 
 
+def private_file(directory, name, text):
+    """Writes text to directory/name, readable by its owner only (what a
+    token or key file must be); returns the path."""
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    return path
+
+
 def percentile(values, p):
     if not values:
         return None
