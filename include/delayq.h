@@ -364,6 +364,12 @@ typedef struct dq_metrics {
  * *m, or a negative code: DQ_EPROTO (message names the field) when a
  * stored total is not an integer. O(1) apart from one O(log N) look-up. */
 DQ_EXPORT int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) DQ_NODISCARD;
+/* The same for n queues at once, their calls pipelined: about one round
+ * trip for all, not one each. status[i] gets 0 (m[i] filled) or queue i's
+ * negative code; the message on c is the last failure's. Returns 0 once
+ * every call has ended, or a negative code (nothing was sent). */
+DQ_EXPORT int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_metrics *m,
+                                  int *status) DQ_NODISCARD;
 
 /* The names of every queue ever offered to, from the registry the offers
  * keep (the set dq:queues: a client adds a queue the first time it offers

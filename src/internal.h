@@ -322,6 +322,8 @@ double dq__clock_until(const dq_client *c, int64_t server_ms);
 /* Runs the loop until *done becomes non-zero (gathered offers and queued
  * commands are written first). */
 void dq__wait(dq_client *c, const int *done);
+/* The same until *left falls to 0 (replies still to come). */
+void dq__wait_all(dq_client *c, const int *left);
 
 /* Freeing what the client runs (dq_client_free). */
 void dq__sched_free_all(dq_client *c);

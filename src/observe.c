@@ -23,11 +23,13 @@ typedef struct sync_call {
     int done, status;
     decode_fn *decode;
     void *out;
+    int *left; /* of a batch: calls whose reply is still to come */
 } sync_call;
 
 static void sync_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     sync_call *s = privdata;
     s->done = 1;
+    if (s->left) --*s->left;
     if (reply && reply->type == REDIS_REPLY_ARRAY) s->status = s->decode(s->c, reply, s->out);
     else s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
 }
@@ -100,14 +102,42 @@ static int decode_metrics(dq_client *c, const redisReply *reply, void *out) {
     return 0;
 }
 
+/* Sends the metrics call of s->queue (the reply fills s). */
+static int send_metrics(sync_call *s) {
+    dq__keys k;
+    dq__keys_init(&k, s->queue);
+    const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    return dq__op_eval(s->c, s->queue, 0, DQ__LUA_METRICS, 5, 1, argv, lens, sync_reply, s);
+}
+
 int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) {
     int rc = check_read(c, queue);
     if (rc) return rc;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
-    sync_call s = {c, queue, 0, 0, decode_metrics, m};
-    return run_sync(&s, DQ__LUA_METRICS, 5, 1, argv);
+    sync_call s = {c, queue, 0, 0, decode_metrics, m, NULL};
+    if ((rc = send_metrics(&s))) return rc;
+    dq__wait(c, &s.done);
+    return s.status;
+}
+
+int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_metrics *m, int *status) {
+    int rc = dq__not_in_callback(c);
+    if (rc) return rc;
+    sync_call *calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    int left = 0;
+    for (size_t i = 0; i < n; i++) {
+        sync_call *s = &calls[i];
+        *s = (sync_call){c, queues[i], 0, 0, decode_metrics, &m[i], &left};
+        if ((status[i] = dq__check_queue(c, queues[i])) == 0 && (status[i] = send_metrics(s)) == 0) left++;
+        else s->done = 1;
+    }
+    dq__wait_all(c, &left);
+    for (size_t i = 0; i < n; i++)
+        if (!status[i]) status[i] = calls[i].status;
+    free(calls);
+    return 0;
 }
 
 /* ------------------------------------------------------------ listing */
@@ -241,7 +271,7 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
     dq__keys k;
     dq__keys_init(&k, queue);
     char num[2][24];
-    sync_call s = {c, queue, 0, 0, NULL, &p};
+    sync_call s = {c, queue, 0, 0, NULL, &p, NULL};
     if (slots) {
         snprintf(num[0], sizeof num[0], "%zu", limit);
         const char *argv[5] = {k.z, k.prefix, state == DQ_STATE_PENDING ? "pending" : "inflight", cursor, num[0]};

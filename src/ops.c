@@ -103,6 +103,12 @@ void dq__wait(dq_client *c, const int *done) {
     while (!*done) ev_run(c->loop, EVRUN_ONCE);
 }
 
+void dq__wait_all(dq_client *c, const int *left) {
+    dq__offers_flush(c);
+    if (c->router) dq__route_write_now(c);
+    while (*left > 0) ev_run(c->loop, EVRUN_ONCE);
+}
+
 /* ------------------------------------------------------------ offer */
 
 /* Items one script call offers at most, and the payload bytes it carries at

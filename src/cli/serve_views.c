@@ -210,10 +210,10 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
     dq_metrics *m = up ? calloc(n ? n : 1, sizeof *m) : NULL;
     int *okq = up ? calloc(n ? n : 1, sizeof *okq) : NULL;
     int errors = 0;
-    if (up && (!m || !okq))
+    if (up && (!m || !okq || dq_get_metrics_many(conf->c, (const char *const *)names, n, m, okq) != 0))
         up = 0;
     for (size_t i = 0; up && i < n; i++) {
-        okq[i] = dq_get_metrics(conf->c, names[i], &m[i]) == 0;
+        okq[i] = okq[i] == 0; /* a status until here */
         errors += !okq[i];
     }
     dq__buf_printf(&b, "# HELP delayq_up Whether Redis answered this scrape (1) or not (0).\n"
@@ -271,17 +271,30 @@ void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
         view_json(v, 200, body);
         return;
     }
+    dq_metrics *m = calloc(n ? n : 1, sizeof *m);
+    int *status = calloc(n ? n : 1, sizeof *status);
+    if (!m || !status || dq_get_metrics_many(conf->c, (const char *const *)names, n, m, status) != 0) {
+        free(m), free(status), json_decref(list), json_decref(body), dq_queues_free(names, n);
+        view_failure(v, conf->c, DQ_ENOMEM);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        dq_metrics m;
-        if (dq_get_metrics(conf->c, names[i], &m) == 0) {
-            json_array_append_new(list, queue_json(names[i], &m));
-        } else {
-            json_t *o = json_object();
+        if (status[i] == 0) {
+            json_array_append_new(list, queue_json(names[i], &m[i]));
+            continue;
+        }
+        /* Rare: ask again alone, for this queue's own message. */
+        dq_metrics one;
+        int again = dq_get_metrics(conf->c, names[i], &one);
+        json_t *o = again == 0 ? queue_json(names[i], &one) : json_object();
+        if (again) {
             json_object_set_new(o, "name", json_string(names[i]));
             json_object_set_new(o, "error", json_string(dq_client_errstr(conf->c)));
-            json_array_append_new(list, o);
         }
+        json_array_append_new(list, o);
     }
+    free(m);
+    free(status);
     dq_queues_free(names, n);
     json_object_set_new(body, "queues", list);
     view_json(v, 200, body);

@@ -1,6 +1,7 @@
 /*
  * test_api.c - the synchronous C API against a real Redis: connecting,
- * offer/take round trips, batches, cancel, lookup, stats, keep/replace,
+ * offer/take round trips, batches, cancel, lookup, stats, metrics of many
+ * queues at once, keep/replace,
  * payload limits, wrong-type keys and take timeouts.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it). Each test uses its own queues.
  */
@@ -549,6 +550,49 @@ static void test_stats(void **state)
     dq_client_free(c);
 }
 
+/* dq_get_metrics_many: each queue's figures as dq_get_metrics gives them,
+ * and each failure on its own queue (a bad name, a corrupt total), never
+ * sinking the others. */
+static void test_metrics_many(void **state)
+{
+    (void)state;
+    char q[3][64];
+    dq_client *c = dqt_client(NULL);
+    for (int i = 0; i < 3; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "mm%d", i);
+        dqt_queue(q[i], sizeof q[i], tag);
+        for (int k = 0; k <= i; k++) {
+            dq_item it = {.payload = "p", .payload_len = 1, .delay_ms = k % 2 ? 60000 : 0};
+            DQT_EXPECT(c, dq_offer(c, q[i], &it, NULL), 0);
+        }
+    }
+    freeReplyObject(dqt_redis("HSET dq:{%s}:n offered x", q[2])); /* corrupt: refused by name */
+    const char *names[4] = {q[0], "bad name", q[1], q[2]};
+    dq_metrics m[4], one;
+    int status[4];
+    memset(m, 0x55, sizeof m);
+    DQT_EXPECT(c, dq_get_metrics_many(c, names, 4, m, status), 0);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], DQ_EINVAL);
+    assert_int_equal(status[2], 0);
+    assert_int_equal(status[3], DQ_EPROTO);
+    assert_int_equal(m[0].offered, 1);
+    assert_int_equal(m[0].stats.ready, 1);
+    assert_int_equal(m[0].stats.pending, 0);
+    assert_int_equal(m[2].offered, 2);
+    assert_int_equal(m[2].stats.ready, 1);
+    assert_int_equal(m[2].stats.pending, 1);
+    DQT_EXPECT(c, dq_get_metrics(c, q[1], &one), 0);
+    assert_int_equal(one.offered, m[2].offered);
+    assert_int_equal(one.stats.pending, m[2].stats.pending);
+    assert_int_equal(one.stats.ready, m[2].stats.ready);
+    DQT_EXPECT(c, dq_get_metrics(c, q[2], &one), DQ_EPROTO);
+    assert_non_null(strstr(dq_client_errstr(c), "offered"));
+    DQT_EXPECT(c, dq_get_metrics_many(c, names, 0, m, status), 0);
+    dq_client_free(c);
+}
+
 /* ------------------------------------------------------------ keep / replace */
 
 static void test_keep_replace(void **state)
@@ -830,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_one_millisecond),
         cmocka_unit_test(test_cancel_lookup),
         cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_metrics_many),
         cmocka_unit_test(test_keep_replace),
         cmocka_unit_test(test_too_big),
         cmocka_unit_test(test_invalid_args),
