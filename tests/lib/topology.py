@@ -49,16 +49,23 @@ def free_port(with_bus=False):
     raise RuntimeError("no free port")
 
 
-def call(port, *args, timeout=5):
+def _encode(args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def call(port, *args, timeout=5, auth=None):
     """One command over a fresh connection; returns the decoded reply (str,
-    int, list, None) or raises RuntimeError for an error reply."""
+    int, list, None) or raises RuntimeError for an error reply. auth: the
+    arguments of an AUTH sent first ((password,) or (user, password))."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        out = b"*%d\r\n" % len(args)
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out += b"$%d\r\n%s\r\n" % (len(a), a)
-        sock.sendall(out)
+        sock.sendall((_encode(("AUTH",) + tuple(auth)) if auth else b"") + _encode(args))
         f = sock.makefile("rb")
+        if auth:
+            _read(f)
         return _read(f)
 
 
@@ -85,9 +92,9 @@ def _read(f):
     raise RuntimeError(f"bad reply {line!r}")
 
 
-def try_call(port, *args, timeout=2):
+def try_call(port, *args, timeout=2, auth=None):
     try:
-        return call(port, *args, timeout=timeout)
+        return call(port, *args, timeout=timeout, auth=auth)
     except (OSError, RuntimeError, ConnectionError):
         return None
 
@@ -127,8 +134,11 @@ class _Group:
                            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
                            "--protected-mode", "no", *extra])
 
+    def _auth(self, port):
+        return None
+
     def wait_ping(self, ports, timeout=10):
-        return wait_until(lambda: all(try_call(p, "PING") == "PONG" for p in ports), timeout)
+        return wait_until(lambda: all(try_call(p, "PING", auth=self._auth(p)) == "PONG" for p in ports), timeout)
 
     def kill(self, port, sig=signal.SIGKILL):
         """Stops one process by its pid; returns once it is gone."""
@@ -166,14 +176,21 @@ class _Group:
 
 class SentinelGroup(_Group):
     """One master, n_replicas replicas, n_sentinels sentinels monitoring it
-    as NAME, with down-after-milliseconds down_after_ms."""
+    as NAME, with down-after-milliseconds down_after_ms. With
+    sentinel_password, the sentinels want it from their clients: as the
+    password of ACL user sentinel_user (the default user off), or without a
+    user as requirepass; they use it among themselves too."""
 
     NAME = "dqmaster"
 
-    def __init__(self, n_replicas=2, n_sentinels=3, down_after_ms=1000):
+    def __init__(self, n_replicas=2, n_sentinels=3, down_after_ms=1000, sentinel_user=None,
+                 sentinel_password=None):
         super().__init__("delayq-sentinel.")
         self.data_ports = [free_port() for _ in range(1 + n_replicas)]
         self.sentinel_ports = [free_port() for _ in range(n_sentinels)]
+        self.sentinel_auth = None
+        if sentinel_password:
+            self.sentinel_auth = (sentinel_user, sentinel_password) if sentinel_user else (sentinel_password,)
         m = self.data_ports[0]
         self._server(m)
         for p in self.data_ports[1:]:
@@ -186,9 +203,17 @@ class SentinelGroup(_Group):
                         f"sentinel down-after-milliseconds {self.NAME} {down_after_ms}\n"
                         f"sentinel failover-timeout {self.NAME} 5000\n"
                         f"sentinel parallel-syncs {self.NAME} 2\n")
+                if sentinel_password and sentinel_user:
+                    f.write(f"user default off\nuser {sentinel_user} on >{sentinel_password} allchannels +@all\n"
+                            f"sentinel sentinel-user {sentinel_user}\nsentinel sentinel-pass {sentinel_password}\n")
+                elif sentinel_password:
+                    f.write(f"requirepass {sentinel_password}\nsentinel sentinel-pass {sentinel_password}\n")
             self._spawn(p, ["redis-server", conf, "--sentinel"])
         if not self.wait_ping(self.data_ports + self.sentinel_ports):
             raise RuntimeError("sentinel group did not start")
+
+    def _auth(self, port):
+        return self.sentinel_auth if port in self.sentinel_ports else None
 
     def url(self, password=None):
         hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
@@ -197,7 +222,7 @@ class SentinelGroup(_Group):
 
     def master_port(self):
         for s in self.sentinel_ports:
-            r = try_call(s, "SENTINEL", "get-master-addr-by-name", self.NAME)
+            r = try_call(s, "SENTINEL", "get-master-addr-by-name", self.NAME, auth=self.sentinel_auth)
             if r:
                 return int(r[1])
         return None
@@ -212,10 +237,10 @@ class SentinelGroup(_Group):
         """Every sentinel knows the master and its replicas and the others."""
         m = self.master_port()
         for s in self.sentinel_ports:
-            r = try_call(s, "SENTINEL", "get-master-addr-by-name", self.NAME)
+            r = try_call(s, "SENTINEL", "get-master-addr-by-name", self.NAME, auth=self.sentinel_auth)
             if not r or int(r[1]) != m:
                 return False
-            reps = try_call(s, "SENTINEL", "replicas", self.NAME) or []
+            reps = try_call(s, "SENTINEL", "replicas", self.NAME, auth=self.sentinel_auth) or []
             if len(reps) < len(self.data_ports) - 1:
                 return False
             # A restarted old master counts only once every sentinel sees it
@@ -225,7 +250,7 @@ class SentinelGroup(_Group):
                 fields = dict(zip(rep[::2], rep[1::2]))
                 if fields.get("flags") != "slave" or fields.get("master-link-status") != "ok":
                     return False
-            sens = try_call(s, "SENTINEL", "sentinels", self.NAME) or []
+            sens = try_call(s, "SENTINEL", "sentinels", self.NAME, auth=self.sentinel_auth) or []
             if len(sens) < len(self.sentinel_ports) - 1:
                 return False
         return True
@@ -243,7 +268,7 @@ class SentinelGroup(_Group):
                           info(self.master_port(), "replication").get("role") == "master", timeout, 0.05)
 
     def graceful_failover(self):
-        return call(self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.NAME)
+        return call(self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.NAME, auth=self.sentinel_auth)
 
 
 class Cluster(_Group):
