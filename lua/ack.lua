@@ -39,7 +39,10 @@ slot_find_many(P, zs, want)
 local done_items = {}
 for _, w in ipairs(want) do
   local _, token = nil, nil
-  if w.rec then _, token = record_lease(w.rec) end
+  if w.rec then
+    token = w.lease
+    if token == nil then _, token = record_lease(w.rec) end
+  end
   if token == w.token then
     if w.run then w.run.acked = (w.run.acked or 0) + 1 end
     done_items[#done_items + 1] = w

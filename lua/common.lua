@@ -848,9 +848,18 @@ local function record_lease(rec)
   return id, string.sub(rec, pos + il, pos + il + tl - 1)
 end
 
+-- The id of a record and, when it is leased (version 2), its lease token;
+-- nil if it does not decode. One parse where record_id then record_lease
+-- would make two (an ack needs both of every record it finds).
+local function record_id_lease(rec)
+  if string.byte(rec, 1) == 50 then return record_lease(rec) end
+  return record_id(rec)
+end
+
 -- slot_find for many records at once: items is a list of tables with id
 -- and score (a number); each item whose record is found gets key (its
--- slot's key) and rec, and, when found by a range read, run: the read's
+-- slot's key) and rec (and lease, its token, when the range read found a
+-- leased record), and, when found by a range read, run: the read's
 -- {key, lo, hi, n} (the range's scores as strings and how many records it
 -- held, all of them read: none when it stopped at its limit), so a caller
 -- that removes every record of a run can remove the range. The items that share a slot cost one ZRANGEBYSCORE
@@ -888,8 +897,10 @@ local function slot_find_many(P, zs, items)
       for k = i, j do
         local w = order[k]
         local rec = by[fmt(w.score)]
-        if rec and record_id(rec) == w.id then
-          w.key, w.rec, w.run = key, rec, run
+        local rid, lease
+        if rec then rid, lease = record_id_lease(rec) end
+        if rid == w.id then
+          w.key, w.rec, w.run, w.lease = key, rec, run, lease
         elseif rec or not whole then
           w.key, w.rec = slot_find(P, zs, w.id, w.score)
         end
