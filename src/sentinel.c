@@ -27,7 +27,9 @@ static void ask_sentinel(dq__router *rt);
 
 static void next_sentinel(dq__router *rt, const char *why) {
     dq__log(rt->c, "sentinel %s: %s", rt->asking ? rt->asking->name : "?", why);
-    snprintf(rt->errstr, sizeof rt->errstr, "no sentinel named a master for '%.60s' (last: %.60s: %.80s)",
+    /* Sized to fit DQ__ERRSTR_MAX whole: Redis's refusals (WRONGPASS ...)
+     * run to 100 bytes and more, and a cut one reads as a different error. */
+    snprintf(rt->errstr, sizeof rt->errstr, "no sentinel named master '%.40s' (last %.46s: %.128s)",
              rt->c->url.master, rt->asking ? rt->asking->name : "?", why);
     if (rt->asking) dq__conn_retire(rt->asking);
     rt->asking = NULL;

@@ -40,7 +40,7 @@ with SentinelGroup(n_replicas=1, n_sentinels=1, sentinel_user=USER, sentinel_pas
     port = g.sentinel_ports[0]
     works(url(g, f"sentinel_user={USER}&sentinel_password={PASSWORD}"), "sa1", "user and password")
     refused(url(g, f"sentinel_user={USER}&sentinel_password=wrong-pass"), "a wrong password",
-            f"127.0.0.1:{port}", "WRONGPASS")
+            f"127.0.0.1:{port}", "WRONGPASS invalid username-password pair or user is disabled.")
     refused(url(g, ""), "no credentials", f"127.0.0.1:{port}", "NOAUTH")
 
 section("a sentinel with requirepass")
