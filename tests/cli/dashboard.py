@@ -2,8 +2,9 @@
 headless Chromium driven by python3-selenium through chromedriver.
 
 The queues are built with the CLI. The page must show each queue with its
-counts, a live rate once items flow, the lateness histogram, the items of
-every state paged by cursor, a look-up by id; it must cancel, redrive one
+counts, a live rate once items flow, the lateness histogram (its bars add up
+to the moves a scheduler made), the items of every state paged by cursor
+(in flight with its lease's end and attempt), a look-up by id; it must cancel, redrive one
 and all dead letters and purge with the token (and say 401 with a wrong
 one), show a payload of markup as text, and say when Redis is down and
 when it is back. The browser's console must stay free of errors (a CSP
@@ -70,6 +71,17 @@ eq(dq("offer", Q2, "--batch", "-", stdin=batch).rc, 0, "120 pending in dash2")
 keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
 Q3 = "dash3"
 eq(dq("--key-file", keyf, "offer", Q3, "1h", "the-secret", "--id", "s0").rc, 0, "a sealed item in dash3")
+# dash4: one item in flight (leased for 1 h), and 20 moved by a scheduler's
+# transfers (due in 300 ms), so the lateness histogram has counts.
+Q4 = "dash4"
+eq(dq("offer", Q4, "0", "held", "--id", "f0").rc, 0, "offer f0")
+r = dq("take", Q4, "--ack", "manual", "--lease", "1h", "--json", "--timeout", "5s")
+ok(r.rc == 0 and r.json_lines() and r.json_lines()[0]["id"] == "f0", "f0 taken with a 1 h lease", r)
+batch = "".join(f"300ms\tm{i}\tx\n" for i in range(20)).encode()
+eq(dq("offer", Q4, "--batch", "-", stdin=batch).rc, 0, "20 items due in 300 ms")
+sched = bg_dq("schedule", Q4)
+ok(wait_for(lambda: stats(Q4).get("ready") == 20, 10), "a scheduler moved them", stats(Q4))
+sched.stop()
 
 port = closed_port()
 serve = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile)
@@ -248,6 +260,19 @@ try:
     wait_until(lambda: row_ids() == ["s0"], "dash3: s0", detail=row_ids)
     shown = js("const r = document.querySelector('#items tr[data-id=\"s0\"] .payload'); return r && r.textContent;")
     ok(shown and shown.startswith("<sealed") and "the-secret" not in driver.page_source, "sealed, no plaintext", shown)
+
+    section("in flight, and the lateness histogram")
+    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q4}"]').click()
+    wait_until(lambda: text("detail-name") == Q4, "dash4 opens")
+    Select(driver.find_element(By.ID, "state-select")).select_by_value("inflight")
+    wait_until(lambda: row_ids() == ["f0"], "in flight: f0", detail=row_ids)
+    row = js("const r = document.querySelector('#items tr[data-id=\"f0\"]'); return r && r.textContent;")
+    ok(row and "lease ends" in row, "its row shows the lease's end", row)
+    attempts = js("const r = document.querySelector('#items tr[data-id=\"f0\"]'); return r && r.cells[2].textContent;")
+    eq(attempts, "1", "and its attempt")
+    bars = lambda: js("return [...document.querySelectorAll('#lateness .lat-bar')].reduce((n, b) => n + +b.dataset.count, 0);")
+    wait_until(lambda: bars() == 20, "the histogram's bars count the 20 moves", detail=bars)
+    ok("20 items" in (text("lat-summary") or ""), "and its summary says so", text("lat-summary"))
 
     section("Redis down and back")
     ok(redis_stop(), "redis stopped")
