@@ -265,9 +265,9 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
     page p = {state, NULL, 0, next_cursor, 0, limit};
     int slots = state == DQ_STATE_PENDING || state == DQ_STATE_IN_FLIGHT;
     if (state != DQ_STATE_READY && state != DQ_STATE_DEAD && !slots)
-        return dq__fail(c, DQ_EINVAL, "list: no such state %d", state);
+        return dq__fail(c, DQ_EINVAL, "no such state %d", state);
     if (!dq__list_cursor(slots, cursor, &p.offset))
-        return dq__fail(c, DQ_EINVAL, "list: malformed cursor");
+        return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
     dq__keys k;
     dq__keys_init(&k, queue);
     char num[2][24];

@@ -61,7 +61,7 @@ int cli_cmd_lookup(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_check_queue(argv[0]);
     if (!rc)
-        rc = cli_check_id("lookup", argv[1], strlen(argv[1]));
+        rc = cli_check_id("lookup: ", argv[1], strlen(argv[1]));
     if (!rc)
         rc = cli_connect(env, &c);
     if (rc)

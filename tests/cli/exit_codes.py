@@ -99,6 +99,14 @@ ROWS = [
     ("dead count --json", ["dead", "q", "count", "--json"], None),
     ("dead list with an extra argument", ["dead", "q", "list", "x"], None),
     ("dead redrive of an invalid id", ["dead", "q", "redrive", "a b"], None),
+    # lookup, list
+    ("lookup without an id", ["lookup", "q"], None),
+    ("lookup of an invalid id", ["lookup", "q", "a b"], None),
+    ("list --state sideways", ["list", "q", "--state", "sideways"], None),
+    ("list --limit 0", ["list", "q", "--limit", "0"], None),
+    ("list --limit 1001", ["list", "q", "--limit", "1001"], None),
+    ("list --cursor zz", ["list", "q", "--cursor", "zz"], None),
+    ("list --state ready --cursor 1:2", ["list", "q", "--state", "ready", "--cursor", "1:2"], None),
     # schedule, stats
     ("schedule without a queue", ["schedule"], None),
     ("schedule of an invalid queue", ["schedule", "ok", "not ok"], None),
@@ -123,6 +131,12 @@ if p is not None:
 eq(dq("config", "q", "--json").text.strip(),
    '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1000,"backoff_max_ms":600000}',
    "no refused config changed a setting")
+
+section("a message names its command once")
+r = dq("lookup", "q", "a b")
+ok(r.err.startswith(b"delayq: lookup: invalid id 'a b'"), "lookup: the id", r.err)
+r = dq("list", "q", "--cursor", "zz")
+ok(r.err.startswith(b"delayq: list: malformed cursor") and b"list: list" not in r.err, "list: the cursor", r.err)
 
 section("input errors Redis finds: exit 2 too")
 eq(dq("config", "cr", "--backoff-max", "2s").rc, 0, "config cr --backoff-max 2s")
