@@ -148,7 +148,7 @@ static void route_queue(cli_route *r, const char *token, const cli_request *rq, 
     } else if (strncmp(rest, "items/", 6) == 0) {
         int del = strcmp(rq->method, "DELETE") == 0;
         if (!del && method_is(r, rq->method, "GET")) {
-            r->allow = "GET, DELETE";
+            r->allow = "GET, DELETE"; /* the path takes both */
             return;
         }
         if (take_id(r, rest + 6, rl - 6) || (del && authorized(r, token, rq->authorization)) ||
