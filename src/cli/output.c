@@ -344,14 +344,14 @@ static int text_payload(dq__buf *b, const void *payload, size_t len)
     return rc;
 }
 
-/* The key id of a dead letter still sealed (the client holds no key that
- * opens it: dq_dead_list opens the others), in hex; "" if not sealed. */
-static const char *sealed_with(const dq_dead_letter *d, char hex[DQ__KEY_ID_LEN * 2 + 1])
+/* The key id of a payload still sealed (the client holds no key that opens
+ * it: dq_dead_list and dq_list open the others), in hex; "" if not sealed. */
+static const char *sealed_with(const void *payload, size_t len, char hex[DQ__KEY_ID_LEN * 2 + 1])
 {
     unsigned char kid[DQ__KEY_ID_LEN];
 
     hex[0] = '\0';
-    if (dq__sealed(d->payload, d->payload_len, kid))
+    if (dq__sealed(payload, len, kid))
         dq__key_id_hex(kid, hex);
     return hex;
 }
@@ -365,7 +365,7 @@ static int text_dead(dq__buf *b, const dq_dead_letter *d)
         dq__buf_append(b, "\t", 1) ||
         text_escaped(b, d->error, strlen(d->error), DQ__ESC_UTF8) ||
         dq__buf_append(b, "\t", 1) ||
-        (sealed_with(d, kid)[0] ? dq__buf_printf(b, "<sealed with key %s>", kid)
+        (sealed_with(d->payload, d->payload_len, kid)[0] ? dq__buf_printf(b, "<sealed with key %s>", kid)
                                 : text_payload(b, d->payload, d->payload_len)))
         return DQ_ENOMEM;
     return dq__buf_append(b, "\n", 1);
@@ -384,7 +384,7 @@ static json_t *json_dead(const dq_dead_letter *d)
     }
     char kid[DQ__KEY_ID_LEN * 2 + 1];
     /* Sealed with a key this client lacks: the key's id, not the bytes. */
-    if (sealed_with(d, kid)[0] ? json_object_set_new(o, "payload_sealed_with", json_string(kid))
+    if (sealed_with(d->payload, d->payload_len, kid)[0] ? json_object_set_new(o, "payload_sealed_with", json_string(kid))
                                : json_bytes(o, "payload", d->payload, d->payload_len)) {
         json_decref(o);
         return NULL;
@@ -420,7 +420,8 @@ json_t *cli_json_listed(const dq_listed *it)
 {
     json_t *o = json_object();
     char *b64 = dq__base64_encode(it->payload, it->payload_len);
-    int sealed = dq__sealed(it->payload, it->payload_len, NULL);
+    char kid[DQ__KEY_ID_LEN * 2 + 1];
+    int sealed = sealed_with(it->payload, it->payload_len, kid)[0] != '\0';
     int text = !sealed && dq__utf8_valid(it->payload, it->payload_len);
 
     if (!o || !b64 || json_bytes(o, "id", it->id, strlen(it->id)) ||
@@ -434,6 +435,7 @@ json_t *cli_json_listed(const dq_listed *it)
         json_object_set_new(o, "payload_base64", json_string(b64)) ||
         json_int(o, "payload_bytes", (int64_t)it->payload_len) ||
         json_object_set_new(o, "sealed", json_boolean(sealed)) ||
+        json_object_set_new(o, "payload_sealed_with", sealed ? json_string(kid) : json_null()) ||
         (it->reason[0] ? json_words(o, "reason", it->reason)
                        : json_object_set_new(o, "reason", json_null())) ||
         (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null()))) {
@@ -452,12 +454,13 @@ static int text_listed(dq__buf *b, const dq_listed *it)
                  : it->state == DQ_STATE_DEAD    ? it->died_ms
                                                  : it->due_ms;
     const char *why = it->reason[0] ? it->reason : it->error;
+    char kid[DQ__KEY_ID_LEN * 2 + 1];
 
     if (text_id(b, it->id, strlen(it->id)) ||
         dq__buf_printf(b, "\t%s\t%" PRId64 "\t%d\t", cli_state_name(it->state), at, it->attempts) ||
         text_escaped(b, why, strlen(why), DQ__ESC_UTF8) || dq__buf_append(b, "\t", 1) ||
-        (dq__sealed(it->payload, it->payload_len, NULL) ? dq__buf_printf(b, "<sealed>")
-                                                       : text_payload(b, it->payload, it->payload_len)))
+        (sealed_with(it->payload, it->payload_len, kid)[0] ? dq__buf_printf(b, "<sealed with key %s>", kid)
+                                                          : text_payload(b, it->payload, it->payload_len)))
         return DQ_ENOMEM;
     return dq__buf_append(b, "\n", 1);
 }

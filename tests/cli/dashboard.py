@@ -259,7 +259,9 @@ try:
     driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q3}"]').click()
     wait_until(lambda: row_ids() == ["s0"], "dash3: s0", detail=row_ids)
     shown = js("const r = document.querySelector('#items tr[data-id=\"s0\"] .payload'); return r && r.textContent;")
-    ok(shown and shown.startswith("<sealed") and "the-secret" not in driver.page_source, "sealed, no plaintext", shown)
+    kid = open(keyf).read().split()[1]
+    ok(shown and shown.startswith(f"<sealed with key {kid}") and "the-secret" not in driver.page_source,
+       "sealed, naming its key, no plaintext", shown)
 
     section("in flight, and the lateness histogram")
     driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q4}"]').click()

@@ -166,11 +166,14 @@ for state, word in (("pending", "later-secret"), ("ready", "ready-secret")):
     m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
     ok(m.get("sealed") is True and m.get("payload") is None and word not in r.text,
        f"{state}, no key: sealed, no plaintext", r)
+    eq(m.get("payload_sealed_with"), key_id(K1), f"{state}, no key: payload_sealed_with names the key")
     r = dq("--key-file", k1, "list", q, "--state", state, "--json")
     m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
-    ok(m.get("sealed") is False and m.get("payload") == word, f"{state}, with the key: the payload", r)
+    ok(m.get("sealed") is False and m.get("payload") == word and m.get("payload_sealed_with") is None,
+       f"{state}, with the key: the payload", r)
     r = dq("--key-file", keyfile("other9", keygen()), "list", q, "--state", state)
-    ok(r.rc == 0 and "<sealed>" in r.text and word not in r.text, f"{state}, another key: <sealed>", r)
+    ok(r.rc == 0 and f"<sealed with key {key_id(K1)}>" in r.text and word not in r.text,
+       f"{state}, another key: <sealed with key ...>", r)
 
 section("refusals")
 loose = keyfile("loose", K1)
