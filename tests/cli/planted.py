@@ -10,8 +10,12 @@ letters), plant it beside good items, run the commands, and check:
     nothing is written);
   - offered = delivered + pending + ready + inflight + dead (stats), and
     set_aside = what was planted;
-  - Redis is never blocked: a PING loop beside the commands (max latency
-    under 500 ms), and SLOWLOG holds nothing above 10 ms.
+  - Redis is never blocked: the work over many entries runs in bounded
+    calls (counted in INFO commandstats, which cannot flake), a PING loop
+    beside the commands sees max latency under 500 ms, and SLOWLOG holds
+    nothing above 100 ms. The time bounds are loose on purpose: a 500-entry
+    batch takes under 1 ms here but was once logged at 10.2 ms on a busy CI
+    machine, so they catch a script that walks a whole key, not noise.
 """
 import os
 import sys
@@ -51,9 +55,17 @@ class Pinger:
         self.t.join(10)
 
 
-redis("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+redis("CONFIG", "SET", "slowlog-log-slower-than", "100000")
 redis("SLOWLOG", "RESET")
 pinger = Pinger()
+
+
+def fcalls():
+    """How many FCALLs Redis has run so far (INFO commandstats)."""
+    for line in redis("INFO", "commandstats").decode().split("\r\n"):
+        if line.startswith("cmdstat_fcall:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
 
 
 def take_all(q, manual=False):
@@ -409,8 +421,11 @@ ok(r.rc in (0, 1) and r.out == b"0\n", "redrive of the undecodable one: 0 moved"
 x = aside(q)
 ok(len(x) == 1 and x[0].endswith(b"garbage\xff") and b"undecodable dead letter" in x[0],
    "... set aside with its raw bytes and a reason, not dropped", x)
+n0 = fcalls()
 r = dq("dead", q, "redrive")
+n1 = fcalls()
 eq((r.rc, r.out), (0, b"1500\n"), "redrive all: the 1,500 good ones moved back")
+ok(n1 - n0 >= 4, f"... in bounded calls: {n1 - n0} FCALLs for 1,501 entries (500 at most each)")
 eq(dq("dead", q, "count").out, b"0\n", "no dead letter left")
 eq(redis("LLEN", k(q, "r")), 1500, "1,500 ready")
 
@@ -429,8 +444,8 @@ pinger.stop()
 ok(pinger.n > 50 and pinger.max_ms < 500, f"PING latency beside the commands: max {pinger.max_ms:.1f} ms "
    f"over {pinger.n} PINGs")
 slow = redis("SLOWLOG", "GET", "128")
-slow = [s for s in slow if s[2] > 10000]
-ok(not slow, "SLOWLOG: nothing above 10 ms", [(s[2], s[3][:3]) for s in slow])
+slow = [s for s in slow if s[2] > 100000]
+ok(not slow, "SLOWLOG: nothing above 100 ms", [(s[2], s[3][:3]) for s in slow])
 redis("CONFIG", "SET", "slowlog-log-slower-than", "10000")
 
 finish()
