@@ -73,6 +73,21 @@ void dq__url_mask(const char *text, char *out, size_t size);
  * that text is not empty, modulo 16384. */
 unsigned dq__key_slot(const char *key, size_t len);
 
+/* ------------------------------------------------------------ shards (shard.c) */
+
+/* The most shards a queue may have. */
+#define DQ__SHARDS_MAX 64
+/* Longest shard name: the queue, '~' and a tag of up to 6 hex digits. */
+#define DQ__SHARD_NAME_MAX (DQ_QUEUE_MAX + 8)
+
+/* Writes the name of shard i of n of queue into out (size bytes): queue
+ * itself for shard 0, else "queue~TAG", its tag searched so the shards lie
+ * evenly round the slot space (see shard.c). Returns 0, or -1 when n is not
+ * 1..DQ__SHARDS_MAX, i >= n or out is too small. */
+int dq__shard_name(const char *queue, unsigned i, unsigned n, char *out, size_t size);
+/* The shard (0..n-1) of the item with id (len bytes) in a queue of n. */
+unsigned dq__shard_of_id(const char *id, size_t len, unsigned n);
+
 /* ------------------------------------------------------------ names (codec.c) */
 
 /* 1 if name is a valid queue name (1..DQ_QUEUE_MAX of [A-Za-z0-9_.:-]). */
