@@ -181,8 +181,9 @@ eq(sorted(m["id"] for m in r.json_lines()), sorted(f"g{i}" for i in range(2000))
    "exactly the items of lines 1 to 2000 were offered")
 
 # Through a pipe a chunk also ends where the input pauses, which depends on
-# how fast the writer runs (a CI run saw 2442 instead of 2000), so the count N is whatever stdout says; it must be every line
-# before the bad one's chunk, the same N on both outputs, and nothing after.
+# how fast the writer runs (a CI run saw 2442 instead of 2000), so the count
+# N is whatever stdout says; it must be every line before the bad one's
+# chunk, the same N on both outputs, and nothing after.
 rc, out, err, rss, fed, secs = run_batch("bp", good_then_bad(2500))
 eq(rc, 2, "piped: exit 2 (bad input)")
 n = int(out) if out.strip().isdigit() else -1
