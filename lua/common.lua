@@ -71,6 +71,7 @@ local SCORE_MAX = (DUE_MAX + 1) * ORD - 1 -- below 2^53: exact as a Lua number
 local SLOT_CAP = 64
 local ID_BUCKETS = 32768
 local ID_MAX = 128
+local SHARDS_MAX = 64 -- DQ__SHARDS_MAX (src/util.h)
 local TOKEN_MAX = 64
 -- Attempts and max attempts, as records keep them: 9 digits, so the client
 -- holds them in an int. An entry claiming ATTEMPTS_MAX cannot be delivered
@@ -227,7 +228,7 @@ end
 -- values as numbers (absent: 0), or nil and an error reply naming the key,
 -- field and value (HDEL the field to reset it to 0).
 local function read_counters(counters)
-  local v = redis.pcall('HMGET', counters, 'pending', 'inflight', 'slots')
+  local v = redis.pcall('HMGET', counters, 'pending', 'inflight', 'slots', 'shards')
   if v.err then
     return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters ..
                                   ' holds a ' .. redis.call('TYPE', counters)['ok'] .. ', expected a hash')
@@ -245,7 +246,28 @@ local function read_counters(counters)
                                     ' is ' .. quoted(s) .. ': expected an integer (HDEL it to reset it)')
     end
   end
+  -- The queue's shard count (absent: 1, unsharded; 0 while it changes),
+  -- kept here because every writing script reads this hash anyway.
+  local sh = v[4]
+  if not sh then
+    out[4] = 1
+  elseif string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then
+    out[4] = tonumber(sh)
+  else
+    return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                  ': expected 0..' .. SHARDS_MAX)
+  end
   return out
+end
+
+-- Refuses a call made for another shard count than the queue's: the
+-- client routed it by a count it has not yet learned (or that changed), so
+-- nothing is written and the reply tells the count ('DQSHARDS n'; 0 while
+-- the count changes: try again shortly). want: the client's count, as the
+-- string it sent; nil or '' skips the check (callers that route no item).
+local function shards_refusal(counts, want)
+  if want == nil or want == '' or want == nstr(counts[4]) then return nil end
+  return redis.error_reply('DQSHARDS ' .. nstr(counts[4]))
 end
 
 -- Metrics -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 -- offer.lua: adds or replaces pending items, one or many per call.
 -- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] counters, KEYS[4] wake tokens
--- ARGV[1] key prefix, ARGV[2] wake channel, then 5 fields per item: id,
+-- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] the shard count the
+-- client routed the items by (see shards_refusal), then 5 fields per item: id,
 -- payload, ms, flags, bucket. flags is one digit, the sum of 1 (ms is an
 -- absolute due time; else a delay), 2 (keep an existing pending id instead
 -- of replacing it) and 4 (fresh: the id was just generated, so it cannot
@@ -24,12 +25,12 @@
 -- Can fail after writing only on an OOM.
 local zs, ready, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan = ARGV[1], ARGV[2]
-local n = (#ARGV - 2) / 5
+local n = (#ARGV - 3) / 5
 
 local now = server_now_ms()
 local dues, flags = {}, {}
 for i = 1, n do
-  local b = 2 + (i - 1) * 5
+  local b = 3 + (i - 1) * 5
   local f, due, h = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 5])
   if not f or not due or f < 0 or f > 7 or f % 1 ~= 0 or not h or h < 0 or h >= ID_BUCKETS or
      h % 1 ~= 0 or due < 0 or due % 1 ~= 0 or not id_ok(ARGV[b + 1]) then
@@ -43,7 +44,9 @@ for i = 1, n do
 end
 
 -- Checked up front: the counters (HINCRBY would fail after the writes).
-local _, err = read_counters(counters)
+local counts, err = read_counters(counters)
+if err then return err end
+err = shards_refusal(counts, ARGV[3])
 if err then return err end
 
 local out = {now}
@@ -113,7 +116,7 @@ local function offer_one(id, payload, due, keep, fresh, ik)
 end
 
 for i = 1, n do
-  local b = 2 + (i - 1) * 5
+  local b = 3 + (i - 1) * 5
   local f = flags[i]
   local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4,
                                        P .. 'i:' .. ARGV[b + 5])

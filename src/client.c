@@ -117,6 +117,7 @@ void dq_client_free(dq_client *c) {
     dq__reap_retired(c);
     if (c->own_loop && c->loop) ev_loop_destroy(c->loop);
     dq__registry_free(c);
+    dq__shards_free(c);
     dq__keyring_free(c->keyring);
     free(c);
 }

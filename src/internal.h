@@ -18,7 +18,7 @@
 #include "delayq.h"
 #include "util.h"
 
-#define DQ__KEY_MAX (DQ_QUEUE_MAX + 16)
+#define DQ__KEY_MAX (DQ__SHARD_NAME_MAX + 16)
 #define DQ__ERRSTR_MAX 256
 
 /* ------------------------------------------------------------ connections (conn.c) */
@@ -269,7 +269,7 @@ struct dq_client {
     int64_t clock_best_rtt_us;
     double clock_sampled_at;
     dq_sched_counters counters;
-    char keys_queue[DQ_QUEUE_MAX + 1]; /* the queue keys_cache is for, or "" */
+    char keys_queue[DQ__SHARD_NAME_MAX + 1]; /* the queue (or shard) keys_cache is for, or "" */
     dq__keys keys_cache;
     struct dq__offer_batch *offers; /* dq_offer_async calls not sent yet */
     ev_prepare offers_flush;        /* sends them before the loop polls  */
@@ -277,6 +277,7 @@ struct dq_client {
     dq_log_fn *log_fn;
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
+    struct dq__shardcount *shardcounts; /* shard counts learned (shardcount.c) */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
     char errstr[DQ__ERRSTR_MAX];
@@ -298,6 +299,19 @@ int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
  * the loop, not waited for (registry.c). Called by every offer. */
 void dq__registry_note(dq_client *c, const char *queue);
 void dq__registry_free(dq_client *c);
+
+/* A script refused the shard count the call was routed by (never returned
+ * to the caller: the operation learns the count and sends again). */
+#define DQ__ESHARDS (-100)
+
+/* Shard counts (shardcount.c). The count the client routes queue's items
+ * by: 1 until a script said otherwise. */
+unsigned dq__shards_of(dq_client *c, const char *queue);
+/* Records queue's count as a script told it (0: changing right now). */
+void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
+/* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
+int dq__shards_refused(const redisReply *r, unsigned *n);
+void dq__shards_free(dq_client *c);
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

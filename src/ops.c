@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,7 +123,7 @@ typedef struct offer_chunk offer_chunk;
 typedef void chunk_done_fn(offer_chunk *oc, int status);
 struct offer_chunk {
     dq_client *c;
-    char queue[DQ_QUEUE_MAX + 1];
+    char queue[DQ_QUEUE_MAX + 1]; /* the queue (not the shard) */
     size_t n;
     dq_offer_result *results; /* n, ids filled in before sending */
     chunk_done_fn *done;
@@ -134,7 +135,11 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     dq_client *c = oc->c;
     int status = code; /* 0, or DQ_ENOTDURABLE with the results */
     /* The reply: the server time, then status, due time and state per item. */
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 + 3 * oc->n) {
+    unsigned told;
+    if (dq__shards_refused(reply, &told)) {
+        dq__shards_learn(c, oc->queue, told);
+        status = DQ__ESHARDS;
+    } else if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 + 3 * oc->n) {
         status = dq__reply_failure(c, conn, reply, code, oc->queue);
     } else {
         for (size_t i = 0; i < oc->n; i++) {
@@ -153,13 +158,20 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     free(oc);
 }
 
-/* Sends items[0..n-1] (already checked) in one call. Returns 0 (done will
- * run) or a negative code (it will not). One allocation holds the argument
- * arrays and the numbers' text; no printf on the way (this is the path of
- * every offer, one at a time included). */
-static int send_chunk(dq_client *c, const char *queue, const dq_item *items, size_t n,
+/* Sends items[0..n-1] (already checked) in one call, to shard `shard` of
+ * `shards` (the count the client routes by, which the script checks): ids[i]
+ * is item i's id, generated already when items[i].id is NULL. Returns 0
+ * (done will run) or a negative code (it will not). One allocation holds
+ * the argument arrays and the numbers' text; no printf on the way (this is
+ * the path of every offer, one at a time included). */
+static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned shards,
+                      const dq_item *items, const char *const *ids, size_t n,
                       chunk_done_fn *done, void *privdata) {
-    enum { HEAD = 6, PER_ITEM = 5, MS_LEN = 24, BUCKET_LEN = 8 };
+    enum { HEAD = 7, PER_ITEM = 5, MS_LEN = 24, BUCKET_LEN = 8 };
+    char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    if (dq__shard_name(queue, shard, shards, name, sizeof name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, shard, shards);
+    size_t count_len = (size_t)dq__fmt_i64(count, shards);
     offer_chunk *oc = calloc(1, sizeof *oc);
     size_t argc = HEAD + PER_ITEM * n;
     void *mem = malloc(argc * (sizeof(const char *) + sizeof(size_t)) + n * (MS_LEN + BUCKET_LEN));
@@ -174,22 +186,17 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
         oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
         dq__registry_note(c, queue);
-        const dq__keys *k = dq__keys_of(c, queue);
-        const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan};
+        const dq__keys *k = dq__keys_of(c, name);
+        const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan, count};
         for (int i = 0; i < HEAD; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
+        lens[HEAD - 1] = count_len;
         dq__keyring_use(c->keyring);
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
             char *id = oc->results[i].id, *ms = text, *bucket = text + MS_LEN;
             text += MS_LEN + BUCKET_LEN;
-            size_t idl;
-            if (it->id) {
-                idl = strlen(it->id); /* checked: at most DQ_ID_MAX */
-                memcpy(id, it->id, idl + 1);
-            } else {
-                dq__id_generate(id);
-                idl = DQ_ID_GENERATED_LEN;
-            }
+            size_t idl = strlen(ids[i]); /* checked: at most DQ_ID_MAX */
+            memcpy(id, ids[i], idl + 1);
             int abs = it->due_ms > 0;
             /* flags (see lua/offer.lua): 1 absolute, 2 keep, 4 fresh id */
             static const char *const digit[8] = {"0", "1", "2", "3", "4", "5", "6", "7"};
@@ -208,7 +215,7 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
             a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
         }
         dq__keyring_done(c->keyring);
-        rc = rc == 0 ? dq__eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
+        rc = rc == 0 ? dq__eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
                                    chunk_reply, oc)
                         : dq__fail(c, DQ_ENOMEM, "out of memory");
     } else {
@@ -230,7 +237,8 @@ static int send_chunk(dq_client *c, const char *queue, const dq_item *items, siz
  * dq_offer_many costs. Each offer keeps its own callback. */
 typedef struct pending_offer {
     dq_item item;
-    char id[DQ_ID_MAX + 1];
+    char id[DQ_ID_MAX + 1]; /* given or generated: the shard comes from it */
+    int fresh;              /* generated                                   */
     void *payload; /* a copy, freed once sent */
     dq_offer_cb *cb;
     void *privdata;
@@ -251,6 +259,9 @@ typedef struct sent_batch {
 static void sent_batch_done(offer_chunk *oc, int status) {
     sent_batch *sb = oc->privdata;
     int made = status == 0 || status == DQ_ENOTDURABLE;
+    if (status == DQ__ESHARDS) /* nothing written; resending is the caller's */
+        status = dq__fail(oc->c, DQ_EBUSY, "queue %s: its shard count changed (now %u): offer again",
+                          oc->queue, dq__shards_of(oc->c, oc->queue));
     for (size_t i = 0; i < sb->n; i++)
         sb->cb[i](oc->c, status, made ? &oc->results[i] : NULL, sb->privdata[i]);
     free(sb);
@@ -261,33 +272,50 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     dq__offers_flush(w->data);
 }
 
+/* Sends the gathered offers of shard `shard` (all of them when shards is
+ * 1) in one call; those it could not send get rc through their callbacks. */
+static void flush_shard(dq_client *c, struct dq__offer_batch *b, unsigned shard, unsigned shards) {
+    dq_item items[CHUNK_ITEMS];
+    const char *ids[CHUNK_ITEMS];
+    pending_offer *taken[CHUNK_ITEMS];
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        pending_offer *p = &b->offers[i];
+        if (shards > 1 && dq__shard_of_id(p->id, strlen(p->id), shards) != shard) continue;
+        items[n] = p->item;
+        items[n].id = p->fresh ? NULL : p->id; /* NULL: the script learns it is new */
+        items[n].payload = p->payload;
+        ids[n] = p->id;
+        taken[n++] = p;
+    }
+    if (n == 0) return;
+    sent_batch *sb = malloc(sizeof *sb);
+    int rc = sb ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
+    if (sb) {
+        sb->n = n;
+        for (size_t i = 0; i < n; i++) sb->cb[i] = taken[i]->cb, sb->privdata[i] = taken[i]->privdata;
+        rc = shards ? send_chunk(c, b->queue, shard, shards, items, ids, n, sent_batch_done, sb)
+                    : dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again",
+                               b->queue);
+        if (rc) free(sb);
+    }
+    if (rc) {
+        /* Accepted already: report the failure through each callback. */
+        c->callback_depth++;
+        for (size_t i = 0; i < n; i++) taken[i]->cb(c, rc, NULL, taken[i]->privdata);
+        c->callback_depth--;
+    }
+}
+
 void dq__offers_flush(dq_client *c) {
     struct dq__offer_batch *b = c->offers;
     if (!b || c->flushing) return;
     c->offers = NULL;
     ev_prepare_stop(c->loop, &c->offers_flush);
-    dq_item items[CHUNK_ITEMS];
-    sent_batch *sb = malloc(sizeof *sb);
-    int rc = sb ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
-    for (size_t i = 0; i < b->n; i++) {
-        items[i] = b->offers[i].item;
-        items[i].id = b->offers[i].id[0] ? b->offers[i].id : NULL; /* NULL: generate */
-        items[i].payload = b->offers[i].payload;
-        if (sb) sb->cb[i] = b->offers[i].cb, sb->privdata[i] = b->offers[i].privdata;
-    }
-    if (sb) {
-        sb->n = b->n;
-        c->flushing = 1;
-        rc = send_chunk(c, b->queue, items, b->n, sent_batch_done, sb);
-        c->flushing = 0;
-    }
-    if (rc) {
-        /* Accepted already: report the failure through each callback. */
-        free(sb);
-        c->callback_depth++;
-        for (size_t i = 0; i < b->n; i++) b->offers[i].cb(c, rc, NULL, b->offers[i].privdata);
-        c->callback_depth--;
-    }
+    unsigned shards = dq__shards_of(c, b->queue);
+    c->flushing = 1;
+    for (unsigned s = 0; s < (shards ? shards : 1); s++) flush_shard(c, b, s, shards);
+    c->flushing = 0;
     for (size_t i = 0; i < b->n; i++) free(b->offers[i].payload);
     free(b);
 }
@@ -330,9 +358,10 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     if (item->payload_len) memcpy(p->payload, item->payload, item->payload_len);
     p->item = *item;
     /* The id is fixed now (generated if need be); the script learns whether
-     * it was generated from item.id being NULL, so keep that. */
+     * it was generated (fresh). */
+    p->fresh = item->id == NULL;
     if (item->id) snprintf(p->id, sizeof p->id, "%s", item->id);
-    else p->id[0] = '\0';
+    else dq__id_generate(p->id);
     p->cb = cb, p->privdata = privdata;
     b->n++;
     b->bytes += item->payload_len;
@@ -360,28 +389,48 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
     s->done = 1;
 }
 
+/* Rounds of "the script told another shard count: route again" an offer
+ * goes through before giving up (a count changes only on an empty queue,
+ * so the second round normally succeeds). */
+#define SHARD_ROUNDS 3
+
+static int shards_changing(dq_client *c, const char *queue) {
+    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue);
+}
+
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     int bad = check_offer(c, queue, item);
     if (!bad) bad = check_connected(c, queue);
     if (bad) return bad;
+    char made[DQ_ID_MAX + 1];
+    const char *id = item->id;
+    if (!id) dq__id_generate(made), id = made; /* the same id in every round */
     /* Straight to one script call: nothing to gather, nothing to copy. */
-    sync_offer s = {0, 0, result};
-    int rc = send_chunk(c, queue, item, 1, sync_chunk_done, &s);
-    if (rc) return rc;
-    dq__wait(c, &s.done);
-    return s.status;
+    for (int round = 0; round < SHARD_ROUNDS; round++) {
+        unsigned shards = dq__shards_of(c, queue);
+        if (!shards) return shards_changing(c, queue);
+        sync_offer s = {0, 0, result};
+        int rc = send_chunk(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, item, &id, 1,
+                            sync_chunk_done, &s);
+        if (rc) return rc;
+        dq__wait(c, &s.done);
+        if (s.status != DQ__ESHARDS) return s.status;
+    }
+    return shards_changing(c, queue);
 }
 
 /* A pipelined batch: chunks in flight, and where each chunk's results go. */
 typedef struct batch {
     int pending, accepted, first_error, not_durable;
+    size_t *again, nagain; /* items a script refused for the shard count */
     char first_errstr[DQ__ERRSTR_MAX];
 } batch;
 
 typedef struct batch_chunk {
     batch *b;
-    dq_offer_result *out; /* NULL, or the caller's results for this chunk */
+    dq_offer_result *results; /* NULL, or the caller's results             */
+    size_t map[CHUNK_ITEMS];  /* the chunk's items: their index in the batch */
 } batch_chunk;
 
 static void note_error(batch *b, int code, const char *why) {
@@ -394,16 +443,21 @@ static void batch_done(offer_chunk *oc, int status) {
     batch_chunk *bc = oc->privdata;
     batch *b = bc->b;
     int made = status == 0 || status == DQ_ENOTDURABLE;
-    if (made) b->accepted += (int)oc->n;
-    if (status == DQ_ENOTDURABLE && !b->not_durable) {
-        b->not_durable = 1;
-        snprintf(b->first_errstr, sizeof b->first_errstr, "%s", oc->c->errstr);
-    } else if (!made) {
-        note_error(b, status, oc->c->errstr);
-    }
-    for (size_t i = 0; bc->out && i < oc->n; i++) {
-        bc->out[i] = oc->results[i];
-        if (!made) bc->out[i].status = status;
+    if (status == DQ__ESHARDS) {
+        for (size_t i = 0; i < oc->n; i++) b->again[b->nagain++] = bc->map[i];
+    } else {
+        if (made) b->accepted += (int)oc->n;
+        if (status == DQ_ENOTDURABLE && !b->not_durable) {
+            b->not_durable = 1;
+            snprintf(b->first_errstr, sizeof b->first_errstr, "%s", oc->c->errstr);
+        } else if (!made) {
+            note_error(b, status, oc->c->errstr);
+        }
+        for (size_t i = 0; bc->results && i < oc->n; i++) {
+            dq_offer_result *r = &bc->results[bc->map[i]];
+            *r = oc->results[i];
+            if (!made) r->status = status;
+        }
     }
     b->pending--;
     free(bc);
@@ -420,6 +474,55 @@ static size_t chunk_len(const dq_item *items, size_t n) {
     return len;
 }
 
+/* The status of a result whose item a failure kept from being sent. */
+#define NOT_SENT INT_MIN
+
+/* The arrays one dq_offer_many works with, n each. */
+typedef struct many {
+    const char **ids;  /* every item's id (given or generated)        */
+    char *made;        /* the generated ids' text                      */
+    size_t *todo;      /* the items this round sends, by index         */
+    dq_item *group;    /* one shard's items of this round, in order    */
+    const char **gids; /* their ids                                    */
+    size_t *gmap;      /* their indices                                */
+} many;
+
+static void many_free(many *m, batch *b) {
+    free(m->ids), free(m->made), free(m->todo), free(m->group), free(m->gids), free(m->gmap);
+    free(b->again);
+}
+
+/* Sends items todo[0..ntodo-1] of shard `shard` in chunks. Returns 0 or a
+ * negative code (the items from the failed chunk on are not sent). */
+static int send_group(dq_client *c, const char *queue, const dq_item *items, many *m, size_t ntodo,
+                      unsigned shard, unsigned shards, batch *b, dq_offer_result *results) {
+    size_t ng = 0;
+    for (size_t t = 0; t < ntodo; t++) {
+        size_t i = m->todo[t];
+        if (shards > 1 && dq__shard_of_id(m->ids[i], strlen(m->ids[i]), shards) != shard) continue;
+        m->group[ng] = items[i], m->gids[ng] = m->ids[i], m->gmap[ng++] = i;
+    }
+    for (size_t sent = 0; sent < ng;) {
+        size_t len = chunk_len(m->group + sent, ng - sent);
+        batch_chunk *bc = malloc(sizeof *bc);
+        int rc = bc ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
+        if (bc) {
+            bc->b = b, bc->results = results;
+            memcpy(bc->map, m->gmap + sent, len * sizeof *bc->map);
+            rc = send_chunk(c, queue, shard, shards, m->group + sent, m->gids + sent, len, batch_done, bc);
+            if (rc) free(bc);
+        }
+        if (rc) {
+            note_error(b, rc, c->errstr);
+            for (size_t j = sent; j < ng && results; j++) results[m->gmap[j]].status = rc;
+            return rc;
+        }
+        b->pending++;
+        sent += len;
+    }
+    return 0;
+}
+
 int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t n,
                   dq_offer_result *results) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
@@ -434,28 +537,44 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
         }
     }
     batch b = {0};
-    size_t sent = 0;
-    while (sent < n) {
-        size_t len = chunk_len(items + sent, n - sent);
-        batch_chunk *bc = malloc(sizeof *bc);
-        int rc = bc ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
-        if (bc) {
-            bc->b = &b;
-            bc->out = results ? results + sent : NULL;
-            rc = send_chunk(c, queue, items + sent, len, batch_done, bc);
-            if (rc) free(bc);
-        }
-        if (rc) {
+    size_t k = n ? n : 1;
+    many m = {malloc(k * sizeof *m.ids), malloc(k * (DQ_ID_GENERATED_LEN + 1)), malloc(k * sizeof *m.todo),
+              malloc(k * sizeof *m.group), malloc(k * sizeof *m.gids), malloc(k * sizeof *m.gmap)};
+    b.again = malloc(k * sizeof *b.again);
+    if (!m.ids || !m.made || !m.todo || !m.group || !m.gids || !m.gmap || !b.again) {
+        many_free(&m, &b);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        char *made = m.made + i * (DQ_ID_GENERATED_LEN + 1);
+        if (!items[i].id) dq__id_generate(made);
+        m.ids[i] = items[i].id ? items[i].id : made;
+        m.todo[i] = i;
+    }
+    size_t ntodo = n, sent_any = 0;
+    int rc = 0;
+    for (int round = 0; ntodo > 0 && !rc; round++) {
+        unsigned shards = dq__shards_of(c, queue);
+        if (!shards || round == SHARD_ROUNDS) {
+            rc = shards_changing(c, queue);
             note_error(&b, rc, c->errstr);
-            for (size_t j = sent; j < n && results; j++) results[j].status = rc;
+            for (size_t t = 0; t < ntodo && results; t++) results[m.todo[t]].status = rc;
             break;
         }
-        b.pending++;
-        sent += len;
+        b.nagain = 0;
+        for (size_t t = 0; t < ntodo && results; t++) results[m.todo[t]].status = NOT_SENT;
+        for (unsigned s = 0; s < shards && !rc; s++)
+            rc = send_group(c, queue, items, &m, ntodo, s, shards, &b, results);
+        sent_any |= b.pending > 0;
+        dq__route_write_now(c);
+        while (b.pending > 0) ev_run(c->loop, EVRUN_ONCE);
+        memcpy(m.todo, b.again, b.nagain * sizeof *m.todo); /* refused: route again */
+        ntodo = b.nagain;
     }
-    dq__route_write_now(c);
-    while (b.pending > 0) ev_run(c->loop, EVRUN_ONCE);
-    if (sent == 0 && n > 0) return dq__fail(c, b.first_error, "%s", b.first_errstr);
+    for (size_t i = 0; i < n && results; i++)
+        if (results[i].status == NOT_SENT) results[i].status = b.first_error;
+    many_free(&m, &b);
+    if (!sent_any && n > 0) return dq__fail(c, b.first_error, "%s", b.first_errstr);
     if (b.first_error) dq__fail(c, b.first_error, "%s", b.first_errstr);
     else if (b.not_durable) return dq__fail(c, DQ_ENOTDURABLE, "%s", b.first_errstr);
     return b.accepted;
