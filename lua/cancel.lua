@@ -1,13 +1,14 @@
 -- cancel.lua: removes a pending item (not one in flight: that belongs to
 -- its consumer until ack, nack or the end of its lease).
--- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id.
+-- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id,
+-- ARGV[3] the shard count the client routed by (see shards_refusal).
 -- Returns 1 if it was pending and is now removed, 0 if it was not pending.
 -- A record of the id that does not decode is set aside (with its reason)
 -- rather than removed, and the answer is 0. Reads and checks first (the
 -- counters too), then writes. Can fail after writing only on an OOM.
 local zs, P, id = KEYS[1], ARGV[1], ARGV[2]
-local _, err = read_counters(KEYS[2])
-err = err or require_type(zs, 'zset')
+local counts, err = read_counters(KEYS[2])
+err = err or shards_refusal(counts, ARGV[3]) or require_type(zs, 'zset')
 if err then return err end
 local score, ik = id_score(P, id)
 if not score then return 0 end

@@ -366,6 +366,17 @@ typedef struct dq__sync_ints {
 } dq__sync_ints;
 int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
                   int nkeys, int nargs, const char **argv, dq__sync_ints *s);
+/* The same on a shard of queue (argv holds the shard's keys). A script's
+ * "DQSHARDS n" is learned and returned as DQ__ESHARDS: route again. */
+int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigned flags,
+                     enum dq__script script, int nkeys, int nargs, const char **argv,
+                     dq__sync_ints *s);
+/* The shard of queue that holds id, by the count the client knows: its
+ * name (DQ__SHARD_NAME_MAX + 1 bytes) and that count as text (24 bytes),
+ * for routing round `round` (0, 1, ...). DQ_EBUSY while the count changes
+ * or after too many rounds. */
+int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, char *name,
+                     char *count, unsigned *shards);
 
 /* The reply of dead.lua's list (flat 7 fields per letter) as letters:
  * *out (dq_dead_letters_free, also on failure) holds *n of them. Returns 0,

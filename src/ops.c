@@ -609,7 +609,11 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     sync_ints *s = privdata;
     s->done = 1;
     s->status = code == DQ_ENOTDURABLE ? code : 0; /* made, values below */
-    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+    unsigned told;
+    if (dq__shards_refused(reply, &told)) {
+        dq__shards_learn(s->c, s->queue, told);
+        s->status = DQ__ESHARDS;
+    } else if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
         s->count = 1;
     } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 8) {
@@ -620,29 +624,51 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     }
 }
 
-int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
-                  int nkeys, int nargs, const char **argv, sync_ints *s) {
+int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigned flags,
+                     enum dq__script script, int nkeys, int nargs, const char **argv, sync_ints *s) {
     size_t lens[16];
     if (nkeys + nargs > 16) return dq__fail(c, DQ_EINVAL, "too many script arguments");
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
     memset(s, 0, sizeof *s);
     s->c = c;
     s->queue = queue;
-    int rc = dq__op_eval(c, queue, flags, script, nkeys, nargs, argv, lens, ints_reply, s);
+    int rc = dq__op_eval(c, shard, flags, script, nkeys, nargs, argv, lens, ints_reply, s);
     if (rc) return rc;
     dq__wait(c, &s->done);
     return s->status;
 }
 
+int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
+                  int nkeys, int nargs, const char **argv, sync_ints *s) {
+    return dq__eval_ints_on(c, queue, queue, flags, script, nkeys, nargs, argv, s);
+}
+
+int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, char *name,
+                     char *count, unsigned *shards) {
+    unsigned n = dq__shards_of(c, queue);
+    if (!n || round == SHARD_ROUNDS)
+        return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    if (dq__shard_name(queue, dq__shard_of_id(id, strlen(id), n), n, name, DQ__SHARD_NAME_MAX + 1))
+        return dq__fail(c, DQ_EPROTO, "queue %s: no shard name", queue);
+    dq__fmt_i64(count, n);
+    if (shards) *shards = n;
+    return 0;
+}
+
 int dq_cancel(dq_client *c, const char *queue, const char *id) {
     int bad = check_sync(c, queue, id, 1);
     if (bad) return bad;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[4] = {k.z, k.counters, k.prefix, id};
-    sync_ints s;
-    int rc = dq__eval_ints(c, queue, DQ__ROUTE_WRITE, DQ__LUA_CANCEL, 2, 2, argv, &s);
-    return rc ? rc : (int)s.v[0];
+    for (int round = 0;; round++) {
+        char name[DQ__SHARD_NAME_MAX + 1], count[24];
+        int rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        if (rc) return rc;
+        dq__keys k;
+        dq__keys_init(&k, name);
+        const char *argv[5] = {k.z, k.counters, k.prefix, id, count};
+        sync_ints s;
+        rc = dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_CANCEL, 2, 3, argv, &s);
+        if (rc != DQ__ESHARDS) return rc ? rc : (int)s.v[0];
+    }
 }
 
 int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *info) {

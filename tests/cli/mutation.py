@@ -72,7 +72,7 @@ class Q:
     # The scripts, with the arguments the library sends.
     def offer(self, id_, payload=b"p", ms=0, flags=0):
         return self.ev("offer", ["zs", "r", "n", "s"],
-                       [self.P, self.k("w"), id_, payload, str(ms), str(flags), str(bucket(id_))], "offer")
+                       [self.P, self.k("w"), "1", id_, payload, str(ms), str(flags), str(bucket(id_))], "offer")
 
     def transfer(self):
         return self.ev("transfer", ["zs", "r", "x", "n", "d", "dz", "s"], [self.P, self.k("w"), "1000", "2000", "1"],
@@ -261,7 +261,7 @@ for n in range(COUNT):
     for x in (mid, b"good"):
         if x:
             q.ev("lookup", ["zs", "d"], [q.P, x], "lookup")
-            q.ev("cancel", ["zs", "n"], [q.P, x], "cancel")
+            q.ev("cancel", ["zs", "n"], [q.P, x, "1"], "cancel")
     if mid:
         q.offer(mid, b"again", 0, 2)
     q.dead("list", "0", "100")
