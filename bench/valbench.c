@@ -63,7 +63,7 @@
 #define FILL_PER_MS 100       /* due times of the transfer's items          */
 #define TAKE_COUNT 64
 #define ROUNDS_MAX 9
-#define ARGS_MAX (3 + 6 + 5 * FILL_PER_CALL) /* EVALSHA sha nkeys, head, items */
+#define ARGS_MAX (3 + 7 + 5 * FILL_PER_CALL) /* EVALSHA sha nkeys, head, items */
 
 enum { S_OFFER, S_TRANSFER, S_TAKE, S_N };
 static const char *const script_names[S_N] = {"offer", "transfer", "take"};
@@ -80,6 +80,7 @@ typedef struct script_set {
     const char *queue; /* a queue of its own              */
     char sha[S_N][41];
     dq__keys k;
+    int offer_count;   /* offer takes the shard count after the channel */
 } script_set;
 
 /* One case measured in one block. */
@@ -265,8 +266,9 @@ typedef struct offer_ctx {
     char payload[FILL_PER_CALL][PAYLOAD_LEN + 1];
 } offer_ctx;
 
-/* The arguments of src/ops.c send_chunk: 4 keys, prefix, channel, then id,
- * payload, ms, flags digit and id index bucket per item. */
+/* The arguments of src/ops.c send_chunk: 4 keys, prefix, channel, the
+ * shard count (scripts since issue 13), then id, payload, ms, flags digit
+ * and id index bucket per item. */
 static void offer_build(void *ctx, long i, call *c) {
     offer_ctx *o = ctx;
     const dq__keys *k = &o->s->k;
@@ -274,6 +276,7 @@ static void offer_build(void *ctx, long i, call *c) {
     head(c, o->s, S_OFFER, "4");
     args(c, k->z), args(c, k->ready), args(c, k->counters), args(c, k->signal);
     args(c, k->prefix), args(c, k->chan);
+    if (o->s->offer_count) args(c, "1");
     for (int j = 0; j < o->per_call; j++, o->item++) {
         dq__id_generate(o->ids[j]);
         snprintf(o->payload[j], sizeof o->payload[j], "%016lx", (unsigned long)o->item);
@@ -477,6 +480,7 @@ static void load_old(script_set *s) {
     size_t clen;
     snprintf(path, sizeof path, "%s/common.lua", G.ref);
     char *common = read_all(path, &clen);
+    s->offer_count = memmem(common, clen, "shards_refusal", 14) != NULL;
     for (int i = 0; i < S_N; i++) {
         size_t len;
         snprintf(path, sizeof path, "%s/%s.lua", G.ref, script_names[i]);
@@ -494,6 +498,7 @@ static void load_old(script_set *s) {
 
 /* The new set: the bytes the library embeds (build/gen/scripts.h). */
 static void load_new(script_set *s) {
+    s->offer_count = 1;
     load(dq_lua_offer, DQ_LUA_offer_LEN, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
     load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
     load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);

@@ -8,7 +8,7 @@
 -- counters too), then writes. Can fail after writing only on an OOM.
 local zs, P, id = KEYS[1], ARGV[1], ARGV[2]
 local counts, err = read_counters(KEYS[2])
-err = err or shards_refusal(counts, ARGV[3]) or require_type(zs, 'zset')
+err = err or shards_refusal(counts[4], ARGV[3]) or require_type(zs, 'zset')
 if err then return err end
 local score, ik = id_score(P, id)
 if not score then return 0 end

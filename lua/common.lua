@@ -260,14 +260,28 @@ local function read_counters(counters)
   return out
 end
 
+-- The shard count alone, for read-only scripts that need not check the
+-- counters: (count) or (nil, error reply).
+local function read_shard_count(counters)
+  local sh = redis.pcall('HGET', counters, 'shards')
+  if type(sh) == 'table' and sh.err then
+    return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters .. ' is not a hash')
+  end
+  if not sh then return 1 end
+  if string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then return tonumber(sh) end
+  return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                ': expected 0..' .. SHARDS_MAX)
+end
+
 -- Refuses a call made for another shard count than the queue's: the
 -- client routed it by a count it has not yet learned (or that changed), so
 -- nothing is written and the reply tells the count ('DQSHARDS n'; 0 while
--- the count changes: try again shortly). want: the client's count, as the
--- string it sent; nil or '' skips the check (callers that route no item).
-local function shards_refusal(counts, want)
-  if want == nil or want == '' or want == nstr(counts[4]) then return nil end
-  return redis.error_reply('DQSHARDS ' .. nstr(counts[4]))
+-- the count changes: try again shortly). n: the queue's count (from
+-- read_counters or read_shard_count); want: the client's, as the string it
+-- sent; nil or '' skips the check (callers that route no item).
+local function shards_refusal(n, want)
+  if want == nil or want == '' or want == nstr(n) then return nil end
+  return redis.error_reply('DQSHARDS ' .. nstr(n))
 end
 
 -- Metrics -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 -- extend.lua: renews the lease of an item in flight, from now.
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id,
--- ARGV[3] token, ARGV[4] lease ms, ARGV[5] wake channel.
+-- ARGV[3] token, ARGV[4] lease ms, ARGV[5] wake channel, ARGV[6] the shard
+-- count the client routed by (see shards_refusal).
 -- Returns {1, new lease end ms}, or {0, 0} for an unknown id or a stale token.
 -- Reads and checks first (the lease, the counters: a new slot counts in
 -- them), then writes. Can fail after writing only on an OOM.
@@ -9,7 +10,8 @@ local lease = tonumber(ARGV[4])
 if not lease or lease < 1 or lease > DUE_MAX or lease % 1 ~= 0 then
   return redis.error_reply('ERR delayq: malformed extend arguments')
 end
-local _, err = read_counters(counters)
+local counts, err = read_counters(counters)
+err = err or shards_refusal(counts[4], ARGV[6])
 if err then return err end
 local now = server_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)

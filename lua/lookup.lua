@@ -1,12 +1,16 @@
 -- lookup.lua: the state of one id.
--- KEYS[1] slot index, KEYS[2] dead letters; ARGV[1] key prefix, ARGV[2] id
+-- KEYS[1] slot index, KEYS[2] dead letters, KEYS[3] counters; ARGV[1] key
+-- prefix, ARGV[2] id, ARGV[3] the shard count the client routed by (see
+-- shards_refusal)
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
 -- end), 4 dead. Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
 -- scheduler sets it aside when it falls due).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local err = require_type(zs, 'zset') or require_type(dead, 'hash')
+local shards, err = read_shard_count(KEYS[3])
+err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
+      require_type(dead, 'hash')
 if err then return err end
 local ik = id_key(P, id)
 local s = redis.call('HGET', ik, id)

@@ -46,7 +46,7 @@ end
 -- Checked up front: the counters (HINCRBY would fail after the writes).
 local counts, err = read_counters(counters)
 if err then return err end
-err = shards_refusal(counts, ARGV[3])
+err = shards_refusal(counts[4], ARGV[3])
 if err then return err end
 
 local out = {now}

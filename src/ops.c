@@ -674,12 +674,18 @@ int dq_cancel(dq_client *c, const char *queue, const char *id) {
 int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *info) {
     int bad = check_sync(c, queue, id, 1);
     if (bad) return bad;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[4] = {k.z, k.dead, k.prefix, id};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, 0, DQ__LUA_LOOKUP, 2, 2, argv, &s);
-    if (rc) return rc;
+    for (int round = 0;; round++) {
+        char name[DQ__SHARD_NAME_MAX + 1], count[24];
+        int rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        if (rc) return rc;
+        dq__keys k;
+        dq__keys_init(&k, name);
+        const char *argv[6] = {k.z, k.dead, k.counters, k.prefix, id, count};
+        rc = dq__eval_ints_on(c, queue, name, 0, DQ__LUA_LOOKUP, 3, 3, argv, &s);
+        if (rc == 0) break;
+        if (rc != DQ__ESHARDS) return rc;
+    }
     if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
         return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
     info->state = (int)s.v[0];

@@ -228,14 +228,19 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
     int rc = check_lease_args(c, queue, id, token);
     if (rc) return rc;
     if (lease_ms <= 0 || lease_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "lease must be > 0");
-    dq__keys k;
-    dq__keys_init(&k, queue);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-    const char *argv[7] = {k.z, k.counters, k.prefix, id, token, lease, k.chan};
-    dq__sync_ints s;
-    rc = dq__eval_ints(c, queue, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 5, argv, &s);
-    return rc ? rc : (int)s.v[0];
+    for (int round = 0;; round++) {
+        char name[DQ__SHARD_NAME_MAX + 1], count[24];
+        rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        if (rc) return rc;
+        dq__keys k;
+        dq__keys_init(&k, name);
+        const char *argv[8] = {k.z, k.counters, k.prefix, id, token, lease, k.chan, count};
+        dq__sync_ints s;
+        rc = dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 6, argv, &s);
+        if (rc != DQ__ESHARDS) return rc ? rc : (int)s.v[0];
+    }
 }
 
 /* ------------------------------------------------------------ dead letters */

@@ -95,7 +95,7 @@ class Q:
                        [self.P, self.k("w"), id_, tok, str(delay), "oops", "-1", "-1", "0.5"], "nack")
 
     def extend(self, id_, tok):
-        return self.ev("extend", ["zs", "n"], [self.P, id_, tok, "30000", self.k("w")], "extend")
+        return self.ev("extend", ["zs", "n"], [self.P, id_, tok, "30000", self.k("w"), "1"], "extend")
 
     def dead(self, op, *args):
         return self.ev("dead", ["d", "dz", "r", "s"], [self.P, op] + list(args), "dead " + op)
@@ -260,7 +260,7 @@ for n in range(COUNT):
             (q.nack if rng.random() < 0.5 else q.extend)(id_, tok)
     for x in (mid, b"good"):
         if x:
-            q.ev("lookup", ["zs", "d"], [q.P, x], "lookup")
+            q.ev("lookup", ["zs", "d", "n"], [q.P, x, "1"], "lookup")
             q.ev("cancel", ["zs", "n"], [q.P, x, "1"], "cancel")
     if mid:
         q.offer(mid, b"again", 0, 2)
