@@ -1,5 +1,6 @@
 -- ack.lua: consumers finished items they hold leases on: remove them.
--- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, then three
+-- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] the
+-- shard count the client routed by (see shards_refusal), then three
 -- arguments per item: id, token, and the id's index bucket (computed by the
 -- client as id_key does, to spare the script a SHA-1 per item).
 -- Returns one status per item, in order: 1 if acked, 0 if the id is not in
@@ -12,12 +13,13 @@
 -- Corrupt counters refuse the call before it writes (see common.lua).
 -- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
-local _, err = read_counters(KEYS[2])
+local counts, err = read_counters(KEYS[2])
+err = err or shards_refusal(counts[4], ARGV[2])
 if err then return err end
 local now = server_now_ms()
 local out, done, acked = {}, {}, 0
 local want = {} -- items in flight by the index: found in their slots below
-for i = 2, #ARGV - 2, 3 do
+for i = 3, #ARGV - 2, 3 do
   local id, token, bucket = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local status = 0
   local b = uint_of(bucket, 5, ID_BUCKETS - 1)

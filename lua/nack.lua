@@ -6,7 +6,8 @@
 -- ARGV[4] token, ARGV[5] delay ms (< 0: backoff), ARGV[6] error text (kept,
 -- 1000 bytes max), ARGV[7] backoff base ms, ARGV[8] backoff cap ms (each -1:
 -- the queue's setting),
--- ARGV[9] a random fraction in [0, 1] for the backoff's jitter.
+-- ARGV[9] a random fraction in [0, 1] for the backoff's jitter,
+-- ARGV[10] the shard count the client routed by (see shards_refusal).
 -- The backoff is base * 2^(attempts - 1), capped, times (1 + fraction) / 2;
 -- computed here, where the attempt count is, so no extra round trip, and in
 -- closed form (backoff_ms): the attempt count comes from Redis.
@@ -22,7 +23,8 @@ if not delay or delay > DUE_MAX or delay % 1 ~= 0 or not gbase or gbase > DUE_MA
    not gcap or gcap > DUE_MAX or gcap % 1 ~= 0 or not frac or not (frac >= 0 and frac <= 1) then
   return redis.error_reply('ERR delayq: malformed nack arguments')
 end
-local _, err = read_counters(counters)
+local counts, err = read_counters(counters)
+err = err or shards_refusal(counts[4], ARGV[10])
 if err then return err end
 local now = server_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[4], now)

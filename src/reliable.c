@@ -44,6 +44,17 @@ int64_t dq_backoff_ms(const dq_client *c, int attempt) {
 
 /* ------------------------------------------------------------ async settle */
 
+/* A delivery is settled by the client that took it, which learned the
+ * queue's shard count then, and the count cannot change while an item is
+ * in flight; so a "DQSHARDS n" here is learned and reported (DQ_EBUSY),
+ * not resent. Returns that code, or 0 for any other reply. */
+static int shards_refused(dq_client *c, const redisReply *reply, const char *queue) {
+    unsigned n;
+    if (!dq__shards_refused(reply, &n)) return 0;
+    dq__shards_learn(c, queue, n);
+    return dq__fail(c, DQ_EBUSY, "queue %s: its shard count is now %u: settle again", queue, n);
+}
+
 typedef struct settle {
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
@@ -57,7 +68,8 @@ static void settle_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     if (reply && reply->type == REDIS_REPLY_INTEGER) status = (int)reply->integer;
     else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 1)
         status = (int)dq__reply_int(reply->element[0]);
-    else status = dq__reply_failure(s->c, conn, reply, code, s->queue);
+    else if (!(status = shards_refused(s->c, reply, s->queue)))
+        status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     /* Made but not confirmed by enough replicas: say so (the message is on
      * the client already). */
     if (code == DQ_ENOTDURABLE && status >= 0) status = code;
@@ -67,8 +79,8 @@ static void settle_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     free(s);
 }
 
-static int settle_send(dq_client *c, const char *queue, enum dq__script script, int nkeys,
-                       int nargs, const char **argv, const size_t *lens, dq__settle_cb *cb,
+static int settle_send(dq_client *c, const char *queue, const char *shard, enum dq__script script,
+                       int nkeys, int nargs, const char **argv, const size_t *lens, dq__settle_cb *cb,
                        void *privdata) {
     settle *s = malloc(sizeof *s);
     if (!s) return dq__fail(c, DQ_ENOMEM, "out of memory");
@@ -76,7 +88,7 @@ static int settle_send(dq_client *c, const char *queue, enum dq__script script, 
     snprintf(s->queue, sizeof s->queue, "%s", queue);
     s->cb = cb;
     s->privdata = privdata;
-    int rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, script, nkeys, nargs, argv, lens, settle_reply, s);
+    int rc = dq__op_eval(c, shard, DQ__ROUTE_WRITE, script, nkeys, nargs, argv, lens, settle_reply, s);
     if (rc) {
         free(s);
         return rc;
@@ -84,38 +96,90 @@ static int settle_send(dq_client *c, const char *queue, enum dq__script script, 
     return 0;
 }
 
+/* An ack of up to DQ__ACK_BATCH deliveries: one script call per shard they
+ * are in; the callback runs once, when the last call has answered. */
 typedef struct ack_batch {
     dq_client *c;
     char queue[DQ_QUEUE_MAX + 1];
     size_t n;          /* deliveries asked for                             */
-    size_t sent;       /* of those, sent to the script (valid id and token) */
     int results[DQ__ACK_BATCH]; /* DQ_EINVAL for one not sent, else filled
-                                   from the reply in order                 */
+                                   from the replies                         */
+    int calls;         /* script calls still to answer                     */
+    int status;        /* 1, or the first failure (DQ_ENOTDURABLE: made)   */
     dq__acks_cb *cb;
     void *privdata;
 } ack_batch;
 
-static void ack_batch_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    ack_batch *b = privdata;
-    int status = code == DQ_ENOTDURABLE ? code : 1; /* results either way */
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == b->sent) {
-        size_t k = 0;
-        for (size_t i = 0; i < b->n; i++) {
-            if (b->results[i] == DQ_EINVAL) continue;
-            int64_t v = dq__reply_int(reply->element[k++]);
+/* One shard's part of an ack_batch. */
+typedef struct ack_call {
+    ack_batch *b;
+    size_t sent;
+    size_t map[DQ__ACK_BATCH]; /* its deliveries' indices in the batch */
+} ack_call;
+
+static void ack_call_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    ack_call *a = privdata;
+    ack_batch *b = a->b;
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == a->sent) {
+        for (size_t k = 0; k < a->sent; k++) {
+            int64_t v = dq__reply_int(reply->element[k]);
             /* 1 acked, 0 stale; -1: the script found the id or token
              * malformed (it judges each on its own, as we do). */
-            b->results[i] = v == 1 ? 1 : v == 0 ? 0 : DQ_EINVAL;
+            b->results[a->map[k]] = v == 1 ? 1 : v == 0 ? 0 : DQ_EINVAL;
         }
+        if (code == DQ_ENOTDURABLE && b->status == 1) b->status = code;
     } else {
-        status = dq__reply_failure(b->c, conn, reply, code, b->queue);
+        int status = shards_refused(b->c, reply, b->queue);
+        if (!status) status = dq__reply_failure(b->c, conn, reply, code, b->queue);
         if (status >= 0) status = DQ_EPROTO;
+        if (b->status == 1 || b->status == DQ_ENOTDURABLE) b->status = status;
     }
+    free(a);
+    if (--b->calls > 0) return;
     b->c->callback_depth++;
-    int made = status == 1 || status == DQ_ENOTDURABLE;
-    b->cb(b->c, status, made ? b->results : NULL, b->n, b->privdata);
+    int made = b->status == 1 || b->status == DQ_ENOTDURABLE;
+    b->cb(b->c, b->status, made ? b->results : NULL, b->n, b->privdata);
     b->c->callback_depth--;
     free(b);
+}
+
+/* Sends the deliveries of shard `shard` (of `shards`) among ids/tokens; the
+ * batch's results say which are invalid. Returns 0 (none, or sent) or a
+ * negative code. */
+static int ack_send_shard(ack_batch *b, const char *const *ids, const char *const *tokens,
+                          unsigned shard, unsigned shards) {
+    dq_client *c = b->c;
+    char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    ack_call *a = malloc(sizeof *a);
+    if (!a) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    a->b = b, a->sent = 0;
+    if (dq__shard_name(b->queue, shard, shards, name, sizeof name) != 0) {
+        free(a);
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", b->queue, shard, shards);
+    }
+    dq__fmt_i64(count, shards);
+    const dq__keys *k = dq__keys_of(c, name);
+    const char *argv[4 + 3 * DQ__ACK_BATCH] = {k->z, k->counters, k->prefix, count};
+    size_t lens[4 + 3 * DQ__ACK_BATCH];
+    char buckets[DQ__ACK_BATCH][21];
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->results[i] == DQ_EINVAL) continue;
+        if (shards > 1 && dq__shard_of_id(ids[i], strlen(ids[i]), shards) != shard) continue;
+        size_t j = a->sent++;
+        a->map[j] = i;
+        dq__fmt_i64(buckets[j], dq__id_bucket(ids[i]));
+        argv[4 + 3 * j] = ids[i], argv[5 + 3 * j] = tokens[i], argv[6 + 3 * j] = buckets[j];
+    }
+    if (a->sent == 0) {
+        free(a);
+        return 0;
+    }
+    for (size_t i = 0; i < 4 + 3 * a->sent; i++) lens[i] = strlen(argv[i]);
+    int rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 2 + 3 * (int)a->sent, argv, lens,
+                         ack_call_reply, a);
+    if (rc) free(a);
+    else b->calls++;
+    return rc;
 }
 
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
@@ -123,43 +187,36 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
     if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 64 deliveries");
     int rc = dq__check_queue(c, queue);
     if (rc) return rc;
+    unsigned shards = dq__shards_of(c, queue);
+    if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count", queue);
     ack_batch *b = malloc(sizeof *b);
     if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
     b->c = c;
     snprintf(b->queue, sizeof b->queue, "%s", queue);
-    b->n = n, b->sent = 0, b->cb = cb, b->privdata = privdata;
-    const dq__keys *k = dq__keys_of(c, queue);
-    const char *argv[3 + 3 * DQ__ACK_BATCH] = {k->z, k->counters, k->prefix};
-    size_t lens[3 + 3 * DQ__ACK_BATCH];
-    char buckets[DQ__ACK_BATCH][21];
+    b->n = n, b->calls = 0, b->status = 1, b->cb = cb, b->privdata = privdata;
     /* Each delivery on its own: an invalid id or token is not sent, and
      * gets its own result (DQ_EINVAL); the others are acked. */
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!ids || !tokens || !ids[i] || !dq__id_valid(ids[i]) || !tokens[i] || !*tokens[i] ||
-            strlen(tokens[i]) > 64) {
-            b->results[i] = DQ_EINVAL;
-            bad++;
-            continue;
-        }
-        size_t j = b->sent++;
-        b->results[i] = 0;
-        dq__fmt_i64(buckets[j], dq__id_bucket(ids[i]));
-        argv[3 + 3 * j] = ids[i], argv[4 + 3 * j] = tokens[i], argv[5 + 3 * j] = buckets[j];
+        int valid = ids && tokens && ids[i] && dq__id_valid(ids[i]) && tokens[i] && *tokens[i] &&
+                    strlen(tokens[i]) <= 64;
+        b->results[i] = valid ? 0 : DQ_EINVAL;
+        bad += !valid;
     }
-    if (b->sent == 0) {
+    if (bad == n) {
         free(b);
         return dq__fail(c, DQ_EINVAL, "invalid id or lease token for ack");
     }
     if (bad)
         dq__log(c, "queue %s: %zu of %zu acks not sent: invalid id or lease token", queue, bad, n);
-    for (size_t i = 0; i < 3 + 3 * b->sent; i++) lens[i] = strlen(argv[i]);
-    rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 1 + 3 * (int)b->sent, argv, lens,
-                     ack_batch_reply, b);
-    if (rc) {
+    /* Replies come from the loop, never during a send: the count of calls
+     * is complete before the first can end the batch. */
+    for (unsigned s = 0; s < shards && !rc; s++) rc = ack_send_shard(b, ids, tokens, s, shards);
+    if (b->calls == 0) {
         free(b);
-        return rc;
+        return rc ? rc : dq__fail(c, DQ_EINVAL, "invalid id or lease token for ack");
     }
+    if (rc) b->status = rc; /* the calls sent report it through cb */
     return 0;
 }
 
@@ -170,18 +227,20 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
     if (rc) return rc;
     (void)attempt; /* the script knows it */
     if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
+    char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    if ((rc = dq__shard_for_id(c, queue, id, 0, name, count, NULL)) != 0) return rc;
     dq__keys k;
-    dq__keys_init(&k, queue);
+    dq__keys_init(&k, name);
     char delay[24], base[24], cap[24], frac[24];
     snprintf(delay, sizeof delay, "%" PRId64, delay_ms < 0 ? (int64_t)-1 : delay_ms);
     snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
     snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
     snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
-    const char *argv[14] = {k.z, k.counters, k.dead, k.dead_times, k.config, k.prefix, k.chan,
-                            id, token, delay, error ? error : "", base, cap, frac};
-    size_t lens[14];
-    for (int i = 0; i < 14; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, DQ__LUA_NACK, 5, 9, argv, lens, cb, privdata);
+    const char *argv[15] = {k.z, k.counters, k.dead, k.dead_times, k.config, k.prefix, k.chan,
+                            id, token, delay, error ? error : "", base, cap, frac, count};
+    size_t lens[15];
+    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, name, DQ__LUA_NACK, 5, 10, argv, lens, cb, privdata);
 }
 
 /* ------------------------------------------------------------ sync */

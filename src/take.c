@@ -198,10 +198,11 @@ static void ack_lease(dq_take_req *t, const dq__entry *e, const char *token) {
     memcpy(id, e->id, e->id_len);
     id[e->id_len] = '\0';
     dq__fmt_i64(bucket, dq__id_bucket(id));
-    const char *argv[6] = {t->keys.z, t->keys.counters, t->keys.prefix, id, token, bucket};
-    size_t lens[6];
-    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 4, argv, lens, ignore_reply, NULL);
+    /* The take ran on these very keys: no shard count to check (''). */
+    const char *argv[7] = {t->keys.z, t->keys.counters, t->keys.prefix, "", id, token, bucket};
+    size_t lens[7];
+    for (int i = 0; i < 7; i++) lens[i] = strlen(argv[i]);
+    (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 5, argv, lens, ignore_reply, NULL);
 }
 
 /* Opens a sealed payload in place of e's (*plain gets the buffer to free

@@ -85,14 +85,14 @@ class Q:
                              self.k("t:" + req)], "take")
 
     def ack(self, pairs):
-        args = [self.P]
+        args = [self.P, "1"]
         for id_, tok in pairs:
             args += [id_, tok, str(bucket(id_))]
         return self.ev("ack", ["zs", "n"], args, "ack")
 
     def nack(self, id_, tok, delay=-1):
         return self.ev("nack", ["zs", "n", "d", "dz", "cfg"],
-                       [self.P, self.k("w"), id_, tok, str(delay), "oops", "-1", "-1", "0.5"], "nack")
+                       [self.P, self.k("w"), id_, tok, str(delay), "oops", "-1", "-1", "0.5", "1"], "nack")
 
     def extend(self, id_, tok):
         return self.ev("extend", ["zs", "n"], [self.P, id_, tok, "30000", self.k("w"), "1"], "extend")
