@@ -330,6 +330,7 @@ static void transfer_build(void *ctx, long i, call *c) {
     args(c, k->z), args(c, k->ready), args(c, k->aside), args(c, k->counters);
     args(c, k->dead), args(c, k->dead_times), args(c, k->signal);
     args(c, k->prefix), args(c, k->chan), args(c, "1000"), args(c, "2000"), args(c, "0");
+    args(c, "1"); /* the shard count (since issue 13; older scripts ignore it) */
 }
 
 static void transfer_reply(void *ctx, long i, const redisReply *r) {

@@ -9,7 +9,9 @@
 -- ARGV[5] '1' to also top the wake tokens up to the ready entries (catch-up
 -- and safety runs: a token can be lost with a consumer that died between
 -- its BLPOP and its take; not on every run, where consumers woken but not
--- yet taking would make it add tokens nobody needs).
+-- yet taking would make it add tokens nobody needs),
+-- ARGV[6] the shard count the scheduler runs the queue's shards by (see
+-- shards_refusal: a scheduler learns a queue's count this way).
 -- Works in chunks of whole ranks of the first slot, with a few calls per
 -- chunk and none per item: the record is the member, and the id index keeps
 -- the id (an id in no slot is ready). Stops at the count or time budget, so
@@ -35,7 +37,8 @@ if not max_items or not budget_us or max_items < 1 or max_items > 1000000 then
 end
 
 -- Everything that can refuse the call, before the first write.
-local _, err = read_counters(counters)
+local counts, err = read_counters(counters)
+err = err or shards_refusal(counts[4], ARGV[6])
 if err then return err end
 
 local start_us = server_now_us()

@@ -11,6 +11,11 @@
  * so a lost announcement delays nothing for longer than the safety
  * interval.
  *
+ * A sharded queue has one of these per shard, each with the queue as its
+ * owner: dq_schedule starts them by the shard count the client knows (1
+ * until told), and a transfer refused for another count ("DQSHARDS n")
+ * replaces the owner's set with one for n shards.
+ *
  * Lifetime: a scheduler is referenced by its in-flight transfer;
  * dq_unschedule ends the subscription, marks it closing, and the last
  * reference frees it.
@@ -25,7 +30,10 @@
 struct dq__sched {
     dq__sched *next;
     dq_client *c;
-    char queue[DQ_QUEUE_MAX + 1];
+    char owner[DQ_QUEUE_MAX + 1];       /* the queue scheduled            */
+    char queue[DQ__SHARD_NAME_MAX + 1]; /* the shard this one moves       */
+    unsigned shards;                    /* the count it was started by    */
+    char shards_text[24];
     dq__keys keys;
     dq__sched_core core;
     ev_timer due_timer, safety_timer;
@@ -35,6 +43,8 @@ struct dq__sched {
 };
 
 static void transfer(dq__sched *s, int64_t fired_for);
+static int start_shards(dq_client *c, const char *queue);
+static void close_owner(dq_client *c, const char *queue);
 
 /* ------------------------------------------------------------ lifetime */
 
@@ -98,6 +108,23 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     dq__sched *s = privdata;
     dq_client *c = s->c;
     (void)conn;
+    unsigned told;
+    if (dq__shards_refused(reply, &told) && !s->closing) {
+        /* Another count: start over with the queue's (0, changing: keep
+         * this set, and look again at the safety run). */
+        dq__sched_core_failed(&s->core);
+        dq__shards_learn(c, s->owner, told);
+        if (told) {
+            char owner[DQ_QUEUE_MAX + 1];
+            memcpy(owner, s->owner, sizeof owner);
+            close_owner(c, owner); /* frees s */
+            if (start_shards(c, owner) != 0)
+                dq__log(c, "queue %s: cannot schedule its %u shards: %s", owner, told, c->errstr);
+            return;
+        }
+        arm_safety_timer(s);
+        return;
+    }
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
@@ -153,16 +180,16 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     const dq__keys *k = &s->keys;
     /* Runs not fired by a due time (catch-up, safety) also top up the wake
      * tokens, which a dying consumer can lose. */
-    const char *argv[12] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
+    const char *argv[13] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
                             k->signal, k->prefix, k->chan, batch, budget,
-                            fired_for < 0 ? "1" : "0"};
-    size_t lens[12];
+                            fired_for < 0 ? "1" : "0", s->shards_text};
+    size_t lens[13];
     snprintf(batch, sizeof batch, "%d", c->opt.transfer_batch);
     snprintf(budget, sizeof budget, "%d", c->opt.transfer_budget_us);
-    for (int i = 0; i < 12; i++) lens[i] = strlen(argv[i]);
+    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, 5, argv, lens, transfer_reply, s) != 0) {
+    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, 6, argv, lens, transfer_reply, s) != 0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);
@@ -198,20 +225,23 @@ static void on_wake(void *privdata, int event, const char *msg, size_t len) {
 
 static dq__sched *find(dq_client *c, const char *queue) {
     for (dq__sched *s = c->scheds; s; s = s->next)
-        if (strcmp(s->queue, queue) == 0) return s;
+        if (strcmp(s->owner, queue) == 0) return s;
     return NULL;
 }
 
-int dq_schedule(dq_client *c, const char *queue) {
-    if (!queue || !dq__queue_valid(queue))
-        return dq__fail(c, DQ_EINVAL, "invalid queue name '%s'", queue ? queue : "(null)");
-    if (find(c, queue)) return 0;
-    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+/* Starts moving shard i of `shards` of queue. */
+static int start_one(dq_client *c, const char *queue, unsigned i, unsigned shards) {
     dq__sched *s = calloc(1, sizeof *s);
     if (!s) return dq__fail(c, DQ_ENOMEM, "out of memory");
     s->c = c;
-    snprintf(s->queue, sizeof s->queue, "%s", queue);
-    dq__keys_init(&s->keys, queue);
+    snprintf(s->owner, sizeof s->owner, "%s", queue);
+    if (dq__shard_name(queue, i, shards, s->queue, sizeof s->queue) != 0) {
+        free(s);
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    }
+    s->shards = shards;
+    dq__fmt_i64(s->shards_text, shards);
+    dq__keys_init(&s->keys, s->queue);
     dq__sched_core_init(&s->core);
     ev_timer_init(&s->due_timer, on_due_timer, 0, 0);
     ev_timer_init(&s->safety_timer, on_safety_timer, 0, 0);
@@ -225,9 +255,32 @@ int dq_schedule(dq_client *c, const char *queue) {
     }
     s->next = c->scheds;
     c->scheds = s;
-    dq__route_set_up_hook(c, on_node_up, NULL);
     arm_safety_timer(s);
     return 0;
+}
+
+/* Starts a scheduler for each shard of queue, by the count the client
+ * knows (0, changing: the queue's own keys, until a run says more). */
+static int start_shards(dq_client *c, const char *queue) {
+    unsigned shards = dq__shards_of(c, queue);
+    if (!shards) shards = 1;
+    for (unsigned i = 0; i < shards; i++) {
+        int rc = start_one(c, queue, i, shards);
+        if (rc) {
+            close_owner(c, queue);
+            return rc;
+        }
+    }
+    dq__route_set_up_hook(c, on_node_up, NULL);
+    return 0;
+}
+
+int dq_schedule(dq_client *c, const char *queue) {
+    if (!queue || !dq__queue_valid(queue))
+        return dq__fail(c, DQ_EINVAL, "invalid queue name '%s'", queue ? queue : "(null)");
+    if (find(c, queue)) return 0;
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+    return start_shards(c, queue);
 }
 
 static void close_sched(dq__sched *s) {
@@ -241,10 +294,16 @@ static void close_sched(dq__sched *s) {
     maybe_free(s);
 }
 
+/* Closes every scheduler of queue's shards. */
+static void close_owner(dq_client *c, const char *queue) {
+    dq__sched *s;
+    while ((s = find(c, queue)) != NULL) close_sched(s);
+}
+
 int dq_unschedule(dq_client *c, const char *queue) {
-    dq__sched *s = queue ? find(c, queue) : NULL;
-    if (!s) return dq__fail(c, DQ_EINVAL, "queue '%s' is not scheduled", queue ? queue : "(null)");
-    close_sched(s);
+    if (!queue || !find(c, queue))
+        return dq__fail(c, DQ_EINVAL, "queue '%s' is not scheduled", queue ? queue : "(null)");
+    close_owner(c, queue);
     return 0;
 }
 

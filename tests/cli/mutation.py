@@ -75,7 +75,7 @@ class Q:
                        [self.P, self.k("w"), "1", id_, payload, str(ms), str(flags), str(bucket(id_))], "offer")
 
     def transfer(self):
-        return self.ev("transfer", ["zs", "r", "x", "n", "d", "dz", "s"], [self.P, self.k("w"), "1000", "2000", "1"],
+        return self.ev("transfer", ["zs", "r", "x", "n", "d", "dz", "s"], [self.P, self.k("w"), "1000", "2000", "1", "1"],
                        "transfer")
 
     def take(self, lease=60000, n=16, req=None):
