@@ -260,14 +260,13 @@ local function read_counters(counters)
   return out
 end
 
--- The shard count alone, for read-only scripts that need not check the
--- counters: (count) or (nil, error reply).
+-- The shard count alone, for scripts that read the counters for nothing
+-- else (lookup, a take without a lease): (count) or (nil, error reply for a
+-- count that is not one). A counters key of another type holds no count:
+-- 1, as those scripts never needed the counters to work.
 local function read_shard_count(counters)
   local sh = redis.pcall('HGET', counters, 'shards')
-  if type(sh) == 'table' and sh.err then
-    return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters .. ' is not a hash')
-  end
-  if not sh then return 1 end
+  if type(sh) ~= 'string' then return 1 end
   if string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then return tonumber(sh) end
   return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
                                 ': expected 0..' .. SHARDS_MAX)

@@ -12,7 +12,9 @@
 -- ARGV[9] '1' when this call repeats a request whose reply was lost (same
 -- token prefix), '0' for a new request,
 -- ARGV[10] the key ids the caller holds, 16 hex digits each, concatenated
--- ('' or absent: none). A sealed entry (its payload starts "\0dqs1", then
+-- ('' or absent: none),
+-- ARGV[11] the shard count the caller takes the queue's shards by (see
+-- shards_refusal; absent or '': not checked). A sealed entry (its payload starts "\0dqs1", then
 -- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
 -- handed out: it goes back to the head of the ready list, in order, and the
 -- reply has "k|<key id>|<id>" in its place, so the caller can name the key
@@ -58,7 +60,9 @@ end
 
 -- Everything this script writes after the LPOP must not fail half way, so
 -- all that can refuse the call comes first.
-local err
+local shards, err = read_shard_count(counters)
+err = err or shards_refusal(shards, ARGV[11])
+if err then return err end
 lease, err = queue_setting(cfg, 'lease_ms', lease)
 if err then return err end
 if lease > 0 then

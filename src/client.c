@@ -109,6 +109,7 @@ void dq_client_free(dq_client *c) {
     if (!c) return;
     dq__worker_free_all(c);
     dq__take_free_all(c);
+    dq__waiters_free(c);
     dq__sched_free_all(c);
     dq__offers_flush(c);
     if (c->loop) ev_prepare_stop(c->loop, &c->offers_flush);

@@ -278,6 +278,7 @@ struct dq_client {
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
     struct dq__shardcount *shardcounts; /* shard counts learned (shardcount.c) */
+    struct dq__waiter *waiters;  /* armed waits on shards (take.c)      */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
     char errstr[DQ__ERRSTR_MAX];
@@ -342,6 +343,8 @@ void dq__wait_all(dq_client *c, const int *left);
 /* Freeing what the client runs (dq_client_free). */
 void dq__sched_free_all(dq_client *c);
 void dq__take_free_all(dq_client *c);
+/* Lets go of the waits on shards the takes left armed (take.c). */
+void dq__waiters_free(dq_client *c);
 void dq__worker_free_all(dq_client *c);
 
 /* Maps an error reply to a code and records its message (without the

@@ -13,6 +13,17 @@
  * losing an item, and only the script decides who gets what. A token lost
  * that way is put back by the schedulers' catch-up and safety runs.
  *
+ * A sharded queue (shard.c) is taken from shard by shard: the script runs
+ * on one shard, and on the next when that one is empty, starting from a
+ * shard that turns per take (fairness); when all are empty, the take waits
+ * on every shard at once, through waiters: one BLPOP per shard, each on a
+ * blocking connection to that shard's node (a cluster refuses one BLPOP
+ * over keys of several slots). A waiter outlives its take: when the take
+ * ends, its armed waiters stay armed for the client's next take on the
+ * queue (no reconnects per take), and a token one of them pops with no
+ * take to give it to is pushed back. So no token is lost and an idle
+ * consumer still only waits.
+ *
  * The take's own timeout is a libev timer, not a blocking command's timeout
  * (Redis checks those only every 100 ms at the default hz 10). A take always
  * runs the script at least once, so timeout 0 means "whatever is ready now".
@@ -34,11 +45,30 @@ typedef struct take_token {
     dq_take_req *take;
 } take_token;
 
+/* One armed BLPOP on a shard's wake tokens (see the top of the file). */
+typedef struct dq__waiter {
+    struct dq__waiter *next;         /* in the client's list                 */
+    dq_client *c;
+    char shard[DQ__SHARD_NAME_MAX + 1];
+    unsigned index;                  /* the shard's number                   */
+    char signal[DQ__KEY_MAX];
+    dq__conn *conn;
+    dq_take_req *take;               /* whom a token goes to, or NULL        */
+    int out;                         /* the BLPOP is out                     */
+} dq__waiter;
+
 struct dq_take_req {
     dq_take_req *next;
     dq_client *c;
-    char queue[DQ_QUEUE_MAX + 1];
-    dq__keys keys;
+    char owner[DQ_QUEUE_MAX + 1];     /* the queue taken from               */
+    char queue[DQ__SHARD_NAME_MAX + 1]; /* the shard the script runs on      */
+    dq__keys keys;                    /* its keys                           */
+    unsigned shards, cur, tried;      /* the count taken by; the shard now;
+                                         shards found empty in a row        */
+    char shards_text[24];
+    unsigned char tokens[DQ__SHARDS_MAX]; /* tokens popped per shard, not yet
+                                         handed to a script                 */
+    dq__waiter *waiters[DQ__SHARDS_MAX];
     dq_take_opts opts;
     size_t max;             /* messages one script run may pop           */
     take_done_fn *done_fn;
@@ -66,6 +96,10 @@ struct dq_take_req {
 
 static void run_script(dq_take_req *t);
 static void wait_for_entries(dq_take_req *t);
+static void waiters_detach(dq_take_req *t);
+static int set_shards(dq_take_req *t, unsigned n);
+static void next_shard(dq_take_req *t);
+static void wait_on_shards(dq_take_req *t);
 static void on_conn_up(dq__conn *conn, void *privdata);
 static void on_retry(dq_take_req *t);
 
@@ -164,6 +198,7 @@ static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     result_slot_release(t->c, t->result_slot);
     if (t->token) t->token->take = NULL;
     release_conn(t);
+    waiters_detach(t);
     t->c->callback_depth++;
     t->done_fn(t, status, msgs, n);
     t->c->callback_depth--;
@@ -277,7 +312,7 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
         if (lease->integer) dq__fmt_i64(token + prefix_len, (int64_t)i);
         unsigned char *plain;
         if (open_payload(t, r, &e, lease->integer ? token : NULL, &plain) != 0) continue;
-        dq_msg *m = msg_new(t->queue, &e, lease->integer ? token : NULL);
+        dq_msg *m = msg_new(t->owner, &e, lease->integer ? token : NULL);
         free(plain);
         if (m) msgs[got++] = m;
         else dq__log(t->c, "queue %s: out of memory for a delivery", t->queue);
@@ -306,7 +341,18 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         else on_retry(t);
         return;
     }
+    unsigned told;
+    if (dq__shards_refused(reply, &told)) {
+        /* Taken by another count than the queue's: learn it, start over. */
+        t->request[0] = '\0';
+        dq__shards_learn(t->c, t->owner, told);
+        if (t->ending) finish(t, t->end_status, NULL, 0);
+        else if (told == 0 || set_shards(t, told) != 0) on_retry(t);
+        else run_script(t);
+        return;
+    }
     /* A reply came: the request is settled, and its token counted. */
+    if (t->woke && t->tokens[t->cur]) t->tokens[t->cur]--;
     t->woke = 0;
     char request[DQ_ID_GENERATED_LEN + 1]; /* t->request is cleared below */
     memcpy(request, t->request, sizeof request);
@@ -330,6 +376,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
     else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
+    else if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
     else wait_for_entries(t);
 }
 
@@ -368,6 +415,9 @@ static void run_script(dq_take_req *t) {
     }
     token->take = t;
     char count[16], lease[24], max[16], tprefix[DQ_ID_GENERATED_LEN + 2];
+    /* A sharded take tells the script of a token it holds for this shard
+     * (popped by a waiter); a plain one, of the token its BLPOP popped. */
+    if (t->shards > 1 && !t->request[0]) t->woke = t->tokens[t->cur] > 0;
     const char *woke = t->woke ? "1" : "0";
     /* A new request: 128 random bits, so tokens never repeat. A retry
      * after a lost reply keeps the request, and the script replays it. */
@@ -380,21 +430,250 @@ static void run_script(dq_take_req *t) {
     const dq__keys *k = &t->keys;
     char held[64 * DQ__KEY_ID_LEN * 2 + 1]; /* the key ids this client holds */
     dq__keyring_ids_hex(c->keyring, held, sizeof held);
-    const char *argv[16] = {k->z,   k->ready, k->aside, k->counters, k->signal,
+    const char *argv[17] = {k->z,   k->ready, k->aside, k->counters, k->signal,
                             k->config, k->prefix, k->chan, count, lease,
-                            tprefix, max, woke, t->result_key, repeat, held};
-    size_t lens[16];
-    for (int i = 0; i < 16; i++) lens[i] = strlen(argv[i]);
+                            tprefix, max, woke, t->result_key, repeat, held, t->shards_text};
+    size_t lens[17];
+    for (int i = 0; i < 17; i++) lens[i] = strlen(argv[i]);
     /* A leased take writes what must survive a failover; a plain take
      * hands its items out for good either way. */
     unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
-    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 10, argv, lens, script_reply, token) != 0) {
+    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 11, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
         return;
     }
     t->token = token;
+}
+
+/* ------------------------------------------------------------ shards */
+
+/* Points the take at shard j: the script's keys and result key. */
+static int set_shard(dq_take_req *t, unsigned j) {
+    if (dq__shard_name(t->owner, j, t->shards, t->queue, sizeof t->queue) != 0) return -1;
+    t->cur = j;
+    dq__keys_init(&t->keys, t->queue);
+    char suffix[DQ_ID_GENERATED_LEN + 16];
+    snprintf(suffix, sizeof suffix, "t:%s.%u", t->c->take_tag, t->result_slot);
+    dq__key(t->result_key, sizeof t->result_key, t->queue, suffix);
+    return 0;
+}
+
+/* Takes by n shards from now on, starting from one picked at random, so
+ * consumers do not all start on the same shard. */
+static int set_shards(dq_take_req *t, unsigned n) {
+    waiters_detach(t);
+    t->shards = n;
+    t->tried = 0;
+    dq__fmt_i64(t->shards_text, n);
+    return set_shard(t, n > 1 ? dq__random_uniform(n) : 0);
+}
+
+/* The shard to look at next: one a waiter popped a token for, else the one
+ * after this. */
+static void next_shard(dq_take_req *t) {
+    unsigned j = (t->cur + 1) % t->shards;
+    for (unsigned k = 0; k < t->shards; k++) {
+        unsigned i = (t->cur + 1 + k) % t->shards;
+        if (t->tokens[i]) {
+            j = i;
+            break;
+        }
+    }
+    if (set_shard(t, j) != 0) {
+        finish(t, dq__fail(t->c, DQ_EPROTO, "queue %s: no name for shard %u", t->owner, j), NULL, 0);
+        return;
+    }
+    run_script(t);
+}
+
+/* Gives n wake tokens back to the shard named shard. */
+static void push_back_tokens(dq_client *c, const char *shard, unsigned n) {
+    if (n == 0) return;
+    char signal[DQ__KEY_MAX];
+    dq__key(signal, sizeof signal, shard, "s");
+    const char *argv[2 + 255];
+    size_t lens[2 + 255];
+    argv[0] = "RPUSH", lens[0] = 5;
+    argv[1] = signal, lens[1] = strlen(signal);
+    for (unsigned i = 0; i < n && i < 255; i++) argv[2 + i] = "1", lens[2 + i] = 1;
+    (void)dq__op_command(c, shard, 2 + (int)(n < 255 ? n : 255), argv, lens, ignore_reply, NULL);
+}
+
+static void waiter_free(dq__waiter *w) {
+    for (dq__waiter **p = &w->c->waiters; *p; p = &(*p)->next) {
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    }
+    dq__conn *conn = w->conn;
+    w->conn = NULL;
+    if (conn && !w->out && conn->state == DQ__UP) dq__route_blocking_release(w->c, conn);
+    else if (conn) dq__conn_retire(conn); /* its BLPOP fails now, w still alive */
+    free(w);
+}
+
+/* The take ends or changes its count: its waiters stay armed for the next
+ * take (an idle one is let go), and tokens it holds go back. */
+static void waiters_detach(dq_take_req *t) {
+    for (unsigned j = 0; j < t->shards && t->shards > 1; j++) {
+        dq__waiter *w = t->waiters[j];
+        t->waiters[j] = NULL;
+        if (w) {
+            w->take = NULL;
+            if (!w->out) waiter_free(w);
+        }
+        if (t->tokens[j]) {
+            char shard[DQ__SHARD_NAME_MAX + 1];
+            if (dq__shard_name(t->owner, j, t->shards, shard, sizeof shard) == 0)
+                push_back_tokens(t->c, shard, t->tokens[j]);
+            t->tokens[j] = 0;
+        }
+    }
+}
+
+static void waiter_arm(dq__waiter *w);
+
+static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq__waiter *w = privdata;
+    (void)code;
+    w->out = 0;
+    if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
+    dq_take_req *t = w->take;
+    if (reply->type == REDIS_REPLY_ARRAY) {
+        if (!t) { /* nobody to give it to: back it goes */
+            push_back_tokens(w->c, w->shard, 1);
+            waiter_free(w);
+            return;
+        }
+        if (t->tokens[w->index] < 255) t->tokens[w->index]++;
+        if (t->wait_out) { /* idle until now: look there */
+            t->wait_out = 0;
+            t->tried = 0;
+            if (set_shard(t, w->index) == 0) run_script(t);
+        }
+        return;
+    }
+    /* A failover, a slot move or an error ended the wait: this connection
+     * is done; the take looks again and waits where the shard is now. */
+    dq__log(w->c, "queue %s: wait on %s ended by %s: %s", t ? t->owner : "?", w->shard, conn->name,
+            reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
+    w->conn = NULL;
+    dq__conn_retire(conn);
+    if (!t) {
+        waiter_free(w);
+        return;
+    }
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        on_retry(t);
+    }
+}
+
+static void waiter_lost(dq__conn *conn, void *privdata) {
+    dq__waiter *w = privdata;
+    if (w->conn != conn) return;
+    w->conn = NULL;
+    w->out = 0;
+    dq__conn_retire(conn);
+    dq_take_req *t = w->take;
+    if (!t) {
+        waiter_free(w);
+        return;
+    }
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        on_retry(t);
+    }
+}
+
+static void waiter_up(dq__conn *conn, void *privdata) {
+    (void)conn;
+    dq__waiter *w = privdata;
+    dq_take_req *t = w->take;
+    if (!t) {
+        waiter_free(w);
+        return;
+    }
+    waiter_arm(w);
+}
+
+static void waiter_arm(dq__waiter *w) {
+    if (w->out) return;
+    unsigned slot = dq__queue_slot(w->shard);
+    if (w->conn && !dq__route_owns(w->c, w->conn, slot)) {
+        dq__conn_retire(w->conn); /* the shard moved */
+        w->conn = NULL;
+    }
+    if (!w->conn) {
+        w->conn = dq__route_blocking(w->c, slot);
+        if (!w->conn) return; /* no node now: the take's retry looks again */
+        w->conn->event_privdata = w;
+        w->conn->on_up = waiter_up;
+        w->conn->on_down = waiter_lost;
+        w->conn->on_fail = waiter_lost;
+    }
+    if (w->conn->state != DQ__UP) return; /* waiter_up arms it */
+    const char *argv[3] = {"BLPOP", w->signal, "0"};
+    size_t lens[3] = {5, strlen(w->signal), 1};
+    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) w->out = 1;
+}
+
+/* A waiter for shard j of t: an armed one no take holds, or a new one. */
+static dq__waiter *waiter_for(dq_take_req *t, unsigned j) {
+    char shard[DQ__SHARD_NAME_MAX + 1];
+    if (dq__shard_name(t->owner, j, t->shards, shard, sizeof shard) != 0) return NULL;
+    for (dq__waiter *w = t->c->waiters; w; w = w->next)
+        if (!w->take && w->out && strcmp(w->shard, shard) == 0) return w;
+    dq__waiter *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->c = t->c;
+    memcpy(w->shard, shard, sizeof shard);
+    w->index = j;
+    dq__key(w->signal, sizeof w->signal, shard, "s");
+    w->next = t->c->waiters;
+    t->c->waiters = w;
+    return w;
+}
+
+/* Every shard was empty: wait on all of them (tokens in hand first). */
+static void wait_on_shards(dq_take_req *t) {
+    for (unsigned j = 0; j < t->shards; j++) {
+        if (t->tokens[j]) { /* a token came while looking: look there */
+            t->tried = 0;
+            if (set_shard(t, j) == 0) run_script(t);
+            return;
+        }
+    }
+    int missing = 0;
+    for (unsigned j = 0; j < t->shards; j++) {
+        dq__waiter *w = t->waiters[j];
+        if (!w && (w = waiter_for(t, j)) == NULL) {
+            finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
+            return;
+        }
+        w->take = t;
+        t->waiters[j] = w;
+        waiter_arm(w);
+        missing += !w->out && !w->conn;
+    }
+    t->wait_out = 1;
+    if (missing) { /* some shard has no node now: look again shortly */
+        t->wait_out = 0;
+        t->tried = 0;
+        on_retry(t);
+    }
+}
+
+void dq__waiters_free(dq_client *c) {
+    while (c->waiters) {
+        c->waiters->take = NULL;
+        waiter_free(c->waiters);
+    }
 }
 
 /* ------------------------------------------------------------ waiting */
@@ -441,6 +720,10 @@ static void on_conn_lost(dq__conn *conn, void *privdata) {
 
 static void wait_for_entries(dq_take_req *t) {
     if (t->wait_out || t->done) return;
+    if (t->shards > 1) {
+        wait_on_shards(t);
+        return;
+    }
     unsigned slot = dq__queue_slot(t->queue);
     if (t->conn && !dq__route_owns(t->c, t->conn, slot)) {
         dq__conn_retire(t->conn); /* the queue moved */
@@ -483,7 +766,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     t->ending = 1;
     if (t->token) return;                   /* the script's reply finishes */
-    if (t->wait_out) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
+    if (t->wait_out && t->shards == 1) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
     else finish(t, t->end_status, NULL, 0);
 }
 
@@ -508,11 +791,14 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
         return NULL;
     }
     t->c = c;
-    snprintf(t->queue, sizeof t->queue, "%s", queue);
-    dq__keys_init(&t->keys, queue);
-    char suffix[DQ_ID_GENERATED_LEN + 16];
-    snprintf(suffix, sizeof suffix, "t:%s.%u", c->take_tag, t->result_slot);
-    dq__key(t->result_key, sizeof t->result_key, queue, suffix);
+    snprintf(t->owner, sizeof t->owner, "%s", queue);
+    unsigned shards = dq__shards_of(c, queue);
+    if (set_shards(t, shards ? shards : 1) != 0) {
+        result_slot_release(c, t->result_slot);
+        free(t);
+        *rc = dq__fail(c, DQ_EPROTO, "queue %s: no shard names for %u shards", queue, shards);
+        return NULL;
+    }
     if (opts) t->opts = *opts;
     t->max = max;
     ev_timer_init(&t->timer, on_timer, 0, 0);
