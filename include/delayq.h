@@ -504,6 +504,11 @@ typedef struct dq_queue_config {
     int64_t max_attempts;    /* default DQ_MAX_ATTEMPTS_DEFAULT; 0 = no limit */
     int64_t backoff_base_ms; /* default 1000                                 */
     int64_t backoff_max_ms;  /* default 600000; >= backoff_base_ms           */
+    int64_t shards;          /* default 1; 1..64: how many slots (and so
+                                cluster nodes) the queue spreads over. It
+                                changes only while the queue is empty (no
+                                item pending, ready, in flight or dead):
+                                otherwise DQ_EREDIS, nothing changed       */
 } dq_queue_config;
 
 /* Reads queue's settings (defaults filled in) into *out. */

@@ -1,5 +1,5 @@
 -- config.lua: reads or sets a queue's settings.
--- KEYS[1] queue settings
+-- KEYS[1] queue settings, KEYS[2] counters (optional: for the shard count)
 -- ARGV: pairs of field, value ('' leaves a field as it is, '-' resets it to
 -- the default). Fields: lease_ms, max_attempts, backoff_base_ms,
 -- backoff_max_ms. Everything is checked before anything is written: the
@@ -7,11 +7,18 @@
 -- same ranges, cfg_range, that the scripts reading them check). A
 -- bad stored value is an error naming it; setting or resetting that field
 -- repairs it.
--- Returns the settings after the change, defaults filled in:
--- {lease_ms, max_attempts, backoff_base_ms, backoff_max_ms}.
+-- Returns the settings after the change, defaults filled in, and the
+-- queue's shard count as KEYS[2] holds it (1 without KEYS[2]):
+-- {lease_ms, max_attempts, backoff_base_ms, backoff_max_ms, shards}. The
+-- caller writes the same settings to every shard of a sharded queue.
 local cfg = KEYS[1]
 local err = require_type(cfg, 'hash')
 if err then return err end
+local shards = 1
+if KEYS[2] then
+  shards, err = read_shard_count(KEYS[2])
+  if err then return err end
+end
 local FIELDS = {'lease_ms', 'max_attempts', 'backoff_base_ms', 'backoff_max_ms'}
 local new, given = {}, {}
 if #ARGV % 2 ~= 0 then return redis.error_reply('ERR delayq: queue settings come in pairs') end
@@ -47,4 +54,5 @@ for i = 1, #ARGV, 2 do
 end
 local out = {}
 for i, field in ipairs(FIELDS) do out[i] = fmt(new[field]) end
+out[#out + 1] = shards
 return out

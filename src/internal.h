@@ -219,7 +219,7 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
                   DQ__LUA_DEAD, DQ__LUA_CONFIG,
                   DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
-                  DQ__LUA_METRICS, DQ__LUA_LIST,
+                  DQ__LUA_METRICS, DQ__LUA_LIST, DQ__LUA_SHARDS,
                   DQ__LUA_COUNT };
 
 /* The slot of a queue's keys (their hash tag is the queue name). */
@@ -313,6 +313,11 @@ void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
 /* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
 int dq__shards_refused(const redisReply *r, unsigned *n);
 void dq__shards_free(dq_client *c);
+/* Writes settings q to each of queue's `shards` shards (reliable.c). */
+int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_queue_config *q);
+/* Changes queue's shard count to n, refused unless the queue is empty; the
+ * new shards get settings q (shardconf.c). 0, DQ_ENOTDURABLE, or a code. */
+int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queue_config *q);
 
 /* Reports a line through the client's log callback, if any. */
 void dq__log(dq_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -694,21 +694,55 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     return 0;
 }
 
-int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
-    int bad = check_sync(c, queue, NULL, 0);
-    if (bad) return bad;
+/* The stats of one shard (the queue itself when shards is 1) into *st;
+ * *told gets the count its counters hold. */
+static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned shards, dq_stats *st,
+                       unsigned *told) {
+    char name[DQ__SHARD_NAME_MAX + 1];
+    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
     dq__keys k;
-    dq__keys_init(&k, queue);
+    dq__keys_init(&k, name);
     const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
     sync_ints s;
-    int rc = dq__eval_ints(c, queue, 0, DQ__LUA_STATS, 5, 1, argv, &s);
+    int rc = dq__eval_ints_on(c, queue, name, 0, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
-    if (s.count != 6) return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
+    if (s.count != 7 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
+        return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];
     st->ready = s.v[1];
     st->next_due_in_ms = s.v[2];
     st->set_aside = s.v[3];
     st->in_flight = s.v[4];
     st->dead = s.v[5];
+    *told = (unsigned)s.v[6];
     return 0;
+}
+
+/* A sharded queue's stats are the sums of its shards' (the earliest next
+ * due time), read shard by shard. A shard that says another count than the
+ * one read by starts the sum over with that count. */
+int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
+    int bad = check_sync(c, queue, NULL, 0);
+    if (bad) return bad;
+    for (int round = 0; round < SHARD_ROUNDS; round++) {
+        unsigned shards = dq__shards_of(c, queue), told = shards;
+        if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+        dq_stats sum = {0, 0, -1, 0, 0, 0};
+        for (unsigned i = 0; i < shards && told == shards; i++) {
+            dq_stats one;
+            int rc = shard_stats(c, queue, i, shards, &one, &told);
+            if (rc) return rc;
+            sum.pending += one.pending, sum.ready += one.ready, sum.set_aside += one.set_aside;
+            sum.in_flight += one.in_flight, sum.dead += one.dead;
+            if (one.next_due_in_ms >= 0 && (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
+                sum.next_due_in_ms = one.next_due_in_ms;
+        }
+        if (told == shards) {
+            *st = sum;
+            return 0;
+        }
+        dq__shards_learn(c, queue, told);
+    }
+    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
 }

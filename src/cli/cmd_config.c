@@ -12,7 +12,8 @@
 
 const char cli_usage_config[] =
     "usage: delayq config QUEUE [--lease DUR] [--max-attempts N]\n"
-    "                    [--backoff-base DUR] [--backoff-max DUR] [--reset] [--json]\n"
+    "                    [--backoff-base DUR] [--backoff-max DUR] [--shards N]\n"
+    "                    [--reset] [--json]\n"
     "\n"
     "Shows QUEUE's settings, after changing those given. Consumers that do not\n"
     "set their own ('take --ack manual' without --lease, 'work' without --lease\n"
@@ -23,12 +24,17 @@ const char cli_usage_config[] =
     "  --backoff-base DUR   first retry delay of a nack without --delay; it\n"
     "                       doubles each attempt, with jitter; default 1s\n"
     "  --backoff-max DUR    the cap of that delay; default 10m\n"
+    "  --shards N           spread the queue over N slots (so, on a cluster,\n"
+    "                       over the masters), 1..64; default 1. Changes only\n"
+    "                       while the queue is empty: refused otherwise, and\n"
+    "                       nothing changes\n"
     "  --reset              back to the defaults (before applying the others)\n"
     "  --json               {\"lease_ms\":N,\"max_attempts\":N,\"backoff_base_ms\":N,\n"
-    "                       \"backoff_max_ms\":N}\n"
+    "                       \"backoff_max_ms\":N,\"shards\":N}\n"
     "  --redis URL          the Redis server (see 'delayq --help')\n"
     "\n"
-    "Prints lease_ms, max_attempts, backoff_base_ms, backoff_max_ms, one per line.\n"
+    "Prints lease_ms, max_attempts, backoff_base_ms, backoff_max_ms, shards, one\n"
+    "per line.\n"
     "A backoff base above the backoff max (given, or kept from before) is a\n"
     "usage error and changes nothing.\n"
     "Exit codes: 0 ok, 2 usage error or a refused setting, 3 Redis unreachable\n"
@@ -73,10 +79,16 @@ static int check_backoff(const char *base, const char *cap, int reset, const dq_
 
 /* Reads the options into *set (DQ_QUEUE_SETTING for those not given). */
 static int parse_settings(const char *lease, const char *max, const char *base, const char *cap,
-                          dq_queue_config *set)
+                          const char *shards, dq_queue_config *set)
 {
     set->lease_ms = set->max_attempts = DQ_QUEUE_SETTING;
-    set->backoff_base_ms = set->backoff_max_ms = DQ_QUEUE_SETTING;
+    set->backoff_base_ms = set->backoff_max_ms = set->shards = DQ_QUEUE_SETTING;
+    char *end;
+    if (shards && (shards[0] < '0' || shards[0] > '9' || (set->shards = strtol(shards, &end, 10)) < 1 ||
+                   set->shards > 64 || *end)) {
+        cli_err("config: invalid shard count '%s': expected 1 to 64", cli_quote(shards));
+        return CLI_USAGE;
+    }
     if (lease && cli_parse_delay("", "lease", lease, &set->lease_ms))
         return CLI_USAGE;
     if (lease && set->lease_ms <= 0) {
@@ -95,10 +107,11 @@ static int parse_settings(const char *lease, const char *max, const char *base, 
 int cli_cmd_config(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *lease = NULL, *max = NULL, *base = NULL, *cap = NULL;
+    const char *lease = NULL, *max = NULL, *base = NULL, *cap = NULL, *shards = NULL;
     int json = 0, reset = 0, npos;
     const cli_opt opts[] = {{"lease", &lease, NULL},       {"max-attempts", &max, NULL},
                             {"backoff-base", &base, NULL}, {"backoff-max", &cap, NULL},
+                            {"shards", &shards, NULL},
                             {"reset", NULL, &reset},       {"json", NULL, &json},
                             {NULL, NULL, NULL}};
     dq_queue_config set, now;
@@ -112,7 +125,7 @@ int cli_cmd_config(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_check_queue(argv[0]);
     if (!rc)
-        rc = parse_settings(lease, max, base, cap, &set);
+        rc = parse_settings(lease, max, base, cap, shards, &set);
     if (!rc)
         rc = check_backoff(base, cap, reset, &set);
     if (!rc)

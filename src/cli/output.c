@@ -309,7 +309,8 @@ int cli_print_settings(const dq_queue_config *q, int json)
         if (o && (json_int(o, "lease_ms", q->lease_ms) ||
                   json_int(o, "max_attempts", q->max_attempts) ||
                   json_int(o, "backoff_base_ms", q->backoff_base_ms) ||
-                  json_int(o, "backoff_max_ms", q->backoff_max_ms))) {
+                  json_int(o, "backoff_max_ms", q->backoff_max_ms) ||
+                  json_int(o, "shards", q->shards))) {
             json_decref(o);
             o = NULL;
         }
@@ -317,8 +318,8 @@ int cli_print_settings(const dq_queue_config *q, int json)
     }
     int n = snprintf(line, sizeof line,
                      "lease_ms %" PRId64 "\nmax_attempts %" PRId64 "\nbackoff_base_ms %" PRId64
-                     "\nbackoff_max_ms %" PRId64 "\n",
-                     q->lease_ms, q->max_attempts, q->backoff_base_ms, q->backoff_max_ms);
+                     "\nbackoff_max_ms %" PRId64 "\nshards %" PRId64 "\n",
+                     q->lease_ms, q->max_attempts, q->backoff_base_ms, q->backoff_max_ms, q->shards);
     return cli_write_out(line, (size_t)n);
 }
 

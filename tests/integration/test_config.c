@@ -18,18 +18,18 @@ static void test_defaults_and_all_or_nothing(void **state)
     assert_int_equal(qc.backoff_base_ms, 1000);
     assert_int_equal(qc.backoff_max_ms, 600000);
 
-    dq_queue_config set = {5000, 4, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING};
+    dq_queue_config set = {5000, 4, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING};
     DQT_EXPECT(c, dq_queue_config_set(c, q, &set, &qc), 0);
     assert_int_equal(qc.lease_ms, 5000);
     assert_int_equal(qc.max_attempts, 4);
     assert_int_equal(qc.backoff_base_ms, 1000); /* untouched */
 
     /* base above the cap: refused, and the lease given with it not written */
-    dq_queue_config bad = {7000, DQ_QUEUE_SETTING, 5000, 100};
+    dq_queue_config bad = {7000, DQ_QUEUE_SETTING, 5000, 100, DQ_QUEUE_SETTING};
     DQT_EXPECT(c, dq_queue_config_set(c, q, &bad, NULL), DQ_EREDIS);
     DQT_EXPECT(c, dq_queue_config_get(c, q, &qc), 0);
     assert_int_equal(qc.lease_ms, 5000);
-    dq_queue_config range = {-2, 1, 1, 1};
+    dq_queue_config range = {-2, 1, 1, 1, DQ_QUEUE_SETTING};
     DQT_EXPECT(c, dq_queue_config_set(c, q, &range, NULL), DQ_EINVAL);
 
     DQT_EXPECT(c, dq_queue_config_reset(c, q), 0);
@@ -46,7 +46,7 @@ static void test_takes_and_nacks_follow_the_queue(void **state)
     dqt_queue(q, sizeof q, "cfguse");
     dq_client *c = dqt_client(NULL); /* backoff options: the queue's */
     DQT_EXPECT(c, dq_schedule(c, q), 0);
-    dq_queue_config set = {400, 2, 20, 40};
+    dq_queue_config set = {400, 2, 20, 40, DQ_QUEUE_SETTING};
     DQT_EXPECT(c, dq_queue_config_set(c, q, &set, NULL), 0);
     dq_item it = {.id = "c1", .payload = "x", .payload_len = 1};
     DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
@@ -94,7 +94,7 @@ static void test_worker_uses_queue_lease(void **state)
     char q[64];
     dqt_queue(q, sizeof q, "cfgwork");
     dq_client *c = dqt_client(NULL);
-    dq_queue_config set = {300, 0, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING};
+    dq_queue_config set = {300, 0, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING};
     DQT_EXPECT(c, dq_queue_config_set(c, q, &set, NULL), 0);
     dq_item it = {.id = "w1", .payload = "x", .payload_len = 1};
     DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
