@@ -1,6 +1,8 @@
 -- dead.lua: the dead letters of a queue.
 -- KEYS[1] dead letters, KEYS[2] dead times, KEYS[3] ready list, KEYS[4] wake
--- tokens; ARGV[1] key prefix, ARGV[2] operation, then:
+-- tokens, KEYS[5] counters (optional: with ARGV[5], the shard count the
+-- client routed by, checked as shards_refusal does); ARGV[1] key prefix,
+-- ARGV[2] operation, then (padded with '' to ARGV[4] when ARGV[5] is given):
 --   'list' offset limit  -> flat {id, died, attempts, due, reason, err, payload}*,
 --                           one per member of the dead times examined, in
 --                           order (so a caller pages by offset + entries):
@@ -24,6 +26,11 @@
 -- Can fail after writing only on an OOM.
 local dead, deadz, ready, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, op = ARGV[1], ARGV[2]
+if KEYS[5] then
+  local shards, serr = read_shard_count(KEYS[5])
+  serr = serr or shards_refusal(shards, ARGV[5])
+  if serr then return serr end
+end
 
 -- A dead record as a table, or nil if it does not decode.
 local function parse_dead(rec)

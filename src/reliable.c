@@ -304,41 +304,77 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
 
 /* ------------------------------------------------------------ dead letters */
 
-static int dead_ints(dq_client *c, const char *queue, const char *op, const char *arg,
-                     dq__sync_ints *s) {
+/* One call of dead.lua on shard i of `shards` of queue. */
+static int dead_ints(dq_client *c, const char *queue, unsigned i, unsigned shards, const char *op,
+                     const char *arg, dq__sync_ints *s) {
+    char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    dq__fmt_i64(count, shards);
     dq__keys k;
-    dq__keys_init(&k, queue);
-    const char *argv[7] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, op, arg ? arg : ""};
+    dq__keys_init(&k, name);
+    const char *argv[10] = {k.dead, k.dead_times, k.ready, k.signal, k.counters,
+                            k.prefix, op, arg ? arg : "", "", count};
     unsigned flags = strcmp(op, "count") == 0 ? 0 : DQ__ROUTE_WRITE;
     enum dq__script script = flags ? DQ__LUA_DEAD : DQ__LUA_DEAD_RO; /* count only reads */
-    return dq__eval_ints(c, queue, flags, script, 4, arg ? 3 : 2, argv, s);
+    return dq__eval_ints_on(c, queue, name, flags, script, 5, 5, argv, s);
+}
+
+/* The shard count a dead-letter call goes by (DQ_EBUSY while it changes). */
+static int dead_shards(dq_client *c, const char *queue, int round, unsigned *shards) {
+    *shards = dq__shards_of(c, queue);
+    if (*shards && round < 3) return 0;
+    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
 }
 
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
     int rc = dq__not_in_callback(c);
     if (!rc) rc = dq__check_queue(c, queue);
-    dq__sync_ints s;
-    if (!rc) rc = dead_ints(c, queue, "count", NULL, &s);
-    if (!rc) *n = s.v[0];
+    for (int round = 0; !rc; round++) {
+        unsigned shards;
+        if ((rc = dead_shards(c, queue, round, &shards)) != 0) break;
+        int64_t sum = 0;
+        for (unsigned i = 0; i < shards && !rc; i++) {
+            dq__sync_ints s;
+            rc = dead_ints(c, queue, i, shards, "count", NULL, &s);
+            if (!rc) sum += s.v[0];
+        }
+        if (rc == DQ__ESHARDS) { /* learned: count again */
+            rc = 0;
+            continue;
+        }
+        if (!rc) *n = sum;
+        break;
+    }
     return rc;
 }
 
-/* Both redrive-all and purge run in bounded batches until nothing is left;
- * the count is bounded too, so a queue refilled meanwhile cannot loop us. */
+/* Both redrive-all and purge run in bounded batches until nothing is left,
+ * shard by shard; the count is bounded too, so a queue refilled meanwhile
+ * cannot loop us. */
 static int64_t dead_batches(dq_client *c, const char *queue, const char *op) {
-    int64_t total = 0;
     int not_durable = 0;
-    for (int round = 0; round < 100000; round++) {
-        dq__sync_ints s;
-        int rc = dead_ints(c, queue, op, DEAD_BATCH, &s);
-        if (rc == DQ_ENOTDURABLE) not_durable = 1;
-        else if (rc) return rc;
-        if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected dead-letter reply");
-        total += s.v[1];
-        if (s.v[0] == 0) break;
+    for (int again = 0;; again++) {
+        unsigned shards;
+        int rc = dead_shards(c, queue, again, &shards);
+        if (rc) return rc;
+        int64_t total = 0;
+        for (unsigned i = 0; i < shards && !rc; i++) {
+            for (int round = 0; round < 100000; round++) {
+                dq__sync_ints s;
+                rc = dead_ints(c, queue, i, shards, op, DEAD_BATCH, &s);
+                if (rc == DQ_ENOTDURABLE) not_durable = 1, rc = 0;
+                if (rc) break;
+                if (s.count != 2) return dq__fail(c, DQ_EPROTO, "unexpected dead-letter reply");
+                total += s.v[1];
+                if (s.v[0] == 0) break;
+            }
+        }
+        if (rc == DQ__ESHARDS) continue; /* learned: go over the shards again */
+        if (rc) return rc;
+        /* Done, but some batch was not confirmed (the message is on c). */
+        return not_durable ? DQ_ENOTDURABLE : total;
     }
-    /* Done, but some batch was not confirmed (the message is on c). */
-    return not_durable ? DQ_ENOTDURABLE : total;
 }
 
 int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) {
@@ -347,9 +383,13 @@ int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) {
     if (!rc && id) rc = dq__check_id(c, id);
     if (rc) return rc;
     if (!id) return dead_batches(c, queue, "redrive_all");
-    dq__sync_ints s;
-    rc = dead_ints(c, queue, "redrive", id, &s);
-    return rc ? rc : s.v[0];
+    for (int round = 0;; round++) {
+        unsigned shards;
+        if ((rc = dead_shards(c, queue, round, &shards)) != 0) return rc;
+        dq__sync_ints s;
+        rc = dead_ints(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, "redrive", id, &s);
+        if (rc != DQ__ESHARDS) return rc ? rc : s.v[0];
+    }
 }
 
 int64_t dq_dead_purge(dq_client *c, const char *queue) {
@@ -434,6 +474,67 @@ static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *p
     for (size_t i = 0; i < l->n; i++) dq__open_shown(l->c, l->queue, l->out[i].id, &l->out[i].payload, &l->out[i].payload_len);
 }
 
+/* One page of shard i's dead letters appended to *out (*n of them). */
+static int dead_list_one(dq_client *c, const char *queue, unsigned i, unsigned shards, size_t offset,
+                         size_t limit, dq_dead_letter **out, size_t *n) {
+    char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    dq__fmt_i64(count, shards);
+    dq__keys k;
+    dq__keys_init(&k, name);
+    char off[24], lim[24];
+    snprintf(off, sizeof off, "%zu", offset);
+    snprintf(lim, sizeof lim, "%zu", limit);
+    const char *argv[10] = {k.dead, k.dead_times, k.ready, k.signal, k.counters, k.prefix, "list", off,
+                            lim, count};
+    size_t lens[10];
+    for (int j = 0; j < 10; j++) lens[j] = strlen(argv[j]);
+    dead_list l = {c, queue, 0, 0, NULL, 0};
+    int rc = dq__op_eval(c, name, 0, DQ__LUA_DEAD_RO, 5, 5, argv, lens, dead_list_reply, &l);
+    if (rc) return rc;
+    dq__wait(c, &l.done);
+    if (l.status) {
+        dq_dead_letters_free(l.out, l.n);
+        return l.status;
+    }
+    if (!*out) {
+        *out = l.out, *n = l.n;
+        return 0;
+    }
+    dq_dead_letter *all = realloc(*out, (*n + l.n + 1) * sizeof *all);
+    if (!all) {
+        dq_dead_letters_free(l.out, l.n);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
+    memcpy(all + *n, l.out, l.n * sizeof *all);
+    free(l.out); /* the letters' strings moved to all */
+    *out = all, *n += l.n;
+    return 0;
+}
+
+/* The dead letters of all the shards, shard after shard, as one list that
+ * offset and limit page through (a shard's count tells how many it skips). */
+static int dead_list_shards(dq_client *c, const char *queue, unsigned shards, size_t offset,
+                            size_t limit, dq_dead_letter **out, size_t *n) {
+    for (unsigned i = 0; i < shards && *n < limit; i++) {
+        if (shards > 1) {
+            dq__sync_ints s;
+            int rc = dead_ints(c, queue, i, shards, "count", NULL, &s);
+            if (rc) return rc;
+            if ((int64_t)offset >= s.v[0]) {
+                offset -= (size_t)s.v[0];
+                continue;
+            }
+        }
+        int rc = dead_list_one(c, queue, i, shards, offset, limit - *n, out, n);
+        if (rc) return rc;
+        offset = 0;
+    }
+    if (!*out) *out = calloc(1, sizeof **out); /* an empty list, as before */
+    return *out ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
+}
+
 int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
                  dq_dead_letter **out, size_t *n) {
     *out = NULL;
@@ -443,25 +544,15 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     if (!rc && (limit == 0 || limit > 100000 || offset > INT32_MAX))
         rc = dq__fail(c, DQ_EINVAL, "list between 1 and 100000 dead letters");
     if (rc) return rc;
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    char off[24], lim[24];
-    snprintf(off, sizeof off, "%zu", offset);
-    snprintf(lim, sizeof lim, "%zu", limit);
-    const char *argv[8] = {k.dead, k.dead_times, k.ready, k.signal, k.prefix, "list", off, lim};
-    size_t lens[8];
-    for (int i = 0; i < 8; i++) lens[i] = strlen(argv[i]);
-    dead_list l = {c, queue, 0, 0, NULL, 0};
-    rc = dq__op_eval(c, queue, 0, DQ__LUA_DEAD_RO, 4, 4, argv, lens, dead_list_reply, &l);
-    if (rc) return rc;
-    dq__wait(c, &l.done);
-    if (l.status) {
-        dq_dead_letters_free(l.out, l.n);
-        return l.status;
+    for (int round = 0;; round++) {
+        unsigned shards;
+        if ((rc = dead_shards(c, queue, round, &shards)) != 0) return rc;
+        rc = dead_list_shards(c, queue, shards, offset, limit, out, n);
+        if (rc != DQ__ESHARDS) return rc;
+        dq_dead_letters_free(*out, *n); /* learned the count: list again */
+        *out = NULL;
+        *n = 0;
     }
-    *out = l.out;
-    *n = l.n;
-    return 0;
 }
 
 void dq_dead_letters_free(dq_dead_letter *d, size_t n) {

@@ -12,12 +12,12 @@ section("defaults, changes, reset")
 r = dq("config", "cq", "--json")
 eq(r.rc, 0, "config --json exits 0")
 eq(json.loads(r.out), {"lease_ms": 30000, "max_attempts": 16, "backoff_base_ms": 1000,
-                       "backoff_max_ms": 600000}, "the defaults")
+                       "backoff_max_ms": 600000, "shards": 1}, "the defaults")
 r = dq("config", "cq", "--lease", "700ms", "--max-attempts", "2", "--backoff-base", "50ms",
        "--backoff-max", "100ms")
 eq(r.rc, 0, "setting all four exits 0")
 eq(r.text.split(), ["lease_ms", "700", "max_attempts", "2", "backoff_base_ms", "50",
-                    "backoff_max_ms", "100"], "plain output: name value lines")
+                    "backoff_max_ms", "100", "shards", "1"], "plain output: name value lines")
 eq(dq("config", "cq", "--lease", "0").rc, 2, "a lease of 0: usage error")
 eq(dq("config", "cq", "--max-attempts", "x").rc, 2, "max attempts not a number: usage error")
 r = dq("config", "cq", "--backoff-base", "1s")

@@ -129,7 +129,7 @@ p = stats("q")
 if p is not None:
     eq((p["pending"], p["ready"]), (0, 0), "no refused offer left anything behind")
 eq(dq("config", "q", "--json").text.strip(),
-   '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1000,"backoff_max_ms":600000}',
+   '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1000,"backoff_max_ms":600000,"shards":1}',
    "no refused config changed a setting")
 
 section("a message names its command once")
@@ -146,7 +146,7 @@ check_usage("a base above the max, both given with --reset", ["config", "cr", "-
 eq(dq("config", "cr", "--backoff-base", "1500ms").rc, 0, "a base below the stored max is fine")
 check_usage("a max below the stored base (the script refuses it)", ["config", "cr", "--backoff-max", "1s"])
 eq(dq("config", "cr", "--json").text.strip(),
-   '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1500,"backoff_max_ms":2000}',
+   '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1500,"backoff_max_ms":2000,"shards":1}',
    "refused settings changed nothing")
 
 section("messages quote outside input escaped and cut")
