@@ -44,10 +44,11 @@ int64_t dq_backoff_ms(const dq_client *c, int attempt) {
 
 /* ------------------------------------------------------------ async settle */
 
-/* A delivery is settled by the client that took it, which learned the
- * queue's shard count then, and the count cannot change while an item is
- * in flight; so a "DQSHARDS n" here is learned and reported (DQ_EBUSY),
- * not resent. Returns that code, or 0 for any other reply. */
+/* A "DQSHARDS n" refusal of a settle: learned, and reported as DQ_EBUSY.
+ * The count cannot change while an item is in flight, so the client that
+ * took it knows it already; another (a 'delayq ack' process) learns it
+ * here, and the synchronous calls go again (settle_again). Returns that
+ * code, or 0 for any other reply. */
 static int shards_refused(dq_client *c, const redisReply *reply, const char *queue) {
     unsigned n;
     if (!dq__shards_refused(reply, &n)) return 0;
@@ -263,23 +264,36 @@ static void sync_ack_cb(dq_client *c, int status, const int *results, size_t n, 
     sync_settle_cb(c, r, privdata);
 }
 
+/* A synchronous settle goes again when it was refused for a shard count
+ * the client has just learned (a process that did not take the item, such
+ * as 'delayq ack', starts out assuming 1). */
+static int settle_again(dq_client *c, const char *queue, int status, unsigned before, int round) {
+    return status == DQ_EBUSY && round < 2 && dq__shards_of(c, queue) != before;
+}
+
 int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    sync_settle s = {0, 0};
-    int rc = dq__ack_many_async(c, queue, &id, &token, 1, sync_ack_cb, &s);
-    if (rc) return rc;
-    dq__wait(c, &s.done);
-    return s.status;
+    for (int round = 0;; round++) {
+        unsigned before = dq__shards_of(c, queue);
+        sync_settle s = {0, 0};
+        int rc = dq__ack_many_async(c, queue, &id, &token, 1, sync_ack_cb, &s);
+        if (rc) return rc;
+        dq__wait(c, &s.done);
+        if (!settle_again(c, queue, s.status, before, round)) return s.status;
+    }
 }
 
 int dq_nack(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
             const char *error) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    sync_settle s = {0, 0};
-    int rc = dq__nack_async(c, queue, id, token, delay_ms, error, 0, sync_settle_cb, &s);
-    if (rc) return rc;
-    dq__wait(c, &s.done);
-    return s.status;
+    for (int round = 0;; round++) {
+        unsigned before = dq__shards_of(c, queue);
+        sync_settle s = {0, 0};
+        int rc = dq__nack_async(c, queue, id, token, delay_ms, error, 0, sync_settle_cb, &s);
+        if (rc) return rc;
+        dq__wait(c, &s.done);
+        if (!settle_again(c, queue, s.status, before, round)) return s.status;
+    }
 }
 
 int dq_extend(dq_client *c, const char *queue, const char *id, const char *token, int64_t lease_ms) {
@@ -462,6 +476,12 @@ int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_
 static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dead_list *l = privdata;
     l->done = 1;
+    unsigned told;
+    if (dq__shards_refused(reply, &told)) {
+        dq__shards_learn(l->c, l->queue, told);
+        l->status = DQ__ESHARDS;
+        return;
+    }
     if (!reply || reply->type == REDIS_REPLY_ERROR) {
         l->status = dq__reply_failure(l->c, conn, reply, code, l->queue);
         return;

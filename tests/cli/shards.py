@@ -1,0 +1,152 @@
+"""shards.py - one queue spread over shards, on the suite's single node
+(where shards only split big keys; shards_cluster.py runs a cluster).
+
+Through the CLI, as users run it:
+  - config --shards: refused (exit 3, naming what the queue holds, nothing
+    changed) on a queue that holds an item; accepted on an empty one, and
+    the settings reach every shard;
+  - offers spread over the 4 shards (each shard's own counters);
+  - a consumer started before the change learns it (a stale count is
+    refused by the scripts and learned), and a fresh CLI process learns it
+    on its first call;
+  - every id delivered exactly once, none early, by one `take --count 0`
+    and by `work`; cancel and lookup by id; leased takes acked, nacked
+    into dead letters, then dead list / count / redrive / purge over all
+    shards; stats add up;
+  - back to 1 shard once empty; a count the keys do not hold is refused.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+BUILD = os.environ.get("DQ_BUILD_DIR", "build")
+Q = "shq"
+N = 4
+
+
+def shard_names(queue, n):
+    import subprocess
+    r = subprocess.run([os.path.join(BUILD, "tests", "tools", "shardnames"), queue, str(n)],
+                       capture_output=True, timeout=10)
+    return r.stdout.decode().split()
+
+
+def counter(name, field):
+    v = redis("HGET", f"dq:{{{name}}}:n", field)
+    return int(v) if v is not None else None
+
+
+def config(*args):
+    return dq("config", Q, "--json", *args)
+
+
+section("the shard count changes only on an empty queue")
+r = config()
+ok(r.rc == 0 and json.loads(r.out).get("shards") == 1, "a new queue has 1 shard", r)
+eq(dq("offer", Q, "1h", "x", "--id", "early").rc, 0, "offer one item")
+r = config("--shards", N)
+ok(r.rc == 3 and b"empty queue" in r.err and b"1 pending" in r.err, "--shards 4 refused: it holds 1 pending",
+   r)
+eq(json.loads(config().out).get("shards"), 1, "... and nothing changed")
+eq(counter(Q, "shards"), None, "... not even the lock (it was undone)")
+eq(dq("cancel", Q, "early").rc, 0, "cancel the item")
+r = config("--shards", N, "--lease", "2s")
+ok(r.rc == 0 and json.loads(r.out).get("shards") == N and json.loads(r.out).get("lease_ms") == 2000,
+   "--shards 4 --lease 2s on the empty queue", r)
+names = shard_names(Q, N)
+eq(len(names), N, "4 shard names")
+eq([counter(x, "shards") for x in names] + [counter(Q, "shards")], [N] * (N + 1),
+   "every shard and the queue's own keys hold the count")
+eq([redis("HGET", f"dq:{{{x}}}:cfg", "lease_ms") for x in names], [b"2000"] * N, "every shard has the lease")
+eq(dq("config", Q, "--shards", "0").rc, 2, "--shards 0: usage error")
+eq(dq("config", Q, "--shards", "65").rc, 2, "--shards 65: usage error")
+
+section("offers spread over the shards; a fresh process learns the count on its first call")
+lines = "".join(f"{i}ms\tk{i}\tpayload {i}\n" for i in range(2000)).encode()
+r = dq("offer", Q, "--batch", "-", stdin=lines)
+eq((r.rc, r.out), (0, b"2000\n"), "2000 offered through --batch")
+per = [(counter(x, "pending") or 0) + int(redis("LLEN", f"dq:{{{x}}}:r")) for x in names]
+eq(sum(per), 2000, f"all pending or ready in the shards: {per}")
+ok(all(400 <= p <= 600 for p in per), "each shard holds a fair share (400..600 of 2000)", per)
+ok(counter(Q, "pending") in (None, 0) and redis("LLEN", f"dq:{{{Q}}}:r") == 0, "none in the queue's own keys")
+st = stats(Q)
+ok(st and st["pending"] + st["ready"] == 2000, "stats: 2000 pending or ready, summed over the shards", st)
+r = dq("lookup", Q, "k7", "--json")
+ok(r.rc == 0 and json.loads(r.out).get("state") == "pending", "lookup by id finds k7 pending", r)
+eq(dq("cancel", Q, "k7").rc, 0, "cancel k7 (by id, in its shard)")
+eq(dq("cancel", Q, "k7").rc, 1, "... once")
+
+section("one take --count 0 drains all shards: each id once, none early")
+r = dq("take", Q, "--count", "0", "--json", "--timeout", "3s", timeout=90)
+ms = r.json_lines()
+ids = [m["id"] for m in ms]
+eq(sorted(ids), sorted(f"k{i}" for i in range(2000) if i != 7), "every id but the cancelled one, once")
+ok(all(m["ready_ms"] >= m["due_ms"] for m in ms), "none before its due time")
+ok(all(m.get("queue", Q) == Q for m in ms), "each says the queue's name")
+st = stats(Q)
+ok(st and (st["pending"], st["ready"], st["inflight"]) == (0, 0, 0), "stats: nothing left", st)
+
+section("a consumer started before a change learns it")
+eq(config("--shards", "1").rc, 0, "back to 1 shard (the queue is empty)")
+early = bg_dq("take", Q, "--count", "0", "--json", "--timeout", "60s")
+ok(wait_for(lambda: redis("CLIENT", "LIST").count(b"cmd=blpop") >= 1, 10), "the consumer waits (BLPOP)")
+eq(config("--shards", N).rc, 0, "--shards 4 while it waits")
+r = dq("offer", Q, "0", "late one", "--id", "late1")
+eq(r.rc, 0, "offer one item")
+sched = bg_dq("schedule", Q)
+ok(wait_for(lambda: early.count() >= 1, 15), "the waiting consumer gets it", early.snapshot())
+early.stop()
+sched.stop()
+
+section("leases over shards: ack, nack into dead letters, dead list/count/redrive/purge")
+eq(config("--max-attempts", "1").rc, 0, "max attempts 1 (every shard)")
+lines = "".join(f"0\tl{i}\tlease {i}\n" for i in range(40)).encode()
+eq(dq("offer", Q, "--batch", "-", stdin=lines).out, b"40\n", "40 offered, due now")
+r = dq("take", Q, "--count", "40", "--ack", "manual", "--lease", "1m", "--json", "--timeout", "5s", timeout=60)
+leased = r.json_lines()
+ok(len(leased) == 40, "40 taken with a lease", r)
+st = stats(Q)
+ok(st and st["inflight"] == 40, "stats: 40 in flight", st)
+acked = [dq("ack", Q, m["id"], m["token"]).rc for m in leased[:20]]
+eq(acked, [0] * 20, "20 acked, each in its shard")
+nacked = [dq("nack", Q, m["id"], m["token"], "--error", "boom").rc for m in leased[20:]]
+eq(nacked, [0] * 20, "20 nacked on their last attempt")
+eq(dq("dead", Q, "count").out, b"20\n", "dead count: 20, over all the shards")
+per = [int(redis("ZCARD", f"dq:{{{x}}}:dz")) for x in names]
+ok(sum(per) == 20 and sum(1 for p in per if p) >= 2, f"the dead letters lie in several shards: {per}")
+r = dq("dead", Q, "list", "--json")
+eq(sorted(d["id"] for d in r.json_lines()), sorted(m["id"] for m in leased[20:]), "dead list: all 20")
+eq(dq("dead", Q, "redrive", leased[20]["id"]).out, b"1\n", "redrive one by id")
+eq(dq("dead", Q, "redrive").out, b"19\n", "redrive the other 19")
+eq(dq("dead", Q, "count").out, b"0\n", "no dead letter left")
+st = stats(Q)
+ok(st and st["ready"] == 20 and st["inflight"] == 0, "stats: the 20 are ready again", st)
+eq(config("--max-attempts", "16").rc, 0, "max attempts back to 16")
+
+section("work on a sharded queue")
+got = os.path.join(os.environ.get("DQ_TEST_REDIS_DIR", "/tmp"), "shards_work.txt")
+if os.path.exists(got):
+    os.unlink(got)
+w = bg_dq("work", Q, "--exec", f'p=$(cat); echo "$p" >> {got}', "--concurrency", "4")
+ok(wait_for(lambda: os.path.exists(got) and open(got).read().count("\n") >= 20, 20), "work ran the 20")
+w.stop()
+eq(sorted(x for x in open(got).read().split("\n") if x), sorted(m["payload"] for m in leased[20:]),
+   "each of the 20 payloads once")
+st = stats(Q)
+ok(st and (st["pending"], st["ready"], st["inflight"], st["dead"]) == (0, 0, 0, 0), "stats: empty", st)
+
+section("a count the keys do not hold is refused, and nothing is written")
+r = redis("FUNCTION", "LIST")
+lib = [x for x in r if b"delayq_" in x[1]][0][1].decode()
+try:
+    redis("FCALL", f"{lib}_offer", "4", f"dq:{{{Q}}}:zs", f"dq:{{{Q}}}:r", f"dq:{{{Q}}}:n", f"dq:{{{Q}}}:s",
+          f"dq:{{{Q}}}:", f"dq:{{{Q}}}:w", "1", "x1", "p", "0", "4", "1")
+    ok(False, "an offer routed by 1 to a 4-shard queue's own keys is refused")
+except RedisError as exc:
+    ok(str(exc).startswith("DQSHARDS 4"), "an offer routed by 1 to a 4-shard queue's own keys: DQSHARDS 4", exc)
+eq(redis("EXISTS", f"dq:{{{Q}}}:zs"), 0, "... nothing written")
+
+finish()
