@@ -4,7 +4,9 @@
 -- Returns {pending, ready, next_due_in_ms or -1, set_aside, inflight, dead,
 -- oldest_ready_age_ms or -1, then the metric fields as stored (a string, or
 -- nil when absent): offered, delivered, acked, nacked, dead, expired,
--- lat_sum, lat:1 .. lat:<#LAT_MS + 1>}. The client checks the metric
+-- lat_sum, lat:1 .. lat:<#LAT_MS + 1>, then the shard count these keys'
+-- counters hold (a sharded queue's metrics are the sums over its shards and
+-- its own keys: the client learns the count here)}. The client checks the metric
 -- fields (they are written with pcall and may hold anything someone put
 -- there); the counts are checked here as stats.lua does.
 local c, err = read_counters(KEYS[4])
@@ -29,5 +31,6 @@ for b = 1, #LAT_MS + 1 do fields[#fields + 1] = 'lat:' .. nstr(b) end
 local out = {math.max(c[1], 0), ready, fmt(next_in), redis.call('LLEN', KEYS[3]), math.max(c[2], 0),
              redis.call('ZCARD', KEYS[5]), fmt(age)}
 local v = redis.call('HMGET', KEYS[4], unpack(fields))
-for i = 1, #fields do out[#out + 1] = v[i] end
+for i = 1, #fields do out[#out + 1] = v[i] or false end
+out[#out + 1] = c[4]
 return out

@@ -55,6 +55,13 @@ int dq__list_cursor(int slots, const char *cursor, size_t *offset)
     *offset = 0;
     if (!*cursor)
         return 1;
+    /* A sharded queue's cursor names its shard first: "S/" (0..63). */
+    if (a >= 1 && a <= 2 && cursor[a] == '/') {
+        cursor += a + 1;
+        a = strspn(cursor, "0123456789");
+        if (!*cursor)
+            return 1;
+    }
     if (slots) {
         if (a < 1 || a > 16 || cursor[a] != ':')
             return 0;

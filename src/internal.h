@@ -313,6 +313,9 @@ void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
 /* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
 int dq__shards_refused(const redisReply *r, unsigned *n);
 void dq__shards_free(dq_client *c);
+/* Reads queue's shard count from its own keys, learns it and puts it in
+ * *n (ops.c): one round trip, for calls that route by no item. */
+int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);
 /* Writes settings q to each of queue's `shards` shards (reliable.c). */
 int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_queue_config *q);
 /* Changes queue's shard count to n, refused unless the queue is empty; the

@@ -15,7 +15,7 @@ const int64_t dq_lateness_bounds_ms[DQ_LATENESS_BUCKETS] = {1,   2,   5,    10, 
 
 /* A synchronous script or command whose array reply decode turns into the
  * caller's result, inside the reply callback (the reply is freed after it). */
-typedef int decode_fn(dq_client *c, const redisReply *reply, void *out);
+typedef int decode_fn(dq_client *c, const char *queue, const redisReply *reply, void *out);
 
 typedef struct sync_call {
     dq_client *c;
@@ -30,7 +30,7 @@ static void sync_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     sync_call *s = privdata;
     s->done = 1;
     if (s->left) --*s->left;
-    if (reply && reply->type == REDIS_REPLY_ARRAY) s->status = s->decode(s->c, reply, s->out);
+    if (reply && reply->type == REDIS_REPLY_ARRAY) s->status = s->decode(s->c, s->queue, reply, s->out);
     else s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
 }
 
@@ -72,10 +72,14 @@ static int stored_total(dq_client *c, const redisReply *r, const char *field, in
 
 enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
 
-static int decode_metrics(dq_client *c, const redisReply *reply, void *out) {
+/* Also learns the shard count the keys' counters hold (the last element). */
+static int decode_metrics(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     dq_metrics *m = out;
-    if (reply->elements != METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1)
-        return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    size_t count = METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1;
+    if (reply->elements != count + 1) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    int64_t shards = dq__reply_int(reply->element[count]);
+    if (shards < 0 || shards > DQ__SHARDS_MAX) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    if (!strchr(queue, '~')) dq__shards_learn(c, queue, (unsigned)shards); /* the queue's own keys */
     redisReply *const *e = reply->element;
     memset(m, 0, sizeof *m);
     m->stats.pending = dq__reply_int(e[0]);
@@ -112,13 +116,49 @@ static int send_metrics(sync_call *s) {
     return dq__op_eval(s->c, s->queue, 0, DQ__LUA_METRICS, 5, 1, argv, lens, sync_reply, s);
 }
 
+/* Adds one shard's metrics into the sum (the earliest due, the oldest
+ * ready item). */
+static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
+    dq_stats *a = &sum->stats;
+    const dq_stats *b = &one->stats;
+    a->pending += b->pending, a->ready += b->ready, a->set_aside += b->set_aside;
+    a->in_flight += b->in_flight, a->dead += b->dead;
+    if (b->next_due_in_ms >= 0 && (a->next_due_in_ms < 0 || b->next_due_in_ms < a->next_due_in_ms))
+        a->next_due_in_ms = b->next_due_in_ms;
+    if (one->oldest_ready_age_ms > sum->oldest_ready_age_ms) sum->oldest_ready_age_ms = one->oldest_ready_age_ms;
+    sum->offered += one->offered, sum->delivered += one->delivered, sum->acked += one->acked;
+    sum->nacked += one->nacked, sum->dead += one->dead, sum->lease_expired += one->lease_expired;
+    for (int i = 0; i <= DQ_LATENESS_BUCKETS; i++) sum->lateness[i] += one->lateness[i];
+    sum->lateness_sum_ms += one->lateness_sum_ms;
+}
+
+/* The metrics of a sharded queue: its own keys' (*m, read already: the
+ * totals from before it was sharded) plus each shard's, one call each. */
+static int metrics_of_shards(dq_client *c, const char *queue, unsigned shards, dq_metrics *m) {
+    for (unsigned i = 0; i < shards; i++) {
+        char name[DQ__SHARD_NAME_MAX + 1];
+        if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
+            return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+        dq_metrics one;
+        sync_call s = {c, name, 0, 0, decode_metrics, &one, NULL};
+        int rc = send_metrics(&s);
+        if (rc) return rc;
+        dq__wait(c, &s.done);
+        if (s.status) return s.status;
+        metrics_add(m, &one);
+    }
+    return 0;
+}
+
 int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) {
     int rc = check_read(c, queue);
     if (rc) return rc;
     sync_call s = {c, queue, 0, 0, decode_metrics, m, NULL};
     if ((rc = send_metrics(&s))) return rc;
     dq__wait(c, &s.done);
-    return s.status;
+    if (s.status) return s.status;
+    unsigned shards = dq__shards_of(c, queue);
+    return shards > 1 ? metrics_of_shards(c, queue, shards, m) : 0;
 }
 
 int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_metrics *m, int *status) {
@@ -134,8 +174,12 @@ int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_me
         else s->done = 1;
     }
     dq__wait_all(c, &left);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (!status[i]) status[i] = calls[i].status;
+        /* A sharded queue adds its shards, one call each. */
+        unsigned shards = status[i] ? 0 : dq__shards_of(c, queues[i]);
+        if (shards > 1) status[i] = metrics_of_shards(c, queues[i], shards, &m[i]);
+    }
     free(calls);
     return 0;
 }
@@ -175,7 +219,8 @@ static int item_of_entry(dq_listed *it, const char *buf, size_t len) {
 }
 
 /* list.lua's reply: {next cursor, (time, attempts, entry)...}. */
-static int decode_slots_page(dq_client *c, const redisReply *reply, void *out) {
+static int decode_slots_page(dq_client *c, const char *queue, const redisReply *reply, void *out) {
+    (void)queue;
     page *p = out;
     if (reply->elements < 1 || (reply->elements - 1) % 3 != 0 || reply->element[0]->type != REDIS_REPLY_STRING ||
         reply->element[0]->len > DQ_CURSOR_MAX)
@@ -202,7 +247,8 @@ static int decode_slots_page(dq_client *c, const redisReply *reply, void *out) {
 
 /* LRANGE of the ready list. An entry that does not decode is shown with
  * its raw bytes and reason "undecodable" (a consumer sets it aside). */
-static int decode_ready_page(dq_client *c, const redisReply *reply, void *out) {
+static int decode_ready_page(dq_client *c, const char *queue, const redisReply *reply, void *out) {
+    (void)queue;
     page *p = out;
     size_t n = reply->elements;
     p->items = calloc(n ? n : 1, sizeof *p->items);
@@ -253,6 +299,58 @@ static int list_dead(dq_client *c, const char *queue, page *p) {
     return 0;
 }
 
+/* One page of the pending, in-flight or ready items of the keys of name
+ * (the queue, or one of its shards), into *p. */
+static int list_keys(dq_client *c, const char *queue, const char *name, const char *cursor, page *p) {
+    int slots = p->state == DQ_STATE_PENDING || p->state == DQ_STATE_IN_FLIGHT;
+    dq__keys k;
+    dq__keys_init(&k, name);
+    char num[2][24];
+    sync_call s = {c, name, 0, 0, NULL, p, NULL};
+    (void)queue;
+    if (slots) {
+        snprintf(num[0], sizeof num[0], "%zu", p->limit);
+        const char *argv[5] = {k.z, k.prefix, p->state == DQ_STATE_PENDING ? "pending" : "inflight", cursor,
+                               num[0]};
+        s.decode = decode_slots_page;
+        return run_sync(&s, DQ__LUA_LIST, 1, 4, argv);
+    }
+    snprintf(num[0], sizeof num[0], "%zu", p->offset);
+    snprintf(num[1], sizeof num[1], "%zu", p->offset + p->limit - 1);
+    const char *argv[4] = {"LRANGE", k.ready, num[0], num[1]};
+    s.decode = decode_ready_page;
+    return run_sync(&s, -1, 4, 0, argv);
+}
+
+/* A sharded queue's page: from the shard its cursor names ("S/inner"; ""
+ * is shard 0 from the start), and a next cursor naming the same shard
+ * further on, or the next shard from its start. */
+static int list_shards(dq_client *c, const char *queue, unsigned shards, const char *cursor, page *p) {
+    unsigned shard = 0;
+    const char *inner = cursor;
+    if (*cursor) {
+        const char *slash = strchr(cursor, '/');
+        shard = (unsigned)strtoul(cursor, NULL, 10);
+        inner = slash ? slash + 1 : "";
+        if (!slash || shard >= shards) return dq__fail(c, DQ_EINVAL, "malformed cursor: no such shard");
+    }
+    int slots = p->state == DQ_STATE_PENDING || p->state == DQ_STATE_IN_FLIGHT;
+    if (!dq__list_cursor(slots, inner, &p->offset))
+        return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
+    char name[DQ__SHARD_NAME_MAX + 1];
+    if (dq__shard_name(queue, shard, shards, name, sizeof name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, shard, shards);
+    char next[DQ_CURSOR_MAX + 1] = "";
+    char *caller = p->next;
+    p->next = next;
+    int rc = list_keys(c, queue, name, inner, p);
+    p->next = caller;
+    if (rc) return rc;
+    if (next[0]) snprintf(caller, DQ_CURSOR_MAX + 1, "%u/%s", shard, next);
+    else if (shard + 1 < shards) snprintf(caller, DQ_CURSOR_MAX + 1, "%u/", shard + 1);
+    return 0;
+}
+
 int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, dq_listed **out,
             size_t *n, char *next_cursor) {
     *out = NULL;
@@ -266,25 +364,16 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
     int slots = state == DQ_STATE_PENDING || state == DQ_STATE_IN_FLIGHT;
     if (state != DQ_STATE_READY && state != DQ_STATE_DEAD && !slots)
         return dq__fail(c, DQ_EINVAL, "no such state %d", state);
-    if (!dq__list_cursor(slots, cursor, &p.offset))
-        return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
-    dq__keys k;
-    dq__keys_init(&k, queue);
-    char num[2][24];
-    sync_call s = {c, queue, 0, 0, NULL, &p, NULL};
-    if (slots) {
-        snprintf(num[0], sizeof num[0], "%zu", limit);
-        const char *argv[5] = {k.z, k.prefix, state == DQ_STATE_PENDING ? "pending" : "inflight", cursor, num[0]};
-        s.decode = decode_slots_page;
-        rc = run_sync(&s, DQ__LUA_LIST, 1, 4, argv);
-    } else if (state == DQ_STATE_READY) {
-        snprintf(num[0], sizeof num[0], "%zu", p.offset);
-        snprintf(num[1], sizeof num[1], "%zu", p.offset + limit - 1);
-        const char *argv[4] = {"LRANGE", k.ready, num[0], num[1]};
-        s.decode = decode_ready_page;
-        rc = run_sync(&s, -1, 4, 0, argv);
-    } else {
+    unsigned shards = 1;
+    if (state == DQ_STATE_DEAD) { /* dq_dead_list pages over the shards itself */
+        if (!dq__list_cursor(0, cursor, &p.offset))
+            return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
         rc = list_dead(c, queue, &p);
+    } else if ((rc = dq__shards_fetch(c, queue, &shards)) == 0) {
+        if (shards > 1) rc = list_shards(c, queue, shards, cursor, &p);
+        else if (!dq__list_cursor(slots, cursor, &p.offset))
+            rc = dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
+        else rc = list_keys(c, queue, queue, cursor, &p);
     }
     if (rc) {
         dq_listed_free(p.items, p.n);

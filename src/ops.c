@@ -719,6 +719,13 @@ static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned sha
     return 0;
 }
 
+int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n) {
+    dq_stats st;
+    int rc = shard_stats(c, queue, 0, 1, &st, n);
+    if (!rc) dq__shards_learn(c, queue, *n);
+    return rc;
+}
+
 /* A sharded queue's stats are the sums of its shards' (the earliest next
  * due time), read shard by shard. A shard that says another count than the
  * one read by starts the sum over with that count. */

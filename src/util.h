@@ -98,7 +98,8 @@ int dq__id_valid(const char *id);
 /* 1 if cursor is a valid dq_list cursor ("" starts at the top). The
  * pending and in-flight pages (slots) take "<score>:<skip>", 1-16 and 1-6
  * digits; the ready and dead pages an offset of 1-9 digits, stored in
- * *offset (0 for ""). */
+ * *offset (0 for ""). A sharded queue's cursor starts with its shard,
+ * "S/" (1-2 digits), and the rest is one of those, or "". */
 int dq__list_cursor(int slots, const char *cursor, size_t *offset);
 
 /* Writes "dq:{queue}:" followed by suffix into buf (NUL-terminated).

@@ -26,8 +26,9 @@ const char cli_usage_acl[] =
     "usage: delayq acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
     "\n"
     "Prints one ACL SETUSER command that lets user NAME run every delayq command on\n"
-    "the queues given, and nothing else: their keys (dq:{QUEUE}:*), their wake\n"
-    "channels, and only the commands delayq and its scripts send. Run it on every\n"
+    "the queues given, and nothing else: their keys (dq:{QUEUE}:*, and their\n"
+    "shards' dq:{QUEUE~*}:*), their wake channels, and only the commands delayq\n"
+    "and its scripts send. Run it on every\n"
     "data node (each master and replica of a cluster or Sentinel group):\n"
     "  delayq acl orders --user app --password-file pw | redis-cli -h HOST -x ...\n"
     "or paste it into redis-cli.\n"
@@ -101,13 +102,16 @@ static int print_rule(const char *user, const char *pw, int read_only, char **qu
         sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
         bad |= dq__buf_printf(&b, " #%s", hex);
     }
+    /* A queue's own keys, and those of its shards ("QUEUE~TAG": '~' is in
+     * no queue name, so the pattern matches no other queue). */
     for (int i = 0; i < n; i++)
-        bad |= dq__buf_printf(&b, " %s~dq:{%s}:*", read_only ? "%R" : "", queues[i]);
+        bad |= dq__buf_printf(&b, " %s~dq:{%s}:* %s~dq:{%s~*}:*", read_only ? "%R" : "", queues[i],
+                              read_only ? "%R" : "", queues[i]);
     /* The registry of queue names (offers add to it, serve lists it). */
     bad |= dq__buf_printf(&b, " %s~dq:queues", read_only ? "%R" : "");
     if (!read_only)
         for (int i = 0; i < n; i++)
-            bad |= dq__buf_printf(&b, " &dq:{%s}:w", queues[i]);
+            bad |= dq__buf_printf(&b, " &dq:{%s}:w &dq:{%s~*}:w", queues[i], queues[i]);
     bad |= dq__buf_printf(&b, " -@all");
     for (const char *const *c = read_only ? commands_read : commands_full; *c; c++)
         bad |= dq__buf_printf(&b, " +%s", *c);

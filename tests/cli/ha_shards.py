@@ -104,6 +104,15 @@ def main():
     lat = sorted(m["ready_ms"] - m["due_ms"] for v in g.values() for _, m in v)
     note(f"ready - due over {len(lat)}: p50 {lat[len(lat) // 2]} ms, p99 {lat[len(lat) * 99 // 100]} ms, "
          f"max {lat[-1]} ms")
+    # Order across shards, as one consumer saw it: the largest amount by
+    # which an item's due time was earlier than one received before it.
+    for t in takes:
+        seq = sorted((recv, m["due_ms"]) for v in taken(t).values() for recv, m in v)
+        worst, top = 0, -1
+        for _, due in seq:
+            top = max(top, due)
+            worst = max(worst, top - due)
+        note(f"{t.name}: largest inversion of due order across shards: {worst} ms over {len(seq)} items")
     both = [sum(1 for k in taken(t)) for t in takes]
     note(f"per consumer: {both}")
     r = cli("stats", Q, "--json")

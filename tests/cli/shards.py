@@ -13,7 +13,9 @@ Through the CLI, as users run it:
     and by `work`; cancel and lookup by id; leased takes acked, nacked
     into dead letters, then dead list / count / redrive / purge over all
     shards; stats add up;
-  - back to 1 shard once empty; a count the keys do not hold is refused.
+  - list pages through every shard (cursors name the shard), /metrics of
+    `serve` sums the shards;
+  - a count the keys do not hold is refused, with nothing written.
 """
 import json
 import os
@@ -137,6 +139,44 @@ eq(sorted(x for x in open(got).read().split("\n") if x), sorted(m["payload"] for
    "each of the 20 payloads once")
 st = stats(Q)
 ok(st and (st["pending"], st["ready"], st["inflight"], st["dead"]) == (0, 0, 0, 0), "stats: empty", st)
+
+section("list pages through every shard; /metrics sums them")
+lines = "".join(f"1h\tp{i}\tlater {i}\n" for i in range(250)).encode()
+eq(dq("offer", Q, "--batch", "-", stdin=lines).out, b"250\n", "250 offered, due in an hour")
+seen, cursor, pages = [], None, 0
+for _ in range(40):
+    r = dq("list", Q, "--limit", "40", "--json", *(["--cursor", cursor] if cursor else []))
+    if not ok(r.rc == 0, "list a page", r):
+        break
+    seen += [m["id"] for m in r.json_lines()]
+    pages += 1
+    err = r.err.decode()
+    cursor = err.split("next: ")[1].strip() if "next: " in err else None
+    if not cursor:
+        break
+eq(sorted(seen), sorted(f"p{i}" for i in range(250)), f"list: all 250 pending, once each, in {pages} pages")
+ok(pages >= 7, "pages of at most 40, each from one shard", pages)
+import urllib.request  # noqa: E402
+port = closed_port()
+srv = bg_dq("serve", "--listen", f"127.0.0.1:{port}", Q)
+body = ""
+
+
+def scrape():
+    global body
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return True
+    except OSError:
+        return False
+
+
+ok(wait_for(scrape, 10), "serve answers /metrics")
+line = [x for x in body.splitlines() if x.startswith("delayq_items{") and f'queue="{Q}"' in x and
+        'state="pending"' in x]
+ok(line and float(line[0].split()[-1]) == 250.0, "delayq_items pending = 250, summed over the shards", line)
+srv.stop()
+eq(dq("cancel", Q, "p0").rc, 0, "cancel one of them by id")
 
 section("a count the keys do not hold is refused, and nothing is written")
 r = redis("FUNCTION", "LIST")
