@@ -16,7 +16,6 @@ deadline. Lateness is ready_ms - due_ms on the server clock.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,15 +24,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import topology  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pinning import CLIENT, PINNED  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 HABENCH = os.path.join(BUILD, "bench", "habench")
 DELAYQ = os.path.join(BUILD, "delayq")
 SCALE = float(os.environ.get("DQ_BENCH_SCALE", "1") or "1")
-PINNED = (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
-CLIENT = ["taskset", "-c", "1"] if PINNED else []
-if PINNED:
-    topology.SERVER_PREFIX = ["taskset", "-c", "0"]
 
 
 def habench(*args, timeout=120):

@@ -11,6 +11,8 @@
 # core (phase val), then bench/ha.py (phase ha), then bench/users.py (phase
 # users: the CLI as users run it, unpinned, on a server of its own), then
 # bench/ops.py (phase ops: `delayq serve`'s scrapes with 100 queues), then
+# bench/shards.py (phase shards: one queue over 12 shards on 1, 2 and 3
+# masters next to the same queue unsharded), then
 # bench/peer.py (phase peer: BullMQ next to the CLI, A B A B). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
@@ -19,7 +21,7 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,ops,peer
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,ops,shards,peer
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics, kept in bench/ref/b1baf5e and
@@ -28,6 +30,8 @@
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
 #                           ops: bench/ops.py, /metrics with 100 queues;
+#                           shards: bench/shards.py, a sharded queue on
+#                           clusters of its own;
 #                           peer: bench/peer.py, BullMQ in the same run)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
@@ -132,13 +136,14 @@ done
 echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unpinned}), dir $DIR" >&2
 RESULTS="$BUILD_DIR/bench/results.txt"
 # "val" is valbench's phase, "ha" bench/ha.py's, "users" bench/users.py's
-# and "ops" bench/ops.py's, not dqbench's.
+# "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' |
-    grep -v '^users$' | grep -v '^ops$' | grep -v '^peer$' | paste -sd, -)
+    grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_USERS=1
 RUN_OPS=1
+RUN_SHARDS=1
 RUN_PEER=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
@@ -146,6 +151,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
@@ -201,6 +207,11 @@ fi
 if [ $rc -eq 0 ] && [ $RUN_OPS -eq 1 ]; then
     # delayq serve on a server of its own, unpinned; 120 s at most.
     run_phase "$RESULTS.ops" timeout -k 10 120 python3 "$ROOT/bench/ops.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_SHARDS -eq 1 ]; then
+    # Clusters of its own (servers pinned to core 0, the CLI to core 1),
+    # stopped by pid; 400 s at most.
+    run_phase "$RESULTS.shards" timeout -k 10 400 python3 "$ROOT/bench/shards.py" "$BUILD_DIR"
 fi
 if [ $rc -eq 0 ] && [ $RUN_PEER -eq 1 ]; then
     # BullMQ on a server of its own, A B A B with the CLI; skipped (and

@@ -250,20 +250,46 @@ struct dq__offer_batch {
     pending_offer offers[CHUNK_ITEMS];
 };
 
+/* Rounds of "the script told another shard count: route again" an offer
+ * goes through before giving up (a count changes only on an empty queue,
+ * so the second round normally succeeds). */
+#define SHARD_ROUNDS 3
+
+/* Gathered offers sent in one script call. It owns their payload copies
+ * until the reply: a call refused for the shard count wrote nothing, and
+ * its offers are routed again by the count it told (round counts those
+ * tries, up to SHARD_ROUNDS), as dq_offer and dq_offer_many do. */
 typedef struct sent_batch {
+    char queue[DQ_QUEUE_MAX + 1];
+    int round;
     size_t n;
-    dq_offer_cb *cb[CHUNK_ITEMS];
-    void *privdata[CHUNK_ITEMS];
+    pending_offer offers[];
 } sent_batch;
+
+static void send_offers(dq_client *c, const char *queue, pending_offer *offers, size_t n, int round);
+
+/* Reports status to offers[0..n-1]'s callbacks (results[i] for offer i, or
+ * none) and frees their payloads. */
+static void report_offers(dq_client *c, pending_offer *offers, size_t n, int status,
+                          const dq_offer_result *results) {
+    c->callback_depth++;
+    for (size_t i = 0; i < n; i++) {
+        offers[i].cb(c, status, results ? &results[i] : NULL, offers[i].privdata);
+        free(offers[i].payload);
+        offers[i].payload = NULL;
+    }
+    c->callback_depth--;
+}
 
 static void sent_batch_done(offer_chunk *oc, int status) {
     sent_batch *sb = oc->privdata;
-    int made = status == 0 || status == DQ_ENOTDURABLE;
-    if (status == DQ__ESHARDS) /* nothing written; resending is the caller's */
-        status = dq__fail(oc->c, DQ_EBUSY, "queue %s: its shard count changed (now %u): offer again",
-                          oc->queue, dq__shards_of(oc->c, oc->queue));
-    for (size_t i = 0; i < sb->n; i++)
-        sb->cb[i](oc->c, status, made ? &oc->results[i] : NULL, sb->privdata[i]);
+    if (status == DQ__ESHARDS) { /* nothing written: route again */
+        send_offers(oc->c, sb->queue, sb->offers, sb->n, sb->round + 1);
+    } else {
+        int made = status == 0 || status == DQ_ENOTDURABLE;
+        report_offers(oc->c, sb->offers, sb->n, status, made ? oc->results : NULL);
+    }
+    for (size_t i = 0; i < sb->n; i++) free(sb->offers[i].payload); /* NULL: moved or reported */
     free(sb);
 }
 
@@ -272,39 +298,56 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     dq__offers_flush(w->data);
 }
 
-/* Sends the gathered offers of shard `shard` (all of them when shards is
- * 1) in one call; those it could not send get rc through their callbacks. */
-static void flush_shard(dq_client *c, struct dq__offer_batch *b, unsigned shard, unsigned shards) {
+/* Sends those of offers[0..n-1] that belong to shard `shard` of `shards`
+ * in one call, taking their payloads; if it cannot, their callbacks get
+ * the failure. */
+static void send_shard(dq_client *c, const char *queue, pending_offer *offers, size_t n,
+                       unsigned shard, unsigned shards, int round) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += shards == 1 || dq__shard_of_id(offers[i].id, strlen(offers[i].id), shards) == shard;
+    if (k == 0) return;
+    sent_batch *sb = malloc(sizeof *sb + k * sizeof sb->offers[0]);
+    if (!sb) {
+        for (size_t i = 0; i < n; i++)
+            if (shards == 1 || dq__shard_of_id(offers[i].id, strlen(offers[i].id), shards) == shard)
+                report_offers(c, &offers[i], 1, dq__fail(c, DQ_ENOMEM, "out of memory"), NULL);
+        return;
+    }
+    snprintf(sb->queue, sizeof sb->queue, "%s", queue);
+    sb->round = round;
+    sb->n = 0;
     dq_item items[CHUNK_ITEMS];
     const char *ids[CHUNK_ITEMS];
-    pending_offer *taken[CHUNK_ITEMS];
-    size_t n = 0;
-    for (size_t i = 0; i < b->n; i++) {
-        pending_offer *p = &b->offers[i];
+    for (size_t i = 0; i < n; i++) {
+        pending_offer *p = &offers[i];
         if (shards > 1 && dq__shard_of_id(p->id, strlen(p->id), shards) != shard) continue;
-        items[n] = p->item;
-        items[n].id = p->fresh ? NULL : p->id; /* NULL: the script learns it is new */
-        items[n].payload = p->payload;
-        ids[n] = p->id;
-        taken[n++] = p;
+        pending_offer *q = &sb->offers[sb->n];
+        *q = *p;
+        p->payload = NULL; /* the batch owns it now */
+        items[sb->n] = q->item;
+        items[sb->n].id = q->fresh ? NULL : q->id; /* NULL: the script learns it is new */
+        items[sb->n].payload = q->payload;
+        ids[sb->n++] = q->id;
     }
-    if (n == 0) return;
-    sent_batch *sb = malloc(sizeof *sb);
-    int rc = sb ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
-    if (sb) {
-        sb->n = n;
-        for (size_t i = 0; i < n; i++) sb->cb[i] = taken[i]->cb, sb->privdata[i] = taken[i]->privdata;
-        rc = shards ? send_chunk(c, b->queue, shard, shards, items, ids, n, sent_batch_done, sb)
-                    : dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again",
-                               b->queue);
-        if (rc) free(sb);
+    int rc = send_chunk(c, queue, shard, shards, items, ids, sb->n, sent_batch_done, sb);
+    if (rc) { /* accepted already: report the failure through each callback */
+        report_offers(c, sb->offers, sb->n, rc, NULL);
+        free(sb);
     }
-    if (rc) {
-        /* Accepted already: report the failure through each callback. */
-        c->callback_depth++;
-        for (size_t i = 0; i < n; i++) taken[i]->cb(c, rc, NULL, taken[i]->privdata);
-        c->callback_depth--;
+}
+
+/* Sends offers[0..n-1] (at most CHUNK_ITEMS), one call per shard they
+ * fall in, by the count the client knows now. */
+static void send_offers(dq_client *c, const char *queue, pending_offer *offers, size_t n, int round) {
+    unsigned shards = dq__shards_of(c, queue);
+    if (!shards || round == SHARD_ROUNDS) {
+        report_offers(c, offers, n,
+                      dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue),
+                      NULL);
+        return;
     }
+    for (unsigned s = 0; s < shards; s++) send_shard(c, queue, offers, n, s, shards, round);
 }
 
 void dq__offers_flush(dq_client *c) {
@@ -312,11 +355,10 @@ void dq__offers_flush(dq_client *c) {
     if (!b || c->flushing) return;
     c->offers = NULL;
     ev_prepare_stop(c->loop, &c->offers_flush);
-    unsigned shards = dq__shards_of(c, b->queue);
     c->flushing = 1;
-    for (unsigned s = 0; s < (shards ? shards : 1); s++) flush_shard(c, b, s, shards);
+    send_offers(c, b->queue, b->offers, b->n, 0);
     c->flushing = 0;
-    for (size_t i = 0; i < b->n; i++) free(b->offers[i].payload);
+    for (size_t i = 0; i < b->n; i++) free(b->offers[i].payload); /* NULL once sent */
     free(b);
 }
 
@@ -388,11 +430,6 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
     }
     s->done = 1;
 }
-
-/* Rounds of "the script told another shard count: route again" an offer
- * goes through before giving up (a count changes only on an empty queue,
- * so the second round normally succeeds). */
-#define SHARD_ROUNDS 3
 
 static int shards_changing(dq_client *c, const char *queue) {
     return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue);

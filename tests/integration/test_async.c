@@ -1,6 +1,7 @@
 /*
  * test_async.c - the callback API on the client's loop: dq_offer_async,
- * dq_take_async (item, timeout, many at once), dq_take_cancel (never inside
+ * dq_take_async (item, timeout, many at once), gathered offers on a sharded
+ * queue by a client that had to learn its shard count,, dq_take_cancel (never inside
  * the call, never losing an item), DQ_EBUSY from callbacks, DQ_ECLOSED when
  * the client is freed, a scheduled delay through the async path, and a
  * take that waits after its client's idle blocking connection was lost.
@@ -136,6 +137,53 @@ static void test_offer_async_errors(void **state)
     assert_int_equal(info.state, DQ_STATE_PENDING);
     assert_int_equal(info.due_ms, os.result.due_ms);
     dq_client_free(c);
+}
+
+typedef struct count_state {
+    int calls, ok;
+} count_state;
+
+static void count_offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata)
+{
+    (void)c;
+    count_state *s = privdata;
+    s->calls++;
+    s->ok += status == 0 && result != NULL;
+}
+
+/* A new client assumes one shard: the first gathered batch on a sharded
+ * queue is refused by the script (nothing written), learned, and sent
+ * again by the right count, so every callback sees success. */
+static void test_offer_async_learns_shards(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "ashard");
+    dq_client *admin = dqt_client(NULL);
+    dq_queue_config set = {DQ_QUEUE_SETTING, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING, DQ_QUEUE_SETTING, 4};
+    DQT_EXPECT(admin, dq_queue_config_set(admin, q, &set, NULL), 0);
+
+    dq_client *c = dqt_client(NULL); /* knows nothing of the count */
+    enum { N = 150 };                /* more than one gathered batch */
+    count_state cs = {0};
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "as%d", i);
+        dq_item it = {.id = id, .payload = "p", .payload_len = 1, .delay_ms = 60000};
+        DQT_EXPECT(c, dq_offer_async(c, q, &it, count_offer_cb, &cs), 0);
+    }
+    for (int i = 0; i < 100 && cs.calls < N; i++)
+        dqt_run_for(c, 0.05);
+    assert_int_equal(cs.calls, N);
+    assert_int_equal(cs.ok, N);
+    dq_stats st;
+    DQT_EXPECT(admin, dq_get_stats(admin, q, &st), 0);
+    assert_int_equal(st.pending, N);
+    dq_item_info info;
+    DQT_EXPECT(admin, dq_lookup(admin, q, "as77", &info), 0);
+    assert_int_equal(info.state, DQ_STATE_PENDING);
+    dq_client_free(c);
+    dq_client_free(admin);
 }
 
 static void test_take_async_timeout(void **state)
@@ -425,6 +473,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_async_item),
         cmocka_unit_test(test_offer_async_errors),
+        cmocka_unit_test(test_offer_async_learns_shards),
         cmocka_unit_test(test_take_async_timeout),
         cmocka_unit_test(test_take_cancel),
         cmocka_unit_test(test_take_cancel_no_loss),
