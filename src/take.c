@@ -22,7 +22,9 @@
  * ends, its armed waiters stay armed for the client's next take on the
  * queue (no reconnects per take), and a token one of them pops with no
  * take to give it to is pushed back. So no token is lost and an idle
- * consumer still only waits.
+ * consumer still only waits. A take skips the shards its client's armed
+ * waits have found quiet (shard_quiet): at a steady trickle a take then
+ * looks where a token came from, not at every empty shard in turn.
  *
  * The take's own timeout is a libev timer, not a blocking command's timeout
  * (Redis checks those only every 100 ms at the default hz 10). A take always
@@ -53,8 +55,12 @@ typedef struct dq__waiter {
     unsigned index;                  /* the shard's number                   */
     char signal[DQ__KEY_MAX];
     dq__conn *conn;
+    unsigned shards;                 /* the count the shard is named by      */
     dq_take_req *take;               /* whom a token goes to, or NULL        */
     int out;                         /* the BLPOP is out                     */
+    int quiet;                       /* the shard was found empty while the
+                                        BLPOP was out, and it has popped
+                                        nothing since (see shard_quiet)     */
 } dq__waiter;
 
 struct dq_take_req {
@@ -68,6 +74,8 @@ struct dq_take_req {
     char shards_text[24];
     unsigned char tokens[DQ__SHARDS_MAX]; /* tokens popped per shard, not yet
                                          handed to a script                 */
+    uint64_t found_empty;             /* bit j: shard j was found empty since
+                                         the take last retried              */
     dq__waiter *waiters[DQ__SHARDS_MAX];
     dq_take_opts opts;
     size_t max;             /* messages one script run may pop           */
@@ -99,6 +107,8 @@ static void wait_for_entries(dq_take_req *t);
 static void waiters_detach(dq_take_req *t);
 static int set_shards(dq_take_req *t, unsigned n);
 static void next_shard(dq_take_req *t);
+static void note_empty(dq_take_req *t);
+static int shard_quiet(const dq_take_req *t, unsigned j);
 static void wait_on_shards(dq_take_req *t);
 static void on_conn_up(dq__conn *conn, void *privdata);
 static void on_retry(dq_take_req *t);
@@ -376,14 +386,18 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
     else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
-    else if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
-    else wait_for_entries(t);
+    else {
+        note_empty(t);
+        if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
+        else wait_for_entries(t);
+    }
 }
 
 /* Arms the timer for whichever comes first: a retry or the timeout. */
 static void on_retry(dq_take_req *t) {
     struct ev_loop *loop = t->c->loop;
     double in = RETRY_S;
+    t->found_empty = 0; /* what was seen before a failure is old news */
     t->retrying = 1;
     if (t->deadline >= 0 && t->deadline - ev_now(loop) <= RETRY_S) {
         in = t->deadline - ev_now(loop);
@@ -466,20 +480,54 @@ static int set_shards(dq_take_req *t, unsigned n) {
     waiters_detach(t);
     t->shards = n;
     t->tried = 0;
+    t->found_empty = 0;
     dq__fmt_i64(t->shards_text, n);
     return set_shard(t, n > 1 ? dq__random_uniform(n) : 0);
 }
 
-/* The shard to look at next: one a waiter popped a token for, else the one
- * after this. */
+/* Whether waiter w waits on shard j of t's queue, by t's count. */
+static int waiter_is(const dq__waiter *w, const dq_take_req *t, unsigned j) {
+    size_t ol = strlen(t->owner);
+    return w->index == j && w->shards == t->shards && strncmp(w->shard, t->owner, ol) == 0 &&
+           w->shard[ol] == '~';
+}
+
+/* Shard j needs no look: a wait of this client on it was out when the
+ * shard was last found empty, and has popped nothing since. Whatever made
+ * an entry ready there since pushed a token, which a BLPOP (this one, or
+ * another consumer's) pops, and the take that pops it looks there: the
+ * rule a take blocked on an unsharded queue lives by. A token popped by a
+ * wait with no take goes back (the wait ends), so it is not lost. */
+static int shard_quiet(const dq_take_req *t, unsigned j) {
+    if (t->tokens[j]) return 0;
+    for (const dq__waiter *w = t->c->waiters; w; w = w->next)
+        if (w->out && w->quiet && waiter_is(w, t, j)) return 1;
+    return 0;
+}
+
+/* Shard t->cur was found empty: the waits out on it become quiet. */
+static void note_empty(dq_take_req *t) {
+    if (t->shards < 2 || t->tokens[t->cur]) return;
+    t->found_empty |= (uint64_t)1 << t->cur;
+    for (dq__waiter *w = t->c->waiters; w; w = w->next)
+        if (w->out && waiter_is(w, t, t->cur)) w->quiet = 1;
+}
+
+/* The shard to look at next: one a waiter popped a token for, else the
+ * next one that is not quiet (a quiet one counts as found empty). When
+ * none is left, the take waits on them all. */
 static void next_shard(dq_take_req *t) {
-    unsigned j = (t->cur + 1) % t->shards;
-    for (unsigned k = 0; k < t->shards; k++) {
-        unsigned i = (t->cur + 1 + k) % t->shards;
-        if (t->tokens[i]) {
-            j = i;
-            break;
-        }
+    unsigned j = t->shards; /* none yet */
+    for (unsigned k = 1; k <= t->shards && j == t->shards; k++)
+        if (t->tokens[(t->cur + k) % t->shards]) j = (t->cur + k) % t->shards;
+    for (unsigned k = 1; j == t->shards && t->tried < t->shards; k++) {
+        unsigned i = (t->cur + k) % t->shards;
+        if (shard_quiet(t, i)) t->tried++;
+        else j = i;
+    }
+    if (j == t->shards) {
+        wait_for_entries(t);
+        return;
     }
     if (set_shard(t, j) != 0) {
         finish(t, dq__fail(t->c, DQ_EPROTO, "queue %s: no name for shard %u", t->owner, j), NULL, 0);
@@ -540,6 +588,7 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     dq__waiter *w = privdata;
     (void)code;
     w->out = 0;
+    w->quiet = 0;
     if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
     dq_take_req *t = w->take;
     if (reply->type == REDIS_REPLY_ARRAY) {
@@ -620,7 +669,10 @@ static void waiter_arm(dq__waiter *w) {
     if (w->conn->state != DQ__UP) return; /* waiter_up arms it */
     const char *argv[3] = {"BLPOP", w->signal, "0"};
     size_t lens[3] = {5, strlen(w->signal), 1};
-    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) w->out = 1;
+    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) {
+        w->out = 1;
+        w->quiet = 0; /* until the shard is found empty with it out */
+    }
 }
 
 /* A waiter for shard j of t: an armed one no take holds, or a new one. */
@@ -634,6 +686,7 @@ static dq__waiter *waiter_for(dq_take_req *t, unsigned j) {
     w->c = t->c;
     memcpy(w->shard, shard, sizeof shard);
     w->index = j;
+    w->shards = t->shards;
     dq__key(w->signal, sizeof w->signal, shard, "s");
     w->next = t->c->waiters;
     t->c->waiters = w;
@@ -658,7 +711,13 @@ static void wait_on_shards(dq_take_req *t) {
         }
         w->take = t;
         t->waiters[j] = w;
+        int was_out = w->out;
         waiter_arm(w);
+        /* A wait sent just after its shard was found empty is as good as
+         * one that was out then: a token pushed in between is still in
+         * the list, and the BLPOP pops it at once. (An unsharded take
+         * leaves the same gap between its look and its BLPOP.) */
+        if (!was_out && w->out && (t->found_empty >> j & 1) && !t->tokens[j]) w->quiet = 1;
         missing += !w->out && !w->conn;
     }
     t->wait_out = 1;
@@ -812,7 +871,12 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
 
 static void take_start(dq_take_req *t) {
     arm_timeout(t);
-    run_script(t);
+    if (t->shards > 1 && shard_quiet(t, t->cur)) {
+        t->tried = 1; /* as if found empty now */
+        next_shard(t);
+    } else {
+        run_script(t);
+    }
 }
 
 static void async_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {

@@ -22,7 +22,7 @@ from dqtest import *  # noqa: E402,F403
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -125,8 +125,26 @@ def text(elem_id):
     return js("const e = document.getElementById(arguments[0]); return e ? e.textContent : null;", elem_id)
 
 
+def click_fresh(by, selector, timeout=5):
+    """Finds and clicks an element, again if the page re-rendered it in
+    between (the queue table is rebuilt on every refresh)."""
+    end = time.time() + timeout * SLOW
+    while True:
+        try:
+            driver.find_element(by, selector).click()
+            return
+        except StaleElementReferenceException:
+            if time.time() > end:
+                raise
+            time.sleep(0.05)
+
+
 def click(elem_id):
-    driver.find_element(By.ID, elem_id).click()
+    click_fresh(By.ID, elem_id)
+
+
+def open_queue(queue):
+    click_fresh(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"]')
 
 
 def click_in_row(row_id, cls):
@@ -153,7 +171,7 @@ try:
                detail=lambda: cell(Q2, "count-pending"))
 
     section("a queue's detail: items, payloads as text, look-up")
-    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q}"]').click()
+    open_queue(Q)
     wait_until(lambda: driver.find_element(By.ID, "queue-detail").is_displayed(), "the detail opens")
     eq(text("detail-name"), Q, "it names dash1")
     wait_until(lambda: row_ids() == ["p0", "p1", "p2"], "pending by due time: p0 p1 p2", detail=row_ids)
@@ -228,7 +246,7 @@ try:
     wait_until(lambda: cell(Q, "count-dead") == "0", "0 dead on the page", detail=lambda: cell(Q, "count-dead"))
 
     section("paging and a live rate")
-    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q2}"]').click()
+    open_queue(Q2)
     wait_until(lambda: text("detail-name") == Q2 and len(row_ids() or []) == 50, "dash2: a first page of 50",
                detail=lambda: (text("detail-name"), len(row_ids() or [])))
     first = row_ids()
@@ -256,7 +274,7 @@ try:
     ok(painted and painted > 20, "the chart draws the offered line", painted)
 
     section("a sealed payload shows sealed (serve has no key)")
-    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q3}"]').click()
+    open_queue(Q3)
     wait_until(lambda: row_ids() == ["s0"], "dash3: s0", detail=row_ids)
     shown = js("const r = document.querySelector('#items tr[data-id=\"s0\"] .payload'); return r && r.textContent;")
     kid = open(keyf).read().split()[1]
@@ -264,7 +282,7 @@ try:
        "sealed, naming its key, no plaintext", shown)
 
     section("in flight, and the lateness histogram")
-    driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{Q4}"]').click()
+    open_queue(Q4)
     wait_until(lambda: text("detail-name") == Q4, "dash4 opens")
     Select(driver.find_element(By.ID, "state-select")).select_by_value("inflight")
     wait_until(lambda: row_ids() == ["f0"], "in flight: f0", detail=row_ids)
