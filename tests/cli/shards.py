@@ -17,7 +17,9 @@ Through the CLI, as users run it:
     `serve` sums the shards;
   - a count the keys do not hold is refused, with nothing written;
   - a consumer fed a trickle on 12 shards costs about 2 script calls an
-    item, not one per empty shard (counted, not timed).
+    item, not one per empty shard (counted, not timed);
+  - idle on 12 shards, a consumer sends no command, and a scheduler only
+    its safety re-checks.
 """
 import json
 import os
@@ -220,5 +222,40 @@ fcalls = int(calls.get("cmdstat_fcall", "calls=0").split("calls=")[1].split(",")
 note(f"script calls for {TITEMS} items offered one by one and taken: {fcalls}")
 ok(fcalls <= 4 * TITEMS, f"at most 4 script calls an item (offer, take, one look that finds it empty, slack)",
    fcalls)
+
+
+section("idle on a 12-shard queue: a consumer costs Redis nothing, a scheduler its safety re-checks")
+# Nothing else runs on the server now. Counted, not timed: a consumer that
+# looked again and again would show hundreds of commands in 4 s.
+IQ = "shidle"
+eq(dq("config", IQ, "--shards", TN).rc, 0, "config --shards 12")
+
+
+def commands():
+    st = dict(x.split(":", 1) for x in redis("INFO", "stats").decode().splitlines() if ":" in x)
+    return int(st["total_commands_processed"])
+
+
+def fcalls_now():
+    cs = dict(x.split(":", 1) for x in redis("INFO", "commandstats").decode().splitlines() if ":" in x)
+    return int(cs.get("cmdstat_fcall", "calls=0").split("calls=")[1].split(",")[0])
+
+
+idle = bg_dq("take", IQ, "--no-scheduler", "--timeout", "60s")
+time.sleep(1.5 * SLOW)  # it looked at every shard once and waits on all of them
+c0 = commands()
+time.sleep(4)
+used = commands() - c0 - 1  # less the INFO that read c0
+ok(used == 0, "a waiting consumer sent no command in 4 s", used)
+ok(idle.running(), "... and it is still waiting")
+idle.stop()
+sch = bg_dq("schedule", IQ)
+time.sleep(1.5 * SLOW)  # its catch-up runs are done
+f0 = fcalls_now()
+time.sleep(4)
+runs = fcalls_now() - f0
+note(f"an idle scheduler of 12 shards ran {runs} scripts in 4 s (each shard re-checks every 2.5-5 s)")
+ok(runs <= 2 * TN, "at most 2 safety re-checks a shard in 4 s", runs)
+sch.stop()
 
 finish()
