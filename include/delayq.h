@@ -508,7 +508,11 @@ typedef struct dq_queue_config {
                                 cluster nodes) the queue spreads over. It
                                 changes only while the queue is empty (no
                                 item pending, ready, in flight or dead):
-                                otherwise DQ_EREDIS, nothing changed       */
+                                otherwise DQ_EREDIS, nothing changed. One
+                                change at a time (another under way:
+                                DQ_EREDIS); one whose client died is
+                                finished or undone first, a minute after
+                                it began                                  */
 } dq_queue_config;
 
 /* Reads queue's settings (defaults filled in) into *out. */

@@ -8,12 +8,27 @@
 --   count (offers included) until 'set'. Returns 1.
 -- ARGV[1] 'set': ARGV[2] is the count to write (1..SHARDS_MAX): the end of
 --   a change, or the undoing of a lock. Returns 1.
+-- The journal, on the queue's own keys (its home), which every change
+-- goes through, so a change whose client died can be finished or undone:
+-- ARGV[1] 'begin': ARGV[2] is the count wanted. With no change recorded,
+--   records one from the home's count to ARGV[2], started now, not locked
+--   yet, and returns {1, from}. A change recorded less than STALE_MS ago is
+--   under way: refused, naming it. One recorded earlier was cut off: this
+--   caller takes it over (its time becomes now) and gets {2, from, to,
+--   locked} to finish it (locked: every shard of `from` was locked, so none
+--   holds an item and it may go forward) or undo it (not locked: some old
+--   shard may hold items, so back to `from`).
+-- ARGV[1] 'locked': every shard of the recorded change's `from` is locked.
+-- ARGV[1] 'end': the change is done; the record goes. Both return 1.
 -- A change is allowed only on an empty queue, so no item is ever in a shard
 -- the new count does not have; the lock makes that hold while it is made.
 local counters, ready, deadz = KEYS[1], KEYS[2], KEYS[3]
 local op, arg = ARGV[1], ARGV[2]
+-- A change takes milliseconds; one recorded this long ago lost its client.
+local STALE_MS = 60000
 local n = tonumber(arg)
-if (op ~= 'lock' and op ~= 'set') or not n or n % 1 ~= 0 or n < 1 or n > SHARDS_MAX then
+local ops = {lock = true, set = true, begin = true, locked = true, ['end'] = true}
+if not ops[op] or not n or n % 1 ~= 0 or n < 1 or n > SHARDS_MAX then
   return redis.error_reply('ERR delayq: malformed shard count arguments')
 end
 local counts, err = read_counters(counters)
@@ -21,6 +36,43 @@ if err then return err end
 if op == 'set' then
   redis.call('HSET', counters, 'shards', nstr(n))
   return 1
+end
+if op == 'locked' then
+  redis.call('HSET', counters, 'chg_locked', '1')
+  return 1
+end
+if op == 'end' then
+  redis.call('HDEL', counters, 'chg_from', 'chg_to', 'chg_ms', 'chg_locked')
+  return 1
+end
+if op == 'begin' then
+  local f = redis.call('HMGET', counters, 'chg_from', 'chg_to', 'chg_ms', 'chg_locked')
+  local now = server_now_ms()
+  if f[1] or f[2] or f[3] or f[4] then
+    local from, to = uint_of(f[1], 2, SHARDS_MAX), uint_of(f[2], 2, SHARDS_MAX)
+    local at = uint_of(f[3], 15, DUE_MAX)
+    if not from or from < 1 or not to or to < 1 or not at or (f[4] ~= '0' and f[4] ~= '1') then
+      local function shown(s) return s and quoted(s) or 'none' end
+      return redis.error_reply('ERR delayq: corrupt shard change record in ' .. counters .. ': from ' ..
+                               shown(f[1]) .. ', to ' .. shown(f[2]) .. ', at ' .. shown(f[3]) ..
+                               ', locked ' .. shown(f[4]) .. ' (HDEL chg_from chg_to chg_ms' ..
+                               ' chg_locked to drop it)')
+    end
+    if now - at < STALE_MS then
+      return redis.error_reply('ERR delayq: a change of the shard count from ' .. nstr(from) .. ' to ' ..
+                               nstr(to) .. ' began ' .. nstr(now - at) .. ' ms ago and is under way' ..
+                               ' (if its client died, it is taken over ' .. nstr(STALE_MS / 1000) ..
+                               ' s after it began)')
+    end
+    redis.call('HSET', counters, 'chg_ms', nstr(now))
+    return {2, from, to, f[4] == '1' and 1 or 0}
+  end
+  if counts[4] < 1 then
+    return redis.error_reply('ERR delayq: ' .. counters .. ' says 0 shards with no change recorded')
+  end
+  redis.call('HSET', counters, 'chg_from', nstr(counts[4]), 'chg_to', nstr(n), 'chg_ms', nstr(now),
+             'chg_locked', '0')
+  return {1, counts[4]}
 end
 err = shards_refusal(counts[4], arg) or require_type(ready, 'list') or require_type(deadz, 'zset')
 if err then return err end

@@ -19,7 +19,10 @@ Through the CLI, as users run it:
   - a consumer fed a trickle on 12 shards costs about 2 script calls an
     item, not one per empty shard (counted, not timed);
   - idle on 12 shards, a consumer sends no command, and a scheduler only
-    its safety re-checks.
+    its safety re-checks;
+  - a change of the count whose client died half way is refused for a
+    minute, then undone (not every old shard locked) or finished (all
+    locked) by the next change, with no item lost.
 """
 import json
 import os
@@ -257,5 +260,66 @@ runs = fcalls_now() - f0
 note(f"an idle scheduler of 12 shards ran {runs} scripts in 4 s (each shard re-checks every 2.5-5 s)")
 ok(runs <= 2 * TN, "at most 2 safety re-checks a shard in 4 s", runs)
 sch.stop()
+
+
+section("a change of the count cut off half way is undone or finished by the next one")
+# What a client killed in the middle of `config --shards` leaves, made step
+# by step with the script a change runs (lua/shards.lua).
+
+
+def step(name, op, count):
+    return redis("FCALL", f"{lib}_shards", "3", f"dq:{{{name}}}:n", f"dq:{{{name}}}:r", f"dq:{{{name}}}:dz",
+                 op, str(count))
+
+
+def journal(name):
+    return redis("HMGET", f"dq:{{{name}}}:n", "chg_from", "chg_to", "chg_ms", "chg_locked")
+
+
+def age_journal(name):  # as if the change began 61 s ago
+    redis("HSET", f"dq:{{{name}}}:n", "chg_ms", str(server_ms() - 61000))
+
+
+CQ = "shcut"
+eq(dq("config", CQ, "--shards", 4).rc, 0, "a 4-shard queue")
+four = shard_names(CQ, 4)
+eq(step(CQ, "begin", 8), [1, 4], "a change to 8 begins (recorded at the queue's own keys)")
+eq([step(four[i], "lock", 4) for i in (0, 1)], [1, 1], "... and locks 2 of the 4 shards, then its client dies")
+offers = [dq("offer", CQ, "1h", "x", "--id", f"cut{i}") for i in range(16)]
+took = [f"cut{i}" for i, r in enumerate(offers) if r.rc == 0]
+refused = [r for r in offers if r.rc != 0]
+ok(took and refused and all(r.rc == 3 and b"shard count" in r.err for r in refused),
+   f"offers to the 2 locked shards are refused (exit 3), to the others taken ({len(took)} of 16)",
+   [(r.rc, r.err[:100]) for r in offers])
+r = dq("config", CQ, "--shards", 8)
+ok(r.rc == 3 and b"under way" in r.err, "another change right away: refused, the first is under way", r)
+age_journal(CQ)
+r = dq("config", CQ, "--shards", 2)
+ok(r.rc == 3 and b"empty queue" in r.err, "a minute on, the next change undoes the cut one (not all locked), "
+   "then is refused: the queue holds items", r)
+eq(json.loads(dq("config", CQ, "--json").out).get("shards"), 4, "the count is 4 again")
+eq([counter(x, "shards") for x in four], [4, 4, 4, 4], "... on every shard")
+eq(journal(CQ), [None, None, None, None], "... and the record is gone")
+eq(stats(CQ)["pending"], len(took), f"the {len(took)} items offered meanwhile are all there")
+eq(dq("offer", CQ, "1h", "x", "--id", "cut-after").rc, 0, "offers are taken on every shard again")
+eq(sum(dq("offer", CQ, "1h", "x", "--id", f"cut{i}").rc == 0 for i in range(16)), 16, "... all 16 ids")
+
+CQ2 = "shcut2"
+eq(dq("config", CQ2, "--shards", 2).rc, 0, "a 2-shard queue")
+two, three = shard_names(CQ2, 2), shard_names(CQ2, 3)
+eq(step(CQ2, "begin", 3), [1, 2], "a change to 3 begins")
+eq([step(two[0], "lock", 2), step(two[1], "lock", 2), step(CQ2, "locked", 1)], [1, 1, 1],
+   "... locks both old shards and records it")
+eq(step(three[0], "set", 3), 1, "... sets the first new shard, then its client dies")
+age_journal(CQ2)
+r = dq("offer", CQ2, "1h", "x")
+ok(r.rc == 3, "offers are refused meanwhile (exit 3)", r)
+r = dq("config", CQ2, "--shards", 3)
+ok(r.rc == 0, "config --shards 3 (the count the cut change wanted): it is finished", r)
+eq([counter(x, "shards") for x in three + two + [CQ2]], [3] * 6, "3 on the new shards, the old and the home")
+eq(journal(CQ2), [None, None, None, None], "... and the record is gone")
+eq(sum(dq("offer", CQ2, "0", f"v{i}", "--id", f"fw{i}").rc == 0 for i in range(12)), 12, "12 offers taken")
+r = dq("take", CQ2, "--count", 12, "--timeout", "5s")
+eq(sorted(r.out.split()), sorted(f"v{i}".encode() for i in range(12)), "... and all 12 taken")
 
 finish()
