@@ -21,6 +21,7 @@
 #   DQ_TEST_SLOW        1, or 5 under a wrapper (tests scale time bounds)
 # Knobs: DQ_TEST_ONLY=glob (run only matching test names, e.g. 'test_api*'),
 #        DQ_TEST_TIMEOUT=seconds per test file (default 120; 400 with a wrapper;
+#        make test-asan sets 240;
 #        twice that for the ha_* files, which wait through real failovers).
 set -u
 
