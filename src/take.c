@@ -28,7 +28,10 @@
  *
  * The take's own timeout is a libev timer, not a blocking command's timeout
  * (Redis checks those only every 100 ms at the default hz 10). A take always
- * runs the script at least once, so timeout 0 means "whatever is ready now".
+ * runs the script at least once, so timeout 0 means "whatever is ready now"
+ * (on a sharded queue: on every shard not known to be quiet; a quiet
+ * shard's items, if any came, are another consumer's to take, as its
+ * token went there).
  */
 #include <inttypes.h>
 #include <stdlib.h>
