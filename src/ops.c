@@ -255,6 +255,10 @@ struct dq__offer_batch {
  * so the second round normally succeeds). */
 #define SHARD_ROUNDS 3
 
+static int shards_changing(dq_client *c, const char *queue) {
+    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue);
+}
+
 /* Gathered offers sent in one script call. It owns their payload copies
  * until the reply: a call refused for the shard count wrote nothing, and
  * its offers are routed again by the count it told (round counts those
@@ -289,8 +293,7 @@ static void sent_batch_done(offer_chunk *oc, int status) {
         int made = status == 0 || status == DQ_ENOTDURABLE;
         report_offers(oc->c, sb->offers, sb->n, status, made ? oc->results : NULL);
     }
-    for (size_t i = 0; i < sb->n; i++) free(sb->offers[i].payload); /* NULL: moved or reported */
-    free(sb);
+    free(sb); /* its payloads were moved or freed */
 }
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
@@ -298,20 +301,16 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents) {
     dq__offers_flush(w->data);
 }
 
-/* Sends those of offers[0..n-1] that belong to shard `shard` of `shards`
- * in one call, taking their payloads; if it cannot, their callbacks get
- * the failure. */
-static void send_shard(dq_client *c, const char *queue, pending_offer *offers, size_t n,
-                       unsigned shard, unsigned shards, int round) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += shards == 1 || dq__shard_of_id(offers[i].id, strlen(offers[i].id), shards) == shard;
-    if (k == 0) return;
+/* Sends the k offers of offers[0..n-1] whose shard (of[i]) is `shard`, of
+ * `shards`, in one call, taking their payloads; if it cannot, their
+ * callbacks get the failure. */
+static void send_shard(dq_client *c, const char *queue, pending_offer *offers, const unsigned *of,
+                       size_t n, size_t k, unsigned shard, unsigned shards, int round) {
     sent_batch *sb = malloc(sizeof *sb + k * sizeof sb->offers[0]);
     if (!sb) {
+        int rc = dq__fail(c, DQ_ENOMEM, "out of memory");
         for (size_t i = 0; i < n; i++)
-            if (shards == 1 || dq__shard_of_id(offers[i].id, strlen(offers[i].id), shards) == shard)
-                report_offers(c, &offers[i], 1, dq__fail(c, DQ_ENOMEM, "out of memory"), NULL);
+            if (of[i] == shard) report_offers(c, &offers[i], 1, rc, NULL);
         return;
     }
     snprintf(sb->queue, sizeof sb->queue, "%s", queue);
@@ -320,11 +319,10 @@ static void send_shard(dq_client *c, const char *queue, pending_offer *offers, s
     dq_item items[CHUNK_ITEMS];
     const char *ids[CHUNK_ITEMS];
     for (size_t i = 0; i < n; i++) {
-        pending_offer *p = &offers[i];
-        if (shards > 1 && dq__shard_of_id(p->id, strlen(p->id), shards) != shard) continue;
+        if (of[i] != shard) continue;
         pending_offer *q = &sb->offers[sb->n];
-        *q = *p;
-        p->payload = NULL; /* the batch owns it now */
+        *q = offers[i];
+        offers[i].payload = NULL; /* the batch owns it now */
         items[sb->n] = q->item;
         items[sb->n].id = q->fresh ? NULL : q->id; /* NULL: the script learns it is new */
         items[sb->n].payload = q->payload;
@@ -338,16 +336,22 @@ static void send_shard(dq_client *c, const char *queue, pending_offer *offers, s
 }
 
 /* Sends offers[0..n-1] (at most CHUNK_ITEMS), one call per shard they
- * fall in, by the count the client knows now. */
+ * fall in, by the count the client knows now. Takes every payload: each
+ * goes out with a call or is freed after its callback. */
 static void send_offers(dq_client *c, const char *queue, pending_offer *offers, size_t n, int round) {
     unsigned shards = dq__shards_of(c, queue);
     if (!shards || round == SHARD_ROUNDS) {
-        report_offers(c, offers, n,
-                      dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue),
-                      NULL);
+        report_offers(c, offers, n, shards_changing(c, queue), NULL);
         return;
     }
-    for (unsigned s = 0; s < shards; s++) send_shard(c, queue, offers, n, s, shards, round);
+    unsigned of[CHUNK_ITEMS];         /* each offer's shard, computed once */
+    size_t per[DQ__SHARDS_MAX] = {0}; /* offers per shard                  */
+    for (size_t i = 0; i < n; i++) {
+        of[i] = dq__shard_of_id(offers[i].id, strlen(offers[i].id), shards);
+        per[of[i]]++;
+    }
+    for (unsigned s = 0; s < shards; s++)
+        if (per[s]) send_shard(c, queue, offers, of, n, per[s], s, shards, round);
 }
 
 void dq__offers_flush(dq_client *c) {
@@ -358,8 +362,7 @@ void dq__offers_flush(dq_client *c) {
     c->flushing = 1;
     send_offers(c, b->queue, b->offers, b->n, 0);
     c->flushing = 0;
-    for (size_t i = 0; i < b->n; i++) free(b->offers[i].payload); /* NULL once sent */
-    free(b);
+    free(b); /* send_offers took the payloads */
 }
 
 static int check_offer(dq_client *c, const char *queue, const dq_item *item) {
@@ -429,10 +432,6 @@ static void sync_chunk_done(offer_chunk *oc, int status) {
         else s->out->status = status;
     }
     s->done = 1;
-}
-
-static int shards_changing(dq_client *c, const char *queue) {
-    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue);
 }
 
 int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_result *result) {

@@ -92,45 +92,47 @@ static int lock_all(dq_client *c, const char *queue, unsigned old) {
     return shard_step(c, queue, 0, 1, "locked", 1);
 }
 
-/* Step 2: count n everywhere (the settings q to the new shards first),
- * then the record goes. Returns 0, DQ_ENOTDURABLE or a failure. */
-static int set_all(dq_client *c, const char *queue, unsigned old, unsigned n, const dq_queue_config *q) {
-    int rc = dq__config_copy(c, queue, n, q), not_durable = rc == DQ_ENOTDURABLE;
-    for (unsigned i = 0; i < n && made(rc); i++) {
-        rc = shard_step(c, queue, i, n, "set", n);
-        not_durable |= rc == DQ_ENOTDURABLE;
+/* Writes count n on every shard of a layout of `shards` (the home when 1);
+ * sets *not_durable when a write was not confirmed. 0 or a failure. */
+static int set_layout(dq_client *c, const char *queue, unsigned shards, unsigned n, int *not_durable) {
+    for (unsigned i = 0; i < shards; i++) {
+        int rc = shard_step(c, queue, i, shards, "set", n);
+        if (!made(rc)) return rc;
+        *not_durable |= rc == DQ_ENOTDURABLE;
     }
-    for (unsigned i = 0; i < old && made(rc); i++) {
-        rc = shard_step(c, queue, i, old, "set", n);
-        not_durable |= rc == DQ_ENOTDURABLE;
-    }
-    if (made(rc)) rc = shard_step(c, queue, 0, 1, "set", n); /* the home */
-    not_durable |= rc == DQ_ENOTDURABLE;
-    if (made(rc)) rc = shard_step(c, queue, 0, 1, "end", 1);
-    not_durable |= rc == DQ_ENOTDURABLE;
+    return 0;
+}
+
+/* The change's end: the record goes, the client routes by n, and the old
+ * shards wake their takes and schedulers. */
+static int end_change(dq_client *c, const char *queue, unsigned old, unsigned n, int not_durable) {
+    int rc = shard_step(c, queue, 0, 1, "end", 1);
     if (!made(rc)) return rc;
     dq__shards_learn(c, queue, n);
     for (unsigned i = 0; i < old; i++) wake_shard(c, queue, i, old);
-    return not_durable ? DQ_ENOTDURABLE : 0;
+    return not_durable || rc == DQ_ENOTDURABLE ? DQ_ENOTDURABLE : 0;
+}
+
+/* Step 2: count n on the new shards (the settings q first), the old ones
+ * and the home, then the end. Returns 0, DQ_ENOTDURABLE or a failure. */
+static int set_all(dq_client *c, const char *queue, unsigned old, unsigned n, const dq_queue_config *q) {
+    int rc = dq__config_copy(c, queue, n, q), not_durable = rc == DQ_ENOTDURABLE;
+    if (made(rc)) rc = set_layout(c, queue, n, n, &not_durable);
+    if (made(rc)) rc = set_layout(c, queue, old, n, &not_durable);
+    if (made(rc)) rc = set_layout(c, queue, 1, n, &not_durable); /* the home */
+    return made(rc) ? end_change(c, queue, old, n, not_durable) : rc;
 }
 
 /* Finishes a change whose client died (see the top of the file): forward
- * to `to` if every shard of `from` was locked, else back to `from`. */
+ * to `to` if every shard of `from` was locked, else back to `from` (the
+ * home is one of those shards when from is 1, and untouched otherwise). */
 static int take_over(dq_client *c, const char *queue, unsigned from, unsigned to, int locked,
                      const dq_queue_config *q) {
     dq__log(c, "queue %s: a change of the shard count from %u to %u was cut off: %s", queue, from, to,
             locked ? "finishing it" : "undoing it");
     if (locked) return set_all(c, queue, from, to, q);
-    int rc = 0, not_durable = 0;
-    for (unsigned i = 0; i < from && made(rc); i++) {
-        rc = shard_step(c, queue, i, from, "set", from);
-        not_durable |= rc == DQ_ENOTDURABLE;
-    }
-    if (made(rc)) rc = shard_step(c, queue, 0, 1, "end", 1);
-    if (!made(rc)) return rc;
-    dq__shards_learn(c, queue, from);
-    for (unsigned i = 0; i < from; i++) wake_shard(c, queue, i, from);
-    return not_durable || rc == DQ_ENOTDURABLE ? DQ_ENOTDURABLE : 0;
+    int not_durable = 0, rc = set_layout(c, queue, from, from, &not_durable);
+    return made(rc) ? end_change(c, queue, from, from, not_durable) : rc;
 }
 
 int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queue_config *q) {

@@ -15,13 +15,6 @@ from dqtest import *  # noqa: E402,F403
 R = Redis(timeout=30)
 
 
-def calls(name):
-    for line in R.cmd("INFO", "commandstats").decode().splitlines():
-        if line.startswith(f"cmdstat_{name}:"):
-            return int(line.split("calls=")[1].split(",")[0])
-    return 0
-
-
 def libraries():
     out = {}
     for lib in R.cmd("FUNCTION", "LIST") or []:
@@ -48,26 +41,27 @@ eq(sorted(n[len(lib) + 1:] for n in fns),
 for name in ("stats", "lookup", "dead_ro", "metrics", "list"):
     eq(fns.get(lib + "_" + name), ["no-writes"], f"{name} is no-writes (FCALL_RO; runs while out of memory)")
 eq(fns.get(lib + "_offer"), [], "offer is not (it writes, and may not start while out of memory)")
-eq((calls("function|load"), calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")
+eq((command_calls("function|load"), command_calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")
 
 section("later calls are FCALLs")
 R.cmd("CONFIG", "RESETSTAT")
 r = dq("take", "fn1", "--json", "--timeout", "5s")
 ok(r.rc == 0 and [m["id"] for m in r.json_lines()] == ["a"], "take gets the item", r)
 eq(dq("stats", "fn1").rc, 0, "stats exits 0")
-eq(calls("eval") + calls("evalsha") + calls("function|load"), 0, "no EVAL, no EVALSHA, no FUNCTION LOAD")
-ok(calls("fcall") >= 1 and calls("fcall_ro") == 1, "FCALLs ran, stats as FCALL_RO",
-   (calls("fcall"), calls("fcall_ro")))
+eq(command_calls("eval") + command_calls("evalsha") + command_calls("function|load"), 0,
+   "no EVAL, no EVALSHA, no FUNCTION LOAD")
+ok(command_calls("fcall") >= 1 and command_calls("fcall_ro") == 1, "FCALLs ran, stats as FCALL_RO",
+   (command_calls("fcall"), command_calls("fcall_ro")))
 
 section("a read-only function missing: EVAL_RO, and the library loaded")
 R.cmd("FUNCTION", "FLUSH")
 R.cmd("CONFIG", "RESETSTAT")
 eq(dq("dead", "fn1", "count").rc, 0, "dead count exits 0")
-eq((calls("eval_ro"), calls("function|load")), (1, 1), "one EVAL_RO, one FUNCTION LOAD")
+eq((command_calls("eval_ro"), command_calls("function|load")), (1, 1), "one EVAL_RO, one FUNCTION LOAD")
 
 section("FUNCTION DELETE while a consumer waits: nothing is lost")
 p = bg_dq("take", "fn2", "--count", "3", "--json", "--timeout", "20s")
-ok(wait_for(lambda: calls("blpop") > 0 or p.count() > 0, 5), "the consumer waits")
+ok(wait_for(lambda: command_calls("blpop") > 0 or p.count() > 0, 5), "the consumer waits")
 R.cmd("FUNCTION", "DELETE", lib)
 eq(libraries(), {}, "no library on the server")
 for i in range(3):

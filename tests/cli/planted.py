@@ -60,14 +60,6 @@ redis("SLOWLOG", "RESET")
 pinger = Pinger()
 
 
-def fcalls():
-    """How many FCALLs Redis has run so far (INFO commandstats)."""
-    for line in redis("INFO", "commandstats").decode().split("\r\n"):
-        if line.startswith("cmdstat_fcall:"):
-            return int(line.split("calls=")[1].split(",")[0])
-    return 0
-
-
 def take_all(q, manual=False):
     """Takes until nothing comes; returns [(id, payload bytes)]. With manual,
     acks each delivery."""
@@ -421,9 +413,9 @@ ok(r.rc in (0, 1) and r.out == b"0\n", "redrive of the undecodable one: 0 moved"
 x = aside(q)
 ok(len(x) == 1 and x[0].endswith(b"garbage\xff") and b"undecodable dead letter" in x[0],
    "... set aside with its raw bytes and a reason, not dropped", x)
-n0 = fcalls()
+n0 = command_calls("fcall")
 r = dq("dead", q, "redrive")
-n1 = fcalls()
+n1 = command_calls("fcall")
 eq((r.rc, r.out), (0, b"1500\n"), "redrive all: the 1,500 good ones moved back")
 ok(n1 - n0 >= 4, f"... in bounded calls: {n1 - n0} FCALLs for 1,501 entries (500 at most each)")
 eq(dq("dead", q, "count").out, b"0\n", "no dead letter left")

@@ -220,8 +220,7 @@ feed.stdin.close()
 feed.wait(timeout=30)
 eq(tk.wait(30), 0, "the consumer got its 40 items and exited")
 eq(tk.count(), TITEMS, "40 lines")
-calls = dict(x.split(":", 1) for x in redis("INFO", "commandstats").decode().splitlines() if ":" in x)
-fcalls = int(calls.get("cmdstat_fcall", "calls=0").split("calls=")[1].split(",")[0])
+fcalls = command_calls("fcall")
 note(f"script calls for {TITEMS} items offered one by one and taken: {fcalls}")
 ok(fcalls <= 4 * TITEMS, f"at most 4 script calls an item (offer, take, one look that finds it empty, slack)",
    fcalls)
@@ -239,11 +238,6 @@ def commands():
     return int(st["total_commands_processed"])
 
 
-def fcalls_now():
-    cs = dict(x.split(":", 1) for x in redis("INFO", "commandstats").decode().splitlines() if ":" in x)
-    return int(cs.get("cmdstat_fcall", "calls=0").split("calls=")[1].split(",")[0])
-
-
 idle = bg_dq("take", IQ, "--no-scheduler", "--timeout", "60s")
 time.sleep(1.5 * SLOW)  # it looked at every shard once and waits on all of them
 c0 = commands()
@@ -254,9 +248,9 @@ ok(idle.running(), "... and it is still waiting")
 idle.stop()
 sch = bg_dq("schedule", IQ)
 time.sleep(1.5 * SLOW)  # its catch-up runs are done
-f0 = fcalls_now()
+f0 = command_calls("fcall")
 time.sleep(4)
-runs = fcalls_now() - f0
+runs = command_calls("fcall") - f0
 note(f"an idle scheduler of 12 shards ran {runs} scripts in 4 s (each shard re-checks every 2.5-5 s)")
 ok(runs <= 2 * TN, "at most 2 safety re-checks a shard in 4 s", runs)
 sch.stop()

@@ -347,6 +347,15 @@ def redis(*args):
         return r.cmd(*args)
 
 
+def command_calls(name):
+    """How many times the server has run command name (lower case, e.g.
+    "fcall") since its start or CONFIG RESETSTAT, by INFO commandstats."""
+    for line in redis("INFO", "commandstats").decode().splitlines():
+        if line.startswith(f"cmdstat_{name}:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
 def server_ms():
     """The Redis server's clock, epoch ms (what due_ms/ready_ms use)."""
     s, us = redis("TIME")
