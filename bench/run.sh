@@ -24,8 +24,9 @@
 #   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,ops,shards,peer
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
-#                           the metrics, kept in bench/ref/b1baf5e and
-#                           bench/ref/856d7b3, next to the current ones;
+#                           the metrics and before lease records, kept in
+#                           bench/ref/b1baf5e, bench/ref/856d7b3 and
+#                           bench/ref/3b2bf9b, next to the current ones;
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
@@ -158,7 +159,7 @@ fi
 [ $RUN_CORE -eq 1 ] &&
     echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${CORE_ONLY:+ --only $CORE_ONLY}" >&2
 [ $RUN_VAL -eq 1 ] &&
-    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e (then 856d7b3)" >&2
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e (then 856d7b3, 3b2bf9b)" >&2
 # Runs a phase: the command after OUT, its figures into OUT and shown as
 # they come, then appended to the results; sets rc. In the background so
 # that a signal to run.sh can stop it; the caller's timeout bounds the run
@@ -195,6 +196,10 @@ if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
     # shellcheck disable=SC2086
     [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
         --ref "$ROOT/bench/ref/856d7b3" --what "metrics, issue 11"
+    # And against the scripts before lease records (issue 10): take and ack.
+    # shellcheck disable=SC2086
+    [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+        --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
 fi
 if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
     # Servers of its own (pinned to core 0), stopped by pid; 300 s at most.

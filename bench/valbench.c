@@ -7,12 +7,14 @@
  *       checks what it reads from Redis before writing)
  *   --ref bench/ref/856d7b3 --what "metrics, issue 11"     (the totals and
  *       the lateness histogram the scripts keep in dq:{Q}:n)
+ *   --ref bench/ref/3b2bf9b --what "lease records, issue 10"  (a take's
+ *       leases in one record, and tokens that name it)
  *
  *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
- * old common.lua, offer.lua, transfer.lua and take.lua; each old script is
+ * old common.lua, offer.lua, transfer.lua, take.lua and maybe ack.lua; each old script is
  * common.lua followed by the script, as tools/embed-lua.sh assembles them.
  * The new ones are the bytes of the generated scripts.h. Both sets are
  * loaded with SCRIPT LOAD and called with EVALSHA, with the keys and
@@ -30,7 +32,9 @@
  *     at a time as a scheduler sends them;
  *   - take of 64 from that ready list, without a lease and with the
  *     queue's lease (30 s), 8 calls in flight. The DEL of the result key
- *     the library sends after each reply is left out (it is not the script).
+ *     the library sends after each reply is left out (it is not the script);
+ *   - ack of those leases, 64 a call in the order taken, 8 calls in flight,
+ *     as dq_worker's batched acks send them (only when DIR has ack.lua).
  * Figures per item: script time (INFO commandstats, cmdstat_evalsha usec
  * after CONFIG RESETSTAT, divided by items) and server CPU (INFO cpu
  * used_cpu_sys + used_cpu_user delta, divided by items: adds reading and
@@ -65,15 +69,16 @@
 #define ROUNDS_MAX 9
 #define ARGS_MAX (3 + 7 + 5 * FILL_PER_CALL) /* EVALSHA sha nkeys, head, items */
 
-enum { S_OFFER, S_TRANSFER, S_TAKE, S_N };
-static const char *const script_names[S_N] = {"offer", "transfer", "take"};
+enum { S_OFFER, S_TRANSFER, S_TAKE, S_ACK, S_N };
+static const char *const script_names[S_N] = {"offer", "transfer", "take", "ack"};
 
-/* The cases measured, in block order. */
-enum { C_OFFER16, C_OFFER1, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_N };
+/* The cases measured, in block order. The ack case runs only when both
+ * sets have ack.lua (the oldest references keep only the other three). */
+enum { C_OFFER16, C_OFFER1, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_ACK, C_N };
 static const char *const case_names[C_N] = {
     "offer, 16 items per call (8 in flight)", "offer, 1 item per call (8 in flight)",
     "transfer (calls of 1000, 2000 us budget)", "take 64, no lease (8 in flight)",
-    "take 64, queue's lease 30 s (8 in flight)"};
+    "take 64, queue's lease 30 s (8 in flight)", "ack 64 of those leases (8 in flight)"};
 
 typedef struct script_set {
     const char *name;  /* "old" or "new"                 */
@@ -81,6 +86,7 @@ typedef struct script_set {
     char sha[S_N][41];
     dq__keys k;
     int offer_count;   /* offer takes the shard count after the channel */
+    int has_ack;       /* the set has ack.lua                             */
 } script_set;
 
 /* One case measured in one block. */
@@ -361,19 +367,35 @@ typedef struct take_ctx {
     char request[DQ_ID_GENERATED_LEN + 1];
     char tprefix[DQ_ID_GENERATED_LEN + 2];
     char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 4];
+    char (*prefixes)[DQ_ID_GENERATED_LEN + 2]; /* call i's token prefix      */
 } take_ctx;
+
+/* The leases the leased takes handed out, for the ack case: id, token (as
+ * src/take.c makes it: "<prefix><i>", then ".<score>" when the reply's
+ * first element is a lease record's score and not the older scripts' 1),
+ * and the id's index bucket. */
+typedef struct leased {
+    char id[DQ_ID_MAX + 1];
+    char token[80];
+    char bucket[8];
+} leased;
+static leased *leases;
+static long n_leases;
+static int ack_case; /* both sets have ack.lua */
+
+static void note_leases(const struct take_ctx *t, long i, const redisReply *r);
 
 /* The arguments of src/take.c run_script: a new request per call, not
  * woken by a token, max attempts the queue's. */
 static void take_build(void *ctx, long i, call *c) {
     take_ctx *t = ctx;
     const dq__keys *k = &t->s->k;
-    (void)i;
     char suffix[DQ_ID_GENERATED_LEN + 3];
     dq__id_generate(t->request);
     snprintf(suffix, sizeof suffix, "t:%s", t->request);
     dq__key(t->result_key, sizeof t->result_key, t->s->queue, suffix);
     snprintf(t->tprefix, sizeof t->tprefix, "%s.", t->request);
+    if (t->prefixes) memcpy(t->prefixes[i], t->tprefix, sizeof t->tprefix);
     head(c, t->s, S_TAKE, "6");
     args(c, k->z), args(c, k->ready), args(c, k->aside), args(c, k->counters), args(c, k->signal);
     args(c, k->config), args(c, k->prefix), args(c, k->chan);
@@ -387,17 +409,65 @@ static void take_reply(void *ctx, long i, const redisReply *r) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + TAKE_COUNT)
         die("%s take call %ld: %zu elements, expected %d (ready list short?)", t->s->name, i,
             r->type == REDIS_REPLY_ARRAY ? r->elements : 0, 1 + TAKE_COUNT);
-    if (r->element[0]->integer != (strcmp(t->lease, "0") != 0))
+    if ((r->element[0]->integer != 0) != (strcmp(t->lease, "0") != 0))
         die("%s take call %ld: lease flag %lld", t->s->name, i, r->element[0]->integer);
     for (size_t j = 1; j < r->elements; j++)
         if (r->element[j]->type != REDIS_REPLY_STRING || r->element[j]->len == 0)
             die("%s take call %ld: entry %zu set aside", t->s->name, i, j);
+    if (t->prefixes) note_leases(t, i, r);
 }
 
+/* Keeps the leases of leased take call i (reply r) for the ack case. */
+static void note_leases(const struct take_ctx *t, long i, const redisReply *r) {
+    long long flag = r->element[0]->integer;
+    for (size_t j = 1; j < r->elements; j++) {
+        dq__entry e;
+        if (dq__entry_decode(r->element[j]->str, r->element[j]->len, &e) != 0 || e.id_len > DQ_ID_MAX)
+            die("%s take call %ld: entry %zu does not decode", t->s->name, i, j);
+        leased *l = &leases[n_leases++];
+        memcpy(l->id, e.id, e.id_len);
+        l->id[e.id_len] = '\0';
+        if (flag == 1) snprintf(l->token, sizeof l->token, "%s%zu", t->prefixes[i], j);
+        else snprintf(l->token, sizeof l->token, "%s%zu.%lld", t->prefixes[i], j, flag);
+        snprintf(l->bucket, sizeof l->bucket, "%u", dq__id_bucket(l->id));
+    }
+}
+
+/* Leased takes (lease "-1") keep what they hand out in leases. */
 static void take_calls(const script_set *s, long calls, const char *lease) {
     static take_ctx t;
-    t.s = s, t.lease = lease;
+    t.s = s, t.lease = lease, t.prefixes = NULL;
+    if (strcmp(lease, "0") != 0) {
+        t.prefixes = calloc((size_t)calls, sizeof *t.prefixes);
+        free(leases);
+        leases = calloc((size_t)calls * TAKE_COUNT, sizeof *leases);
+        if (!t.prefixes || !leases) die("out of memory");
+        n_leases = 0;
+    }
     pipeline(calls, DEPTH, take_build, take_reply, &t);
+    free(t.prefixes);
+    t.prefixes = NULL;
+}
+
+/* ------------------------------------------------------------ ack */
+
+/* The arguments of src/reliable.c ack_send_shard: TAKE_COUNT leases a call,
+ * in the order taken. */
+static void ack_build(void *ctx, long i, call *c) {
+    const script_set *s = ctx;
+    head(c, s, S_ACK, "2");
+    args(c, s->k.z), args(c, s->k.counters), args(c, s->k.prefix), args(c, "1");
+    for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
+        args(c, leases[j].id), args(c, leases[j].token), args(c, leases[j].bucket);
+}
+
+static void ack_reply(void *ctx, long i, const redisReply *r) {
+    const script_set *s = ctx;
+    if (r->type == REDIS_REPLY_ERROR) die("%s ack call %ld: %s", s->name, i, r->str);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != TAKE_COUNT) die("%s ack call %ld: unexpected reply", s->name, i);
+    for (size_t j = 0; j < r->elements; j++)
+        if (r->element[j]->type != REDIS_REPLY_INTEGER || r->element[j]->integer != 1)
+            die("%s ack call %ld: lease %zu not acked", s->name, i, j);
 }
 
 /* ------------------------------------------------------------ a block */
@@ -440,6 +510,11 @@ static void block(const script_set *s, double scale, figure *out) {
     meter_start(&m);
     take_calls(s, takes, "-1");
     out[C_TAKE_LEASE] = meter_stop(&m, (double)takes * TAKE_COUNT);
+    if (!ack_case) return;
+    if (n_leases != takes * TAKE_COUNT) die("%s: %ld leases noted", s->name, n_leases);
+    meter_start(&m);
+    pipeline(takes, DEPTH, ack_build, ack_reply, (void *)s);
+    out[C_ACK] = meter_stop(&m, (double)n_leases);
 }
 
 /* ------------------------------------------------------------ scripts */
@@ -482,8 +557,11 @@ static void load_old(script_set *s) {
     snprintf(path, sizeof path, "%s/common.lua", G.ref);
     char *common = read_all(path, &clen);
     s->offer_count = memmem(common, clen, "shards_refusal", 14) != NULL;
+    snprintf(path, sizeof path, "%s/ack.lua", G.ref);
+    s->has_ack = access(path, R_OK) == 0;
     for (int i = 0; i < S_N; i++) {
         size_t len;
+        if (i == S_ACK && !s->has_ack) continue;
         snprintf(path, sizeof path, "%s/%s.lua", G.ref, script_names[i]);
         char *body = read_all(path, &len);
         char *all = malloc(clen + len);
@@ -503,6 +581,8 @@ static void load_new(script_set *s) {
     load(dq_lua_offer, DQ_LUA_offer_LEN, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
     load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
     load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
+    load(dq_lua_ack, DQ_LUA_ack_LEN, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
+    s->has_ack = 1;
 }
 
 /* ------------------------------------------------------------ report */
@@ -527,7 +607,8 @@ static void report(const script_set *sets) {
     printf("\n== Script cost (%s): Redis CPU per item, old scripts vs new%s\n", G.what, sc);
     printf("   old: commit %s (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", commit, G.ref);
     for (int i = 0; i < S_N; i++)
-        printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i], sets[1].sha[i]);
+        printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)",
+               sets[1].sha[i]);
     printf("   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
            G.rounds, sets[0].queue, sets[1].queue);
     printf("   script = INFO commandstats cmdstat_evalsha usec / items (after CONFIG RESETSTAT);\n"
@@ -535,7 +616,8 @@ static void report(const script_set *sets) {
            "   the calls). Medians over the rounds, us per item:\n\n");
     printf("   %-42s %8s %8s %6s %8s %8s %6s  %s\n", "case", "old", "new", "ratio", "old srv", "new srv", "ratio",
            "items/call (old, new)");
-    for (int c = 0; c < C_N; c++) {
+    int cases = ack_case ? C_N : C_ACK;
+    for (int c = 0; c < cases; c++) {
         double so = median(0, c, 1), sn = median(1, c, 1), co = median(0, c, 0), cn = median(1, c, 0);
         double per_call[2];
         for (int s = 0; s < 2; s++) {
@@ -556,7 +638,7 @@ static void report(const script_set *sets) {
     for (int r = 0; r < G.rounds; r++) printf("   round %d   ", r + 1);
     printf("\n");
     double other = 0;
-    for (int c = 0; c < C_N; c++) {
+    for (int c = 0; c < cases; c++) {
         printf("   %-42s", case_names[c]);
         for (int r = 0; r < G.rounds; r++) {
             printf(" %6.2f/%-6.2f", fig[0][r][c].script_us, fig[1][r][c].script_us);
@@ -599,6 +681,7 @@ int main(int argc, char **argv) {
     load_old(&sets[0]);
     load_new(&sets[1]);
     for (int s = 0; s < 2; s++) dq__keys_init(&sets[s].k, sets[s].queue);
+    ack_case = sets[0].has_ack && sets[1].has_ack;
 
     /* Warm-up (not reported): the server's allocator and Lua state. */
     figure warm[C_N];
@@ -610,6 +693,7 @@ int main(int argc, char **argv) {
         }
     rdo("FLUSHALL");
     report(sets);
+    free(leases);
     redisFree(ctl);
     return 0;
 }

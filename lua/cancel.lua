@@ -14,7 +14,7 @@ local score, ik = id_score(P, id)
 if not score then return 0 end
 local key, rec = slot_find(P, zs, id, score)
 if not key then return 0 end -- ready
-local r, why = parse_record(rec, score)
+local r, why = parse_record(rec, score, id)
 if r and r.token ~= '' then return 0 end
 kcall(P, 'ZREM', key, rec)
 id_del(P, ik, id)

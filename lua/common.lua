@@ -38,6 +38,8 @@
 --   record v1  "1|idlen|" .. id .. payload               never delivered yet
 --   record v2  "2|attempts|max|due|idlen|tlen|elen|" .. id .. token .. err .. payload
 --              token ~= '': in flight (score = lease end); else a retry
+--   record v3  "3|max|tlen|n|" .. token prefix .. n blocks: a take's leases
+--              (score = lease end; see Lease records below)
 --   ready v1   "1|due|ready|idlen|" .. id .. payload          attempts 0
 --   ready v2   "2|due|ready|attempts|idlen|elen|" .. id .. err .. payload
 --   dead       "1|died|attempts|due|rlen|elen|" .. reason .. err .. payload
@@ -459,24 +461,6 @@ local function raw_id(s, entry)
   return string.sub(s, pos, pos + il - 1)
 end
 
--- A record as a table, or nil and a reason if it cannot be decoded. score:
--- its score (checked by the caller: 0..SCORE_MAX).
-local function parse_record(rec, score)
-  local v = string.sub(rec, 1, 1)
-  if v == '1' then
-    local il, pos, id = v1_head(rec)
-    if not il then return nil, pos end
-    return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
-            id = id, payload = string.sub(rec, pos + il)}
-  end
-  if v ~= '2' then return nil, 'unknown record format' end
-  local a, m, d, il, tl, el, pos, id = v2_head(rec)
-  if not a then return nil, m end
-  local t0 = pos + il
-  return {attempts = a, max = m, due = d, id = id, token = string.sub(rec, t0, t0 + tl - 1),
-          err = string.sub(rec, t0 + tl, t0 + tl + el - 1), payload = string.sub(rec, t0 + tl + el)}
-end
-
 -- The ready entry of a version 1 record (never delivered) that becomes
 -- ready at nows (fmt of now), or nil for any other record: the record with
 -- the due and ready times put in after its version. dues: a per-call cache
@@ -557,6 +541,179 @@ end
 local function dead_record(r, reason, now)
   return '1|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. fmt(r.due) .. '|' .. nstr(#reason) ..
          '|' .. nstr(#r.err) .. '|' .. reason .. r.err .. r.payload
+end
+
+-- Lease records ---------------------------------------------------------------
+-- A take with a lease writes one record for all the entries it hands out
+-- (version 3), not one record per entry: one ZADD for the take, and an ack
+-- that finds a take's items with one read. The cost a lease adds to an item
+-- is then its id index entry (set by the take, removed by the ack).
+--   "3|max|tlen|n|" .. token prefix .. block 1 .. ... .. block n
+-- Block i is "<len>|" .. the i-th entry the take popped, as it was in the
+-- ready list (due time, attempts before this delivery, id, error, payload),
+-- or "0|" once that item is gone (acked, nacked, extended: those two move
+-- it to a record of its own) or was never leased (set aside, held back).
+-- Item i's lease token is the prefix .. i .. '.' .. the record's score, as
+-- the take's reply tells the client (its first element is the score), so
+-- an ack finds the record without the id index; it is in flight with attempts = its entry's + 1 and the record's
+-- max attempts, until the lease's end, the record's score.
+local BATCH_MAX = 1000 -- take.lua's largest count
+
+-- A lease record's head and blocks: {max, prefix, n, body (where block 1
+-- starts), start[i] (where block i starts), at[i] and len[i] (its entry)},
+-- or nil and a reason. Checks the shape and lengths only; an entry is
+-- checked when it is used (batch_item).
+local function batch_parse(rec)
+  local m, tl, n, pos = string.match(rec, '^3|(%d+)|(%d+)|(%d+)|()')
+  if not m or #m > 9 or #tl > 2 or #n > 4 then return nil, 'undecodable record' end
+  tl, n = tonumber(tl), tonumber(n)
+  if tl < 1 or tl > TOKEN_MAX or n < 1 or n > BATCH_MAX or pos + tl - 1 > #rec then
+    return nil, 'undecodable record'
+  end
+  local b = {max = tonumber(m), prefix = string.sub(rec, pos, pos + tl - 1), n = n, body = pos + tl,
+             start = {}, at = {}, len = {}}
+  pos = b.body
+  for i = 1, n do
+    local l, p = string.match(rec, '^(%d+)|()', pos)
+    if not l or #l > 9 then return nil, 'undecodable record' end
+    l = small_uint(l)
+    if p + l - 1 > #rec then return nil, 'undecodable record' end
+    b.start[i], b.at[i], b.len[i] = pos, p, l
+    pos = p + l
+  end
+  if pos ~= #rec + 1 then return nil, 'undecodable record' end
+  return b
+end
+
+-- The id of the entry at [at, at + len) of s, unchecked (see raw_id), or
+-- nil; without copying the entry out.
+local function entry_id_at(s, at, len)
+  local v, il, p = string.byte(s, at), nil, nil
+  if v == 49 then
+    il, p = string.match(s, '^1|%d+|%d+|(%d+)|()', at)
+  elseif v == 50 then
+    il, p = string.match(s, '^2|%d+|%d+|%d+|(%d+)|%d+|()', at)
+  end
+  if not il or #il > 3 then return nil end
+  il = small_uint(il)
+  if il < 1 or p + il > at + len then return nil end
+  return string.sub(s, p, p + il - 1)
+end
+
+-- The ids the blocks of a lease record that does not decode seem to hold
+-- (read as far as the blocks decode), to clean the id index up after it.
+local function batch_raw_ids(rec)
+  local ids = {}
+  local tl, pos = string.match(rec, '^3|[^|]*|(%d%d?)|[^|]*|()')
+  if not tl then return ids end
+  pos = pos + tonumber(tl)
+  for _ = 1, BATCH_MAX do
+    local l, p = string.match(rec, '^(%d+)|()', pos)
+    if not l or #l > 9 then break end
+    l = tonumber(l)
+    if p + l - 1 > #rec then break end
+    local id = l > 0 and entry_id_at(rec, p, l)
+    if id then ids[#ids + 1] = id end
+    pos = p + l
+  end
+  return ids
+end
+
+-- The block of batch b (of record rec) that holds id, or nil.
+local function batch_find(rec, b, id)
+  for i = 1, b.n do
+    if b.len[i] > 0 and entry_id_at(rec, b.at[i], b.len[i]) == id then return i end
+  end
+  return nil
+end
+
+-- The block of batch b named by head, a token without its score (the
+-- prefix .. i), or nil.
+local function batch_block_of(b, head)
+  local np = #b.prefix
+  if #head <= np or string.sub(head, 1, np) ~= b.prefix then return nil end
+  local d = string.sub(head, np + 1)
+  if not string.find(d, '^[1-9]%d?%d?%d?$') then return nil end
+  local i = tonumber(d)
+  if i > b.n then return nil end
+  return i
+end
+
+-- The lease token of block i of batch b, the record at score (a number).
+local function batch_token(b, i, score)
+  return b.prefix .. nstr(i) .. '.' .. fmt(score)
+end
+
+-- Item i of batch b (of record rec, at score) as parse_record's table (a
+-- version 2 record in flight), or nil and a reason if its entry does not
+-- decode.
+local function batch_item(rec, b, i, score)
+  local e = string.sub(rec, b.at[i], b.at[i] + b.len[i] - 1)
+  local d, a, il, el, pos, id = entry_head(e)
+  if not d then return nil, a end
+  local t0 = pos + il
+  return {attempts = tonumber(a) + 1, max = b.max, due = tonumber(d), id = id, token = batch_token(b, i, score),
+          err = string.sub(e, t0, t0 + el - 1), payload = string.sub(e, t0 + el)}
+end
+
+-- Record rec (batch b) with the blocks in gone (index -> true) emptied, or
+-- nil when no item is left in it.
+local function batch_without(rec, b, gone)
+  local parts, left = {string.sub(rec, 1, b.body - 1)}, 0
+  for i = 1, b.n do
+    if gone[i] or b.len[i] == 0 then
+      parts[i + 1] = '0|'
+    else
+      parts[i + 1] = string.sub(rec, b.start[i], b.at[i] + b.len[i] - 1)
+      left = left + 1
+    end
+  end
+  if left == 0 then return nil end
+  return table.concat(parts)
+end
+
+-- Whether record rec holds id (a lease record: as one of its items).
+local function record_has(rec, id)
+  if string.byte(rec, 1) == 51 then -- '3'
+    local b = batch_parse(rec)
+    return b ~= nil and batch_find(rec, b, id) ~= nil
+  end
+  return record_id(rec) == id
+end
+
+-- A record as a table, or nil and a reason if it cannot be decoded. score:
+-- its score (checked by the caller: 0..SCORE_MAX). A lease record (version
+-- 3) holds many items: id picks one (nil: the record reads as undecodable),
+-- and the table then also has batch (its batch_parse), index (the item's
+-- block) and score; an item whose entry does not decode still reads as in
+-- flight (bad: the reason), so no caller removes the record for it.
+local function parse_record(rec, score, id)
+  local v = string.sub(rec, 1, 1)
+  if v == '1' then
+    local il, pos, rid = v1_head(rec)
+    if not il then return nil, pos end
+    return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
+            id = rid, payload = string.sub(rec, pos + il)}
+  end
+  if v == '3' then
+    local b, why = batch_parse(rec)
+    if not b then return nil, why end
+    local i = id and batch_find(rec, b, id)
+    if not i then return nil, 'undecodable record' end
+    local r, bad = batch_item(rec, b, i, score)
+    if not r then
+      r = {attempts = 0, max = b.max, due = math.floor(score / ORD), id = id, token = batch_token(b, i, score),
+           err = '', payload = '', bad = bad}
+    end
+    r.batch, r.index, r.score = b, i, score
+    return r
+  end
+  if v ~= '2' then return nil, 'unknown record format' end
+  local a, m, d, il, tl, el, pos, rid = v2_head(rec)
+  if not a then return nil, m end
+  local t0 = pos + il
+  return {attempts = a, max = m, due = d, id = rid, token = string.sub(rec, t0, t0 + tl - 1),
+          err = string.sub(rec, t0 + tl, t0 + tl + el - 1), payload = string.sub(rec, t0 + tl + el)}
 end
 
 -- The id index ---------------------------------------------------------------
@@ -804,7 +961,7 @@ local function slot_find(P, zs, id, score, cache)
   for i = 0, 999 do
     local recs = kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', nstr(i * 100), '100')
     for _, rec in ipairs(recs) do
-      if record_id(rec) == id then return key, rec end
+      if record_has(rec, id) then return key, rec end
     end
     if #recs < 100 then return nil end
   end
@@ -869,9 +1026,20 @@ local function leased_record(P, zs, id, token, now, ik, cache)
   if not score or math.floor(score / ORD) <= now then return nil end
   local key, rec = slot_find(P, zs, id, score, cache)
   if not key then return nil end
-  local r = parse_record(rec, score)
-  if not r or r.token == '' or r.token ~= token then return nil end
+  local r = parse_record(rec, score, id)
+  if not r or r.bad or r.token == '' or r.token ~= token then return nil end
   return r, key, rec, ik
+end
+
+-- Takes the item of leased_record's (r, key, rec) out of its slot: its
+-- record goes, or, for a lease record, loses the item's block (and goes
+-- when no item is left).
+local function lease_remove(P, key, rec, r)
+  kcall(P, 'ZREM', key, rec)
+  if r.batch then
+    local left = batch_without(rec, r.batch, {[r.index] = true})
+    if left then kcall(P, 'ZADD', key, fmt(r.score), left) end
+  end
 end
 
 -- The id and token of a version 2 record (nil for a record that does not

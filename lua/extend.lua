@@ -18,8 +18,9 @@ local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)
 if not r then return {0, 0} end
 local deadline = math.min(now + lease, DUE_MAX)
 local bound = first_bound(P, zs)
-kcall(P, 'ZREM', key, rec)
-local score = slot_insert(P, zs, counters, deadline * ORD, rec, false)
+lease_remove(P, key, rec, r)
+-- An item of a lease record moves to a record of its own (same token).
+local score = slot_insert(P, zs, counters, deadline * ORD, r.batch and record_v2(r, id) or rec, false)
 id_set(P, ik, id, score)
 announce_if_first(ARGV[5], score, bound)
 return {1, fmt(deadline)}

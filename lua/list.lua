@@ -27,6 +27,21 @@ if ARGV[3] ~= '' then
   end
 end
 local now = server_now_ms()
+
+-- What a record lists, one element per item (false for one that does not
+-- decode), in a fixed order: a record holds one item, a lease record one
+-- per block left (see Lease records in common.lua). The cursor counts
+-- these items, so a page may end inside a lease record.
+local function items_of(rec, score)
+  if string.byte(rec, 1) ~= 51 then return {parse_record(rec, score) or false} end -- '3'
+  local b = batch_parse(rec)
+  if not b then return {false} end
+  local units = {}
+  for j = 1, b.n do
+    if b.len[j] > 0 then units[#units + 1] = batch_item(rec, b, j, score) or false end
+  end
+  return units
+end
 local out, n, scanned = {''}, 0, 0
 local last, last_run = nil, 0 -- the last score read, and how many records of it were read
 -- The slot holding start, or the first one.
@@ -41,16 +56,22 @@ for _ = 1, 1000 do
   local i = 1
   while i < #recs and n < limit do
     local rec, score = recs[i], tonumber(recs[i + 1])
-    scanned = scanned + 1
-    if score == last then last_run = last_run + 1 else last, last_run = score, 1 end
-    if score ~= start or last_run > skip then
-      local r = parse_record(rec, score)
-      if r and (r.token ~= '') == (want == 'inflight') then
+    local units = items_of(rec, score)
+    local stopped = false
+    for _, r in ipairs(units) do
+      if n >= limit then
+        stopped = true -- inside a lease record: the cursor resumes in it
+        break
+      end
+      if score == last then last_run = last_run + 1 else last, last_run = score, 1 end
+      if (score ~= start or last_run > skip) and r and (r.token ~= '') == (want == 'inflight') then
         local k = #out
         out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
         n = n + 1
       end
     end
+    if stopped then break end
+    scanned = scanned + 1
     i = i + 2
   end
   -- Stopped inside the slot, or it may hold more than was asked: the

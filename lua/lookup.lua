@@ -19,7 +19,7 @@ if score then
   local at = fmt(math.floor(score / ORD))
   local key, rec = slot_find(P, zs, id, score)
   if not key then return {2, 0, 0} end
-  local r = parse_record(rec, score)
+  local r = parse_record(rec, score, id)
   if r and r.token ~= '' then return {3, at, r.attempts} end
   return {1, at, r and r.attempts or 0}
 end

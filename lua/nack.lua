@@ -44,7 +44,7 @@ elseif delay < 0 then
 end
 
 -- Writes.
-kcall(P, 'ZREM', key, rec)
+lease_remove(P, key, rec, r)
 redis.call('HINCRBY', counters, 'inflight', -1)
 metric_add(counters, 'nacked', 1)
 if reason then

@@ -78,7 +78,7 @@ local function offer_one(id, payload, due, keep, fresh, ik)
       flush()
       local key, rec = slot_find(P, zs, id, old)
       if not key then return 3, 0, 2 end -- ready
-      local r, why = parse_record(rec, old)
+      local r, why = parse_record(rec, old, id)
       if not r then
         -- Not an item of ours: set aside (not counted), and offer anew.
         set_aside(P, {aside_entry(why, id, rec)})

@@ -26,13 +26,16 @@
 -- one SET, and no clean-up command.
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
--- Without a lease the id leaves the id index. With a lease each entry goes
--- into the slots, scored by the lease's end, with a record holding its
--- token; the scheduler returns it to the ready list when the lease runs
--- out, unless ack, nack or extend comes first with the token.
--- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is 1
--- when the entries were leased (entry i's token is then the token prefix
--- .. i), 0 when handed out; ei is the i-th entry popped, as it was in the
+-- Without a lease the id leaves the id index. With a lease the entries
+-- go, as they are, into one lease record for the take (see Lease records
+-- in common.lua), scored by the lease's end, and each id's index entry
+-- points at it; the scheduler returns what is left in it to the ready
+-- list when the lease runs out, unless ack, nack or extend comes first
+-- with the item's token.
+-- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is
+-- the lease record's score when the entries were leased (entry i's token
+-- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
+-- 1 when every entry was set aside or held back); ei is the i-th entry popped, as it was in the
 -- ready list (the caller decodes it: attempt = its attempts + 1), or '' for
 -- one that could not be decoded and went to the set-aside list, or the
 -- "k|..." of one held back (see ARGV[10]). Raw entries
@@ -68,6 +71,7 @@ if err then return err end
 if lease > 0 then
   max, err = queue_setting(cfg, 'max_attempts', max)
   if err then return err end
+  if #tprefix < 1 then return redis.error_reply('ERR delayq: malformed take arguments') end
   local _, cerr = read_counters(counters)
   if cerr then return cerr end
 end
@@ -98,13 +102,15 @@ if lease > 0 then
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local delivered = 0
-local hint = {} -- the leases of one take share a deadline, so usually one slot
-local maxs = lease > 0 and fmt(max) or nil
+-- With a lease: the blocks of the lease record (see Lease records in
+-- common.lua), two parts per entry, and the ids it leases.
+local parts, leased_ids = {}, {}
 local unindex = {} -- ids of entries set aside, with their due times
 local back = {} -- sealed entries for a key the caller lacks: back to the head
 for i, e in ipairs(entries) do
   local d, a, il, el, pos, id = entry_head(e)
   local kid = d and sealed_key(e, pos + il + el)
+  if lease > 0 then parts[2 * i - 1], parts[2 * i] = '0|', '' end
   if kid and not key_held(keys_held, kid) then
     back[#back + 1] = e
     out[i + 1] = 'k|' .. kid .. '|' .. id
@@ -116,17 +122,9 @@ for i, e in ipairs(entries) do
     out[i + 1] = ''
   else
     if lease > 0 then
-      local token = tprefix .. nstr(i)
-      local rec = '2|' .. nstr(a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. nstr(il) .. '|' ..
-                  nstr(#token) .. '|' .. nstr(el) .. '|' .. id .. token .. string.sub(e, pos + il)
-      -- With ordinals, leases follow the latest record of their
-      -- millisecond (the hint knows it after the first), so takes in the
-      -- same millisecond append instead of sharing scores, and a full
-      -- slot is followed by a new one instead of split.
-      local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true, hint)
-      id_set(P, id_key(P, id), id, ss)
-      if first == nil or score < first then first = score end
+      parts[2 * i - 1], parts[2 * i] = nstr(#e) .. '|', e
       leased = leased + 1
+      leased_ids[leased] = id
     else
       id_del(P, id_key(P, id), id)
     end
@@ -134,7 +132,19 @@ for i, e in ipairs(entries) do
     delivered = delivered + 1
   end
 end
-slot_flush(hint)
+if leased > 0 then
+  -- One record for the take's leases, scored by their end; with an
+  -- ordinal, so takes in the same millisecond never share a score.
+  local rec = '3|' .. fmt(max) .. '|' .. nstr(#tprefix) .. '|' .. nstr(#entries) .. '|' .. tprefix ..
+              table.concat(parts)
+  local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
+  for j = 1, leased do
+    local id = leased_ids[j]
+    id_set(P, id_key(P, id), id, ss)
+  end
+  first = score
+  out[1] = score -- the tokens name it (see Lease records in common.lua)
+end
 metric_add(counters, 'delivered', delivered)
 set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
 -- Tokens: one per entry that left the ready list (the caller's own counts);

@@ -49,6 +49,58 @@ local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see Metrics in common.lua)
 local checked = false
 
+-- An item whose lease ran out (its consumer died or stalled): ready again,
+-- or buried past its max attempts.
+local function lease_ran_out(r, out)
+  expired = expired + 1
+  r.token = ''
+  if r.max > 0 and r.attempts >= r.max then
+    bury(P, dead, deadz, r, 'lease expired on attempt ' .. r.attempts .. ' of ' .. r.max, now)
+    buried = buried + 1
+  else
+    out[#out + 1] = ready_entry_of(r, now)
+  end
+end
+
+-- The items left in a lease record whose lease ran out (see Lease records
+-- in common.lua), each as lease_ran_out does; an item whose entry does not
+-- decode is set aside (into bad, its id into unindex; not counted, as a
+-- record set aside is not: most likely not ours). Returns true and how
+-- many items it held, or the reason the record does not decode: it is then
+-- set aside whole, and the ids its blocks seem to hold go into unindex.
+local function leases_ran_out(rec, score, out, bad, unindex)
+  local b, why = batch_parse(rec)
+  if not b then
+    for _, id in ipairs(batch_raw_ids(rec)) do unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
+    return why
+  end
+  local items = 0
+  for j = 1, b.n do
+    if b.len[j] > 0 then
+      items = items + 1
+      local r, bad_why = batch_item(rec, b, j, score)
+      if r then
+        lease_ran_out(r, out)
+      else
+        local id = entry_id_at(rec, b.at[j], b.len[j])
+        bad[#bad + 1] = aside_entry(bad_why, id or '', string.sub(rec, b.at[j], b.at[j] + b.len[j] - 1))
+        if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
+      end
+    end
+  end
+  return true, items
+end
+
+-- RPUSHes list to key in pieces of 1000 (a lease record can add up to
+-- 1000 entries to a chunk), with a wake token per entry if wake.
+local function push_in_pieces(key, list, wake)
+  for j = 1, #list, 1000 do
+    local k = math.min(j + 999, #list)
+    redis.call('RPUSH', key, unpack(list, j, k))
+    if wake then signal(sig, k - j + 1) end
+  end
+end
+
 for _ = 1, 10000 do
   if done >= max_items then break end
   local first = kcall(P, 'ZRANGE', zs, '0', '0')
@@ -72,7 +124,13 @@ for _ = 1, 10000 do
       checked = true
     end
     local out, bad, unindex = {}, {}, {}
+    -- A lease record holds up to 1000 items: a chunk ends after the record
+    -- that brings it to CHUNK items, so a call stays short however many
+    -- leases run out together.
+    local taken, units = 0, 0
     for i = 1, #items, 2 do
+      if units >= CHUNK then break end
+      taken, units = taken + 1, units + 1
       local rec, score = items[i], tonumber(items[i + 1])
       -- Most records were never delivered (version 1): their ready entry
       -- is the record with the two times put in, no table needed.
@@ -83,22 +141,24 @@ for _ = 1, 10000 do
         out[#out + 1] = e
       else
         local r, why
-        if score >= 0 then r, why = parse_record(rec, score) else why = 'record with a negative score' end
-        if not r then
+        if score >= 0 and string.byte(rec, 1) == 51 then -- '3'
+          local held
+          why, held = leases_ran_out(rec, score, out, bad, unindex)
+          if why == true then units = units + held - 1 end
+        elseif score >= 0 then
+          r, why = parse_record(rec, score)
+        else
+          why = 'record with a negative score'
+        end
+        if why == true then -- nothing more to do
+          why = nil
+        elseif not r then
           -- Not counted: most likely not ours.
           local id = raw_id(rec, false)
           bad[#bad + 1] = aside_entry(why, id or '', rec)
           if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
         elseif r.token ~= '' then
-          -- A lease ran out: its consumer died or stalled.
-          expired = expired + 1
-          r.token = ''
-          if r.max > 0 and r.attempts >= r.max then
-            bury(P, dead, deadz, r, 'lease expired on attempt ' .. r.attempts .. ' of ' .. r.max, now)
-            buried = buried + 1
-          else
-            out[#out + 1] = ready_entry_of(r, now)
-          end
+          lease_ran_out(r, out)
         else
           pending_out = pending_out + 1
           lateness_add(lat, now - math.floor(score / ORD))
@@ -106,20 +166,17 @@ for _ = 1, 10000 do
         end
       end
     end
-    redis.call('ZREMRANGEBYRANK', key, '0', nstr(n - 1))
-    if #out > 0 then
-      redis.call('RPUSH', ready, unpack(out))
-      signal(sig, #out)
-    end
-    if #bad > 0 then redis.call('RPUSH', aside, unpack(bad)) end
+    redis.call('ZREMRANGEBYRANK', key, '0', nstr(taken - 1))
+    push_in_pieces(ready, out, true)
+    push_in_pieces(aside, bad, false)
     -- The id index entries that pointed at the records set aside.
     for i = 1, #unindex, 2 do
       local id = unindex[i]
       local ik = id_key(P, id)
       if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
     end
-    moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + n
-    if n < want and redis.call('EXISTS', key) == 1 then break end
+    moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + units
+    if taken == n and n < want and redis.call('EXISTS', key) == 1 then break end
     if server_now_us() - start_us >= budget_us then break end
   end
 end

@@ -294,7 +294,8 @@ static void note_held_back(dq_take_req *t, const redisReply *r, int first) {
 }
 
 /* The script's reply: {} or {lease, entry 1, ..., entry n} (lua/take.lua);
- * entry i's token is "<request>.<i>" when leased, an empty entry is one the
+ * lease is 0, or the score of the lease record when leased: entry i's token
+ * is then "<request>.<i>.<lease>"; an empty entry is one the
  * script set aside, and "k|..." one it held back (sealed with a key this
  * client lacks: *held counts them). Fills msgs; returns how many, or -1 if
  * the reply is not of that shape. */
@@ -303,8 +304,13 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
     if (reply->type != REDIS_REPLY_ARRAY) return -1;
     if (reply->elements == 0) return 0;
     const redisReply *lease = reply->element[0];
-    if (lease->type != REDIS_REPLY_INTEGER || reply->elements - 1 > max) return -1;
-    char token[DQ_ID_GENERATED_LEN + 24]; /* "<request>.", then i per message */
+    if (lease->type != REDIS_REPLY_INTEGER || lease->integer < 0 || reply->elements - 1 > max) return -1;
+    /* "<request>.<i>.<score>": the score of the take's lease record (the
+     * reply's first element), which lets an ack find the record directly
+     * (see Lease records in lua/common.lua). */
+    char token[DQ_ID_GENERATED_LEN + 48];
+    char score[24];
+    dq__fmt_i64(score, (int64_t)lease->integer);
     size_t prefix_len = strlen(request);
     memcpy(token, request, prefix_len);
     token[prefix_len++] = '.';
@@ -322,7 +328,11 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
             set_aside(t, r, "undecodable by the client");
             continue;
         }
-        if (lease->integer) dq__fmt_i64(token + prefix_len, (int64_t)i);
+        if (lease->integer) {
+            size_t n = prefix_len + dq__fmt_i64(token + prefix_len, (int64_t)i);
+            token[n++] = '.';
+            memcpy(token + n, score, strlen(score) + 1);
+        }
         unsigned char *plain;
         if (open_payload(t, r, &e, lease->integer ? token : NULL, &plain) != 0) continue;
         dq_msg *m = msg_new(t->owner, &e, lease->integer ? token : NULL);

@@ -1,7 +1,7 @@
 """mutation.py - the scripts against mutated records and entries.
 
-Takes real bytes from Redis (slot records never delivered, in flight and
-retried; ready entries of both versions; dead letters; id index scores;
+Takes real bytes from Redis (slot records never delivered, retried, and
+a take's lease record; ready entries of both versions; dead letters; id index scores;
 counters and settings), mutates them (flipped bytes, truncation, extension,
 separators added or removed, fields swapped, numbers made huge, negative or
 not numbers, ids with bytes the id rule refuses), writes each mutant back
@@ -121,7 +121,7 @@ def deliveries(q, reply, req):
         return out
     for i, e in enumerate(reply[1:], 1):
         if e:
-            out.append((entry_id(e), ("%s.%d" % (req, i)).encode() if reply[0] == 1 else None))
+            out.append((entry_id(e), ("%s.%d.%d" % (req, i, reply[0])).encode() if reply[0] else None))
     return out
 
 
@@ -159,8 +159,8 @@ for s_ in R.cmd("ZRANGE", src.k("zs"), 0, -1):
 dead = list(R.cmd("HGETALL", src.k("d")))
 dead = list(zip(dead[0::2], dead[1::2]))
 section("samples")
-ok(len(records) >= 3 and any(r[:1] == b"1" for r, _ in records) and any(r[:1] == b"2" for r, _ in records),
-   f"{len(records)} slot records of both versions", records)
+ok(len(records) >= 3 and {r[:1] for r, _ in records} == {b"1", b"2", b"3"},
+   f"{len(records)} slot records of all three versions (pending, retried, a take's leases)", records)
 ok(len(entries) >= 2 and {e[:1] for e in entries} == {b"1", b"2"}, f"{len(entries)} ready entries of both versions",
    entries)
 ok(len(dead) >= 1, f"{len(dead)} dead letters", dead)

@@ -115,16 +115,56 @@ def plant_slot(q, due, record, name="planted"):
     redis("ZADD", k(q, "q:" + name), str(due * ORD), record)
 
 
-def rewrite(q, marker, head):
-    """Rewrites the in-flight record holding marker (id + token): its
-    attempts and max become head ('2|attempts|max|'), same score."""
+def lease_records(q):
+    """(slot key, record, score) of every lease record (version 3) of q."""
     for s_ in redis("ZRANGE", k(q, "zs"), 0, -1):
         sk = k(q, "q:" + s_.decode())
         rs = redis("ZRANGE", sk, 0, -1, "WITHSCORES")
         for member, score in zip(rs[0::2], rs[1::2]):
-            if marker in member:
-                redis("ZREM", sk, member)
-                redis("ZADD", sk, score, head + member.split(b"|", 3)[3])
+            if member[:2] == b"3|":
+                yield sk, member, score
+
+
+def parse_lease(rec):
+    """A lease record as (max attempts, token prefix, entries of its blocks)."""
+    _, m, tl, n, rest = rec.split(b"|", 4)
+    prefix, body = rest[:int(tl)], rest[int(tl):]
+    blocks = []
+    for _ in range(int(n)):
+        ln, body = body.split(b"|", 1)
+        blocks.append(body[:int(ln)])
+        body = body[int(ln):]
+    return int(m), prefix, blocks
+
+
+def lease_record(m, prefix, blocks):
+    return (b"3|%d|%d|%d|" % (m, len(prefix), len(blocks)) + prefix +
+            b"".join(b"%d|" % len(e) + e for e in blocks))
+
+
+def rewrite(q, token, before, max_):
+    """Rewrites the lease record holding token (its prefix, the item's
+    block number, '.', the record's score): its max attempts become max_, and the item's entry
+    claims `before` earlier attempts (bytes: any digits), same score.
+    Whether a record was found."""
+    token = token.encode()
+    for sk, member, score in lease_records(q):
+        m, prefix, blocks = parse_lease(member)
+        if not token.startswith(prefix):
+            continue
+        i = int(token[len(prefix):].split(b".")[0]) - 1
+        e = blocks[i]
+        if e[:1] == b"1":
+            _, due, ready, il, rest = e.split(b"|", 4)
+            blocks[i] = b"2|%s|%s|%s|%s|0|%s" % (due, ready, before, il, rest)
+        else:
+            f = e.split(b"|", 6)
+            f[3] = before
+            blocks[i] = b"|".join(f)
+        redis("ZREM", sk, member)
+        redis("ZADD", sk, score, lease_record(max_, prefix, blocks))
+        return True
+    return False
 
 
 def entry_v1(due, id_, payload=b"p"):
@@ -157,6 +197,11 @@ CASES += [
     ("slot record, lengths past the end", [("slot", b"1|99|orphan")], "undecodable"),
     ("slot record, unknown version", [("slot", b"9future")], "unknown record format"),
     ("slot record, negative score", [("negslot", b"1|2|idp")], "negative score"),
+    ("lease record, empty token prefix", [("slot", b"3|5|0|1|0|")], "undecodable"),
+    ("lease record, block length past the end", [("slot", b"3|5|2|1|t.99|1|1|1|2|idp")], "undecodable"),
+    ("lease record, 1001 blocks", [("slot", b"3|5|2|1001|t." + b"0|" * 1001)], "undecodable"),
+    ("lease record, bytes after its blocks", [("slot", b"3|5|2|1|t.0|junk")], "undecodable"),
+    ("lease record, block length of 10 digits", [("slot", b"3|5|2|1|t.0000000001|x")], "undecodable"),
 ]
 
 for i, (name, plants, reason) in enumerate(CASES):
@@ -185,6 +230,25 @@ for i, (name, plants, reason) in enumerate(CASES):
             # ready entry the transfer made of it: the record after its '1'.
             ok(x[0].endswith(plants[0][1][1:]), f"{q}: and its raw bytes", x[0][:120])
         check_balance(q, len(goods), got, len(plants))
+
+# ------------------------------------------------------------------ a lease record with one bad item
+
+section("a lease record whose lease ran out, with a good item and a bad one: the good one is delivered again")
+q = "pllease"
+now = server_ms()
+good = entry_v1(now - 600, b"lg", b"payload-lg")
+rec = lease_record(3, b"t.", [good, b"2|5|6|999999999|2|0|idp", b""])
+plant_slot(q, now - 500, rec)
+redis("HSET", id_index_key(q, "lg"), "lg", str((now - 500) * ORD))
+r = dq("take", q, "--count", "64", "--timeout", "1s", "--json", "--ack", "manual")
+m = r.json_lines()
+eq([(x["id"], x["attempt"]) for x in m], [("lg", 2)], f"lg delivered, on its second attempt ({r.err[-200:]!r})")
+if m:
+    eq(dq("ack", q, "lg", m[0]["token"]).rc, 0, "and acked")
+x = aside(q)
+ok(len(x) == 1 and b"out of range" in x[0] and x[0].endswith(b"2|5|6|999999999|2|0|idp"),
+   "the bad item's entry set aside with its reason and bytes", x)
+eq(redis("ZCARD", k(q, "q:planted")), 0, "the lease records are gone")
 
 # ------------------------------------------------------------------ work --exec: one bad id never sinks a batch of acks
 
@@ -248,7 +312,7 @@ r = dq("take", q, "--ack", "manual", "--json", "--timeout", "2s")
 m = r.json_lines()
 if ok(len(m) == 1, "n1 taken with a lease", r):
     tok = m[0]["token"]
-    rewrite(q, b"n1" + tok.encode(), b"2|999999999|0|")
+    ok(rewrite(q, tok, b"999999998", 0), "n1's lease record rewritten: attempt 999,999,999, no max")
     t0 = time.monotonic()
     r = dq("nack", q, "n1", tok)
     secs = time.monotonic() - t0
@@ -261,7 +325,7 @@ offer_goods(q, ["n2", "n3"])
 r = dq("take", q, "--ack", "manual", "--lease", "600ms", "--count", "2", "--json", "--timeout", "2s")
 m = {x["id"]: x for x in r.json_lines()}
 if ok(set(m) == {"n2", "n3"}, "n2, n3 taken with a lease", r):
-    rewrite(q, b"n2" + m["n2"]["token"].encode(), b"2|999999999999|3|")
+    ok(rewrite(q, m["n2"]["token"], b"999999999999", 3), "n2's entry in its lease record rewritten")
     r = dq("nack", q, "n2", m["n2"]["token"])
     eq(r.rc, 1, "nack n2: exit 1 (no such delivery: its record does not decode)")
     eq(dq("ack", q, "n3", m["n3"]["token"]).rc, 0, "ack n3 still works")

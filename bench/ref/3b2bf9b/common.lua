@@ -1,0 +1,953 @@
+-- common.lua: prepended to every delayq script at build time.
+--
+-- Data layout of queue Q (all keys share the hash tag {Q}, one cluster slot;
+-- P below is the prefix "dq:{Q}:", passed to the scripts that need it):
+--   dq:{Q}:zs       ZSET  the slot index: slot name -> the slot's lower bound
+--   P..q:<name>     ZSET  a slot: timed entries (member = the whole record,
+--                         see below), score = due_ms * ORD + ordinal for
+--                         pending items, lease end * ORD + ordinal in flight
+--   P..i:<h>        HASH  the id index, h = a hash of the id: id -> score of
+--                         the id's record; an id whose record is in no slot
+--                         is in the ready list
+--   dq:{Q}:r        LIST  ready entries, oldest first
+--   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
+--                         BLPOPs one, so each entry wakes one waiter, not all
+--   dq:{Q}:x        LIST  set-aside entries "1|reason|idlen|<id><raw>"
+--   dq:{Q}:d        HASH  dead letters: id -> dead record
+--   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
+--   dq:{Q}:n        HASH  counters: pending, inflight, slots (names issued),
+--                         and the metrics (see Metrics below)
+--   dq:{Q}:t:<req> STRING a take's result, until its taker has the reply
+--                         (60 s at most): a retried take replays it
+--   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,
+--                         backoff_base_ms, backoff_max_ms (absent: defaults)
+--   dq:{Q}:w        shard channel (SPUBLISH/SSUBSCRIBE): the earliest due time (ms), or -1
+--
+-- Why slots: one big zset costs about 125 bytes an entry (skiplist node,
+-- dict entry, member string). Small zsets of at most SLOT_CAP entries stay
+-- listpacks (Redis's default zset-max-listpack-entries is 128), where an
+-- entry costs its bytes plus two or three. Slot i holds the scores in
+-- [bound i, bound i+1): a slot that grows past SLOT_CAP splits in two, so
+-- any spread of due times (a burst in one second, a trickle over a year)
+-- gives slots of SLOT_CAP / 2 .. SLOT_CAP entries. The record is the member,
+-- so a transfer moves whole ranks of a slot with a few calls per chunk and
+-- none per item. Emptied slots leave the index when a transfer reaches them.
+-- The ordinal (0..ORD-1) keeps equal due times in offer order.
+--
+-- Formats (the first byte is the format version):
+--   record v1  "1|idlen|" .. id .. payload               never delivered yet
+--   record v2  "2|attempts|max|due|idlen|tlen|elen|" .. id .. token .. err .. payload
+--              token ~= '': in flight (score = lease end); else a retry
+--   ready v1   "1|due|ready|idlen|" .. id .. payload          attempts 0
+--   ready v2   "2|due|ready|attempts|idlen|elen|" .. id .. err .. payload
+--   dead       "1|died|attempts|due|rlen|elen|" .. reason .. err .. payload
+--
+-- What the scripts read from Redis is outside input: another client, an
+-- older delayq, a manual HSET or a bug can leave anything in these keys.
+-- Every record, entry, id, count, time, setting and key type read back is
+-- checked as strictly as an offer's arguments (the id rule of src/codec.c,
+-- numbers within their ranges, lengths within the record), and every loop
+-- is bounded by a constant or an argument, never by a number read from
+-- Redis. What fails:
+--   - a record or entry: set aside (the set-aside list P..'x', with a
+--     reason and its raw bytes); the items around it keep flowing;
+--   - a key of the layout holding another type (slot index, slots, id
+--     index buckets, ready, set-aside, wake tokens, dead letters): renamed
+--     out of the way to P..'bad:<suffix>:<µs>:<n>', never deleted, with a
+--     note in the set-aside list; the script goes on as if it were absent;
+--   - a setting (cfg) or a counter (n): an error reply that names the key,
+--     the field and the value, before the script writes anything (never a
+--     silent fallback). HDEL the field to go back to the default, or zero.
+-- Every script reads and checks everything before its first write, so a
+-- call either completes or changes nothing; only an OOM (or a script
+-- killed past its time limit) can stop one half way.
+-- Numbers are formatted with fmt (%d): Lua 5.1's tostring keeps only 14
+-- digits, and %d formats the integers used here (all below 2^53) exactly and
+-- several times faster than %.0f or the %.17g that redis.call applies to a
+-- number argument, so hot paths pass scores to Redis as strings.
+local ORD = 2048
+local DUE_MAX = 4398046511103
+local SCORE_MAX = (DUE_MAX + 1) * ORD - 1 -- below 2^53: exact as a Lua number
+local SLOT_CAP = 64
+local ID_BUCKETS = 32768
+local ID_MAX = 128
+local SHARDS_MAX = 64 -- DQ__SHARDS_MAX (src/util.h)
+local TOKEN_MAX = 64
+-- Attempts and max attempts, as records keep them: 9 digits, so the client
+-- holds them in an int. An entry claiming ATTEMPTS_MAX cannot be delivered
+-- again (its next attempt would pass the cap): it is set aside.
+local ATTEMPTS_MAX = 999999999
+
+local function fmt(n) return string.format('%d', n) end
+-- As digit strings (literals: a function library's top level may not call
+-- the string library when it loads).
+local DUE_MAX_S, ATTEMPTS_MAX_S = '4398046511103', '999999999'
+
+-- fmt for the small numbers (lengths, counts) of records: cached per call.
+-- Never concatenate a number directly: Lua formats it with %.14g, through
+-- the C library's floating-point printer, several times slower.
+local small_num = {}
+local function nstr(n)
+  local s = small_num[n]
+  if not s then
+    s = fmt(n)
+    small_num[n] = s
+  end
+  return s
+end
+
+-- tonumber for the short digit strings of lengths (of ids, errors):
+-- cached per call, as they repeat from entry to entry.
+local small_int = {}
+local function small_uint(s)
+  local n = small_int[s]
+  if not n then
+    n = tonumber(s)
+    small_int[s] = n
+  end
+  return n
+end
+
+local function server_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function server_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Whether id follows the id rule (dq__id_valid in src/codec.c): 1..128
+-- bytes of 0x21..0x7e.
+local function id_ok(id)
+  local n = #id
+  return n >= 1 and n <= ID_MAX and string.find(id, '[^!-~]') == nil
+end
+
+-- Outside text for an error message: at most 40 bytes, bytes outside
+-- 0x20..0x7e (and the quote) escaped as \xNN.
+local function quoted(s)
+  local t = string.gsub(string.sub(s, 1, 40), '[^ !#-~]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end)
+  if #s > 40 then t = t .. '...' end
+  return '"' .. t .. '"'
+end
+
+-- A whole number read from Redis: a string of 1..digits decimal digits (no
+-- sign) whose value is at most max; else nil.
+local function uint_of(s, digits, max)
+  if not s or #s > digits or string.find(s, '^%d+$') == nil then return nil end
+  local n = tonumber(s)
+  if n > max then return nil end
+  return n
+end
+
+local function aside_entry(reason, id, raw)
+  return '1|' .. reason .. '|' .. nstr(#id) .. '|' .. id .. (raw or '')
+end
+
+-- Keys of the wrong type ------------------------------------------------------
+
+local renamed = 0 -- keys this call renamed (their new names must differ)
+
+-- Per-call state back to its start. As EVAL, every call runs this file
+-- afresh; in the function library (tools/embed-lua.sh) the file runs once
+-- and every function calls this first, so nothing leaks from call to call
+-- (the number caches would otherwise grow with whatever Redis holds).
+local function call_begin()
+  renamed, small_num, small_int = 0, {}, {}
+end
+
+-- Renames key (which holds the type got, not the one the layout wants) out
+-- of the way, keeping its data, and notes it in the set-aside list.
+local function quarantine(P, key, got)
+  renamed = renamed + 1
+  local dest = P .. 'bad:' .. string.sub(key, #P + 1) .. ':' .. fmt(server_now_us()) .. ':' .. nstr(renamed)
+  redis.call('RENAME', key, dest)
+  local x = P .. 'x'
+  local note = aside_entry('wrong type: ' .. key .. ' held a ' .. got .. ', renamed to ' .. dest, '', '')
+  if key ~= x then
+    local t = redis.call('TYPE', x)['ok']
+    if t ~= 'none' and t ~= 'list' then
+      quarantine(P, x, t)
+      return
+    end
+  end
+  redis.call('RPUSH', x, note)
+end
+
+-- Makes sure key holds want or nothing: one of another type is renamed out
+-- of the way (see quarantine). One TYPE call: for the keys a call touches
+-- once, never per item.
+local function ensure_type(P, key, want)
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then quarantine(P, key, got) end
+end
+
+-- redis.call(cmd, key, ...) on a key of the layout that is usually of the
+-- right type (slots, id index buckets): a key of another type is renamed
+-- out of the way and the command runs again, on the key now absent. Costs
+-- what redis.call costs; used where a TYPE call per key would be per item.
+local function kcall(P, cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) == nil then error(r) end
+    quarantine(P, key, redis.call('TYPE', key)['ok'])
+    return redis.call(cmd, key, ...)
+  end
+  return r
+end
+
+-- Appends the set-aside entries bad (a list, maybe empty) to the set-aside
+-- list P..'x'.
+local function set_aside(P, bad)
+  if #bad == 0 then return end
+  ensure_type(P, P .. 'x', 'list')
+  redis.call('RPUSH', P .. 'x', unpack(bad))
+end
+
+-- Fails the script before it writes anything if key holds another type
+-- (for read-only scripts, which never rename).
+local function require_type(key, want)
+  local got = redis.call('TYPE', key)['ok']
+  if got ~= 'none' and got ~= want then
+    return redis.error_reply('WRONGTYPE delayq: key ' .. key .. ' holds a ' .. got .. ', expected a ' .. want)
+  end
+  return nil
+end
+
+-- Counters -----------------------------------------------------------------
+
+-- Reads the counters hash and checks it, for every script that changes a
+-- counter or may make a slot (HINCRBY fails on a value that is no integer,
+-- and would fail after the script has written). A corrupt counter refuses
+-- the call, before it writes: counters are reports (stats) and slot names,
+-- so repairing one by guessing would hide the corruption. Returns the
+-- values as numbers (absent: 0), or nil and an error reply naming the key,
+-- field and value (HDEL the field to reset it to 0).
+local function read_counters(counters)
+  local v = redis.pcall('HMGET', counters, 'pending', 'inflight', 'slots', 'shards')
+  if v.err then
+    return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters ..
+                                  ' holds a ' .. redis.call('TYPE', counters)['ok'] .. ', expected a hash')
+  end
+  local out = {}
+  for i = 1, 3 do
+    local s = v[i]
+    if not s then
+      out[i] = 0
+    elseif #s <= 16 and (s == '0' or string.find(s, '^%-?[1-9]%d*$')) then
+      out[i] = tonumber(s)
+    else
+      local field = i == 1 and 'pending' or i == 2 and 'inflight' or 'slots'
+      return nil, redis.error_reply('ERR delayq: counter ' .. field .. ' in ' .. counters ..
+                                    ' is ' .. quoted(s) .. ': expected an integer (HDEL it to reset it)')
+    end
+  end
+  -- The queue's shard count (absent: 1, unsharded; 0 while it changes),
+  -- kept here because every writing script reads this hash anyway.
+  local sh = v[4]
+  if not sh then
+    out[4] = 1
+  elseif string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then
+    out[4] = tonumber(sh)
+  else
+    return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                  ': expected 0..' .. SHARDS_MAX)
+  end
+  return out
+end
+
+-- The shard count alone, for scripts that read the counters for nothing
+-- else (lookup, a take without a lease): (count) or (nil, error reply for a
+-- count that is not one). A counters key of another type holds no count:
+-- 1, as those scripts never needed the counters to work.
+local function read_shard_count(counters)
+  local sh = redis.pcall('HGET', counters, 'shards')
+  if type(sh) ~= 'string' then return 1 end
+  if string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then return tonumber(sh) end
+  return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                ': expected 0..' .. SHARDS_MAX)
+end
+
+-- Refuses a call made for another shard count than the queue's: the
+-- client routed it by a count it has not yet learned (or that changed), so
+-- nothing is written and the reply tells the count ('DQSHARDS n'; 0 while
+-- the count changes: try again shortly). n: the queue's count (from
+-- read_counters or read_shard_count); want: the client's, as the string it
+-- sent; nil or '' skips the check (callers that route no item).
+local function shards_refusal(n, want)
+  if want == nil or want == '' or want == nstr(n) then return nil end
+  return redis.error_reply('DQSHARDS ' .. nstr(n))
+end
+
+-- Metrics -------------------------------------------------------------------
+-- What happened to a queue, for /metrics: counters and a histogram of
+-- lateness, in the counters hash next to pending and inflight:
+--   offered, delivered, acked, nacked, dead, expired   totals since the start
+--   lat:<b>  transfers' moves with lateness (ready time - due time, ms) in
+--            bucket b: at most LAT_MS[b] ms, b = #LAT_MS + 1 above them all
+--   lat_sum  the sum of those latenesses, ms
+-- They are reports, not the queue's state: written with pcall, so a field
+-- someone corrupted fails its own increment (stats reports it), never the
+-- call that delivers or keeps an item. Buckets in ms; /metrics shows seconds.
+local LAT_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+local function metric_add(counters, field, n)
+  if n ~= 0 then redis.pcall('HINCRBY', counters, field, nstr(n)) end
+end
+
+-- Lateness of the moves of one call, gathered per bucket and written once.
+local function lateness_add(lat, late)
+  if late < 0 then late = 0 end
+  local b = 1
+  while b <= #LAT_MS and late > LAT_MS[b] do b = b + 1 end
+  lat[b] = (lat[b] or 0) + 1
+  lat.sum = (lat.sum or 0) + late
+end
+
+local function lateness_write(counters, lat)
+  if not lat.sum then return end
+  for b = 1, #LAT_MS + 1 do
+    if lat[b] then metric_add(counters, 'lat:' .. nstr(b), lat[b]) end
+  end
+  metric_add(counters, 'lat_sum', lat.sum)
+end
+
+-- The id index bucket of an id. SHA-1 rather than a few of the id's bytes:
+-- ids made by applications ("order-17", "order-18") must spread too.
+local function id_key(P, id)
+  return P .. 'i:' .. fmt(tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
+end
+
+local function ready_entry(due, ready, id, payload)
+  return '1|' .. fmt(due) .. '|' .. fmt(ready) .. '|' .. nstr(#id) .. '|' .. id .. payload
+end
+
+-- Settings -----------------------------------------------------------------
+
+-- The queue's settings, for the arguments given as -1 ("the queue's").
+local CFG_DEFAULTS = {lease_ms = 30000, max_attempts = 16, backoff_base_ms = 1000,
+                      backoff_max_ms = 600000}
+
+-- The range of a setting, as config.lua enforces it when it writes one
+-- (a function, not tables: every call of a script builds its tables).
+local function cfg_range(field)
+  if field == 'lease_ms' then return 1, DUE_MAX end
+  if field == 'max_attempts' then return 0, ATTEMPTS_MAX end
+  return 0, DUE_MAX
+end
+
+-- A setting's value as stored in the settings hash cfg (absent: the
+-- default), checked as config.lua checks what it writes. Returns the
+-- number, or nil and an error reply that names the setting and the key: a
+-- bad setting is never replaced by a weaker one.
+local function stored_setting(cfg, field)
+  local v = redis.pcall('HGET', cfg, field)
+  if type(v) == 'table' then
+    return nil, redis.error_reply('WRONGTYPE delayq: settings key ' .. cfg .. ' holds a ' ..
+                                  redis.call('TYPE', cfg)['ok'] .. ', expected a hash')
+  end
+  if not v then return CFG_DEFAULTS[field] end
+  local lo, hi = cfg_range(field)
+  local n = uint_of(v, 16, hi)
+  if n and n >= lo then return n end
+  return nil, redis.error_reply('ERR delayq: setting ' .. field .. ' in ' .. cfg .. ' is ' .. quoted(v) ..
+                                ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
+end
+
+-- given if it is >= 0, else the queue's setting (see stored_setting).
+local function queue_setting(cfg, field, given)
+  if given >= 0 then return given end
+  return stored_setting(cfg, field)
+end
+
+-- Pushes n wake tokens (one per entry made ready); at most 1000.
+local function signal(sig, n)
+  n = math.min(n, 1000)
+  while n > 0 do
+    local k = math.min(n, 100)
+    local t = {}
+    for i = 1, k do t[i] = '1' end
+    redis.call('RPUSH', sig, unpack(t))
+    n = n - k
+  end
+end
+
+-- The backoff of a nack on attempt attempts: base * 2^(attempts - 1),
+-- capped, times (1 + frac) / 2. Closed form: the attempt count is read
+-- from Redis, so no loop may depend on it.
+local function backoff_ms(base, cap, attempts, frac)
+  local k = math.min(math.max(attempts - 1, 0), 60)
+  local d = math.min(base * 2 ^ k, cap) -- base, cap <= DUE_MAX: no overflow, no NaN
+  return math.floor(d * (1 + frac) / 2)
+end
+
+-- Records ------------------------------------------------------------------
+
+local function record_v1(id, payload)
+  return '1|' .. nstr(#id) .. '|' .. id .. payload
+end
+
+local function record_v2(r, id)
+  return '2|' .. nstr(r.attempts) .. '|' .. nstr(r.max) .. '|' .. fmt(r.due) .. '|' .. nstr(#id) ..
+         '|' .. nstr(#r.token) .. '|' .. nstr(#r.err) .. '|' .. id .. r.token .. r.err .. r.payload
+end
+
+-- The id length, id position and id of a version 1 record, or nil and a
+-- reason if rec is not one that decodes.
+local function v1_head(rec)
+  if string.byte(rec, 1) ~= 49 then return nil, 'unknown record format' end -- '1'
+  local il, pos = string.match(rec, '^1|(%d+)|()')
+  if not il or #il > 3 then return nil, 'undecodable record' end
+  il = tonumber(il)
+  if il < 1 or il > ID_MAX or pos + il - 1 > #rec then return nil, 'undecodable record' end
+  local id = string.sub(rec, pos, pos + il - 1)
+  if string.find(id, '[^!-~]') then return nil, 'record with an invalid id' end
+  return il, pos, id
+end
+
+-- The head of a version 2 record, checked: attempts, max, due, id length,
+-- token length, error length (numbers), the id's position and the id; or
+-- nil and a reason.
+local function v2_head(rec)
+  local a, m, d, il, tl, el, pos = string.match(rec, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
+  if not a or #il > 3 or #tl > 3 or #el > 9 then return nil, 'undecodable record' end
+  -- The captures are digits already: their lengths and values are enough.
+  if #a > 9 or #m > 9 or #d > 13 then return nil, 'record with a number out of range' end
+  a, m, d = tonumber(a), tonumber(m), tonumber(d)
+  if d > DUE_MAX then return nil, 'record with a number out of range' end
+  il, tl, el = tonumber(il), tonumber(tl), tonumber(el)
+  if il < 1 or il > ID_MAX or tl > TOKEN_MAX or pos + il + tl + el - 1 > #rec then
+    return nil, 'undecodable record'
+  end
+  local id = string.sub(rec, pos, pos + il - 1)
+  if string.find(id, '[^!-~]') then return nil, 'record with an invalid id' end
+  return a, m, d, il, tl, el, pos, id
+end
+
+-- The id of a record, or nil if it cannot be decoded.
+local function record_id(rec)
+  local v = string.byte(rec, 1)
+  if v == 49 then
+    local _, _, id = v1_head(rec)
+    return id
+  end
+  if v ~= 50 then return nil end
+  local _, _, _, _, _, _, _, id = v2_head(rec)
+  return id
+end
+
+-- The bytes where the id of a record (entry false) or ready entry (entry
+-- true) that does not decode would be, whatever they hold (to clean the id
+-- index up after it), or nil.
+local function raw_id(s, entry)
+  local v, p = string.sub(s, 1, 1), nil
+  if v == '1' then
+    p = entry and '^1|[^|]*|[^|]*|(%d+)|()' or '^1|(%d+)|()'
+  elseif v == '2' then
+    p = entry and '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|()' or '^2|[^|]*|[^|]*|[^|]*|(%d+)|[^|]*|[^|]*|()'
+  else
+    return nil
+  end
+  local il, pos = string.match(s, p)
+  if not il or #il > 3 then return nil end
+  il = tonumber(il)
+  if il < 1 or pos + il - 1 > #s then return nil end
+  return string.sub(s, pos, pos + il - 1)
+end
+
+-- A record as a table, or nil and a reason if it cannot be decoded. score:
+-- its score (checked by the caller: 0..SCORE_MAX).
+local function parse_record(rec, score)
+  local v = string.sub(rec, 1, 1)
+  if v == '1' then
+    local il, pos, id = v1_head(rec)
+    if not il then return nil, pos end
+    return {attempts = 0, max = 0, due = math.floor(score / ORD), token = '', err = '',
+            id = id, payload = string.sub(rec, pos + il)}
+  end
+  if v ~= '2' then return nil, 'unknown record format' end
+  local a, m, d, il, tl, el, pos, id = v2_head(rec)
+  if not a then return nil, m end
+  local t0 = pos + il
+  return {attempts = a, max = m, due = d, id = id, token = string.sub(rec, t0, t0 + tl - 1),
+          err = string.sub(rec, t0 + tl, t0 + tl + el - 1), payload = string.sub(rec, t0 + tl + el)}
+end
+
+-- The ready entry of a version 1 record (never delivered) that becomes
+-- ready at nows (fmt of now), or nil for any other record: the record with
+-- the due and ready times put in after its version. dues: a per-call cache
+-- of formatted due times (neighbours in a slot often share one).
+-- The transfer's hot path: it checks the head's shape and lengths, not the
+-- id's bytes (a string copy and a scan per item); the take checks those
+-- (entry_head) before anything is delivered, and sets such an entry aside.
+local function ready_entry_v1(rec, score, nows, dues)
+  if string.byte(rec, 1) ~= 49 then return nil end -- '1'
+  local il, pos = string.match(rec, '^1|(%d%d?%d?)|()')
+  if not il then return nil end
+  il = tonumber(il)
+  if il < 1 or il > ID_MAX or pos + il - 1 > #rec then return nil end
+  local due = math.floor(score / ORD)
+  local ds = dues[due]
+  if not ds then
+    ds = fmt(due)
+    dues[due] = ds
+  end
+  return '1|' .. ds .. '|' .. nows .. string.sub(rec, 2)
+end
+
+-- The ready entry of a record that becomes ready now.
+local function ready_entry_of(r, now)
+  if r.attempts == 0 and r.err == '' then return ready_entry(r.due, now, r.id, r.payload) end
+  return '2|' .. fmt(r.due) .. '|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. nstr(#r.id) ..
+         '|' .. nstr(#r.err) .. '|' .. r.id .. r.err .. r.payload
+end
+
+-- The head of a ready entry, as strings: due, attempts (before this
+-- delivery), then as numbers the id length, the error length and the
+-- position of the id, then the id; nil and a reason if it cannot be
+-- decoded. Checks what the client's decoder (src/codec.c) checks, so an
+-- entry the script hands out decodes: due and ready times 0..DUE_MAX,
+-- attempts below ATTEMPTS_MAX, an id that follows the id rule, lengths
+-- that fit.
+local function entry_head(e)
+  local v = string.sub(e, 1, 1)
+  local d, rd, a, il, el, pos
+  if v == '1' then
+    d, rd, il, pos = string.match(e, '^1|(%d+)|(%d+)|(%d+)|()')
+    a, el = '0', '0'
+  elseif v == '2' then
+    d, rd, a, il, el, pos = string.match(e, '^2|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|()')
+  end
+  if not d or #il > 3 or #el > 9 then return nil, 'undecodable ready entry' end
+  -- The captures are digits already: their lengths and values are enough,
+  -- and digit strings of one length compare as their numbers do (cheaper
+  -- than tonumber, which goes through the C library's strtod).
+  if #d > 13 or #rd > 13 or #a > 9 or (#d == 13 and d > DUE_MAX_S) or
+     (#rd == 13 and rd > DUE_MAX_S) or a == ATTEMPTS_MAX_S then
+    return nil, 'ready entry with a number out of range'
+  end
+  il, el = small_uint(il), small_uint(el)
+  if il < 1 or il > ID_MAX or pos + il + el - 1 > #e then return nil, 'undecodable ready entry' end
+  local id = string.sub(e, pos, pos + il - 1)
+  if string.find(id, '[^!-~]') then return nil, 'ready entry with an invalid id' end
+  return d, a, il, el, pos, id
+end
+
+-- The key id (16 hex digits) of a sealed payload starting at byte ppos of
+-- entry e (src/seal.c: "\0dqs1", the 8-byte key id, a 24-byte nonce, at
+-- least a 16-byte tag), or nil for a payload that is not sealed.
+local SEAL_MAGIC, SEAL_OVERHEAD = '\0dqs1', 53
+local function sealed_key(e, ppos)
+  if #e - ppos + 1 < SEAL_OVERHEAD or string.sub(e, ppos, ppos + 4) ~= SEAL_MAGIC then return nil end
+  return string.format('%02x%02x%02x%02x%02x%02x%02x%02x', string.byte(e, ppos + 5, ppos + 12))
+end
+
+-- Whether held (16 hex digits per key id) holds key id kid.
+local function key_held(held, kid)
+  for j = 1, #held, 16 do
+    if string.sub(held, j, j + 15) == kid then return true end
+  end
+  return false
+end
+
+local function dead_record(r, reason, now)
+  return '1|' .. fmt(now) .. '|' .. nstr(r.attempts) .. '|' .. fmt(r.due) .. '|' .. nstr(#reason) ..
+         '|' .. nstr(#r.err) .. '|' .. reason .. r.err .. r.payload
+end
+
+-- The id index ---------------------------------------------------------------
+
+-- The score of an id's record (pending, in flight, or ready when it is in
+-- no slot), or nil for an id the queue does not hold. An index entry that
+-- is no score (0..SCORE_MAX) counts as absent: the next offer of the id
+-- replaces it.
+local function id_score_in(P, ik, id)
+  local s = kcall(P, 'HGET', ik, id)
+  return s and uint_of(s, 16, SCORE_MAX) or nil
+end
+
+local function id_score(P, id)
+  local ik = id_key(P, id)
+  return id_score_in(P, ik, id), ik
+end
+
+-- score: a number, or a number already formatted with fmt.
+local function id_set(P, ik, id, score)
+  kcall(P, 'HSET', ik, id, type(score) == 'string' and score or fmt(score))
+end
+
+local function id_del(P, ik, id)
+  kcall(P, 'HDEL', ik, id)
+end
+
+-- Moves a record to the dead letters of the queue (the caller has taken it
+-- out of its slot, and made sure dead and deadz are of their types).
+local function bury(P, dead, deadz, r, reason, now)
+  redis.call('HSET', dead, r.id, dead_record(r, reason, now))
+  redis.call('ZADD', deadz, now, r.id)
+  id_del(P, id_key(P, r.id), r.id)
+end
+
+-- Slots ----------------------------------------------------------------------
+
+local function slot_key(P, name) return P .. 'q:' .. name end
+
+-- The slot whose range holds score: (name, lower bound), or nil if score is
+-- below every bound (or there is no slot).
+local function slot_at(zs, score)
+  local s = redis.call('ZREVRANGEBYSCORE', zs, score, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+  if s[1] == nil then return nil end
+  return s[1], tonumber(s[2])
+end
+
+-- The highest score in [lo, hi] over all slots, or nil, starting from the
+-- slot (name, bound) that holds hi. Usually that slot alone; a split bound
+-- inside [lo, hi] makes it look one slot further down.
+local function last_score_in(P, zs, lo, hi, name, bound)
+  for _ = 1, 64 do
+    local s = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, name), hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
+    if s[2] then return tonumber(s[2]) end
+    if bound <= lo then return nil end
+    hi = bound - 1
+    name, bound = slot_at(zs, hi)
+    if not name then return nil end
+  end
+  return nil
+end
+
+-- Splits a slot that grew past SLOT_CAP: the upper half moves to a new slot.
+-- Tried at SLOT_CAP + 1 entries and every 32 more, so a slot that cannot
+-- split (one score, more than ORD offers in one millisecond) is not
+-- re-examined on every offer.
+local function split_if_full(P, zs, counters, key)
+  local card = kcall(P, 'ZCARD', key)
+  if card <= SLOT_CAP or (card - SLOT_CAP - 1) % 32 ~= 0 then return end
+  local mid = tonumber(kcall(P, 'ZRANGE', key, math.floor(card / 2), math.floor(card / 2), 'WITHSCORES')[2])
+  local low = tonumber(kcall(P, 'ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+  if mid == low then
+    -- The lower half is all one score: split above it.
+    local nx = kcall(P, 'ZRANGEBYSCORE', key, '(' .. fmt(mid), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    if nx[2] == nil then return end
+    mid = tonumber(nx[2])
+  end
+  local upper = kcall(P, 'ZRANGEBYSCORE', key, mid, '+inf', 'WITHSCORES', 'LIMIT', '0', fmt(4 * SLOT_CAP))
+  if #upper / 2 >= 4 * SLOT_CAP then return end -- one score dominates: leave it
+  local args = {}
+  for i = 1, #upper, 2 do
+    args[#args + 1] = upper[i + 1]
+    args[#args + 1] = upper[i]
+  end
+  local new = fmt(redis.call('HINCRBY', counters, 'slots', '1'))
+  kcall(P, 'ZADD', slot_key(P, new), unpack(args))
+  kcall(P, 'ZREMRANGEBYSCORE', key, mid, '+inf')
+  redis.call('ZADD', zs, mid, new)
+end
+
+-- slot_insert's general case: [lo, hi] straddles a slot bound, or lies
+-- below the first slot, or there is no slot yet.
+local function slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+  local score = lo
+  local name, bound = slot_at(zs, hi)
+  if ordinal and name then
+    local l = last_score_in(P, zs, lo, hi, name, bound)
+    if l then score = math.min(l + 1, hi) end
+  end
+  name = slot_at(zs, score)
+  if not name then
+    name = redis.call('ZRANGE', zs, '0', '0')[1] or fmt(redis.call('HINCRBY', counters, 'slots', '1'))
+    redis.call('ZADD', zs, score, name) -- a new slot, or the first one now starts lower
+  end
+  local key = slot_key(P, name)
+  kcall(P, 'ZADD', key, fmt(score), rec)
+  split_if_full(P, zs, counters, key)
+  return score
+end
+
+-- Whether the slot in hint h can take a record for [lo, hi]: hi lies in
+-- the slot's range, and the highest score in [lo, hi] over all slots is
+-- known. It is when the slot starts at or below lo, or when the slot's last
+-- score lies in [lo, hi] (a millisecond whose ordinals run across a slot
+-- bound: every slot below holds lower scores). The next bound is read only
+-- when hi passes the highest score the slot was looked up for.
+local function hint_fits(zs, h, lo, hi, ordinal)
+  if not h.name or hi < h.bound then return false end
+  if not (h.bound <= lo or (ordinal and h.last and h.last >= lo and h.last <= hi)) then
+    return false
+  end
+  if hi <= h.seen then return true end
+  if h.upper == nil then
+    local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    h.upper = nx[2] and tonumber(nx[2]) or math.huge
+  end
+  return hi < h.upper
+end
+
+-- Writes the records slot_insert held back in hint (see slot_insert); a
+-- nil hint holds nothing.
+local function slot_flush(hint)
+  local n = hint and hint.np
+  if n and n > 0 then
+    kcall(hint.P, 'ZADD', hint.pkey, unpack(hint.pend, 1, n))
+    hint.np = 0
+  end
+end
+
+-- Adds rec with score ss (a string) to the slot key: at once, or held back
+-- in hint when one is given (one ZADD then writes a run of records).
+local function slot_add(P, hint, key, ss, rec)
+  if not hint then
+    kcall(P, 'ZADD', key, ss, rec)
+    return
+  end
+  local n = hint.np or 0
+  if n > 0 and hint.pkey ~= key then
+    slot_flush(hint)
+    n = 0
+  end
+  hint.pend = hint.pend or {}
+  hint.pend[n + 1], hint.pend[n + 2], hint.pkey, hint.np, hint.P = ss, rec, key, n + 2, P
+end
+
+-- Adds a record with a score in [lo, lo + ORD - 1]: the first free ordinal
+-- after the latest record of the same millisecond if ordinal, else lo
+-- itself. Returns the score, and the score as a string (fmt). The caller
+-- announces a score below the first bound it read before (see first_bound).
+-- hint: nil, or a table the caller keeps across the inserts of one run: the
+-- last slot used (name, bound, seen = the highest score it was looked up
+-- for, upper = the next bound once read, last score, card), so a batch
+-- that stays in one slot looks the slot up once, and records held back to
+-- be written with one ZADD a slot. With a hint, call slot_flush(hint)
+-- before reading or changing a slot, and before the script ends.
+-- Time mostly moves forward, so the common insert lands at or after the end
+-- of its slot: the slot's last score then gives the ordinal (no scan of the
+-- listpack), and a full slot is not split but followed by a new one that
+-- starts with this record (nothing moves, and slots stay full).
+local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
+  local hi = ordinal and lo + ORD - 1 or lo
+  local h = hint or {}
+  if not hint_fits(zs, h, lo, hi, ordinal) then
+    slot_flush(hint)
+    local name, bound = slot_at(zs, hi)
+    h.name = nil
+    if name then
+      local key = slot_key(P, name)
+      local tail = kcall(P, 'ZRANGE', key, '-1', '-1', 'WITHSCORES')
+      h.name, h.key, h.bound, h.seen, h.upper = name, key, bound, hi, nil
+      h.last, h.card = tail[2] and tonumber(tail[2]) or nil, kcall(P, 'ZCARD', key)
+    end
+    if not hint_fits(zs, h, lo, hi, ordinal) then
+      h.name = nil
+      local score = slot_insert_anywhere(P, zs, counters, lo, hi, rec, ordinal)
+      return score, fmt(score)
+    end
+  end
+  local key = h.key
+  local score = lo
+  if ordinal and h.last and h.last >= lo then
+    if h.last <= hi then
+      score = math.min(h.last + 1, hi)
+    else
+      slot_flush(hint)
+      local s = kcall(P, 'ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
+      if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
+    end
+  end
+  if h.card >= SLOT_CAP and h.last and score > h.last then
+    -- Appending to a full slot: start the next one here. It ends where
+    -- the full one ended (h.upper and h.seen stay true).
+    local name, ss = fmt(redis.call('HINCRBY', counters, 'slots', '1')), fmt(score)
+    redis.call('ZADD', zs, ss, name)
+    key = slot_key(P, name)
+    slot_add(P, hint, key, ss, rec)
+    h.name, h.key, h.bound, h.last, h.card = name, key, score, score, 1
+    return score, ss
+  end
+  local ss = fmt(score)
+  slot_add(P, hint, key, ss, rec)
+  h.card = h.card + 1
+  if not h.last or score > h.last then h.last = score end
+  if h.card > SLOT_CAP then
+    slot_flush(hint)
+    split_if_full(P, zs, counters, key)
+    h.name = nil -- the slot may have split: look it up again next time
+  end
+  return score, ss
+end
+
+-- The record of id at score: (slot key, record), or nil if it is in no
+-- slot. Equal scores are rare (more than ORD records in a millisecond), so
+-- the scan is usually over one member.
+-- cache: nil, or a table kept across the look-ups of one call: the last
+-- slot found and its range, so records that share a slot (the leases of one
+-- take) look it up once.
+local function slot_find(P, zs, id, score, cache)
+  local ss = fmt(score) -- a number argument would be formatted with %.17g
+  local name
+  if cache and cache.name and score >= cache.bound and score < cache.upper then
+    name = cache.name
+  else
+    local bound
+    name, bound = slot_at(zs, ss)
+    if not name then return nil end
+    if cache then
+      local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+      cache.name, cache.bound, cache.upper = name, bound, nx[2] and tonumber(nx[2]) or math.huge
+    end
+  end
+  local key = slot_key(P, name)
+  -- Bounded: past 100,000 records of one score (ORD offers in one
+  -- millisecond, and 98,000 more), an id counts as in no slot.
+  for i = 0, 999 do
+    local recs = kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', nstr(i * 100), '100')
+    for _, rec in ipairs(recs) do
+      if record_id(rec) == id then return key, rec end
+    end
+    if #recs < 100 then return nil end
+  end
+  return nil
+end
+
+-- The lower bound of the first slot: at or before the earliest score, and a
+-- time every scheduler has heard of (offers announce a new first score,
+-- transfers publish the score they raise it to), so announcing only scores
+-- below it is enough. nil if there is no slot.
+local function first_bound(P, zs)
+  local f = kcall(P, 'ZRANGE', zs, '0', '0', 'WITHSCORES')
+  return f[2] and tonumber(f[2]) or nil
+end
+
+-- The earliest score in the slots, or nil; drops emptied slots from the
+-- front of the index and raises the first bound to the earliest score.
+local function earliest_score(P, zs)
+  for _ = 1, 1000 do
+    local f = redis.call('ZRANGE', zs, '0', '0', 'WITHSCORES')
+    if f[1] == nil then return nil end
+    local e = kcall(P, 'ZRANGE', slot_key(P, f[1]), '0', '0', 'WITHSCORES')
+    if e[2] then
+      local score = tonumber(e[2])
+      if score > tonumber(f[2]) then redis.call('ZADD', zs, score, f[1]) end
+      return score
+    end
+    redis.call('ZREM', zs, f[1])
+  end
+  return first_bound(P, zs)
+end
+
+-- earliest_score without its repairs, for the scripts that only read (a
+-- no-writes function may not ZADD or ZREM): empty slots are skipped, not
+-- dropped; a slot of another type counts as empty. Bounded as the other.
+local function earliest_score_ro(P, zs)
+  for i = 0, 999 do
+    local f = redis.call('ZRANGE', zs, fmt(i), fmt(i))
+    if f[1] == nil then return nil end
+    local e = redis.pcall('ZRANGE', slot_key(P, f[1]), '0', '0', 'WITHSCORES')
+    if type(e) == 'table' and e[2] then return tonumber(e[2]) end
+  end
+  return nil
+end
+
+local function earliest_due(P, zs, read_only)
+  local s
+  if read_only then s = earliest_score_ro(P, zs) else s = earliest_score(P, zs) end
+  if s == nil then return -1 end
+  return math.min(math.max(math.floor(s / ORD), 0), DUE_MAX) -- a planted score may be anything
+end
+
+-- The record of a leased id if token matches, as (record table, slot key,
+-- raw record, id index key); nil if the id is unknown, not in flight, or the token is
+-- stale: another lease's, or one that has ended (now, server ms, is at or
+-- past its end), even if no scheduler has returned the item yet. ik: the
+-- id's index key when the caller has it (the client sends the bucket), else
+-- nil; cache: see slot_find.
+local function leased_record(P, zs, id, token, now, ik, cache)
+  ik = ik or id_key(P, id)
+  local score = id_score_in(P, ik, id)
+  if not score or math.floor(score / ORD) <= now then return nil end
+  local key, rec = slot_find(P, zs, id, score, cache)
+  if not key then return nil end
+  local r = parse_record(rec, score)
+  if not r or r.token == '' or r.token ~= token then return nil end
+  return r, key, rec, ik
+end
+
+-- The id and token of a version 2 record (nil for a record that does not
+-- decode or is of another version: it holds no lease).
+local function record_lease(rec)
+  if string.byte(rec, 1) ~= 50 then return nil end -- '2'
+  local a, _, _, il, tl, _, pos, id = v2_head(rec)
+  if not a then return nil end
+  return id, string.sub(rec, pos + il, pos + il + tl - 1)
+end
+
+-- The id of a record and, when it is leased (version 2), its lease token;
+-- nil if it does not decode. One parse where record_id then record_lease
+-- would make two (an ack needs both of every record it finds).
+local function record_id_lease(rec)
+  if string.byte(rec, 1) == 50 then return record_lease(rec) end
+  return record_id(rec)
+end
+
+-- slot_find for many records at once: items is a list of tables with id
+-- and score (a number); each item whose record is found gets key (its
+-- slot's key) and rec (and lease, its token, when the range read found a
+-- leased record), and, when found by a range read, run: the read's
+-- {key, lo, hi, n} (the range's scores as strings and how many records it
+-- held, all of them read: none when it stopped at its limit), so a caller
+-- that removes every record of a run can remove the range. The items that share a slot cost one ZRANGEBYSCORE
+-- over their scores, not one each (a batch of acks usually holds the leases
+-- of one take: one slot, consecutive ordinals). Records are matched by
+-- score, and their ids checked only then; an item whose score several
+-- records share (more than ORD in one millisecond), or that a range read did
+-- not reach (it stops at twice the items plus 64 records), is looked up
+-- alone with slot_find.
+local function slot_find_many(P, zs, items)
+  local order, sorted = {}, true
+  for i, w in ipairs(items) do
+    order[i] = w
+    if i > 1 and w.score < items[i - 1].score then sorted = false end
+  end
+  -- A take's leases are acked in the order taken: usually sorted already.
+  if not sorted then table.sort(order, function(x, y) return x.score < y.score end) end
+  local i = 1
+  while i <= #order do
+    local name, bound = slot_at(zs, fmt(order[i].score))
+    if not name then
+      i = i + 1
+    else
+      local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+      local upper = nx[2] and tonumber(nx[2]) or math.huge
+      local j = i
+      while j < #order and order[j + 1].score < upper do j = j + 1 end
+      local key, limit = slot_key(P, name), 2 * (j - i + 1) + 64
+      local lo, hi = fmt(order[i].score), fmt(order[j].score)
+      local recs = kcall(P, 'ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', '0', nstr(limit))
+      local whole = #recs / 2 < limit
+      local run = whole and {key = key, lo = lo, hi = hi, n = #recs / 2} or nil
+      local by = {} -- score (as Redis wrote it) -> record
+      for k = 1, #recs, 2 do by[recs[k + 1]] = recs[k] end
+      for k = i, j do
+        local w = order[k]
+        local rec = by[fmt(w.score)]
+        local rid, lease
+        if rec then rid, lease = record_id_lease(rec) end
+        if rid == w.id then
+          w.key, w.rec, w.run, w.lease = key, rec, run, lease
+        elseif rec or not whole then
+          w.key, w.rec = slot_find(P, zs, w.id, w.score)
+        end
+      end
+      i = j + 1
+    end
+  end
+end
+
+-- Publishes the new earliest due time if score is before the first bound.
+local function announce_if_first(chan, score, bound_before)
+  if bound_before == nil or score < bound_before then
+    redis.call('SPUBLISH', chan, fmt(math.floor(score / ORD)))
+  end
+end

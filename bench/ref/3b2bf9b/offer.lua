@@ -1,0 +1,131 @@
+-- offer.lua: adds or replaces pending items, one or many per call.
+-- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] counters, KEYS[4] wake tokens
+-- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] the shard count the
+-- client routed the items by (see shards_refusal), then 5 fields per item: id,
+-- payload, ms, flags, bucket. flags is one digit, the sum of 1 (ms is an
+-- absolute due time; else a delay), 2 (keep an existing pending id instead
+-- of replacing it) and 4 (fresh: the id was just generated, so it cannot
+-- exist). bucket: the id's id index bucket, as id_key computes it (the
+-- client computes it: SHA-1 costs Redis a sixth of an offer).
+-- Returns the server time (ms), then 3 integers per item: status (1 added,
+-- 2 replaced, 3 kept), due_ms, state of the id after the offer (1 pending,
+-- 2 ready, 3 in flight).
+-- An id is never queued twice: one that is ready or in flight is kept as it
+-- is, whatever 'keep' says (replacing it would break its consumer's lease).
+--
+-- Cost matters here (every item passes once): the fixed costs (the call,
+-- TIME, the type check, the slot look-up) are paid once per call, and the
+-- records bound for one slot are written with one ZADD, so batches are
+-- cheap. All items (ids included) are checked before the first write, and
+-- so are the counters (a corrupt one refuses the call: see common.lua); a
+-- ready list, slot index, slot or id index bucket of another type is renamed
+-- out of the way (see quarantine), so a call never half-applies. A record
+-- that does not decode where the id index points is set aside, and the
+-- offer adds the item as new.
+-- Can fail after writing only on an OOM.
+local zs, ready, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local P, chan = ARGV[1], ARGV[2]
+local n = (#ARGV - 3) / 5
+
+local now = server_now_ms()
+local dues, flags = {}, {}
+for i = 1, n do
+  local b = 3 + (i - 1) * 5
+  local f, due, h = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 5])
+  if not f or not due or f < 0 or f > 7 or f % 1 ~= 0 or not h or h < 0 or h >= ID_BUCKETS or
+     h % 1 ~= 0 or due < 0 or due % 1 ~= 0 or not id_ok(ARGV[b + 1]) then
+    return redis.error_reply('ERR delayq: malformed offer arguments for item ' .. i)
+  end
+  if f % 2 == 0 then due = now + due end
+  if due > DUE_MAX then
+    return redis.error_reply('ERR delayq: due time beyond ' .. DUE_MAX .. ' ms after the epoch')
+  end
+  dues[i], flags[i] = due, f
+end
+
+-- Checked up front: the counters (HINCRBY would fail after the writes).
+local counts, err = read_counters(counters)
+if err then return err end
+err = shards_refusal(counts[4], ARGV[3])
+if err then return err end
+
+local out = {now}
+local announce = nil -- the earliest due time that became the queue's first
+local bound = first_bound(P, zs) -- at or before every score (see first_bound)
+local added = 0 -- net change of the pending count
+local offered = 0 -- items accepted (added or replaced)
+local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
+-- Id index writes held back until the records they point at are written:
+-- a failed call then leaves no index entry without its record.
+local idx, nidx = {}, 0
+local held = {} -- ids whose writes are held back
+
+local function flush()
+  slot_flush(hint)
+  for i = 1, nidx, 3 do id_set(P, idx[i], idx[i + 1], idx[i + 2]) end
+  nidx, held = 0, {}
+end
+
+-- Offers one item; returns its status, due time and state.
+local function offer_one(id, payload, due, keep, fresh, ik)
+  local replaced = false
+  if not fresh then
+    -- An id may come twice in one call: its first copy must be written
+    -- before the look-up, and before its slot is read or changed.
+    if held[id] then flush() end
+    local old = id_score_in(P, ik, id)
+    if old then
+      flush()
+      local key, rec = slot_find(P, zs, id, old)
+      if not key then return 3, 0, 2 end -- ready
+      local r, why = parse_record(rec, old)
+      if not r then
+        -- Not an item of ours: set aside (not counted), and offer anew.
+        set_aside(P, {aside_entry(why, id, rec)})
+        kcall(P, 'ZREM', key, rec)
+        hint.name = nil
+      else
+        if r.token ~= '' then return 3, math.floor(old / ORD), 3 end
+        if keep then return 3, math.floor(old / ORD), 1 end
+        kcall(P, 'ZREM', key, rec)
+        hint.name = nil -- its card and last score may have changed
+        added, replaced = added - 1, true
+      end
+    end
+  end
+  local status = replaced and 2 or 1
+
+  -- Due already, and nothing due waits (a bound that is too early only
+  -- sends the item through the scheduler): straight to the ready list.
+  if due <= now and (bound == nil or bound >= (now + 1) * ORD) then
+    kcall(P, 'RPUSH', ready, ready_entry(due, now, id, payload))
+    kcall(P, 'RPUSH', sig, '1')
+    id_set(P, ik, id, due * ORD)
+    return status, due, 2
+  end
+
+  local score, ss = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
+  idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
+  nidx, held[id] = nidx + 3, true
+  added = added + 1
+  if bound == nil or score < bound then
+    bound = score
+    announce = due -- the earliest deadline moved earlier: wake the schedulers
+  end
+  return status, due, 1
+end
+
+for i = 1, n do
+  local b = 3 + (i - 1) * 5
+  local f = flags[i]
+  local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4,
+                                       P .. 'i:' .. ARGV[b + 5])
+  if status ~= 3 then offered = offered + 1 end
+  local k = #out
+  out[k + 1], out[k + 2], out[k + 3] = status, due, state
+end
+flush()
+if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
+metric_add(counters, 'offered', offered)
+if announce then redis.call('SPUBLISH', chan, fmt(announce)) end
+return out

@@ -1,0 +1,164 @@
+-- take.lua: pops up to N ready entries for a consumer, atomically.
+-- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] set-aside list,
+-- KEYS[4] counters, KEYS[5] wake tokens, KEYS[6] queue settings
+-- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] N,
+-- ARGV[4] lease ms (0: no lease, the entries are simply handed out; -1: the
+-- queue's setting),
+-- ARGV[5] token prefix (unique per call; the token of entry i is prefix..i),
+-- ARGV[6] max attempts recorded with a lease (0: no limit; -1: the queue's),
+-- ARGV[7] '1' if the caller was woken by a token it popped (BLPOP),
+-- ARGV[8] the caller's result key (dq:{Q}:t:<client>.<n>, one per take a
+-- client has out at once, reused by its next take),
+-- ARGV[9] '1' when this call repeats a request whose reply was lost (same
+-- token prefix), '0' for a new request,
+-- ARGV[10] the key ids the caller holds, 16 hex digits each, concatenated
+-- ('' or absent: none),
+-- ARGV[11] the shard count the caller takes the queue's shards by (see
+-- shards_refusal; absent or '': not checked). A sealed entry (its payload starts "\0dqs1", then
+-- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
+-- handed out: it goes back to the head of the ready list, in order, and the
+-- reply has "k|<key id>|<id>" in its place, so the caller can name the key
+-- it lacks while a consumer that holds it gets the item.
+-- The result is kept in the result key for 60 s, tagged with the token
+-- prefix; a repeated call finds it there and gets the same result back
+-- instead of popping more, so a take whose reply is lost loses nothing. A
+-- new request skips that read, and overwrites the key: no reply lost costs
+-- one SET, and no clean-up command.
+-- One wake token goes with each entry taken (the caller's own counts), so
+-- the tokens left match the entries left.
+-- Without a lease the id leaves the id index. With a lease each entry goes
+-- into the slots, scored by the lease's end, with a record holding its
+-- token; the scheduler returns it to the ready list when the lease runs
+-- out, unless ack, nack or extend comes first with the token.
+-- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is 1
+-- when the entries were leased (entry i's token is then the token prefix
+-- .. i), 0 when handed out; ei is the i-th entry popped, as it was in the
+-- ready list (the caller decodes it: attempt = its attempts + 1), or '' for
+-- one that could not be decoded and went to the set-aside list, or the
+-- "k|..." of one held back (see ARGV[10]). Raw entries
+-- cost the script no parsing into tables, no number formatting, and one
+-- reply element per message instead of six.
+-- An entry whose id breaks the id rule, or whose numbers are out of range,
+-- is set aside like one that does not decode (so it is never delivered, and
+-- no batch of acks can meet its id); its id leaves the id index when the
+-- index says it is ready. The settings used (lease_ms, max_attempts) and the
+-- counters (which only a leased take changes; every take adds to the
+-- delivered metric, with pcall) are checked before the LPOP:
+-- a bad one refuses the call, naming it, and nothing is popped. Keys of another type are renamed away.
+-- Can fail after writing only on an OOM.
+local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local P, chan = ARGV[1], ARGV[2]
+local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local count = tonumber(ARGV[3])
+local keys_held = ARGV[10] or ''
+if not lease or not max or not count or count < 1 or count > 1000 or count % 1 ~= 0 or
+   lease < -1 or lease > DUE_MAX or lease % 1 ~= 0 or max < -1 or max > ATTEMPTS_MAX or max % 1 ~= 0 or
+   #tprefix > TOKEN_MAX - 5 or #keys_held % 16 ~= 0 or #keys_held > 16 * 64 or
+   string.find(keys_held, '[^0-9a-f]') then
+  return redis.error_reply('ERR delayq: malformed take arguments')
+end
+
+-- Everything this script writes after the LPOP must not fail half way, so
+-- all that can refuse the call comes first.
+local shards, err = read_shard_count(counters)
+err = err or shards_refusal(shards, ARGV[11])
+if err then return err end
+lease, err = queue_setting(cfg, 'lease_ms', lease)
+if err then return err end
+if lease > 0 then
+  max, err = queue_setting(cfg, 'max_attempts', max)
+  if err then return err end
+  local _, cerr = read_counters(counters)
+  if cerr then return cerr end
+end
+local tag = tprefix .. '\n'
+if ARGV[9] == '1' then
+  -- A key of another type holds no result of ours: the SET below replaces it.
+  local replay = redis.pcall('GET', ARGV[8])
+  if type(replay) == 'string' and string.sub(replay, 1, #tag) == tag then
+    local ok, out = pcall(cmsgpack.unpack, string.sub(replay, #tag + 1))
+    if ok and type(out) == 'table' then return out end
+    return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
+  end
+end
+local entries = kcall(P, 'LPOP', ready, ARGV[3])
+if not entries then
+  -- Nothing ready, so no token is owed: drop strays (from takes that
+  -- found their entry taken by a caller that was not woken). A key of
+  -- another type is not ours: renamed away, not deleted.
+  ensure_type(P, sig, 'list')
+  redis.call('DEL', sig)
+  return {}
+end
+
+local deadline, bound = 0, nil
+if lease > 0 then
+  deadline = math.min(server_now_ms() + lease, DUE_MAX)
+  bound = first_bound(P, zs)
+end
+local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
+local delivered = 0
+local hint = {} -- the leases of one take share a deadline, so usually one slot
+local maxs = lease > 0 and fmt(max) or nil
+local unindex = {} -- ids of entries set aside, with their due times
+local back = {} -- sealed entries for a key the caller lacks: back to the head
+for i, e in ipairs(entries) do
+  local d, a, il, el, pos, id = entry_head(e)
+  local kid = d and sealed_key(e, pos + il + el)
+  if kid and not key_held(keys_held, kid) then
+    back[#back + 1] = e
+    out[i + 1] = 'k|' .. kid .. '|' .. id
+  elseif not d then
+    local rid = raw_id(e, true)
+    bad[#bad + 1] = aside_entry(a, rid or '', e)
+    local due = rid and tonumber(string.match(e, '^.|(%d+)|'))
+    if due then unindex[#unindex + 1], unindex[#unindex + 2] = rid, due end
+    out[i + 1] = ''
+  else
+    if lease > 0 then
+      local token = tprefix .. nstr(i)
+      local rec = '2|' .. nstr(a + 1) .. '|' .. maxs .. '|' .. d .. '|' .. nstr(il) .. '|' ..
+                  nstr(#token) .. '|' .. nstr(el) .. '|' .. id .. token .. string.sub(e, pos + il)
+      -- With ordinals, leases follow the latest record of their
+      -- millisecond (the hint knows it after the first), so takes in the
+      -- same millisecond append instead of sharing scores, and a full
+      -- slot is followed by a new one instead of split.
+      local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true, hint)
+      id_set(P, id_key(P, id), id, ss)
+      if first == nil or score < first then first = score end
+      leased = leased + 1
+    else
+      id_del(P, id_key(P, id), id)
+    end
+    out[i + 1] = e
+    delivered = delivered + 1
+  end
+end
+slot_flush(hint)
+metric_add(counters, 'delivered', delivered)
+set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
+-- Tokens: one per entry that left the ready list (the caller's own counts);
+-- those held back stay, with theirs, and a token the caller popped for one
+-- goes back with it.
+local owed = #entries - #back - (ARGV[7] == '1' and 1 or 0)
+if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
+if #back > 0 then
+  local rev = {}
+  for j = #back, 1, -1 do rev[#rev + 1] = back[j] end
+  redis.call('LPUSH', ready, unpack(rev))
+  if owed < 0 then signal(sig, -owed) end
+end
+-- An entry set aside leaves the id index if the index says its id is
+-- ready (in no slot, at the entry's due time).
+for i = 1, #unindex, 2 do
+  local id, due = unindex[i], unindex[i + 1]
+  local ik = id_key(P, id)
+  local s = id_score_in(P, ik, id)
+  if s and math.floor(s / ORD) == due and not slot_find(P, zs, id, s) then id_del(P, ik, id) end
+end
+if leased > 0 then
+  redis.call('HINCRBY', counters, 'inflight', nstr(leased))
+  announce_if_first(chan, first, bound)
+end
+redis.call('SET', ARGV[8], tag .. cmsgpack.pack(out), 'PX', 60000)
+return out

@@ -1,0 +1,147 @@
+-- transfer.lua: moves due records from the slots to the ready list: pending
+-- items whose due time came, and items in flight whose lease ran out (those
+-- count an attempt; past their max attempts they go to the dead letters).
+-- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] set-aside list,
+-- KEYS[4] counters, KEYS[5] dead letters, KEYS[6] dead-letter times,
+-- KEYS[7] wake tokens
+-- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] most items to handle,
+-- ARGV[4] time budget in microseconds,
+-- ARGV[5] '1' to also top the wake tokens up to the ready entries (catch-up
+-- and safety runs: a token can be lost with a consumer that died between
+-- its BLPOP and its take; not on every run, where consumers woken but not
+-- yet taking would make it add tokens nobody needs),
+-- ARGV[6] the shard count the scheduler runs the queue's shards by (see
+-- shards_refusal: a scheduler learns a queue's count this way).
+-- Works in chunks of whole ranks of the first slot, with a few calls per
+-- chunk and none per item: the record is the member, and the id index keeps
+-- the id (an id in no slot is ready). Stops at the count or time budget, so
+-- Redis is never blocked for long; the caller runs it again while 'more'.
+-- A record it cannot decode (or whose score is no time) goes to the
+-- set-aside list with a reason and its raw bytes, and its id (if any can be
+-- read) leaves the id index when the index points at it, so one bad record
+-- never blocks the queue, and never keeps a later offer of its id out. A
+-- slot, ready list, set-aside list or dead-letter key of another type is
+-- renamed out of the way (see quarantine in common.lua). Corrupt counters
+-- refuse the call before it writes.
+-- Can fail after writing only on an OOM.
+-- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
+-- buried}: start_us is the server's clock when the run began, which clients
+-- use to map due times onto their own clocks.
+local zs, ready, aside, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sig = KEYS[7]
+local P, chan = ARGV[1], ARGV[2]
+local max_items, budget_us = tonumber(ARGV[3]), tonumber(ARGV[4])
+local CHUNK = 100
+if not max_items or not budget_us or max_items < 1 or max_items > 1000000 then
+  return redis.error_reply('ERR delayq: malformed transfer arguments')
+end
+
+-- Everything that can refuse the call, before the first write.
+local counts, err = read_counters(counters)
+err = err or shards_refusal(counts[4], ARGV[6])
+if err then return err end
+
+local start_us = server_now_us()
+local now = math.floor(start_us / 1000)
+local limit = '(' .. fmt((now + 1) * ORD)
+local nows, dues = fmt(now), {}
+local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
+local lat = {} -- lateness of the moves, by bucket (see Metrics in common.lua)
+local checked = false
+
+for _ = 1, 10000 do
+  if done >= max_items then break end
+  local first = kcall(P, 'ZRANGE', zs, '0', '0')
+  if first[1] == nil then break end
+  local key = slot_key(P, first[1])
+  local want = math.min(CHUNK, max_items - done)
+  local items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))
+  local n = #items / 2
+  if n == 0 then
+    -- Nothing due in the first slot: done, unless it is an emptied one.
+    if redis.call('EXISTS', key) == 1 then break end
+    redis.call('ZREM', zs, first[1])
+  else
+    if not checked then
+      -- Only when there is work: keys of another type are renamed away.
+      ensure_type(P, ready, 'list')
+      ensure_type(P, aside, 'list')
+      ensure_type(P, dead, 'hash')
+      ensure_type(P, deadz, 'zset')
+      ensure_type(P, sig, 'list')
+      checked = true
+    end
+    local out, bad, unindex = {}, {}, {}
+    for i = 1, #items, 2 do
+      local rec, score = items[i], tonumber(items[i + 1])
+      -- Most records were never delivered (version 1): their ready entry
+      -- is the record with the two times put in, no table needed.
+      local e = score >= 0 and ready_entry_v1(rec, score, nows, dues)
+      if e then
+        pending_out = pending_out + 1
+        lateness_add(lat, now - math.floor(score / ORD))
+        out[#out + 1] = e
+      else
+        local r, why
+        if score >= 0 then r, why = parse_record(rec, score) else why = 'record with a negative score' end
+        if not r then
+          -- Not counted: most likely not ours.
+          local id = raw_id(rec, false)
+          bad[#bad + 1] = aside_entry(why, id or '', rec)
+          if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
+        elseif r.token ~= '' then
+          -- A lease ran out: its consumer died or stalled.
+          expired = expired + 1
+          r.token = ''
+          if r.max > 0 and r.attempts >= r.max then
+            bury(P, dead, deadz, r, 'lease expired on attempt ' .. r.attempts .. ' of ' .. r.max, now)
+            buried = buried + 1
+          else
+            out[#out + 1] = ready_entry_of(r, now)
+          end
+        else
+          pending_out = pending_out + 1
+          lateness_add(lat, now - math.floor(score / ORD))
+          out[#out + 1] = ready_entry_of(r, now)
+        end
+      end
+    end
+    redis.call('ZREMRANGEBYRANK', key, '0', nstr(n - 1))
+    if #out > 0 then
+      redis.call('RPUSH', ready, unpack(out))
+      signal(sig, #out)
+    end
+    if #bad > 0 then redis.call('RPUSH', aside, unpack(bad)) end
+    -- The id index entries that pointed at the records set aside.
+    for i = 1, #unindex, 2 do
+      local id = unindex[i]
+      local ik = id_key(P, id)
+      if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
+    end
+    moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + n
+    if n < want and redis.call('EXISTS', key) == 1 then break end
+    if server_now_us() - start_us >= budget_us then break end
+  end
+end
+if expired > 0 then redis.call('HINCRBY', counters, 'inflight', -expired) end
+if pending_out > 0 then redis.call('HINCRBY', counters, 'pending', -pending_out) end
+metric_add(counters, 'expired', expired)
+metric_add(counters, 'dead', buried)
+lateness_write(counters, lat)
+if ARGV[5] == '1' then
+  local have = redis.pcall('LLEN', sig)
+  local rl = redis.pcall('LLEN', ready)
+  if type(have) == 'number' and type(rl) == 'number' then
+    local missing = rl - have
+    if missing > 0 then signal(sig, math.min(missing, 1000)) end
+  end
+end
+
+local next_due = earliest_due(P, zs)
+local more = 0
+if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
+if done > 0 then
+  -- Tells the other schedulers of this queue that this deadline is served.
+  redis.call('SPUBLISH', chan, fmt(next_due))
+end
+return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried}
