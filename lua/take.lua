@@ -35,8 +35,9 @@
 -- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is
 -- the lease record's score when the entries were leased (entry i's token
 -- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
--- 1 when every entry was set aside or held back); ei is the i-th entry popped, as it was in the
--- ready list (the caller decodes it: attempt = its attempts + 1), or '' for
+-- 1 when every entry was set aside or held back); ei is the i-th entry
+-- popped, as it was in the ready list (the caller decodes it: attempt =
+-- its attempts + 1), or '' for
 -- one that could not be decoded and went to the set-aside list, or the
 -- "k|..." of one held back (see ARGV[10]). Raw entries
 -- cost the script no parsing into tables, no number formatting, and one
