@@ -25,13 +25,12 @@ local out, done, acked = {}, {}, 0
 -- (a take's items share one), and an item is matched by its token's block
 -- and that block's id. No id index read: the block proves the item is in
 -- flight under this lease.
-local at_score = {} -- a token's score part -> the lease records read there
+local at_score = {} -- a score (as fmt writes it) -> the lease records read there
+local at_text = {} -- a token's score part, as sent -> the same
 local batches = {} -- those that lose items: {key, ss, rec, b, gone, blocks}
-local function lease_records_at(ts)
+local function lease_records_at(score, ss)
   local recs = {}
-  local score = uint_of(ts, 16, SCORE_MAX)
-  if not score or math.floor(score / ORD) <= now then return recs end
-  local ss = fmt(score)
+  if math.floor(score / ORD) <= now then return recs end
   local name = slot_at(zs, ss)
   if not name then return recs end
   local key = slot_key(P, name)
@@ -64,10 +63,18 @@ local function ack_in_lease_record(id, token, ik, at)
     p = q
   end
   local ts = string.sub(token, p + 1)
-  local recs = at_score[ts]
+  local recs = at_text[ts]
   if not recs then
-    recs = lease_records_at(ts)
-    at_score[ts] = recs
+    -- One read, and one copy of each record, per score however a token
+    -- spells it ("012" is 12): two copies would each write the record back.
+    local score = uint_of(ts, 16, SCORE_MAX)
+    recs = {}
+    if score then
+      local ss = fmt(score)
+      recs = at_score[ss] or lease_records_at(score, ss)
+      at_score[ss] = recs
+    end
+    at_text[ts] = recs
   end
   if recs[1] == nil then return false end
   local head = string.sub(token, 1, p - 1)

@@ -627,18 +627,6 @@ local function batch_find(rec, b, id)
   return nil
 end
 
--- The block of batch b named by head, a token without its score (the
--- prefix .. i), or nil.
-local function batch_block_of(b, head)
-  local np = #b.prefix
-  if #head <= np or string.sub(head, 1, np) ~= b.prefix then return nil end
-  local d = string.sub(head, np + 1)
-  if not string.find(d, '^[1-9]%d?%d?%d?$') then return nil end
-  local i = tonumber(d)
-  if i > b.n then return nil end
-  return i
-end
-
 -- The lease token of block i of batch b, the record at score (a number).
 local function batch_token(b, i, score)
   return b.prefix .. nstr(i) .. '.' .. fmt(score)
