@@ -65,14 +65,14 @@ end
 -- The items left in a lease record whose lease ran out (see Lease records
 -- in common.lua), each as lease_ran_out does; an item whose entry does not
 -- decode is set aside (into bad, its id into unindex; not counted, as a
--- record set aside is not: most likely not ours). Returns true and how
--- many items it held, or the reason the record does not decode: it is then
--- set aside whole, and the ids its blocks seem to hold go into unindex.
+-- record set aside is not: most likely not ours). Returns how many items
+-- it held, or nil and the reason the record does not decode (the caller
+-- sets it aside whole; the ids its blocks seem to hold go into unindex).
 local function leases_ran_out(rec, score, out, bad, unindex)
   local b, why = batch_parse(rec)
   if not b then
     for _, id in ipairs(batch_raw_ids(rec)) do unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
-    return why
+    return nil, why
   end
   local items = 0
   for j = 1, b.n do
@@ -88,7 +88,7 @@ local function leases_ran_out(rec, score, out, bad, unindex)
       end
     end
   end
-  return true, items
+  return items
 end
 
 -- RPUSHes list to key in pieces of 1000 (a lease record can add up to
@@ -140,18 +140,16 @@ for _ = 1, 10000 do
         lateness_add(lat, now - math.floor(score / ORD))
         out[#out + 1] = e
       else
-        local r, why
-        if score >= 0 and string.byte(rec, 1) == 51 then -- '3'
-          local held
-          why, held = leases_ran_out(rec, score, out, bad, unindex)
-          if why == true then units = units + held - 1 end
-        elseif score >= 0 then
-          r, why = parse_record(rec, score)
-        else
+        local r, why, held
+        if score < 0 then
           why = 'record with a negative score'
+        elseif string.byte(rec, 1) == 51 then -- '3'
+          held, why = leases_ran_out(rec, score, out, bad, unindex)
+        else
+          r, why = parse_record(rec, score)
         end
-        if why == true then -- nothing more to do
-          why = nil
+        if held then
+          units = units + held - 1
         elseif not r then
           -- Not counted: most likely not ours.
           local id = raw_id(rec, false)
