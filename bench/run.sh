@@ -8,7 +8,9 @@
 # forks in the middle of a figure) pinned to core 0 with taskset, then runs
 # BUILD_DIR/bench/dqbench pinned to core 1 (its children and redis-benchmark
 # inherit the pinning), then BUILD_DIR/bench/valbench on the same server and
-# core (phase val), then bench/ha.py (phase ha), then bench/users.py (phase
+# core (phase val), then valbench again on a redis-server of its own under
+# valgrind's callgrind (phase ir: the scripts' cost in instructions, which
+# no other load on the machine changes), then bench/ha.py (phase ha), then bench/users.py (phase
 # users: the CLI as users run it, unpinned, on a server of its own), then
 # bench/ops.py (phase ops: `delayq serve`'s scrapes with 100 queues), then
 # bench/shards.py (phase shards: one queue over 12 shards on 1, 2 and 3
@@ -21,12 +23,15 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ha,users,ops,shards,peer
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ir,ha,users,ops,shards,peer
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics and before lease records, kept in
 #                           bench/ref/b1baf5e, bench/ref/856d7b3 and
 #                           bench/ref/3b2bf9b, next to the current ones;
+#                           ir: valbench --callgrind against
+#                           bench/ref/3b2bf9b, counts scaled by 0.05
+#                           (DQ_BENCH_SCALE does not change it);
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
@@ -75,6 +80,20 @@ fi
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/delayq-bench.XXXXXX") || exit 2
 SERVER_PID=
 BENCH_PID=
+IR_PID=
+
+# Stops the server with pid $1: TERM, then KILL after 10 s.
+stop_server() {
+    kill -0 "$1" 2>/dev/null || return 0
+    kill -TERM "$1" 2>/dev/null
+    i=0
+    while [ $i -lt 100 ] && kill -0 "$1" 2>/dev/null; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
 
 cleanup() {
     trap - EXIT INT TERM
@@ -82,16 +101,8 @@ cleanup() {
         kill -TERM "$BENCH_PID" 2>/dev/null
         wait "$BENCH_PID" 2>/dev/null
     fi
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null
-        i=0
-        while [ $i -lt 100 ] && kill -0 "$SERVER_PID" 2>/dev/null; do
-            sleep 0.1
-            i=$((i + 1))
-        done
-        kill -KILL "$SERVER_PID" 2>/dev/null
-        wait "$SERVER_PID" 2>/dev/null
-    fi
+    [ -n "$SERVER_PID" ] && stop_server "$SERVER_PID"
+    [ -n "$IR_PID" ] && stop_server "$IR_PID"
     rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -138,10 +149,11 @@ echo "run.sh: redis-server pid $SERVER_PID on 127.0.0.1:$PORT (${PIN_SERVER:-unp
 RESULTS="$BUILD_DIR/bench/results.txt"
 # "val" is valbench's phase, "ha" bench/ha.py's, "users" bench/users.py's
 # "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
-CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' |
+CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
+RUN_IR=1
 RUN_USERS=1
 RUN_OPS=1
 RUN_SHARDS=1
@@ -150,6 +162,7 @@ RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,ir,*) ;; *) RUN_IR=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
@@ -200,6 +213,45 @@ if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
     # shellcheck disable=SC2086
     [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
         --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+fi
+if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
+    # The scripts' cost in instructions: redis-server under callgrind, on a
+    # port of its own (pinned like the other), stopped by pid; 300 s at
+    # most. Valgrind slows it some 50 times, hence counts scaled by 0.05.
+    if command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1; then
+        IR_PORT=$(redis_pick_port)
+        # taskset execs valgrind, which runs the server in its own process.
+        $PIN_SERVER valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
+            redis-server --port "$IR_PORT" --bind 127.0.0.1 --dir "$DIR" --daemonize no \
+            --save '' --appendonly no </dev/null >"$DIR/callgrind.log" 2>&1 &
+        IR_PID=$!
+        i=0
+        while [ $i -lt 600 ] && ! DQ_TEST_REDIS_PORT=$IR_PORT redis_ping; do
+            kill -0 "$IR_PID" 2>/dev/null || break
+            sleep 0.1
+            i=$((i + 1))
+        done
+        if DQ_TEST_REDIS_PORT=$IR_PORT redis_ping; then
+            # 0.05 whatever DQ_BENCH_SCALE says: it is a smoke run's size
+            # already (30 s), and valbench's warm-up needs no less.
+            IR_SCALE=0.05
+            echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $IR_PORT --callgrind $IR_PID" \
+                "--callgrind-out $DIR/cg.out --scale $IR_SCALE --ref $ROOT/bench/ref/3b2bf9b" >&2
+            # shellcheck disable=SC2086
+            run_phase "$RESULTS.ir" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$IR_PORT" \
+                --callgrind "$IR_PID" --callgrind-out "$DIR/cg.out" --scale "$IR_SCALE" \
+                --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+        else
+            echo "run.sh: redis-server under callgrind did not start" >&2
+            tail -n 5 "$DIR/callgrind.log" >&2 2>/dev/null
+            rc=1
+        fi
+        stop_server "$IR_PID"
+        IR_PID=
+    else
+        printf '\n== Script cost in instructions: skipped (valgrind not installed; make deps installs it)\n' |
+            tee -a "$RESULTS.tmp"
+    fi
 fi
 if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
     # Servers of its own (pinned to core 0), stopped by pid; 300 s at most.

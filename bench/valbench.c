@@ -2,7 +2,8 @@
  * valbench.c - `make bench`, phase val: what a change to the scripts costs
  * Redis, as Redis CPU per item of offer, transfer and take, for the scripts
  * before the change (kept in bench/ref/COMMIT) and the current ones (lua/,
- * as the library embeds them), side by side. bench/run.sh runs it twice:
+ * as the library embeds them), side by side. bench/run.sh runs it three
+ * times (and a fourth with --callgrind, phase ir, below):
  *   --ref bench/ref/b1baf5e --what "hardening, issue 15"   (every script
  *       checks what it reads from Redis before writing)
  *   --ref bench/ref/856d7b3 --what "metrics, issue 11"     (the totals and
@@ -11,6 +12,7 @@
  *       leases in one record, and tokens that name it)
  *
  *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
+ *            [--callgrind PID --callgrind-out FILE]
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
@@ -41,10 +43,22 @@
  * answering the calls). The median over rounds is printed, with each round
  * and the other work seen on core 0 (/proc/stat) during the blocks.
  * --rounds: 5 by default (at most 9).
+ *
+ * With --callgrind PID --callgrind-out FILE, the server is redis-server
+ * running under valgrind --tool=callgrind --callgrind-out-file=FILE, and
+ * each case is counted in instructions the server ran per item (callgrind's
+ * Ir, between a zero and a dump by callgrind_control). No other load on the
+ * machine changes that count: the same scripts give it to within about 3%
+ * (ids and times differ from run to run), where the timings above can move
+ * by half from one run to the next on a shared machine. Instructions are
+ * not time (cache misses and branches are not in them), so this tells two
+ * versions of the scripts apart; it gives no rates. One round by default,
+ * and no timings (valgrind slows the server some 50 times).
  * --scale (or DQ_BENCH_SCALE) multiplies every count; anything but 1 is
  * printed as SCALED.
  */
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,13 +109,16 @@ typedef struct figure {
     double script_us; /* commandstats EVALSHA usec per item             */
     double cpu_us;    /* used_cpu_sys + used_cpu_user per item          */
     double other;     /* share of core 0 busy with other work            */
+    double ir;        /* server instructions per item (--callgrind)      */
 } figure;
 
 static struct {
     int port, rounds;
     double scale;
     const char *ref, *what;
-} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15"};
+    int cg_pid;         /* --callgrind: the server's pid, or 0      */
+    const char *cg_out; /* --callgrind-out: its --callgrind-out-file */
+} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -190,15 +207,64 @@ typedef struct meter {
     double cpu_s, busy_s, total_s;
 } meter;
 
+/* Runs callgrind_control OPTION on the server (--callgrind). */
+static void callgrind_control(const char *option) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "callgrind_control %s %d >/dev/null 2>&1", option, G.cg_pid);
+    if (system(cmd) != 0) die("%s failed", cmd);
+}
+
+/* The newest dump of the server: FILE.<n> with the highest n (callgrind
+ * numbers its dumps from 1 over the server's life). */
+static void newest_dump(char *path, size_t size) {
+    char pattern[4096];
+    snprintf(pattern, sizeof pattern, "%s.*", G.cg_out);
+    glob_t g;
+    long best = 0;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        size_t plen = strlen(G.cg_out) + 1;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            char *end;
+            long n = strtol(g.gl_pathv[i] + plen, &end, 10);
+            if (*end == '\0' && n > best) best = n;
+        }
+        globfree(&g);
+    }
+    if (best == 0) die("callgrind wrote no dump %s", pattern);
+    snprintf(path, size, "%s.%ld", G.cg_out, best);
+}
+
+/* The instructions the server ran since the last zero: dumps them, reads
+ * the dump's summary line, and removes the dump. */
+static double callgrind_instructions(void) {
+    callgrind_control("--dump");
+    char path[4096];
+    newest_dump(path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) die("%s: %s", path, strerror(errno));
+    char line[256];
+    double ir = -1;
+    while (ir < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, "summary: ", 9) == 0) ir = atof(line + 9);
+    fclose(f);
+    if (ir < 0) die("%s: no summary line", path);
+    remove(path);
+    return ir;
+}
+
+/* Zeroing the count comes last, and the dump first in meter_stop, so the
+ * count holds the case's calls and none of the meter's own commands. */
 static void meter_start(meter *m) {
     rdo("CONFIG RESETSTAT");
     m->cpu_s = server_cpu_s();
     core0_times(&m->busy_s, &m->total_s);
+    if (G.cg_pid) callgrind_control("--zero");
 }
 
 /* The figure for items handled since meter_start. */
 static figure meter_stop(const meter *m, double items) {
-    figure f = {items, 0, 0, 0, 0};
+    figure f = {items, 0, 0, 0, 0, 0};
+    if (G.cg_pid) f.ir = callgrind_instructions() / items;
     double usec, busy, total;
     evalsha_stats(&f.calls, &usec);
     double cpu = server_cpu_s() - m->cpu_s;
@@ -592,23 +658,33 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median over rounds of set's case c: script time if script, else
- * server CPU. */
-static double median(int set, int c, int script) {
+enum { M_SCRIPT, M_CPU, M_IR };
+
+/* The median over rounds of set's case c: script time, server CPU or
+ * server instructions (what). */
+static double median(int set, int c, int what) {
     double v[ROUNDS_MAX];
-    for (int r = 0; r < G.rounds; r++) v[r] = script ? fig[set][r][c].script_us : fig[set][r][c].cpu_us;
+    for (int r = 0; r < G.rounds; r++) {
+        const figure *f = &fig[set][r][c];
+        v[r] = what == M_SCRIPT ? f->script_us : what == M_CPU ? f->cpu_us : f->ir;
+    }
     qsort(v, (size_t)G.rounds, sizeof v[0], cmp_double);
     return G.rounds % 2 ? v[G.rounds / 2] : (v[G.rounds / 2 - 1] + v[G.rounds / 2]) / 2;
 }
 
-static void report(const script_set *sets) {
+/* A report's heading: its title, and the two sets' scripts. */
+static void report_head(const script_set *sets, const char *title) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
     const char *commit = strrchr(G.ref, '/') ? strrchr(G.ref, '/') + 1 : G.ref;
-    printf("\n== Script cost (%s): Redis CPU per item, old scripts vs new%s\n", G.what, sc);
+    printf("\n== %s (%s): old scripts vs new%s\n", title, G.what, sc);
     printf("   old: commit %s (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", commit, G.ref);
     for (int i = 0; i < S_N; i++)
         printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)",
                sets[1].sha[i]);
+}
+
+static void report(const script_set *sets) {
+    report_head(sets, "Script cost, Redis CPU per item");
     printf("   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
            G.rounds, sets[0].queue, sets[1].queue);
     printf("   script = INFO commandstats cmdstat_evalsha usec / items (after CONFIG RESETSTAT);\n"
@@ -618,7 +694,8 @@ static void report(const script_set *sets) {
            "items/call (old, new)");
     int cases = ack_case ? C_N : C_ACK;
     for (int c = 0; c < cases; c++) {
-        double so = median(0, c, 1), sn = median(1, c, 1), co = median(0, c, 0), cn = median(1, c, 0);
+        double so = median(0, c, M_SCRIPT), sn = median(1, c, M_SCRIPT), co = median(0, c, M_CPU),
+               cn = median(1, c, M_CPU);
         double per_call[2];
         for (int s = 0; s < 2; s++) {
             double items = 0, calls = 0;
@@ -628,7 +705,7 @@ static void report(const script_set *sets) {
         printf("   %-42s %8.2f %8.2f %6.2f %8.2f %8.2f %6.2f  %.0f, %.0f\n", case_names[c], so, sn, sn / so, co, cn,
                cn / co, per_call[0], per_call[1]);
     }
-    double offer = median(1, C_OFFER16, 1), offer_old = median(0, C_OFFER16, 1);
+    double offer = median(1, C_OFFER16, M_SCRIPT), offer_old = median(0, C_OFFER16, M_SCRIPT);
     printf("\n   target (issues 11 and 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
            "   new %.2f us: %s (old %.2f us: %s)\n",
            offer, offer <= 7.0 ? "PASS" : "MISS", offer_old, offer_old <= 7.0 ? "PASS" : "MISS");
@@ -651,26 +728,52 @@ static void report(const script_set *sets) {
     fflush(stdout);
 }
 
+/* The --callgrind report: instructions per item, old and new. */
+static void report_instructions(const script_set *sets) {
+    report_head(sets, "Script cost in instructions");
+    printf("   redis-server under valgrind --tool=callgrind: instructions it ran per item (Ir, between\n"
+           "   callgrind_control --zero and --dump around each case: the scripts, and reading and\n"
+           "   answering the calls). No other load changes them (from run to run: within about 3%%).\n"
+           "   Not time: cache misses and branches are not counted. %d round(s), old then new; counts\n"
+           "   scaled by %.2f.\n\n",
+           G.rounds, G.scale);
+    printf("   %-42s %10s %10s %6s  %s\n", "case", "old Ir", "new Ir", "ratio", "items (old, new)");
+    int cases = ack_case ? C_N : C_ACK;
+    for (int c = 0; c < cases; c++) {
+        double o = median(0, c, M_IR), n = median(1, c, M_IR);
+        printf("   %-42s %10.0f %10.0f %6.2f  %.0f, %.0f\n", case_names[c], o, n, n / o, fig[0][0][c].items,
+               fig[1][0][c].items);
+    }
+    fflush(stdout);
+}
+
 /* ------------------------------------------------------------ main */
 
 static void usage(void) {
-    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n");
+    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n"
+                    "                [--callgrind PID --callgrind-out FILE]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *env = getenv("DQ_BENCH_SCALE");
+    int rounds_given = 0;
     if (env && *env) G.scale = atof(env);
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--port") == 0) G.port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--ref") == 0) G.ref = argv[++i];
         else if (strcmp(argv[i], "--what") == 0) G.what = argv[++i];
-        else if (strcmp(argv[i], "--rounds") == 0) G.rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--rounds") == 0) G.rounds = atoi(argv[++i]), rounds_given = 1;
         else if (strcmp(argv[i], "--scale") == 0) G.scale = atof(argv[++i]);
+        else if (strcmp(argv[i], "--callgrind") == 0) G.cg_pid = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--callgrind-out") == 0) G.cg_out = argv[++i];
         else usage();
     }
-    if (G.port <= 0 || G.port > 65535 || G.rounds < 1 || G.rounds > ROUNDS_MAX || !(G.scale > 0)) usage();
+    if (G.cg_pid && !rounds_given) G.rounds = 1; /* the counts do not vary */
+    if (G.port <= 0 || G.port > 65535 || G.rounds < 1 || G.rounds > ROUNDS_MAX || !(G.scale > 0) ||
+        G.cg_pid < 0 || (G.cg_pid > 0) != (G.cg_out != NULL))
+        usage();
     if (dq__crypto_init() != 0) die("libsodium did not initialise");
 
     struct timeval tv = {5, 0};
@@ -692,7 +795,8 @@ int main(int argc, char **argv) {
             block(&sets[s], G.scale, fig[s][r]);
         }
     rdo("FLUSHALL");
-    report(sets);
+    if (G.cg_pid) report_instructions(sets);
+    else report(sets);
     free(leases);
     redisFree(ctl);
     return 0;
