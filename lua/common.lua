@@ -302,10 +302,17 @@ local function metric_add(counters, field, n)
 end
 
 -- Lateness of the moves of one call, gathered per bucket and written once.
+-- A call moves items in due order, so runs of one lateness come together:
+-- the last one's bucket is kept, and the scan of LAT_MS (a dozen steps per
+-- item in a backlog, where every item is seconds late) runs once per run.
 local function lateness_add(lat, late)
   if late < 0 then late = 0 end
-  local b = 1
-  while b <= #LAT_MS and late > LAT_MS[b] do b = b + 1 end
+  local b = lat.last_b
+  if late ~= lat.last_late then
+    b = 1
+    while b <= #LAT_MS and late > LAT_MS[b] do b = b + 1 end
+    lat.last_late, lat.last_b = late, b
+  end
   lat[b] = (lat[b] or 0) + 1
   lat.sum = (lat.sum or 0) + late
 end
