@@ -116,6 +116,19 @@ ping() {
     DQ_TEST_REDIS_PORT=$PORT redis_ping
 }
 
+# Waits until the server on port $1 (pid $2) answers PING, for at most $3
+# tenths of a second, or until it exits; true if it answers.
+wait_up() {
+    i=0
+    while [ $i -lt "$3" ]; do
+        DQ_TEST_REDIS_PORT=$1 redis_ping && return 0
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    DQ_TEST_REDIS_PORT=$1 redis_ping
+}
+
 started=0
 for attempt in 1 2 3 4 5; do
     PORT=$(redis_pick_port)
@@ -126,14 +139,7 @@ for attempt in 1 2 3 4 5; do
         --daemonize no --logfile "$DIR/redis.log" --save '' --appendonly no \
         </dev/null >/dev/null 2>&1 &
     SERVER_PID=$!
-    i=0
-    while [ $i -lt 100 ]; do
-        ping && break
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-        i=$((i + 1))
-    done
-    if ping; then
+    if wait_up "$PORT" "$SERVER_PID" 100; then
         started=1
         break
     fi
@@ -225,13 +231,7 @@ if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
             redis-server --port "$IR_PORT" --bind 127.0.0.1 --dir "$DIR" --daemonize no \
             --save '' --appendonly no </dev/null >"$DIR/callgrind.log" 2>&1 &
         IR_PID=$!
-        i=0
-        while [ $i -lt 600 ] && ! DQ_TEST_REDIS_PORT=$IR_PORT redis_ping; do
-            kill -0 "$IR_PID" 2>/dev/null || break
-            sleep 0.1
-            i=$((i + 1))
-        done
-        if DQ_TEST_REDIS_PORT=$IR_PORT redis_ping; then
+        if wait_up "$IR_PORT" "$IR_PID" 600; then
             # 0.05 whatever DQ_BENCH_SCALE says: it is a smoke run's size
             # already (30 s), and valbench's warm-up needs no less.
             IR_SCALE=0.05

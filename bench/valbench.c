@@ -770,7 +770,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--callgrind-out") == 0) G.cg_out = argv[++i];
         else usage();
     }
-    if (G.cg_pid && !rounds_given) G.rounds = 1; /* the counts do not vary */
+    if (G.cg_pid && !rounds_given) G.rounds = 1; /* the counts vary by a few % at most */
     if (G.port <= 0 || G.port > 65535 || G.rounds < 1 || G.rounds > ROUNDS_MAX || !(G.scale > 0) ||
         G.cg_pid < 0 || (G.cg_pid > 0) != (G.cg_out != NULL))
         usage();
