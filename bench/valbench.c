@@ -101,6 +101,8 @@ typedef struct script_set {
     dq__keys k;
     int offer_count;   /* offer takes the shard count after the channel */
     int has_ack;       /* the set has ack.lua                             */
+    int grouped_ack;   /* its ack takes items in groups (dq__ack_args), not
+                          (id, token, bucket) triples                      */
 } script_set;
 
 /* One case measured in one block. */
@@ -518,11 +520,21 @@ static void take_calls(const script_set *s, long calls, const char *lease) {
 /* ------------------------------------------------------------ ack */
 
 /* The arguments of src/reliable.c ack_send_shard: TAKE_COUNT leases a call,
- * in the order taken. */
+ * in the order taken (grouped by dq__ack_args, or as the triples the older
+ * scripts take). */
 static void ack_build(void *ctx, long i, call *c) {
     const script_set *s = ctx;
+    static dq__ack_args a;
     head(c, s, S_ACK, "2");
     args(c, s->k.z), args(c, s->k.counters), args(c, s->k.prefix), args(c, "1");
+    if (s->grouped_ack) {
+        dq__ack_args_init(&a);
+        a.n = 0;
+        for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
+            dq__ack_args_add(&a, leases[j].id, leases[j].token);
+        for (size_t j = 0; j < a.n; j++) arg(c, a.argv[j], a.lens[j]);
+        return;
+    }
     for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
         args(c, leases[j].id), args(c, leases[j].token), args(c, leases[j].bucket);
 }
@@ -635,6 +647,8 @@ static void load_old(script_set *s) {
         memcpy(all, common, clen);
         memcpy(all + clen, body, len);
         load(all, clen + len, s->sha[i], path, NULL);
+        /* The grouped ack's header says so (lua/ack.lua). */
+        if (i == S_ACK) s->grouped_ack = memmem(body, len, "the items in\n-- groups", 22) != NULL;
         free(all);
         free(body);
     }
@@ -648,7 +662,7 @@ static void load_new(script_set *s) {
     load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
     load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
     load(dq_lua_ack, DQ_LUA_ack_LEN, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
-    s->has_ack = 1;
+    s->has_ack = s->grouped_ack = 1;
 }
 
 /* ------------------------------------------------------------ report */

@@ -1,123 +1,148 @@
 -- ack.lua: consumers finished items they hold leases on: remove them.
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] the
--- shard count the client routed by (see shards_refusal), then three
--- arguments per item: id, token, and the id's index bucket (computed by the
--- client as id_key does, to spare the script a SHA-1 per item).
+-- shard count the client routed by (see shards_refusal), then the items in
+-- groups: a group is three arguments, its token prefix, its token suffix
+-- and its item count k (1..1000), then three per item: the middle of the
+-- item's token, its id, and the id's index bucket (computed by the client
+-- as id_key does, to spare the script a SHA-1 per item). An item's token is
+-- prefix .. middle .. suffix. src/ack_args.c cuts a lease record's tokens
+-- ("<request>.<i>.<score>") into prefix "<request>.", middle i and suffix
+-- ".<score>", and puts the items of one record, one after the other, in one
+-- group; any other token is a group of its own (the whole token as prefix).
 -- Returns one status per item, in order: 1 if acked, 0 if the id is not in
 -- flight or the token is not the current lease's (it expired and went to
 -- someone else), -1 if the id, token or bucket is malformed (an id that
 -- breaks the id rule, say): each item is judged on its own, so one bad item
--- never sinks the others. A batch shares the script call, the counter
--- update, and per lease record (one per take) one read and one write; per
--- item, only its id index entry is removed. Items extend moved to records
--- of their own are found through the id index (see slot_find_many).
+-- never sinks the others. Groups that do not add up (a count past the
+-- arguments) refuse the call before it writes.
+-- A group's lease record (the one at the suffix's score whose token prefix
+-- is the group's) is read once; an item of it costs a look at its block
+-- (the middle is the block's number) and the removal of its id index
+-- entry. A batch shares the script call, the counter update, and per lease
+-- record one read and one write. Items extend moved to records of their
+-- own (same token) are found through the id index (see slot_find_many).
 -- Corrupt counters refuse the call before it writes (see common.lua).
 -- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
+local n_args = #ARGV
+-- The groups add up: every count is a number and no group runs past the end.
+local g = 3
+for _ = 1, n_args do
+  if g > n_args then break end
+  local k = uint_of(ARGV[g + 2], 4, BATCH_MAX)
+  if not k or k < 1 or g + 2 + 3 * k > n_args then
+    return redis.error_reply('ERR delayq: malformed ack arguments')
+  end
+  g = g + 3 + 3 * k
+end
+if g ~= n_args + 1 then return redis.error_reply('ERR delayq: malformed ack arguments') end
 local counts, err = read_counters(KEYS[2])
 err = err or shards_refusal(counts[4], ARGV[2])
 if err then return err end
 local now = server_now_ms()
-local out, done, acked = {}, {}, 0
+local out, acked = {}, 0
 
--- Items of lease records (the common case) are found by their tokens,
--- which name the record's score: the records at a score are read once
--- (a take's items share one), and an item is matched by its token's block
--- and that block's id. No id index read: the block proves the item is in
--- flight under this lease.
-local at_score = {} -- a score (as fmt writes it) -> the lease records read there
-local at_text = {} -- a token's score part, as sent -> the same
-local batches = {} -- those that lose items: {key, ss, rec, b, gone, blocks}
-local function lease_records_at(score, ss)
-  local recs = {}
-  if math.floor(score / ORD) <= now then return recs end
+-- The lease records at a token suffix's score (".<score>"), read once per
+-- score however a suffix spells it ("012" is 12): two copies of a record
+-- would each write it back. None when the lease has ended (now, server ms,
+-- at or past its end: ended, even if no scheduler returned it yet).
+local at_score = {} -- a score (as fmt writes it) -> {key, ss, rec, b, gone}, ...
+local changed = {} -- those that lose items
+local function lease_records_at(suffix)
+  if string.byte(suffix, 1) ~= 46 then return {} end -- '.'
+  local score = uint_of(string.sub(suffix, 2), 16, SCORE_MAX)
+  if not score or math.floor(score / ORD) <= now then return {} end
+  local ss = fmt(score)
+  local recs = at_score[ss]
+  if recs then return recs end
+  recs = {}
+  at_score[ss] = recs
   local name = slot_at(zs, ss)
   if not name then return recs end
   local key = slot_key(P, name)
   for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', '0', '16')) do
     local b = string.byte(rec, 1) == 51 and batch_parse(rec) -- '3'
-    if b then
-      -- The token heads of its blocks (prefix .. i -> i): one table look-up
-      -- per item instead of taking each token apart.
-      local blocks = {}
-      for i = 1, b.n do
-        if b.len[i] > 0 then blocks[b.prefix .. nstr(i)] = i end
-      end
-      recs[#recs + 1] = {key = key, ss = ss, rec = rec, b = b, gone = {}, blocks = blocks}
-    end
+    if b then recs[#recs + 1] = {key = key, ss = ss, rec = rec, b = b, gone = {}} end
   end
   return recs
 end
 
--- Acks item (id, token, ik, at) through the lease record its token names;
--- false if none holds it (an item extend moved to a record of its own, a
--- stale token).
-local function ack_in_lease_record(id, token, ik, at)
-  -- The score is what follows the token's last '.' (at most 17 bytes
-  -- from its end: 16 digits).
-  local p = string.find(token, '.', math.max(#token - 17, 1), true)
-  if not p then return false end
-  for _ = 1, 17 do
-    local q = string.find(token, '.', p + 1, true)
-    if not q then break end
-    p = q
+-- The lease record of a group: the one at its suffix's score with its
+-- prefix, or nil.
+local function group_record(prefix, suffix)
+  if #suffix < 2 then return nil end
+  for _, x in ipairs(lease_records_at(suffix)) do
+    if x.b.prefix == prefix then return x end
   end
-  local ts = string.sub(token, p + 1)
-  local recs = at_text[ts]
-  if not recs then
-    -- One read, and one copy of each record, per score however a token
-    -- spells it ("012" is 12): two copies would each write the record back.
-    local score = uint_of(ts, 16, SCORE_MAX)
-    recs = {}
-    if score then
-      local ss = fmt(score)
-      recs = at_score[ss] or lease_records_at(score, ss)
-      at_score[ss] = recs
-    end
-    at_text[ts] = recs
-  end
-  if recs[1] == nil then return false end
-  local head = string.sub(token, 1, p - 1)
-  for _, x in ipairs(recs) do
-    local i = x.blocks[head]
-    if i and not x.gone[i] and entry_id_at(x.rec, x.b.at[i], x.b.len[i]) == id then
-      if not x.changed then
-        x.changed = true
-        batches[#batches + 1] = x
-      end
-      x.gone[i] = true
-      id_del(P, ik, id)
-      acked, out[at] = acked + 1, 1
-      return true
-    end
-  end
-  return false
+  return nil
 end
 
+-- The block number a token middle names ("1".."1000", as take.lua writes
+-- them: no sign, no leading zero), or false; cached, as the middles of one
+-- call repeat from record to record.
+local block_of = {}
+local function block_number(mid)
+  local i = block_of[mid]
+  if i == nil then
+    i = #mid <= 4 and string.find(mid, '^[1-9]%d*$') ~= nil and tonumber(mid)
+    block_of[mid] = i
+  end
+  return i
+end
+
+-- Whether a bucket is a number 0..ID_BUCKETS - 1 as the client writes it
+-- (digit strings of one length compare as their numbers do: no tonumber,
+-- which reads a string twice through strtod).
+local function bucket_ok(s)
+  local n = #s
+  return n >= 1 and n <= 5 and string.find(s, '%D') == nil and (n < 5 or s <= '32767')
+end
+
+local done = {} -- ids looked up through the index: only the first counts
 local want = {} -- the other items in flight by the index: found in their slots below
-for i = 3, #ARGV - 2, 3 do
-  local id, token, bucket = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local b = uint_of(bucket, 5, ID_BUCKETS - 1)
-  if not b or not id_ok(id) or #token < 1 or #token > TOKEN_MAX then
-    out[#out + 1] = -1
-  else
-    out[#out + 1] = 0
-    if not done[id] then -- the same id twice in a batch: only the first counts
-      done[id] = true
+g = 3
+while g <= n_args do
+  local prefix, suffix = ARGV[g], ARGV[g + 1]
+  local k = tonumber(ARGV[g + 2])
+  local x = group_record(prefix, suffix)
+  local b, gone = x and x.b, x and x.gone
+  for j = g + 3, g + 3 * k, 3 do
+    local mid, id, bucket = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+    local at = #out + 1
+    local tlen = #prefix + #mid + #suffix
+    if not bucket_ok(bucket) or tlen < 1 or tlen > TOKEN_MAX or #id < 1 or #id > ID_MAX then
+      out[at] = -1
+    else
+      local i = b and block_number(mid)
       local ik = P .. 'i:' .. bucket
-      if not ack_in_lease_record(id, token, ik, #out) then
-        -- In flight: indexed at a score whose lease has not ended (now,
-        -- server ms, at or past its end: ended, even if no scheduler
-        -- returned it yet).
+      if i and i <= b.n and not gone[i] and b.len[i] > 0 and entry_id_at(x.rec, b.at[i], b.len[i]) == id then
+        -- The block proves the item is in flight under this lease (take.lua
+        -- let in only entries whose id keeps the rule): no id index read.
+        -- An id twice in a batch finds its block gone the second time.
+        if not x.changed then
+          x.changed = true
+          changed[#changed + 1] = x
+        end
+        gone[i] = true
+        id_del(P, ik, id)
+        acked, out[at] = acked + 1, 1
+      elseif not id_ok(id) then
+        out[at] = -1
+      elseif done[id] then
+        out[at] = 0
+      else
+        -- In flight: indexed at a score whose lease has not ended.
+        out[at], done[id] = 0, true
         local score = id_score_in(P, ik, id)
         if score and math.floor(score / ORD) > now then
-          want[#want + 1] = {at = #out, id = id, token = token, ik = ik, score = score}
+          want[#want + 1] = {at = at, id = id, token = prefix .. mid .. suffix, ik = ik, score = score}
         end
       end
     end
   end
+  g = g + 3 + 3 * k
 end
-for _, x in ipairs(batches) do
+for _, x in ipairs(changed) do
   kcall(P, 'ZREM', x.key, x.rec)
   local left = batch_without(x.rec, x.b, x.gone)
   if left then kcall(P, 'ZADD', x.key, x.ss, left) end

@@ -479,7 +479,7 @@ local function ready_entry_v1(rec, score, nows, dues)
   if string.byte(rec, 1) ~= 49 then return nil end -- '1'
   local il, pos = string.match(rec, '^1|(%d%d?%d?)|()')
   if not il then return nil end
-  il = tonumber(il)
+  il = small_uint(il)
   if il < 1 or il > ID_MAX or pos + il - 1 > #rec then return nil end
   local due = math.floor(score / ORD)
   local ds = dues[due]

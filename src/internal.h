@@ -419,6 +419,28 @@ typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n,
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata);
 
+/* The arguments of lua/ack.lua after its fixed ones (ackargs.c): the items
+ * in groups, the consecutive items of one lease record in one group. The
+ * caller sets argv[0..n-1] (keys and fixed arguments) and n, then adds the
+ * items; argv points into the ids and tokens given, which must outlive the
+ * call that sends them, and into the struct itself (buckets, counts). */
+typedef struct dq__ack_args {
+    const char *argv[8 + 6 * DQ__ACK_BATCH];
+    size_t lens[8 + 6 * DQ__ACK_BATCH];
+    char buckets[DQ__ACK_BATCH][8];
+    char counts[DQ__ACK_BATCH][8];
+    size_t n;        /* arguments set                          */
+    size_t items;    /* items added                            */
+    size_t groups;   /* groups started                         */
+    size_t group_at; /* the current group's first argument     */
+    size_t in_group; /* its items                              */
+} dq__ack_args;
+/* Before the first add: no items yet (n is the caller's to set). */
+void dq__ack_args_init(dq__ack_args *a);
+/* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
+ * bytes): at most DQ__ACK_BATCH per struct. */
+void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
+
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);
 

@@ -160,23 +160,22 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
     }
     dq__fmt_i64(count, shards);
     const dq__keys *k = dq__keys_of(c, name);
-    const char *argv[4 + 3 * DQ__ACK_BATCH] = {k->z, k->counters, k->prefix, count};
-    size_t lens[4 + 3 * DQ__ACK_BATCH];
-    char buckets[DQ__ACK_BATCH][21];
+    dq__ack_args args;
+    dq__ack_args_init(&args);
+    args.argv[0] = k->z, args.argv[1] = k->counters, args.argv[2] = k->prefix, args.argv[3] = count;
+    for (size_t i = 0; i < 4; i++) args.lens[i] = strlen(args.argv[i]);
+    args.n = 4;
     for (size_t i = 0; i < b->n; i++) {
         if (b->results[i] == DQ_EINVAL) continue;
         if (shards > 1 && dq__shard_of_id(ids[i], strlen(ids[i]), shards) != shard) continue;
-        size_t j = a->sent++;
-        a->map[j] = i;
-        dq__fmt_i64(buckets[j], dq__id_bucket(ids[i]));
-        argv[4 + 3 * j] = ids[i], argv[5 + 3 * j] = tokens[i], argv[6 + 3 * j] = buckets[j];
+        a->map[a->sent++] = i;
+        dq__ack_args_add(&args, ids[i], tokens[i]);
     }
     if (a->sent == 0) {
         free(a);
         return 0;
     }
-    for (size_t i = 0; i < 4 + 3 * a->sent; i++) lens[i] = strlen(argv[i]);
-    int rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 2 + 3 * (int)a->sent, argv, lens,
+    int rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
                          ack_call_reply, a);
     if (rc) free(a);
     else b->calls++;

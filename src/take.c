@@ -242,15 +242,19 @@ static void set_aside(dq_take_req *t, const redisReply *e, const char *why) {
 /* A leased delivery that will never be handed out (set aside): its lease
  * is acked, so it does not come back to fail again. */
 static void ack_lease(dq_take_req *t, const dq__entry *e, const char *token) {
-    char id[DQ_ID_MAX + 1], bucket[16];
+    char id[DQ_ID_MAX + 1];
     memcpy(id, e->id, e->id_len);
     id[e->id_len] = '\0';
-    dq__fmt_i64(bucket, dq__id_bucket(id));
     /* The take ran on these very keys: no shard count to check (''). */
-    const char *argv[7] = {t->keys.z, t->keys.counters, t->keys.prefix, "", id, token, bucket};
-    size_t lens[7];
-    for (int i = 0; i < 7; i++) lens[i] = strlen(argv[i]);
-    (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, 5, argv, lens, ignore_reply, NULL);
+    dq__ack_args args;
+    dq__ack_args_init(&args);
+    args.argv[0] = t->keys.z, args.argv[1] = t->keys.counters, args.argv[2] = t->keys.prefix;
+    args.argv[3] = "";
+    for (size_t i = 0; i < 4; i++) args.lens[i] = strlen(args.argv[i]);
+    args.n = 4;
+    dq__ack_args_add(&args, id, token);
+    (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
+                      ignore_reply, NULL);
 }
 
 /* Opens a sealed payload in place of e's (*plain gets the buffer to free

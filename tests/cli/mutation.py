@@ -85,10 +85,7 @@ class Q:
                              self.k("t:" + req)], "take")
 
     def ack(self, pairs):
-        args = [self.P, "1"]
-        for id_, tok in pairs:
-            args += [id_, tok, str(bucket(id_))]
-        return self.ev("ack", ["zs", "n"], args, "ack")
+        return self.ev("ack", ["zs", "n"], [self.P, "1"] + ack_groups(pairs), "ack")
 
     def nack(self, id_, tok, delay=-1):
         return self.ev("nack", ["zs", "n", "d", "dz", "cfg"],
@@ -99,6 +96,25 @@ class Q:
 
     def dead(self, op, *args):
         return self.ev("dead", ["d", "dz", "r", "s"], [self.P, op] + list(args), "dead " + op)
+
+
+def ack_groups(pairs):
+    """ack.lua's items, grouped as src/ackargs.c groups them: each token cut
+    at its last two dots into prefix, middle and suffix (a token with fewer
+    dots is all prefix), consecutive items of one prefix and suffix in one
+    group [prefix, suffix, count, (middle, id, bucket)...]."""
+    groups = []
+    for id_, tok in pairs:
+        last = tok.rfind(b".")
+        before = tok.rfind(b".", 0, last) if last >= 0 else -1
+        if before < 0:
+            pre, mid, suf = tok, b"", b""
+        else:
+            pre, mid, suf = tok[:before + 1], tok[before + 1:last], tok[last:]
+        if not groups or groups[-1][:2] != [pre, suf]:
+            groups.append([pre, suf, []])
+        groups[-1][2] += [mid, id_, str(bucket(id_))]
+    return [a for pre, suf, items in groups for a in [pre, suf, str(len(items) // 3)] + items]
 
 
 def entry_id(e):

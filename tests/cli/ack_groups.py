@@ -1,0 +1,115 @@
+"""ack_groups.py - lua/ack.lua's grouped arguments, called directly (EVALSHA)
+on items leased through the CLI: groups that do not add up refuse the whole
+call and change nothing; inside a well-formed call each item is judged on
+its own (acked through its lease record's block, -1 for a malformed bucket,
+0 for the same item twice, for a middle that names another item's block, for
+a token without its cut, and for a lease record of another take); a second
+group of the same record in one call acks through the same read; an item
+that extend moved to a record of its own is found through the id index by
+the token rebuilt from its cut; the record keeps exactly the items not yet
+acked, and the CLI acks those afterwards."""
+import hashlib
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+from workers import *  # noqa: E402,F403
+
+ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+R = Redis(timeout=30)
+common = open(os.path.join(ROOT, "lua", "common.lua"), "rb").read()
+SHA = R.cmd("SCRIPT", "LOAD", common + open(os.path.join(ROOT, "lua", "ack.lua"), "rb").read())
+Q = "ackg"
+P = f"dq:{{{Q}}}:".encode()
+
+
+def bucket(id_):
+    return str(int(hashlib.sha1(id_.encode()).hexdigest()[:4], 16) % 32768)
+
+
+def ack(*args):
+    """EVALSHA of ack.lua on Q: the reply, or the RedisError."""
+    try:
+        return R.cmd("EVALSHA", SHA, "2", P + b"zs", P + b"n", P, "1", *args)
+    except RedisError as e:
+        return e
+
+
+def cut(token):
+    """prefix, middle, suffix as src/ackargs.c cuts a lease token."""
+    pre, mid, suf = token.rsplit(".", 2)
+    return pre + ".", mid, "." + suf
+
+
+def records():
+    """The records in the queue's slots."""
+    out = []
+    for name in R.cmd("ZRANGE", P + b"zs", "0", "-1"):
+        out += R.cmd("ZRANGE", P + b"q:" + name, "0", "-1")
+    return out
+
+
+def inflight():
+    s = stats(Q)
+    return s.get("inflight") if s else None
+
+
+section("items leased in one take through the CLI")
+for i in range(1, 7):
+    eq(dq("offer", Q, "0", f"payload {i}", "--id", f"g{i}").rc, 0, f"offer g{i}")
+r, msgs = take_manual(Q, "--count", "6", "--timeout", "5s")
+eq(sorted(m.get("id") for m in msgs), [f"g{i}" for i in range(1, 7)], "one take leases g1..g6")
+tok = {m["id"]: m["token"] for m in msgs}
+pre, _, suf = cut(tok["g1"])
+ok(all(cut(t)[0] == pre and cut(t)[2] == suf for t in tok.values()), "one prefix and suffix: one lease record")
+mid = {i: cut(t)[1] for i, t in tok.items()}
+eq(inflight(), 6, "6 in flight")
+record = records()
+
+section("groups that do not add up refuse the call, and change nothing")
+item = [mid["g1"], "g1", bucket("g1")]
+for what, args in [
+    ("count 0", [pre, suf, "0"]),
+    ("count past the arguments", [pre, suf, "2"] + item),
+    ("count not a number", [pre, suf, "x"] + item),
+    ("count with a sign", [pre, suf, "+1"] + item),
+    ("an argument left over", [pre, suf, "1"] + item + ["g2"]),
+    ("a group head cut short", [pre, suf]),
+]:
+    got = ack(*args)
+    ok(isinstance(got, RedisError) and "malformed ack arguments" in str(got), f"{what}: refused", got)
+eq(inflight(), 6, "still 6 in flight")
+eq(records(), record, "the lease record untouched")
+
+section("each item judged on its own")
+got = ack(pre, suf, "5",
+          mid["g1"], "g1", bucket("g1"),    # acked through its block
+          mid["g2"], "g2", "x",             # malformed bucket: -1
+          mid["g1"], "g1", bucket("g1"),    # g1 again: its block is gone: 0
+          mid["g4"], "g3", bucket("g3"),    # g4's block does not hold g3: 0
+          "0" + mid["g5"], "g5", bucket("g5"),  # a middle with a leading zero names no block: 0
+          tok["g2"], "", "1", "", "g2", bucket("g2"),    # the whole token, uncut: no record found: 0
+          "other.", suf, "1", mid["g3"], "g3", bucket("g3"),  # another take's prefix: 0
+          pre, suf, "1", mid["g6"], "g6", bucket("g6"))  # a second group of the same record: acked
+eq(got, [1, -1, 0, 0, 0, 0, 0, 1], "statuses in order")
+eq(inflight(), 4, "4 in flight")
+left = records()
+ok(len(left) == 1 and all(f"g{i}".encode() in left[0] for i in (2, 3, 4, 5))
+   and b"g1" not in left[0] and b"g6" not in left[0], "the record keeps g2..g5 and no more", left)
+
+section("an item extend moved out is found through the id index")
+eq(dq("extend", "--", Q, "g4", tok["g4"], "60s").rc, 0, "extend g4 (a record of its own, same token)")
+got = ack(pre, suf, "1", mid["g4"], "g4", bucket("g4"))
+eq(got, [1], "acked by its cut token")
+eq(inflight(), 3, "3 in flight")
+
+section("the CLI acks what is left")
+for i in (2, 3, 5):
+    eq(dq("ack", "--", Q, f"g{i}", tok[f"g{i}"]).rc, 0, f"ack g{i}")
+eq(inflight(), 0, "nothing in flight")
+eq(records(), [], "no lease record left")
+eq(id_index_size(Q), 0, "no id index entry left")
+
+finish()

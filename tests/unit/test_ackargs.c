@@ -1,0 +1,144 @@
+/*
+ * test_ackargs.c - unit tests of the ack script's grouped arguments
+ * (src/ackargs.c): tokens cut at their last two dots, consecutive items of
+ * one prefix and suffix in one group, any other token a group of its own,
+ * and the cut always giving the token back (prefix .. middle .. suffix).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+
+/* Argument i of a as a NUL-terminated copy (the arguments are counted
+ * strings pointing into the tokens). */
+static const char *arg(const dq__ack_args *a, size_t i)
+{
+    static char buf[8][128];
+    static int next;
+    char *s = buf[next++ % 8];
+    assert_true(a->lens[i] < sizeof buf[0]);
+    memcpy(s, a->argv[i], a->lens[i]);
+    s[a->lens[i]] = '\0';
+    return s;
+}
+
+static void start(dq__ack_args *a)
+{
+    dq__ack_args_init(a);
+    a->argv[0] = "fixed";
+    a->lens[0] = 5;
+    a->n = 1;
+}
+
+static void test_one_record_one_group(void **state)
+{
+    (void)state;
+    dq__ack_args a;
+    start(&a);
+    dq__ack_args_add(&a, "o1", "Rq.1.4096");
+    dq__ack_args_add(&a, "o2", "Rq.2.4096");
+    dq__ack_args_add(&a, "o3", "Rq.17.4096");
+    assert_int_equal(a.groups, 1);
+    assert_int_equal(a.n, 1 + 3 + 3 * 3);
+    assert_string_equal(arg(&a, 0), "fixed");
+    assert_string_equal(arg(&a, 1), "Rq.");
+    assert_string_equal(arg(&a, 2), ".4096");
+    assert_string_equal(arg(&a, 3), "3");
+    const char *want[3][2] = {{"1", "o1"}, {"2", "o2"}, {"17", "o3"}};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(arg(&a, 4 + 3 * (size_t)i), want[i][0]);
+        assert_string_equal(arg(&a, 5 + 3 * (size_t)i), want[i][1]);
+        char bucket[16];
+        snprintf(bucket, sizeof bucket, "%u", dq__id_bucket(want[i][1]));
+        assert_string_equal(arg(&a, 6 + 3 * (size_t)i), bucket);
+    }
+}
+
+static void test_groups_change_with_prefix_or_suffix(void **state)
+{
+    (void)state;
+    dq__ack_args a;
+    start(&a);
+    dq__ack_args_add(&a, "a", "R1.1.4096");
+    dq__ack_args_add(&a, "b", "R2.1.4096"); /* another take, same score */
+    dq__ack_args_add(&a, "c", "R2.2.8192"); /* same take, another score */
+    dq__ack_args_add(&a, "d", "R1.2.4096"); /* back to the first: a new group */
+    assert_int_equal(a.groups, 4);
+    assert_int_equal(a.n, 1 + 4 * 6);
+    for (size_t g = 0; g < 4; g++) assert_string_equal(arg(&a, 1 + 6 * g + 2), "1");
+    assert_string_equal(arg(&a, 7), "R2.");
+    assert_string_equal(arg(&a, 14), ".8192");
+}
+
+static void test_tokens_without_two_dots(void **state)
+{
+    (void)state;
+    const char *tokens[] = {"plain", "one.dot", ".", ".."};
+    dq__ack_args a;
+    start(&a);
+    for (size_t i = 0; i < 4; i++) dq__ack_args_add(&a, "x", tokens[i]);
+    /* Each token that cannot be cut is all prefix; ".." cuts into "." + ""
+     * + ".". */
+    assert_int_equal(a.groups, 4);
+    assert_string_equal(arg(&a, 1), "plain");
+    assert_string_equal(arg(&a, 2), "");
+    assert_string_equal(arg(&a, 4), "");
+    assert_string_equal(arg(&a, 7), "one.dot");
+    assert_string_equal(arg(&a, 13), ".");
+    assert_string_equal(arg(&a, 19), ".");
+    assert_string_equal(arg(&a, 20), ".");
+    assert_string_equal(arg(&a, 22), "");
+}
+
+/* Whatever the token, its group's prefix, its middle and the suffix give it
+ * back byte for byte: the script rebuilds tokens it looks up by index. */
+static void test_cut_gives_the_token_back(void **state)
+{
+    (void)state;
+    const char *tokens[] = {"a.b.c.d", "x..y", "...", "007.012.0009", "t", "abc.", ".abc",
+                            "0123456789012345678901234567890123456789012345678901234567890.1.2"};
+    for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
+        dq__ack_args a;
+        start(&a);
+        dq__ack_args_add(&a, "id", tokens[t]);
+        char back[256];
+        snprintf(back, sizeof back, "%s%s%s", arg(&a, 1), arg(&a, 4), arg(&a, 2));
+        assert_string_equal(back, tokens[t]);
+    }
+}
+
+static void test_full_batch(void **state)
+{
+    (void)state;
+    dq__ack_args a;
+    start(&a);
+    char tokens[DQ__ACK_BATCH][32], ids[DQ__ACK_BATCH][16];
+    for (int i = 0; i < DQ__ACK_BATCH; i++) {
+        /* Every item a group of its own: the most arguments a batch makes. */
+        snprintf(tokens[i], sizeof tokens[i], "R%d.%d.4096", i, i + 1);
+        snprintf(ids[i], sizeof ids[i], "id%d", i);
+        dq__ack_args_add(&a, ids[i], tokens[i]);
+    }
+    assert_int_equal(a.groups, DQ__ACK_BATCH);
+    assert_int_equal(a.n, 1 + 6 * DQ__ACK_BATCH);
+    assert_true(a.n <= sizeof a.argv / sizeof a.argv[0]);
+    assert_string_equal(arg(&a, a.n - 2), "id63");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_record_one_group),
+        cmocka_unit_test(test_groups_change_with_prefix_or_suffix),
+        cmocka_unit_test(test_tokens_without_two_dots),
+        cmocka_unit_test(test_cut_gives_the_token_back),
+        cmocka_unit_test(test_full_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
