@@ -31,7 +31,10 @@
 #                           bench/ref/3b2bf9b, next to the current ones;
 #                           ir: valbench --callgrind against
 #                           bench/ref/3b2bf9b, counts scaled by 0.05
-#                           (DQ_BENCH_SCALE does not change it);
+#                           (DQ_BENCH_SCALE does not change it), then
+#                           dqbench --only drainir (figure 5f: the
+#                           drains of dq_worker and dq_take_many, 10,000
+#                           items each, in instructions);
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
@@ -241,6 +244,13 @@ if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
             run_phase "$RESULTS.ir" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$IR_PORT" \
                 --callgrind "$IR_PID" --callgrind-out "$DIR/cg.out" --scale "$IR_SCALE" \
                 --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+            # Then figure 5f: dq_worker's and dq_take_many's whole drains
+            # (scheduler, takes, acks) on the same server, 10,000 items each.
+            echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $IR_PORT --only drainir" \
+                "--callgrind $IR_PID --callgrind-out $DIR/cg.out" >&2
+            # shellcheck disable=SC2086
+            [ $rc -eq 0 ] && run_phase "$RESULTS.ir" timeout -k 10 600 $PIN_CLIENT "$BENCH" --port "$IR_PORT" \
+                --only drainir --callgrind "$IR_PID" --callgrind-out "$DIR/cg.out"
         else
             echo "run.sh: redis-server under callgrind did not start" >&2
             tail -n 5 "$DIR/callgrind.log" >&2 2>/dev/null

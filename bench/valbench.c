@@ -58,7 +58,6 @@
  * printed as SCALED.
  */
 #include <errno.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +68,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "callgrind.h"
 #include "core0.h"
 #include "internal.h"
 #include "scripts.h"
@@ -211,46 +211,14 @@ typedef struct meter {
 
 /* Runs callgrind_control OPTION on the server (--callgrind). */
 static void callgrind_control(const char *option) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "callgrind_control %s %d >/dev/null 2>&1", option, G.cg_pid);
-    if (system(cmd) != 0) die("%s failed", cmd);
+    if (cg_control(G.cg_pid, option) != 0) die("callgrind_control %s %d failed", option, G.cg_pid);
 }
 
-/* The newest dump of the server: FILE.<n> with the highest n (callgrind
- * numbers its dumps from 1 over the server's life). */
-static void newest_dump(char *path, size_t size) {
-    char pattern[4096];
-    snprintf(pattern, sizeof pattern, "%s.*", G.cg_out);
-    glob_t g;
-    long best = 0;
-    if (glob(pattern, 0, NULL, &g) == 0) {
-        size_t plen = strlen(G.cg_out) + 1;
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            char *end;
-            long n = strtol(g.gl_pathv[i] + plen, &end, 10);
-            if (*end == '\0' && n > best) best = n;
-        }
-        globfree(&g);
-    }
-    if (best == 0) die("callgrind wrote no dump %s", pattern);
-    snprintf(path, size, "%s.%ld", G.cg_out, best);
-}
-
-/* The instructions the server ran since the last zero: dumps them, reads
- * the dump's summary line, and removes the dump. */
+/* The instructions the server ran since the last zero (callgrind.h). */
 static double callgrind_instructions(void) {
-    callgrind_control("--dump");
-    char path[4096];
-    newest_dump(path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f) die("%s: %s", path, strerror(errno));
-    char line[256];
-    double ir = -1;
-    while (ir < 0 && fgets(line, sizeof line, f))
-        if (strncmp(line, "summary: ", 9) == 0) ir = atof(line + 9);
-    fclose(f);
-    if (ir < 0) die("%s: no summary line", path);
-    remove(path);
+    char err[4200];
+    double ir = cg_instructions(G.cg_pid, G.cg_out, err, sizeof err);
+    if (ir < 0) die("%s", err);
     return ir;
 }
 

@@ -328,7 +328,7 @@ end
 -- The id index bucket of an id. SHA-1 rather than a few of the id's bytes:
 -- ids made by applications ("order-17", "order-18") must spread too.
 local function id_key(P, id)
-  return P .. 'i:' .. fmt(tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
+  return string.format('%si:%d', P, tonumber(string.sub(redis.sha1hex(id), 1, 4), 16) % ID_BUCKETS)
 end
 
 local function ready_entry(due, ready, id, payload)
@@ -569,26 +569,39 @@ local BATCH_MAX = 1000 -- take.lua's largest count
 -- A lease record's head and blocks: {max, prefix, n, body (where block 1
 -- starts), start[i] (where block i starts), at[i] and len[i] (its entry)},
 -- or nil and a reason. Checks the shape and lengths only; an entry is
--- checked when it is used (batch_item).
-local function batch_parse(rec)
+-- checked when it is used (batch_item). With with_ids, also idat[i] and
+-- idlen[i]: where the id of a version 1 entry (the common case) lies inside
+-- its block, read by the same match that reads the block's length (an ack
+-- compares ids without parsing the entry again); absent for other blocks.
+local function batch_parse(rec, with_ids)
   local m, tl, n, pos = string.match(rec, '^3|(%d+)|(%d+)|(%d+)|()')
   if not m or #m > 9 or #tl > 2 or #n > 4 then return nil, 'undecodable record' end
   tl, n = tonumber(tl), tonumber(n)
   if tl < 1 or tl > TOKEN_MAX or n < 1 or n > BATCH_MAX or pos + tl - 1 > #rec then
     return nil, 'undecodable record'
   end
+  local start, at, len = {}, {}, {}
   local b = {max = tonumber(m), prefix = string.sub(rec, pos, pos + tl - 1), n = n, body = pos + tl,
-             start = {}, at = {}, len = {}}
+             start = start, at = at, len = len}
+  local idat, idlen = {}, {}
+  if with_ids then b.idat, b.idlen = idat, idlen end
+  local size = #rec
   pos = b.body
   for i = 1, n do
-    local l, p = string.match(rec, '^(%d+)|()', pos)
+    local l, p, il, q
+    if with_ids then l, p, il, q = string.match(rec, '^(%d+)|()1|%d+|%d+|(%d%d?%d?)|()', pos) end
+    if not l then l, p = string.match(rec, '^(%d+)|()', pos) end
     if not l or #l > 9 then return nil, 'undecodable record' end
     l = small_uint(l)
-    if p + l - 1 > #rec then return nil, 'undecodable record' end
-    b.start[i], b.at[i], b.len[i] = pos, p, l
+    if p + l - 1 > size then return nil, 'undecodable record' end
+    if il then
+      il = small_uint(il)
+      if q + il <= p + l then idat[i], idlen[i] = q, il end
+    end
+    start[i], at[i], len[i] = pos, p, l
     pos = p + l
   end
-  if pos ~= #rec + 1 then return nil, 'undecodable record' end
+  if pos ~= size + 1 then return nil, 'undecodable record' end
   return b
 end
 
@@ -751,6 +764,8 @@ local function slot_key(P, name) return P .. 'q:' .. name end
 -- The slot whose range holds score: (name, lower bound), or nil if score is
 -- below every bound (or there is no slot).
 local function slot_at(zs, score)
+  -- A number argument would go out through %.17g: fmt is exact, and cheaper.
+  if type(score) == 'number' then score = fmt(score) end
   local s = redis.call('ZREVRANGEBYSCORE', zs, score, '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if s[1] == nil then return nil end
   return s[1], tonumber(s[2])

@@ -23,7 +23,12 @@
 -- prefix; a repeated call finds it there and gets the same result back
 -- instead of popping more, so a take whose reply is lost loses nothing. A
 -- new request skips that read, and overwrites the key: no reply lost costs
--- one SET, and no clean-up command.
+-- one SET, and no clean-up command. A take whose entries were all leased
+-- keeps only "L<score>": its lease record holds the entries as popped, and
+-- a repeat rebuilds the reply from the record's blocks (one gone since, by
+-- extend or nack, is ''; the whole reply is {} once the record has gone,
+-- its lease run out and its items back in the ready list). Any other take
+-- keeps its reply, packed.
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
 -- Without a lease the id leaves the id index. With a lease the entries
@@ -64,23 +69,55 @@ end
 
 -- Everything this script writes after the LPOP must not fail half way, so
 -- all that can refuse the call comes first.
-local shards, err = read_shard_count(counters)
-err = err or shards_refusal(shards, ARGV[11])
-if err then return err end
+-- A leased take checks every counter it changes; the shard count is one of
+-- them (one read of the hash, not two).
+local shards, err
 lease, err = queue_setting(cfg, 'lease_ms', lease)
 if err then return err end
 if lease > 0 then
   max, err = queue_setting(cfg, 'max_attempts', max)
   if err then return err end
   if #tprefix < 1 then return redis.error_reply('ERR delayq: malformed take arguments') end
-  local _, cerr = read_counters(counters)
+  local counts, cerr = read_counters(counters)
   if cerr then return cerr end
+  shards = counts[4]
+else
+  shards, err = read_shard_count(counters)
+  if err then return err end
 end
+err = shards_refusal(shards, ARGV[11])
+if err then return err end
 local tag = tprefix .. '\n'
+-- The reply of the leased take whose lease record is at score ss (see
+-- the result key above), or nil if ss is no score.
+local function leased_reply(ss)
+  local score = uint_of(ss, 16, SCORE_MAX)
+  if not score then return nil end
+  ss = fmt(score)
+  local name = slot_at(zs, ss)
+  if not name then return {} end
+  for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
+    local b = string.byte(rec, 1) == 51 and batch_parse(rec) -- '3'
+    if b and b.prefix == tprefix then
+      local out = {score}
+      for i = 1, b.n do
+        out[i + 1] = b.len[i] > 0 and string.sub(rec, b.at[i], b.at[i] + b.len[i] - 1) or ''
+      end
+      return out
+    end
+  end
+  return {}
+end
+
 if ARGV[9] == '1' then
   -- A key of another type holds no result of ours: the SET below replaces it.
   local replay = redis.pcall('GET', ARGV[8])
   if type(replay) == 'string' and string.sub(replay, 1, #tag) == tag then
+    if string.byte(replay, #tag + 1) == 76 then -- 'L'
+      local out = leased_reply(string.sub(replay, #tag + 2))
+      if out then return out end
+      return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
+    end
     local ok, out = pcall(cmsgpack.unpack, string.sub(replay, #tag + 1))
     if ok and type(out) == 'table' then return out end
     return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
@@ -106,6 +143,7 @@ local delivered = 0
 -- With a lease: the blocks of the lease record (see Lease records in
 -- common.lua), two parts per entry, and the ids it leases.
 local parts, leased_ids = {}, {}
+local lease_ss -- the lease record's score, as fmt writes it
 local unindex = {} -- ids of entries set aside, with their due times
 local back = {} -- sealed entries for a key the caller lacks: back to the head
 for i, e in ipairs(entries) do
@@ -127,7 +165,10 @@ for i, e in ipairs(entries) do
       leased = leased + 1
       leased_ids[leased] = id
     else
-      id_del(P, id_key(P, id), id)
+      -- id_del, without its two calls on the hot path (kcall's handling
+      -- only for an error: a bucket of another type).
+      local ik = id_key(P, id)
+      if type(redis.pcall('HDEL', ik, id)) == 'table' then id_del(P, ik, id) end
     end
     out[i + 1] = e
     delivered = delivered + 1
@@ -138,10 +179,13 @@ if leased > 0 then
   -- ordinal, so takes in the same millisecond never share a score.
   local rec = '3|' .. fmt(max) .. '|' .. nstr(#tprefix) .. '|' .. nstr(#entries) .. '|' .. tprefix ..
               table.concat(parts)
-  local score, ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
+  local score
+  score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   for j = 1, leased do
+    -- id_set, inlined as id_del is above.
     local id = leased_ids[j]
-    id_set(P, id_key(P, id), id, ss)
+    local ik = id_key(P, id)
+    if type(redis.pcall('HSET', ik, id, lease_ss)) == 'table' then id_set(P, ik, id, lease_ss) end
   end
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)
@@ -171,5 +215,8 @@ if leased > 0 then
   redis.call('HINCRBY', counters, 'inflight', nstr(leased))
   announce_if_first(chan, first, bound)
 end
-redis.call('SET', ARGV[8], tag .. cmsgpack.pack(out), 'PX', 60000)
+-- For a repeat (see the result key above): every entry leased, the record's
+-- score; else the reply.
+local result = leased == #entries and 'L' .. lease_ss or cmsgpack.pack(out)
+redis.call('SET', ARGV[8], tag .. result, 'PX', 60000)
 return out

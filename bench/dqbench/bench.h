@@ -29,6 +29,7 @@
 #include <ev.h>
 #include <hiredis/hiredis.h>
 
+#include "callgrind.h"
 #include "core0.h"
 #include "delayq.h"
 #include "hist.h"
@@ -62,6 +63,8 @@ typedef struct bench_globals {
     double scale;
     unsigned only;
     const char *rbench;
+    int cg_pid;         /* --callgrind: the server runs under callgrind (phase drainir) */
+    const char *cg_out; /* --callgrind-out: its --callgrind-out-file                     */
 } bench_globals;
 
 /* The brief's targets in absolute units (items/s, us, s of CPU) were set on
@@ -70,7 +73,7 @@ typedef struct bench_globals {
  * both verdicts are printed. */
 #define BRIEF_EVALSHA_RATE 130000.0
 
-enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16 };
+enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32 };
 
 typedef struct row {
     char fig[6], what[72], ours[32], ref[44], ratio[16], target[34], norm[34];
@@ -219,5 +222,6 @@ void phase_mem(void);
 void phase_lat(void);
 void phase_backlog(void);
 void phase_deadline(void);
+void phase_drain_ir(void); /* fig_backlog.c: 5d, 5e in instructions (--callgrind) */
 
 #endif

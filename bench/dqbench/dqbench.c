@@ -8,7 +8,11 @@
  * bench/run.sh starts a private redis-server pinned to core 0 and runs this
  * program pinned to core 1 (every process it forks inherits the pinning).
  * PHASES is a comma list of: offer (figures 1, 2), mem (3, 4 at 1,000,000
- * pending), lat (4 at 100,000 pending, 7), backlog (5, 2), deadline (6).
+ * pending), lat (4 at 100,000 pending, 7), backlog (5, 2), deadline (6),
+ * and, not by default, drainir (5f: the drains of 5d and 5e counted in the
+ * server's instructions, with --callgrind PID --callgrind-out FILE naming a
+ * redis-server that runs under valgrind's callgrind, as run.sh's phase ir
+ * starts it).
  * --scale (or DQ_BENCH_SCALE) multiplies every item count and duration, for
  * a quick smoke run; anything but 1 is printed as SCALED next to each figure.
  *
@@ -118,7 +122,8 @@ static unsigned parse_only(const char *s) {
         else if (strcmp(tok, "lat") == 0) m |= PH_LAT;
         else if (strcmp(tok, "backlog") == 0) m |= PH_BACKLOG;
         else if (strcmp(tok, "deadline") == 0) m |= PH_DEADLINE;
-        else die("unknown phase '%s' (offer, mem, lat, backlog, deadline)", tok);
+        else if (strcmp(tok, "drainir") == 0) m |= PH_DRAIN_IR;
+        else die("unknown phase '%s' (offer, mem, lat, backlog, deadline, drainir)", tok);
     }
     return m;
 }
@@ -132,13 +137,16 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) G.port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) G.scale = atof(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) G.only = parse_only(argv[++i]);
+        else if (strcmp(argv[i], "--callgrind") == 0 && i + 1 < argc) G.cg_pid = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--callgrind-out") == 0 && i + 1 < argc) G.cg_out = argv[++i];
         else {
-            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,mem,lat,backlog,deadline]\n");
+            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,mem,lat,backlog,deadline,drainir]\n"
+                            "               [--callgrind PID --callgrind-out FILE]\n");
             return 2;
         }
     }
-    if (G.port <= 0 || G.port == 6379 || !(G.scale > 0)) {
-        fprintf(stderr, "dqbench: need --port (not 6379) and a positive scale\n");
+    if (G.port <= 0 || G.port == 6379 || !(G.scale > 0) || (G.cg_pid > 0) != (G.cg_out != NULL)) {
+        fprintf(stderr, "dqbench: need --port (not 6379), a positive scale, and --callgrind with --callgrind-out\n");
         return 2;
     }
     snprintf(G.url, sizeof G.url, "redis://127.0.0.1:%d", G.port);
@@ -161,6 +169,7 @@ int main(int argc, char **argv) {
     if (G.only & PH_LAT) phase_lat();
     if (G.only & PH_BACKLOG) phase_backlog();
     if (G.only & PH_DEADLINE) phase_deadline();
+    if (G.only & PH_DRAIN_IR) phase_drain_ir();
     print_summary();
     out("\nbench time %.0f s\n", mono() - t0);
     dq_client_free(P);

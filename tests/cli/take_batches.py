@@ -106,6 +106,36 @@ r = take_call(q, 1, "reqE.", "1", rkey)
 ok(isinstance(r, list) and len(r) == 2, "a hash in the result key: no replay, one entry popped", r)
 eq(R.cmd("TYPE", rkey), "string", "the result replaced the hash")
 
+section("a leased take's repeat rebuilds its reply from the lease record")
+q = "tb3L"
+offer_due(q, 6)
+rkey = f"dq:{{{q}}}:t:testclient.0"
+first = take_call(q, 3, "reqL.", "0", rkey, lease="30000")
+ok(isinstance(first, list) and len(first) == 4 and first[0] > 1, "first call: 3 entries, leased", first)
+eq(R.cmd("GET", rkey), b"reqL.\nL" + str(first[0]).encode(), "the result key keeps only the record's score")
+eq(take_call(q, 3, "reqL.", "1", rkey, lease="30000"), first, "the repeat gets the same reply")
+eq(st(q).get("ready"), 3, "3 still ready: the repeat popped nothing")
+
+
+def entry_id(e):
+    f = e.split(b"|", 4)  # a version 1 entry: 1|due|ready|idlen|<id><payload>
+    return f[4][:int(f[3])].decode()
+
+
+eq(dq("ack", "--", q, entry_id(first[2]), f"reqL.2.{first[0]}").rc, 0, "entry 2 acked")
+eq(take_call(q, 3, "reqL.", "1", rkey, lease="30000"), [first[0], first[1], b"", first[3]],
+   "a repeat after: the acked entry's place is empty")
+for i in (1, 3):
+    dq("ack", "--", q, entry_id(first[i]), f"reqL.{i}.{first[0]}")
+eq(take_call(q, 3, "reqL.", "1", rkey, lease="30000"), [], "once the record has gone: nothing")
+R.cmd("SET", rkey, b"reqM.\nLnot-a-score")
+try:
+    r = take_call(q, 1, "reqM.", "1", rkey, lease="30000")
+except RedisError as exc:
+    r = exc
+ok(isinstance(r, RedisError) and "unreadable" in str(r), "an 'L' result that is no score: unreadable", r)
+eq(st(q).get("ready"), 3, "nothing popped by those repeats")
+
 section("result keys stay bounded: one per take out at once")
 q = "tb4"
 offer_due(q, 40)
