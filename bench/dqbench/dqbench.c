@@ -92,6 +92,7 @@ static void print_header(void) {
 }
 
 static void print_summary(void) {
+    if (nrows == 0) return; /* phase drainir alone judges nothing */
     out("\n== Summary%s\n", scaled_tag());
     if (factor > 0)
         out("   machine factor %.2f (a frozen offer-like script's rate here / the brief's 130k/s);\n"
