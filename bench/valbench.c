@@ -494,15 +494,14 @@ static void ack_build(void *ctx, long i, call *c) {
     const script_set *s = ctx;
     static dq__ack_args a;
     head(c, s, S_ACK, "2");
-    args(c, s->k.z), args(c, s->k.counters), args(c, s->k.prefix), args(c, "1");
     if (s->grouped_ack) {
-        dq__ack_args_init(&a);
-        a.n = 0;
+        dq__ack_args_init(&a, s->k.z, s->k.counters, s->k.prefix, "1");
         for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
             dq__ack_args_add(&a, leases[j].id, leases[j].token);
         for (size_t j = 0; j < a.n; j++) arg(c, a.argv[j], a.lens[j]);
         return;
     }
+    args(c, s->k.z), args(c, s->k.counters), args(c, s->k.prefix), args(c, "1");
     for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
         args(c, leases[j].id), args(c, leases[j].token), args(c, leases[j].bucket);
 }

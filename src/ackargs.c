@@ -35,7 +35,14 @@ static void add_arg(dq__ack_args *a, const char *s, size_t len) {
     a->lens[a->n++] = len;
 }
 
-void dq__ack_args_init(dq__ack_args *a) { a->items = a->groups = a->group_at = a->in_group = 0; }
+void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, const char *prefix,
+                       const char *shards) {
+    a->n = a->items = a->groups = a->group_at = a->in_group = 0;
+    add_arg(a, z, strlen(z));
+    add_arg(a, counters, strlen(counters));
+    add_arg(a, prefix, strlen(prefix));
+    add_arg(a, shards, strlen(shards));
+}
 
 /* Whether the current group is the one of a token cut at mid and suffix. */
 static int in_current_group(const dq__ack_args *a, const char *token, size_t len, size_t mid,

@@ -419,11 +419,10 @@ typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n,
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata);
 
-/* The arguments of lua/ack.lua after its fixed ones (ackargs.c): the items
- * in groups, the consecutive items of one lease record in one group. The
- * caller sets argv[0..n-1] (keys and fixed arguments) and n, then adds the
- * items; argv points into the ids and tokens given, which must outlive the
- * call that sends them, and into the struct itself (buckets, counts). */
+/* The keys and arguments of lua/ack.lua (ackargs.c): the items in groups,
+ * the consecutive items of one lease record in one group. argv points into
+ * the strings given to init and add, which must outlive the call that sends
+ * them, and into the struct itself (buckets, counts). */
 typedef struct dq__ack_args {
     const char *argv[8 + 6 * DQ__ACK_BATCH];
     size_t lens[8 + 6 * DQ__ACK_BATCH];
@@ -435,8 +434,10 @@ typedef struct dq__ack_args {
     size_t group_at; /* the current group's first argument     */
     size_t in_group; /* its items                              */
 } dq__ack_args;
-/* Before the first add: no items yet (n is the caller's to set). */
-void dq__ack_args_init(dq__ack_args *a);
+/* Sets the two keys (slot index z, counters) and the fixed arguments (key
+ * prefix, the shard count as text, '' for none to check): n = 4, no items. */
+void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, const char *prefix,
+                       const char *shards);
 /* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
  * bytes): at most DQ__ACK_BATCH per struct. */
 void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);

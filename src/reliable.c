@@ -161,10 +161,7 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
     dq__fmt_i64(count, shards);
     const dq__keys *k = dq__keys_of(c, name);
     dq__ack_args args;
-    dq__ack_args_init(&args);
-    args.argv[0] = k->z, args.argv[1] = k->counters, args.argv[2] = k->prefix, args.argv[3] = count;
-    for (size_t i = 0; i < 4; i++) args.lens[i] = strlen(args.argv[i]);
-    args.n = 4;
+    dq__ack_args_init(&args, k->z, k->counters, k->prefix, count);
     for (size_t i = 0; i < b->n; i++) {
         if (b->results[i] == DQ_EINVAL) continue;
         if (shards > 1 && dq__shard_of_id(ids[i], strlen(ids[i]), shards) != shard) continue;

@@ -247,11 +247,7 @@ static void ack_lease(dq_take_req *t, const dq__entry *e, const char *token) {
     id[e->id_len] = '\0';
     /* The take ran on these very keys: no shard count to check (''). */
     dq__ack_args args;
-    dq__ack_args_init(&args);
-    args.argv[0] = t->keys.z, args.argv[1] = t->keys.counters, args.argv[2] = t->keys.prefix;
-    args.argv[3] = "";
-    for (size_t i = 0; i < 4; i++) args.lens[i] = strlen(args.argv[i]);
-    args.n = 4;
+    dq__ack_args_init(&args, t->keys.z, t->keys.counters, t->keys.prefix, "");
     dq__ack_args_add(&args, id, token);
     (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
                       ignore_reply, NULL);

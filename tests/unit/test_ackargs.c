@@ -28,12 +28,11 @@ static const char *arg(const dq__ack_args *a, size_t i)
     return s;
 }
 
+/* The keys and fixed arguments: argv[0..3]; the groups start at F. */
+#define F 4
 static void start(dq__ack_args *a)
 {
-    dq__ack_args_init(a);
-    a->argv[0] = "fixed";
-    a->lens[0] = 5;
-    a->n = 1;
+    dq__ack_args_init(a, "zs", "n", "dq:{q}:", "1");
 }
 
 static void test_one_record_one_group(void **state)
@@ -45,18 +44,20 @@ static void test_one_record_one_group(void **state)
     dq__ack_args_add(&a, "o2", "Rq.2.4096");
     dq__ack_args_add(&a, "o3", "Rq.17.4096");
     assert_int_equal(a.groups, 1);
-    assert_int_equal(a.n, 1 + 3 + 3 * 3);
-    assert_string_equal(arg(&a, 0), "fixed");
-    assert_string_equal(arg(&a, 1), "Rq.");
-    assert_string_equal(arg(&a, 2), ".4096");
-    assert_string_equal(arg(&a, 3), "3");
+    assert_int_equal(a.n, F + 3 + 3 * 3);
+    assert_string_equal(arg(&a, 0), "zs");
+    assert_string_equal(arg(&a, 2), "dq:{q}:");
+    assert_string_equal(arg(&a, 3), "1");
+    assert_string_equal(arg(&a, F - 1 + 1), "Rq.");
+    assert_string_equal(arg(&a, F - 1 + 2), ".4096");
+    assert_string_equal(arg(&a, F - 1 + 3), "3");
     const char *want[3][2] = {{"1", "o1"}, {"2", "o2"}, {"17", "o3"}};
     for (int i = 0; i < 3; i++) {
-        assert_string_equal(arg(&a, 4 + 3 * (size_t)i), want[i][0]);
-        assert_string_equal(arg(&a, 5 + 3 * (size_t)i), want[i][1]);
+        assert_string_equal(arg(&a, F - 1 + 4 + 3 * (size_t)i), want[i][0]);
+        assert_string_equal(arg(&a, F - 1 + 5 + 3 * (size_t)i), want[i][1]);
         char bucket[16];
         snprintf(bucket, sizeof bucket, "%u", dq__id_bucket(want[i][1]));
-        assert_string_equal(arg(&a, 6 + 3 * (size_t)i), bucket);
+        assert_string_equal(arg(&a, F - 1 + 6 + 3 * (size_t)i), bucket);
     }
 }
 
@@ -70,10 +71,10 @@ static void test_groups_change_with_prefix_or_suffix(void **state)
     dq__ack_args_add(&a, "c", "R2.2.8192"); /* same take, another score */
     dq__ack_args_add(&a, "d", "R1.2.4096"); /* back to the first: a new group */
     assert_int_equal(a.groups, 4);
-    assert_int_equal(a.n, 1 + 4 * 6);
-    for (size_t g = 0; g < 4; g++) assert_string_equal(arg(&a, 1 + 6 * g + 2), "1");
-    assert_string_equal(arg(&a, 7), "R2.");
-    assert_string_equal(arg(&a, 14), ".8192");
+    assert_int_equal(a.n, F + 4 * 6);
+    for (size_t g = 0; g < 4; g++) assert_string_equal(arg(&a, F - 1 + 1 + 6 * g + 2), "1");
+    assert_string_equal(arg(&a, F - 1 + 7), "R2.");
+    assert_string_equal(arg(&a, F - 1 + 14), ".8192");
 }
 
 static void test_tokens_without_two_dots(void **state)
@@ -86,14 +87,14 @@ static void test_tokens_without_two_dots(void **state)
     /* Each token that cannot be cut is all prefix; ".." cuts into "." + ""
      * + ".". */
     assert_int_equal(a.groups, 4);
-    assert_string_equal(arg(&a, 1), "plain");
-    assert_string_equal(arg(&a, 2), "");
-    assert_string_equal(arg(&a, 4), "");
-    assert_string_equal(arg(&a, 7), "one.dot");
-    assert_string_equal(arg(&a, 13), ".");
-    assert_string_equal(arg(&a, 19), ".");
-    assert_string_equal(arg(&a, 20), ".");
-    assert_string_equal(arg(&a, 22), "");
+    assert_string_equal(arg(&a, F - 1 + 1), "plain");
+    assert_string_equal(arg(&a, F - 1 + 2), "");
+    assert_string_equal(arg(&a, F - 1 + 4), "");
+    assert_string_equal(arg(&a, F - 1 + 7), "one.dot");
+    assert_string_equal(arg(&a, F - 1 + 13), ".");
+    assert_string_equal(arg(&a, F - 1 + 19), ".");
+    assert_string_equal(arg(&a, F - 1 + 20), ".");
+    assert_string_equal(arg(&a, F - 1 + 22), "");
 }
 
 /* Whatever the token, its group's prefix, its middle and the suffix give it
@@ -108,7 +109,7 @@ static void test_cut_gives_the_token_back(void **state)
         start(&a);
         dq__ack_args_add(&a, "id", tokens[t]);
         char back[256];
-        snprintf(back, sizeof back, "%s%s%s", arg(&a, 1), arg(&a, 4), arg(&a, 2));
+        snprintf(back, sizeof back, "%s%s%s", arg(&a, F - 1 + 1), arg(&a, F - 1 + 4), arg(&a, F - 1 + 2));
         assert_string_equal(back, tokens[t]);
     }
 }
@@ -126,7 +127,7 @@ static void test_full_batch(void **state)
         dq__ack_args_add(&a, ids[i], tokens[i]);
     }
     assert_int_equal(a.groups, DQ__ACK_BATCH);
-    assert_int_equal(a.n, 1 + 6 * DQ__ACK_BATCH);
+    assert_int_equal(a.n, F + 6 * DQ__ACK_BATCH);
     assert_true(a.n <= sizeof a.argv / sizeof a.argv[0]);
     assert_string_equal(arg(&a, a.n - 2), "id63");
 }
