@@ -583,8 +583,11 @@ local function batch_parse(rec, with_ids)
   local start, at, len = {}, {}, {}
   local b = {max = tonumber(m), prefix = string.sub(rec, pos, pos + tl - 1), n = n, body = pos + tl,
              start = start, at = at, len = len}
-  local idat, idlen = {}, {}
-  if with_ids then b.idat, b.idlen = idat, idlen end
+  local idat, idlen
+  if with_ids then
+    idat, idlen = {}, {}
+    b.idat, b.idlen = idat, idlen
+  end
   local size = #rec
   pos = b.body
   for i = 1, n do

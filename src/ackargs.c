@@ -57,15 +57,13 @@ void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token) {
     size_t len = strlen(token), mid, suffix;
     split_token(token, len, &mid, &suffix);
     if (!in_current_group(a, token, len, mid, suffix)) {
-        char *count = a->counts[a->groups++];
         a->group_at = a->n, a->in_group = 0;
         add_arg(a, token, mid);
         add_arg(a, token + suffix, len - suffix);
-        add_arg(a, count, 0);
+        add_arg(a, a->counts[a->groups++], 0); /* its length set below, per item */
     }
-    char *count = a->counts[a->groups - 1];
     a->in_group++;
-    a->lens[a->group_at + 2] = dq__fmt_i64(count, (int64_t)a->in_group);
+    a->lens[a->group_at + 2] = dq__fmt_i64(a->counts[a->groups - 1], (int64_t)a->in_group);
     char *bucket = a->buckets[a->items++];
     add_arg(a, token + mid, suffix - mid);
     add_arg(a, id, strlen(id));
