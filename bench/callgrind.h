@@ -47,8 +47,8 @@ static inline int cg_newest_dump(const char *out_file, char *path, size_t size) 
 }
 
 /* The instructions the server ran since the last zero: dumps them, reads
- * the dump's summary line and removes the dump. -1 on failure, with why in
- * err. */
+ * the dump's summary line and removes the dump (kept, for callgrind_annotate,
+ * when DQ_CALLGRIND_KEEP is set). -1 on failure, with why in err. */
 static inline double cg_instructions(int pid, const char *out_file, char *err, size_t errsize) {
     char path[4096];
     if (cg_control(pid, "--dump") != 0) {
@@ -69,7 +69,7 @@ static inline double cg_instructions(int pid, const char *out_file, char *err, s
     while (ir < 0 && fgets(line, sizeof line, f))
         if (strncmp(line, "summary: ", 9) == 0) ir = atof(line + 9);
     fclose(f);
-    remove(path);
+    if (!getenv("DQ_CALLGRIND_KEEP")) remove(path);
     if (ir < 0) snprintf(err, errsize, "%s: no summary line", path);
     return ir;
 }

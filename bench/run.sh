@@ -34,7 +34,10 @@
 #                           (DQ_BENCH_SCALE does not change it), then
 #                           dqbench --only drainir (figure 5f: the
 #                           drains of dq_worker and dq_take_many, 10,000
-#                           items each, in instructions);
+#                           items each, in instructions; with
+#                           DQ_CALLGRIND_KEEP=1 both keep their dumps,
+#                           cg.out.N, and the run keeps its directory,
+#                           for callgrind_annotate);
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
@@ -106,7 +109,11 @@ cleanup() {
     fi
     [ -n "$SERVER_PID" ] && stop_server "$SERVER_PID"
     [ -n "$IR_PID" ] && stop_server "$IR_PID"
-    rm -rf "$DIR"
+    if [ -n "${DQ_CALLGRIND_KEEP:-}" ]; then
+        echo "run.sh: DQ_CALLGRIND_KEEP: $DIR kept, with the callgrind dumps" >&2
+    else
+        rm -rf "$DIR"
+    fi
 }
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT

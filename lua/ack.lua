@@ -104,7 +104,7 @@ end
 -- which reads a string twice through strtod).
 local function bucket_ok(s)
   local n = #s
-  return n >= 1 and n <= 5 and string.find(s, '%D') == nil and (n < 5 or s <= '32767')
+  return n >= 1 and n <= 5 and string.find(s, '^%d+$') ~= nil and (n < 5 or s <= '32767')
 end
 
 local done = {} -- ids looked up through the index: only the first counts
@@ -134,8 +134,11 @@ while g <= n_args do
         end
         gone[i] = true
         -- id_del, without its two calls on the hot path: only an error
-        -- (a bucket of another type) goes through kcall's handling.
-        if type(redis.pcall('HDEL', ik, id)) == 'table' then id_del(P, ik, id) end
+        -- (a bucket of another type) goes through kcall's handling. The
+        -- reply is a count (0 or 1) unless it failed: compared, not passed
+        -- to type(), which makes a string.
+        local gone_n = redis.pcall('HDEL', ik, id)
+        if gone_n ~= 0 and gone_n ~= 1 then id_del(P, ik, id) end
         acked, out[at] = acked + 1, 1
       elseif not id_ok(id) then
         out[at] = -1

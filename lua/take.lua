@@ -166,9 +166,12 @@ for i, e in ipairs(entries) do
       leased_ids[leased] = id
     else
       -- id_del, without its two calls on the hot path (kcall's handling
-      -- only for an error: a bucket of another type).
+      -- only for an error: a bucket of another type). The reply is a count
+      -- (0 or 1) unless it failed: compared, not passed to type(), which
+      -- makes a string.
       local ik = id_key(P, id)
-      if type(redis.pcall('HDEL', ik, id)) == 'table' then id_del(P, ik, id) end
+      local n = redis.pcall('HDEL', ik, id)
+      if n ~= 0 and n ~= 1 then id_del(P, ik, id) end
     end
     out[i + 1] = e
     delivered = delivered + 1
@@ -185,7 +188,8 @@ if leased > 0 then
     -- id_set, inlined as id_del is above.
     local id = leased_ids[j]
     local ik = id_key(P, id)
-    if type(redis.pcall('HSET', ik, id, lease_ss)) == 'table' then id_set(P, ik, id, lease_ss) end
+    local n = redis.pcall('HSET', ik, id, lease_ss)
+    if n ~= 0 and n ~= 1 then id_set(P, ik, id, lease_ss) end
   end
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)

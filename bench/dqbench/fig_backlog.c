@@ -185,12 +185,14 @@ void phase_backlog(void) {
              "      dq_take_many up to %d)", TAKE_MANY_MAX);
     double e2b_rate = end_to_end(&eb, n, 180, "dq_take_many", how, &e2b);
     out("   For scale: BullMQ drains about 20k jobs/s (brief's figure).\n");
-    /* The target allows a batch take: dq_take_many is judged, dq_worker shown. */
+    /* Both are judged against 100,000/s: the drain's target allows a batch
+     * take (dq_take_many), and issue 10 holds dq_worker to it too. */
+    snprintf(nt, sizeof nt, ">= %.0f/s", 100000 * f);
     snprintf(ours, sizeof ours, "%.0f items/s", e2e_rate);
     snprintf(ref, sizeof ref, "LPOP -c%d: %.0f/s", 4 * DRAIN_CONC, lpop_rate);
     snprintf(ratio, sizeof ratio, "%.2f", e2e_rate / lpop_rate);
-    add_row("5", "end-to-end drain, 4 procs, dq_worker", ours, ref, ratio, ">= 100,000/s", -1);
-    snprintf(nt, sizeof nt, ">= %.0f/s", 100000 * f);
+    add_row("5", "end-to-end drain, 4 procs, dq_worker", ours, ref, ratio, ">= 100,000/s", e2e_rate >= 100000);
+    row_norm(nt, e2e_rate >= 100000 * f);
     snprintf(ours, sizeof ours, "%.0f items/s", e2b_rate);
     snprintf(ratio, sizeof ratio, "%.2f", e2b_rate / lpop_rate);
     add_row("5", "end-to-end drain, 4 procs, dq_take_many", ours, ref, ratio, ">= 100,000/s", e2b_rate >= 100000);

@@ -17,10 +17,8 @@ sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__
 from dqtest import *  # noqa: E402,F403
 from workers import *  # noqa: E402,F403
 
-ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 R = Redis(timeout=30)
-common = open(os.path.join(ROOT, "lua", "common.lua"), "rb").read()
-SHA = R.cmd("SCRIPT", "LOAD", common + open(os.path.join(ROOT, "lua", "ack.lua"), "rb").read())
+SHA = R.cmd("SCRIPT", "LOAD", eval_script("ack"))
 Q = "ackg"
 P = f"dq:{{{Q}}}:".encode()
 

@@ -22,17 +22,15 @@ import time
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 ORD = 2048
 COUNT = int(os.environ.get("DQ_MUTATIONS", "2500"))
 BOUND_MS = 100 * SLOW  # per script call; each is well under 1 ms normally
 
 R = Redis(timeout=30)
-common = open(os.path.join(ROOT, "lua", "common.lua"), "rb").read()
 SHA = {}
 for name in ("offer", "transfer", "take", "ack", "nack", "extend", "cancel", "lookup", "dead", "stats",
              "config"):
-    SHA[name] = R.cmd("SCRIPT", "LOAD", common + open(os.path.join(ROOT, "lua", name + ".lua"), "rb").read())
+    SHA[name] = R.cmd("SCRIPT", "LOAD", eval_script(name))
 
 untyped, slow_calls, calls = [], [], 0
 worst_ms = 0.0

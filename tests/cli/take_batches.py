@@ -20,7 +20,6 @@ import sys
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 R = Redis(timeout=30)
 
 
@@ -63,8 +62,7 @@ eq(sum(dq("ack", q, m["id"], m["token"]).rc == 0 for m in lines[:10]), 10, "ten 
 eq(st(q).get("inflight"), 90, "90 in flight")
 
 # ------------------------------------------------------------------ replay
-common = open(os.path.join(ROOT, "lua", "common.lua"), "rb").read()
-TAKE = R.cmd("SCRIPT", "LOAD", common + open(os.path.join(ROOT, "lua", "take.lua"), "rb").read())
+TAKE = R.cmd("SCRIPT", "LOAD", eval_script("take"))
 
 
 def take_call(q, n, prefix, repeat, rkey, lease="0"):

@@ -368,6 +368,17 @@ def id_index_key(queue, id_):
     return f"dq:{{{queue}}}:i:{h}"
 
 
+def eval_script(name):
+    """lua/NAME.lua as EVAL runs it: lua/common.lua followed by the script,
+    as tools/embed-lua.sh puts them together."""
+    root = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+    def read(n):
+        with open(os.path.join(root, "lua", n + ".lua"), "rb") as f:
+            return f.read()
+    return read("common") + read(name)
+
+
 def slot_records(queue):
     """How many records the queue's slots hold (pending and in flight)."""
     names = redis("ZRANGE", f"dq:{{{queue}}}:zs", 0, -1)
