@@ -34,7 +34,8 @@
 #                           (DQ_BENCH_SCALE does not change it), then
 #                           dqbench --only drainir (figure 5f: the
 #                           drains of dq_worker and dq_take_many, 10,000
-#                           items each, in instructions; with
+#                           items each, due over a second and in one
+#                           millisecond, in instructions; with
 #                           DQ_CALLGRIND_KEEP=1 both keep their dumps,
 #                           cg.out.N, and the run keeps its directory,
 #                           for callgrind_annotate);

@@ -77,19 +77,6 @@ local function group_record(prefix, suffix)
   return nil
 end
 
--- The block number a token middle names ("1".."1000", as take.lua writes
--- them: no sign, no leading zero), or false; cached, as the middles of one
--- call repeat from record to record.
-local block_of = {}
-local function block_number(mid)
-  local i = block_of[mid]
-  if i == nil then
-    i = #mid <= 4 and string.find(mid, '^[1-9]%d*$') ~= nil and tonumber(mid)
-    block_of[mid] = i
-  end
-  return i
-end
-
 -- Whether block i of lease record x holds the item id: by where
 -- batch_parse found its id (a string.sub of an id the call already holds
 -- makes no new string), else by parsing the entry.
@@ -107,6 +94,7 @@ local function bucket_ok(s)
   return n >= 1 and n <= 5 and string.find(s, '^%d+$') ~= nil and (n < 5 or s <= '32767')
 end
 
+local items = 0 -- items read so far (out's length)
 local done = {} -- ids looked up through the index: only the first counts
 local want = {} -- the other items in flight by the index: found in their slots below
 g = 3
@@ -115,16 +103,18 @@ while g <= n_args do
   local k = tonumber(ARGV[g + 2])
   local x = group_record(prefix, suffix)
   local b, gone = x and x.b, x and x.gone
+  local nb = b and b.n
   for j = g + 3, g + 3 * k, 3 do
     local mid, id, bucket = ARGV[j], ARGV[j + 1], ARGV[j + 2]
-    local at = #out + 1
+    items = items + 1
+    local at = items
     local tlen = #prefix + #mid + #suffix
     if not bucket_ok(bucket) or tlen < 1 or tlen > TOKEN_MAX or #id < 1 or #id > ID_MAX then
       out[at] = -1
     else
       local i = b and block_number(mid)
       local ik = P .. 'i:' .. bucket
-      if i and i <= b.n and not gone[i] and block_holds(x, i, id) then
+      if i and i <= nb and not gone[i] and block_holds(x, i, id) then
         -- The block proves the item is in flight under this lease (take.lua
         -- let in only entries whose id keeps the rule): no id index read.
         -- An id twice in a batch finds its block gone the second time.

@@ -475,20 +475,20 @@ local function raw_id(s, entry)
   return string.sub(s, pos, pos + il - 1)
 end
 
--- The ready entry of a version 1 record (never delivered) that becomes
--- ready at nows (fmt of now), or nil for any other record: the record with
--- the due and ready times put in after its version. dues: a per-call cache
--- of formatted due times (neighbours in a slot often share one).
+-- The ready entry of a version 1 record (never delivered), due at due (ms),
+-- that becomes ready at nows (fmt of now), or nil for any other record: the
+-- record with the due and ready times put in after its version. dues: a
+-- per-call cache of formatted due times (neighbours in a slot often share
+-- one).
 -- The transfer's hot path: it checks the head's shape and lengths, not the
 -- id's bytes (a string copy and a scan per item); the take checks those
 -- (entry_head) before anything is delivered, and sets such an entry aside.
-local function ready_entry_v1(rec, score, nows, dues)
+local function ready_entry_v1(rec, due, nows, dues)
   if string.byte(rec, 1) ~= 49 then return nil end -- '1'
   local il, pos = string.match(rec, '^1|(%d%d?%d?)|()')
   if not il then return nil end
   il = small_uint(il)
   if il < 1 or il > ID_MAX or pos + il - 1 > #rec then return nil end
-  local due = math.floor(score / ORD)
   local ds = dues[due]
   if not ds then
     ds = fmt(due)
@@ -618,6 +618,21 @@ local function batch_parse(rec, with_ids)
   end
   if pos ~= size + 1 then return nil, 'undecodable record' end
   return b
+end
+
+-- The block number a lease token's middle names ("1".."1000", as take.lua
+-- writes them: no sign, no leading zero), or false. The valid ones are kept
+-- as met (in the function library, from call to call: at most BATCH_MAX of
+-- them, whatever a caller sends), as every ack names blocks 1, 2, 3...
+local BLOCK_NUMBER = {}
+local function block_number(mid)
+  local i = BLOCK_NUMBER[mid]
+  if i then return i end
+  if #mid > 4 or not string.find(mid, '^[1-9]%d*$') then return false end
+  i = mid + 0
+  if i > BATCH_MAX then return false end
+  BLOCK_NUMBER[mid] = i
+  return i
 end
 
 -- The id of the entry at [at, at + len) of s, unchecked (see raw_id), or

@@ -13,7 +13,8 @@
 -- ARGV[6] the shard count the scheduler runs the queue's shards by (see
 -- shards_refusal: a scheduler learns a queue's count this way).
 -- Works in chunks of whole ranks of the first slot, with a few calls per
--- chunk and none per item: the record is the member, and the id index keeps
+-- chunk and none per item (but a ZSCORE for a record other than version 1
+-- in a burst, below): the record is the member, and the id index keeps
 -- the id (an id in no slot is ready). Stops at the count or time budget, so
 -- Redis is never blocked for long; the caller runs it again while 'more'.
 -- A record it cannot decode (or whose score is no time) goes to the
@@ -101,18 +102,40 @@ local function push_in_pieces(key, list, wake)
   end
 end
 
+-- A burst (many items due in one millisecond) is read without its scores.
+-- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
+-- what moving an item costs. When a chunk's items all had one due time and
+-- emptied their slot, the next slot's records due in that millisecond are
+-- read alone (their due time is known); the chunks after that go back to
+-- scores once that millisecond is done in a slot. A record other than a
+-- version 1 one read this way gets its score from ZSCORE.
+local burst -- that due time (ms), or nil
 for _ = 1, 10000 do
   if done >= max_items then break end
   local first = kcall(P, 'ZRANGE', zs, '0', '0')
   if first[1] == nil then break end
   local key = slot_key(P, first[1])
   local want = math.min(CHUNK, max_items - done)
-  local items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))
-  local n = #items / 2
+  local items, step, lo_s, hi_s
+  if burst then
+    lo_s, hi_s = fmt(burst * ORD), fmt((burst + 1) * ORD - 1)
+    items = kcall(P, 'ZRANGEBYSCORE', key, lo_s, hi_s, 'LIMIT', '0', nstr(want))
+    step = 1
+  else
+    items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))
+    step = 2
+  end
+  local n = #items / step
   if n == 0 then
-    -- Nothing due in the first slot: done, unless it is an emptied one.
-    if redis.call('EXISTS', key) == 1 then break end
-    redis.call('ZREM', zs, first[1])
+    -- Nothing due in the first slot: done, unless it is an emptied one (in
+    -- a burst: read it again with scores).
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('ZREM', zs, first[1])
+    elseif burst then
+      burst = nil
+    else
+      break
+    end
   else
     if not checked then
       -- Only when there is work: keys of another type are renamed away.
@@ -128,20 +151,26 @@ for _ = 1, 10000 do
     -- that brings it to CHUNK items, so a call stays short however many
     -- leases run out together.
     local taken, units = 0, 0
-    for i = 1, #items, 2 do
+    local one_due = burst -- the due time all the chunk's items share, or false
+    for i = 1, #items, step do
       if units >= CHUNK then break end
       taken, units = taken + 1, units + 1
       -- A score as WITHSCORES writes it is always a number: "+ 0" reads it
       -- with one strtod, where tonumber would run two.
-      local rec, score = items[i], items[i + 1] + 0
+      local rec = items[i]
+      local score = step == 2 and items[i + 1] + 0
+      local due = score and math.floor(score / ORD) or burst
+      if one_due == nil then one_due = due elseif one_due ~= due then one_due = false end
       -- Most records were never delivered (version 1): their ready entry
       -- is the record with the two times put in, no table needed.
-      local e = score >= 0 and ready_entry_v1(rec, score, nows, dues)
+      local e = due >= 0 and ready_entry_v1(rec, due, nows, dues)
       if e then
         pending_out = pending_out + 1
-        lateness_add(lat, now - math.floor(score / ORD))
+        lateness_add(lat, now - due)
         out[#out + 1] = e
       else
+        -- The others need their exact score.
+        score = score or redis.call('ZSCORE', key, rec) + 0
         local r, why, held
         if score < 0 then
           why = 'record with a negative score'
@@ -166,7 +195,14 @@ for _ = 1, 10000 do
         end
       end
     end
-    redis.call('ZREMRANGEBYRANK', key, '0', nstr(taken - 1))
+    if step == 2 or redis.call('ZRANK', key, items[1]) == 0 then
+      -- The chunk is the slot's first ranks: read from -inf, or from a
+      -- record nothing comes before (ZREMRANGEBYSCORE would parse every
+      -- score it passes).
+      redis.call('ZREMRANGEBYRANK', key, '0', nstr(taken - 1))
+    else
+      redis.call('ZREM', key, unpack(items, 1, taken))
+    end
     push_in_pieces(ready, out, true)
     push_in_pieces(aside, bad, false)
     -- The id index entries that pointed at the records set aside.
@@ -176,7 +212,20 @@ for _ = 1, 10000 do
       if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
     end
     moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + units
-    if taken == n and n < want and redis.call('EXISTS', key) == 1 then break end
+    if taken == n and n < want then
+      -- What was due in this slot is done (in a burst, of its millisecond).
+      if redis.call('EXISTS', key) == 1 then
+        if not burst then break end
+        burst = nil -- later records of the slot: read them with scores
+      else
+        -- The slot emptied: it leaves the index now (not on the next
+        -- round), and the next slot may go on with the same due time.
+        redis.call('ZREM', zs, first[1])
+        burst = one_due and one_due >= 0 and one_due or nil
+      end
+    else
+      burst = nil
+    end
     if server_now_us() - start_us >= budget_us then break end
   end
 end
