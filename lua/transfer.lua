@@ -105,10 +105,11 @@ end
 -- A burst (many items due in one millisecond) is read without its scores.
 -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
 -- what moving an item costs. When a chunk's items all had one due time and
--- emptied their slot, the next slot's records due in that millisecond are
--- read alone (their due time is known); the chunks after that go back to
--- scores once that millisecond is done in a slot. A record other than a
--- version 1 one read this way gets its score from ZSCORE.
+-- filled the chunk or emptied their slot, the next chunk's records due in
+-- that millisecond (in the same slot or the next) are read alone (their due
+-- time is known); the chunks after that go back to scores once that
+-- millisecond is done in a slot. A record other than a version 1 one read
+-- this way gets its score from ZSCORE.
 local burst -- that due time (ms), or nil
 for _ = 1, 10000 do
   if done >= max_items then break end
@@ -212,6 +213,7 @@ for _ = 1, 10000 do
       if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
     end
     moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + units
+    local same = one_due and one_due >= 0 and one_due or nil
     if taken == n and n < want then
       -- What was due in this slot is done (in a burst, of its millisecond).
       if redis.call('EXISTS', key) == 1 then
@@ -221,8 +223,12 @@ for _ = 1, 10000 do
         -- The slot emptied: it leaves the index now (not on the next
         -- round), and the next slot may go on with the same due time.
         redis.call('ZREM', zs, first[1])
-        burst = one_due and one_due >= 0 and one_due or nil
+        burst = same
       end
+    elseif taken == n then
+      -- A full chunk of one due time: the slot may hold more of it (a slot
+      -- outgrows a chunk when it cannot split: its records at one score).
+      burst = same
     else
       burst = nil
     end

@@ -144,4 +144,17 @@ eq([(i, d) for _, d, i in got], [(f"b{i:03d}", D) for i in range(50)] + [(f"b{i:
 eq(redis("ZCARD", f"dq:{{{q}}}:q:b"), 4, "the 4 future records stay in their slot")
 eq(int(res[2]) // 1000, future // 1000, "next due: the first future record")
 
+section("one slot of 250 records at one score (more than a chunk)")
+q = "tburst3"
+D = server_ms() - 5000
+plant_slot(q, "a", D * ORD, {v1(i)[1]: D * ORD + 5 for i in range(250)})
+redis("HSET", f"dq:{{{q}}}:n", "pending", "250")
+redis("CONFIG", "RESETSTAT")
+res = R.cmd("EVALSHA", TRANSFER, "7", *keys(q)[0], keys(q)[1], keys(q)[1] + "w", "100000", "1000000000", "0", "")
+eq(res[0], 250, "moved all 250")
+ok(calls("zrank") >= 2, "chunks after the first were read as a burst, in the same slot", calls("zrank"))
+got = [entry_due_and_id(e) for e in redis("LRANGE", f"dq:{{{q}}}:r", 0, -1)]
+eq([(i, d) for _, d, i in got], [(f"b{i:03d}", D) for i in range(250)], "each once, in order, due D")
+eq(redis("EXISTS", f"dq:{{{q}}}:q:a"), 0, "the slot is gone")
+
 finish()
