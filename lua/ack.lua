@@ -123,12 +123,7 @@ while g <= n_args do
           changed[#changed + 1] = x
         end
         gone[i] = true
-        -- id_del, without its two calls on the hot path: only an error
-        -- (a bucket of another type) goes through kcall's handling. The
-        -- reply is a count (0 or 1) unless it failed: compared, not passed
-        -- to type(), which makes a string.
-        local gone_n = redis.pcall('HDEL', ik, id)
-        if gone_n ~= 0 and gone_n ~= 1 then id_del(P, ik, id) end
+        id_del(P, ik, id)
         acked, out[at] = acked + 1, 1
       elseif not id_ok(id) then
         out[at] = -1

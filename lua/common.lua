@@ -771,12 +771,19 @@ local function id_score(P, id)
 end
 
 -- score: a number, or a number already formatted with fmt.
+-- The id index's writes, on the hot paths of take and ack. HSET and HDEL
+-- reply a count (0 or 1) unless they failed: compared, not passed to
+-- type() (which makes a string), so only a failure (a bucket of another
+-- type) goes through kcall's handling.
 local function id_set(P, ik, id, score)
-  kcall(P, 'HSET', ik, id, type(score) == 'string' and score or fmt(score))
+  if type(score) ~= 'string' then score = fmt(score) end
+  local n = redis.pcall('HSET', ik, id, score)
+  if n ~= 0 and n ~= 1 then kcall(P, 'HSET', ik, id, score) end
 end
 
 local function id_del(P, ik, id)
-  kcall(P, 'HDEL', ik, id)
+  local n = redis.pcall('HDEL', ik, id)
+  if n ~= 0 and n ~= 1 then kcall(P, 'HDEL', ik, id) end
 end
 
 -- Moves a record to the dead letters of the queue (the caller has taken it

@@ -165,13 +165,7 @@ for i, e in ipairs(entries) do
       leased = leased + 1
       leased_ids[leased] = id
     else
-      -- id_del, without its two calls on the hot path (kcall's handling
-      -- only for an error: a bucket of another type). The reply is a count
-      -- (0 or 1) unless it failed: compared, not passed to type(), which
-      -- makes a string.
-      local ik = id_key(P, id)
-      local n = redis.pcall('HDEL', ik, id)
-      if n ~= 0 and n ~= 1 then id_del(P, ik, id) end
+      id_del(P, id_key(P, id), id)
     end
     out[i + 1] = e
     delivered = delivered + 1
@@ -185,11 +179,8 @@ if leased > 0 then
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   for j = 1, leased do
-    -- id_set, inlined as id_del is above.
     local id = leased_ids[j]
-    local ik = id_key(P, id)
-    local n = redis.pcall('HSET', ik, id, lease_ss)
-    if n ~= 0 and n ~= 1 then id_set(P, ik, id, lease_ss) end
+    id_set(P, id_key(P, id), id, lease_ss)
   end
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)

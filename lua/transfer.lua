@@ -117,10 +117,9 @@ for _ = 1, 10000 do
   if first[1] == nil then break end
   local key = slot_key(P, first[1])
   local want = math.min(CHUNK, max_items - done)
-  local items, step, lo_s, hi_s
+  local items, step
   if burst then
-    lo_s, hi_s = fmt(burst * ORD), fmt((burst + 1) * ORD - 1)
-    items = kcall(P, 'ZRANGEBYSCORE', key, lo_s, hi_s, 'LIMIT', '0', nstr(want))
+    items = kcall(P, 'ZRANGEBYSCORE', key, fmt(burst * ORD), fmt((burst + 1) * ORD - 1), 'LIMIT', '0', nstr(want))
     step = 1
   else
     items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))

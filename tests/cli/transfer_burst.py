@@ -105,7 +105,7 @@ expect += [(f"b{i:03d}", D + 1) for i in range(110, 130)]
 redis("HSET", f"dq:{{{q}}}:n", "pending", "131", "inflight", "1")
 
 redis("CONFIG", "RESETSTAT")
-res = R.cmd("EVALSHA", TRANSFER, "7", *keys(q)[0], keys(q)[1], keys(q)[1] + "w", "100000", "1000000000", "0", "")
+res = transfer(q)
 eq(res[0], 132, "moved: 131 items and the lease's one")
 eq(res[1], 1, "set aside: the broken record")
 eq(res[5], 1, "expired: the lease's item")
@@ -136,7 +136,7 @@ future = server_ms() + 3600 * 1000
 recs.update({v1(i)[1]: future * ORD + i for i in range(60, 64)})
 plant_slot(q, "b", D * ORD + 30, recs)
 redis("HSET", f"dq:{{{q}}}:n", "pending", "64")
-res = R.cmd("EVALSHA", TRANSFER, "7", *keys(q)[0], keys(q)[1], keys(q)[1] + "w", "100000", "1000000000", "0", "")
+res = transfer(q)
 eq(res[0], 60, "moved the 60 due items")
 got = [entry_due_and_id(e) for e in redis("LRANGE", f"dq:{{{q}}}:r", 0, -1)]
 eq([(i, d) for _, d, i in got], [(f"b{i:03d}", D) for i in range(50)] + [(f"b{i:03d}", D + 2) for i in range(50, 60)],
@@ -150,7 +150,7 @@ D = server_ms() - 5000
 plant_slot(q, "a", D * ORD, {v1(i)[1]: D * ORD + 5 for i in range(250)})
 redis("HSET", f"dq:{{{q}}}:n", "pending", "250")
 redis("CONFIG", "RESETSTAT")
-res = R.cmd("EVALSHA", TRANSFER, "7", *keys(q)[0], keys(q)[1], keys(q)[1] + "w", "100000", "1000000000", "0", "")
+res = transfer(q)
 eq(res[0], 250, "moved all 250")
 ok(calls("zrank") >= 2, "chunks after the first were read as a burst, in the same slot", calls("zrank"))
 got = [entry_due_and_id(e) for e in redis("LRANGE", f"dq:{{{q}}}:r", 0, -1)]
