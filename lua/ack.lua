@@ -16,11 +16,15 @@
 -- never sinks the others. Groups that do not add up (a count past the
 -- arguments) refuse the call before it writes.
 -- A group's lease record (the one at the suffix's score whose token prefix
--- is the group's) is read once; an item of it costs a look at its block
--- (the middle is the block's number) and the removal of its id index
--- entry. A batch shares the script call, the counter update, and per lease
--- record one read and one write. Items extend moved to records of their
--- own (same token) are found through the id index (see slot_find_many).
+-- is the group's) is read once. A group that acks all of a version 4
+-- record's items in block order (a worker's ack of a handled take) is
+-- checked by one comparison of its ids with the record's (see ack_whole),
+-- and the record goes whole. Otherwise an item costs a look at its block
+-- (the middle is the block's number). Either way an item costs the removal
+-- of its id index entry. A batch shares the script call, the counter
+-- update, and per lease record one read and one write. Items extend moved
+-- to records of their own (same token) are found through the id index (see
+-- slot_find_many).
 -- Corrupt counters refuse the call before it writes (see common.lua).
 -- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
@@ -45,8 +49,10 @@ local out, acked = {}, 0
 -- The lease records at a token suffix's score (".<score>"), read once per
 -- score however a suffix spells it ("012" is 12): two copies of a record
 -- would each write it back. None when the lease has ended (now, server ms,
--- at or past its end: ended, even if no scheduler returned it yet).
-local at_score = {} -- a score (as fmt writes it) -> {key, ss, rec, b, gone}, ...
+-- at or past its end: ended, even if no scheduler returned it yet). Each
+-- is {key, ss, rec, h, gone}: h its lease_head; its blocks are read
+-- (blocks_of) only when an ack needs them.
+local at_score = {} -- a score (as fmt writes it) -> {key, ss, rec, h, gone}, ...
 local changed = {} -- those that lose items
 local function lease_records_at(suffix)
   if string.byte(suffix, 1) ~= 46 then return {} end -- '.'
@@ -61,8 +67,8 @@ local function lease_records_at(suffix)
   if not name then return recs end
   local key = slot_key(P, name)
   for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', '0', '16')) do
-    local b = string.byte(rec, 1) == 51 and batch_parse(rec, true) -- '3'
-    if b then recs[#recs + 1] = {key = key, ss = ss, rec = rec, b = b, gone = {}} end
+    local h = lease_head(rec)
+    if h then recs[#recs + 1] = {key = key, ss = ss, rec = rec, h = h, gone = {}} end
   end
   return recs
 end
@@ -72,17 +78,33 @@ end
 local function group_record(prefix, suffix)
   if #suffix < 2 then return nil end
   for _, x in ipairs(lease_records_at(suffix)) do
-    if x.b.prefix == prefix then return x end
+    if x.h.prefix == prefix then return x end
   end
   return nil
 end
 
--- Whether block i of lease record x holds the item id: by where
--- batch_parse found its id (a string.sub of an id the call already holds
--- makes no new string), else by parsing the entry.
+-- The blocks of lease record x (batch_parse, ids included), read on first
+-- use; nil when they do not decode, or when the whole record went already.
+local function blocks_of(x)
+  if x.all then return nil end
+  if x.b == nil then x.b = batch_parse(x.rec, true, x.h) or false end
+  return x.b or nil
+end
+
+local function mark_changed(x)
+  if not x.changed then
+    x.changed = true
+    changed[#changed + 1] = x
+  end
+end
+
+-- Whether block i of lease record x holds the item id: by its piece of the
+-- ids (version 4), or where batch_parse found the id of a version 1 entry
+-- (version 3), else by parsing the entry. A string.sub of an id the call
+-- already holds makes no new string.
 local function block_holds(x, i, id)
-  local q = x.b.idat[i]
-  if q then return x.b.idlen[i] == #id and string.sub(x.rec, q, q + #id - 1) == id end
+  local named = batch_names(x.rec, x.b, i, id)
+  if named ~= nil then return named end
   return x.b.len[i] > 0 and entry_id_at(x.rec, x.b.at[i], x.b.len[i]) == id
 end
 
@@ -94,6 +116,37 @@ local function bucket_ok(s)
   return n >= 1 and n <= 5 and string.find(s, '^%d+$') ~= nil and (n < 5 or s <= '32767')
 end
 
+-- A group that acks every item of its version 4 lease record x, in block
+-- order (the usual ack of a worker: a whole take, handled), at arguments
+-- g + 3 .. g + 3 * k: its items' ids, joined as the record's ids are, are
+-- the record's ids, so every block is in flight under this lease with the
+-- id named, and the record goes whole; no block is read. Returns false,
+-- having changed nothing, for any other group (the caller then judges each
+-- item on its own). Sets the k results from at.
+local function ack_whole(x, g, k, at)
+  if x.changed or x.h.v ~= 52 or k ~= x.h.n then return false end
+  local tlen0 = #ARGV[g] + #ARGV[g + 1]
+  local ids, buckets = {}, {}
+  for j = 1, k do
+    local a = g + 3 * j
+    local mid, id, bucket = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    if block_number(mid) ~= j or not bucket_ok(bucket) or tlen0 + #mid > TOKEN_MAX or
+       #id < 1 or #id > ID_MAX then
+      return false
+    end
+    ids[j], buckets[j] = id, bucket
+  end
+  if table.concat(ids, ' ') ~= string.sub(x.rec, x.h.ids, x.h.body - 1) then return false end
+  x.all = true
+  mark_changed(x)
+  for j = 1, k do
+    id_del(P, P .. 'i:' .. buckets[j], ids[j])
+    out[at + j] = 1
+  end
+  acked = acked + k
+  return true
+end
+
 local items = 0 -- items read so far (out's length)
 local done = {} -- ids looked up through the index: only the first counts
 local want = {} -- the other items in flight by the index: found in their slots below
@@ -102,39 +155,40 @@ while g <= n_args do
   local prefix, suffix = ARGV[g], ARGV[g + 1]
   local k = tonumber(ARGV[g + 2])
   local x = group_record(prefix, suffix)
-  local b, gone = x and x.b, x and x.gone
-  local nb = b and b.n
-  for j = g + 3, g + 3 * k, 3 do
-    local mid, id, bucket = ARGV[j], ARGV[j + 1], ARGV[j + 2]
-    items = items + 1
-    local at = items
-    local tlen = #prefix + #mid + #suffix
-    if not bucket_ok(bucket) or tlen < 1 or tlen > TOKEN_MAX or #id < 1 or #id > ID_MAX then
-      out[at] = -1
-    else
-      local i = b and block_number(mid)
-      local ik = P .. 'i:' .. bucket
-      if i and i <= nb and not gone[i] and block_holds(x, i, id) then
-        -- The block proves the item is in flight under this lease (take.lua
-        -- let in only entries whose id keeps the rule): no id index read.
-        -- An id twice in a batch finds its block gone the second time.
-        if not x.changed then
-          x.changed = true
-          changed[#changed + 1] = x
-        end
-        gone[i] = true
-        id_del(P, ik, id)
-        acked, out[at] = acked + 1, 1
-      elseif not id_ok(id) then
+  if x and ack_whole(x, g, k, items) then
+    items = items + k
+  else
+    local b = x and blocks_of(x)
+    local gone, nb = x and x.gone, b and b.n
+    for j = g + 3, g + 3 * k, 3 do
+      local mid, id, bucket = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+      items = items + 1
+      local at = items
+      local tlen = #prefix + #mid + #suffix
+      if not bucket_ok(bucket) or tlen < 1 or tlen > TOKEN_MAX or #id < 1 or #id > ID_MAX then
         out[at] = -1
-      elseif done[id] then
-        out[at] = 0
       else
-        -- In flight: indexed at a score whose lease has not ended.
-        out[at], done[id] = 0, true
-        local score = id_score_in(P, ik, id)
-        if score and math.floor(score / ORD) > now then
-          want[#want + 1] = {at = at, id = id, token = prefix .. mid .. suffix, ik = ik, score = score}
+        local i = b and block_number(mid)
+        local ik = P .. 'i:' .. bucket
+        if i and i <= nb and not gone[i] and block_holds(x, i, id) then
+          -- The block proves the item is in flight under this lease (take.lua
+          -- let in only entries whose id keeps the rule): no id index read.
+          -- An id twice in a batch finds its block gone the second time.
+          mark_changed(x)
+          gone[i] = true
+          id_del(P, ik, id)
+          acked, out[at] = acked + 1, 1
+        elseif not id_ok(id) then
+          out[at] = -1
+        elseif done[id] then
+          out[at] = 0
+        else
+          -- In flight: indexed at a score whose lease has not ended.
+          out[at], done[id] = 0, true
+          local score = id_score_in(P, ik, id)
+          if score and math.floor(score / ORD) > now then
+            want[#want + 1] = {at = at, id = id, token = prefix .. mid .. suffix, ik = ik, score = score}
+          end
         end
       end
     end
@@ -143,7 +197,7 @@ while g <= n_args do
 end
 for _, x in ipairs(changed) do
   kcall(P, 'ZREM', x.key, x.rec)
-  local left = batch_without(x.rec, x.b, x.gone)
+  local left = not x.all and batch_without(x.rec, x.b, x.gone)
   if left then kcall(P, 'ZADD', x.key, x.ss, left) end
 end
 

@@ -33,7 +33,7 @@ local now = server_now_ms()
 -- per block left (see Lease records in common.lua). The cursor counts
 -- these items, so a page may end inside a lease record.
 local function items_of(rec, score)
-  if string.byte(rec, 1) ~= 51 then return {parse_record(rec, score) or false} end -- '3'
+  if not is_lease_record(rec) then return {parse_record(rec, score) or false} end
   local b = batch_parse(rec)
   if not b then return {false} end
   local units = {}

@@ -97,7 +97,7 @@ local function leased_reply(ss)
   local name = slot_at(zs, ss)
   if not name then return {} end
   for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
-    local b = string.byte(rec, 1) == 51 and batch_parse(rec) -- '3'
+    local b = is_lease_record(rec) and batch_parse(rec)
     if b and b.prefix == tprefix then
       local out = {score}
       for i = 1, b.n do
@@ -140,17 +140,26 @@ if lease > 0 then
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local delivered = 0
--- With a lease: the blocks of the lease record (see Lease records in
--- common.lua), two parts per entry, and the ids it leases.
-local parts, leased_ids = {}, {}
+-- With a lease: the ids of the lease record's blocks (see Lease records in
+-- common.lua; '' for an empty one), the parts of its blocks, three per entry
+-- (so no string is made per entry; filled in order, so Lua keeps the table
+-- an array).
+local ids, blocks = {}, {}
+local function block_parts(i, id, elen, e)
+  ids[i] = id
+  local k = 3 * i - 2
+  blocks[k], blocks[k + 1], blocks[k + 2] = elen, '|', e
+end
 local lease_ss -- the lease record's score, as fmt writes it
 local unindex = {} -- ids of entries set aside, with their due times
 local back = {} -- sealed entries for a key the caller lacks: back to the head
 for i, e in ipairs(entries) do
   local d, a, il, el, pos, id = entry_head(e)
   local kid = d and sealed_key(e, pos + il + el)
-  if lease > 0 then parts[2 * i - 1], parts[2 * i] = '0|', '' end
-  if kid and not key_held(keys_held, kid) then
+  local held_back = kid and not key_held(keys_held, kid)
+  -- An entry held back or set aside leaves an empty block.
+  if lease > 0 and (held_back or not d) then block_parts(i, '', '0', '') end
+  if held_back then
     back[#back + 1] = e
     out[i + 1] = 'k|' .. kid .. '|' .. id
   elseif not d then
@@ -161,9 +170,8 @@ for i, e in ipairs(entries) do
     out[i + 1] = ''
   else
     if lease > 0 then
-      parts[2 * i - 1], parts[2 * i] = nstr(#e) .. '|', e
+      block_parts(i, id, nstr(#e), e)
       leased = leased + 1
-      leased_ids[leased] = id
     else
       id_del(P, id_key(P, id), id)
     end
@@ -174,13 +182,14 @@ end
 if leased > 0 then
   -- One record for the take's leases, scored by their end; with an
   -- ordinal, so takes in the same millisecond never share a score.
-  local rec = '3|' .. fmt(max) .. '|' .. nstr(#tprefix) .. '|' .. nstr(#entries) .. '|' .. tprefix ..
-              table.concat(parts)
+  local idsec = table.concat(ids, ' ')
+  local rec = '4|' .. fmt(max) .. '|' .. nstr(#tprefix) .. '|' .. nstr(#entries) .. '|' .. fmt(#idsec) ..
+              '|' .. tprefix .. idsec .. table.concat(blocks)
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
-  for j = 1, leased do
-    local id = leased_ids[j]
-    id_set(P, id_key(P, id), id, lease_ss)
+  for j = 1, #entries do
+    local id = ids[j]
+    if id ~= '' then id_set(P, id_key(P, id), id, lease_ss) end
   end
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)

@@ -174,7 +174,7 @@ for _ = 1, 10000 do
         local r, why, held
         if score < 0 then
           why = 'record with a negative score'
-        elseif string.byte(rec, 1) == 51 then -- '3'
+        elseif is_lease_record(rec) then
           held, why = leases_ran_out(rec, score, out, bad, unindex)
         else
           r, why = parse_record(rec, score)

@@ -110,4 +110,58 @@ eq(inflight(), 0, "nothing in flight")
 eq(records(), [], "no lease record left")
 eq(id_index_size(Q), 0, "no id index entry left")
 
+
+def lease_six(tag):
+    """Offers tag1..tag6 and leases them in one take: [(block, id, token)]
+    in block order."""
+    for i in range(1, 7):
+        eq(dq("offer", Q, "0", f"payload {i}", "--id", f"{tag}{i}").rc, 0, f"offer {tag}{i}")
+    _, msgs = take_manual(Q, "--count", "6", "--timeout", "5s")
+    eq(len(msgs), 6, f"one take leases {tag}1..{tag}6")
+    return sorted((int(cut(m["token"])[1]), m["id"], m["token"]) for m in msgs)
+
+
+def whole(items, order=None):
+    """A group of the items in the given order of blocks (default: 1..n)."""
+    pre_, _, suf_ = cut(items[0][2])
+    args = [pre_, suf_, str(len(items))]
+    for b, id_, _ in (items if order is None else [items[j] for j in order]):
+        args += [str(b), id_, bucket(id_)]
+    return args
+
+
+section("a whole take acked in block order: its ids compared in one piece, the record gone whole")
+items = lease_six("w")
+ok(len(records()) == 1 and records()[0][:2] == b"4|", "one lease record, of version 4", records())
+eq(ack(*whole(items)), [1] * 6, "all six acked")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing in flight, no record, no index entry")
+eq(ack(*whole(items)), [0] * 6, "the same ack again: none in flight")
+eq(inflight(), 0, "still nothing in flight")
+
+section("a whole take with one id that is not its block's: each item judged on its own")
+items = lease_six("x")
+args = whole(items)
+args[3 + 3 * 1 + 1] = "x9"  # block 2 named with another id
+eq(ack(*args), [1, 0, 1, 1, 1, 1], "five acked, the misnamed one not")
+left = records()
+ok(len(left) == 1 and left[0].count(b"x2") == 2 and all(f"x{i}".encode() not in left[0] for i in (1, 3, 4, 5, 6)),
+   "the record keeps x2 alone (its id and its entry)", left)
+eq(dq("ack", "--", Q, "x2", items[1][2]).rc, 0, "the CLI acks x2")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
+
+section("a whole take acked out of block order: each item judged on its own, all acked")
+items = lease_six("y")
+eq(ack(*whole(items, [1, 0, 2, 3, 4, 5])), [1] * 6, "all six acked")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
+
+section("a lease record whose ids are not its entries': a whole ack does not go by them")
+items = lease_six("z")
+(rec,) = records()
+(name,) = R.cmd("ZRANGE", P + b"zs", "0", "-1")
+score = R.cmd("ZSCORE", P + b"q:" + name, rec)
+R.cmd("ZREM", P + b"q:" + name, rec)
+R.cmd("ZADD", P + b"q:" + name, score, rec.replace(b"z1 z2", b"q1 z2", 1))
+eq(ack(*whole(items)), [0, 1, 1, 1, 1, 1], "z1, whose block names q1, is not acked; the others are")
+eq(inflight(), 1, "z1 in flight until its lease runs out")
+
 finish()

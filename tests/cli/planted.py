@@ -116,30 +116,51 @@ def plant_slot(q, due, record, name="planted"):
 
 
 def lease_records(q):
-    """(slot key, record, score) of every lease record (version 3) of q."""
+    """(slot key, record, score) of every lease record (version 3 or 4) of q."""
     for s_ in redis("ZRANGE", k(q, "zs"), 0, -1):
         sk = k(q, "q:" + s_.decode())
         rs = redis("ZRANGE", sk, 0, -1, "WITHSCORES")
         for member, score in zip(rs[0::2], rs[1::2]):
-            if member[:2] == b"3|":
+            if member[:2] in (b"3|", b"4|"):
                 yield sk, member, score
 
 
 def parse_lease(rec):
-    """A lease record as (max attempts, token prefix, entries of its blocks)."""
-    _, m, tl, n, rest = rec.split(b"|", 4)
-    prefix, body = rest[:int(tl)], rest[int(tl):]
+    """A lease record as (version, max attempts, token prefix, entries of its
+    blocks, ids of its blocks: version 4's, else None)."""
+    v = int(rec[:1])
+    if v == 4:
+        _, m, tl, n, il, rest = rec.split(b"|", 5)
+        ids, body = rest[int(tl):int(tl) + int(il)].split(b" "), rest[int(tl) + int(il):]
+    else:
+        _, m, tl, n, rest = rec.split(b"|", 4)
+        ids, body = None, rest[int(tl):]
+    prefix = rest[:int(tl)]
     blocks = []
     for _ in range(int(n)):
         ln, body = body.split(b"|", 1)
         blocks.append(body[:int(ln)])
         body = body[int(ln):]
-    return int(m), prefix, blocks
+    return v, int(m), prefix, blocks, ids
 
 
-def lease_record(m, prefix, blocks):
-    return (b"3|%d|%d|%d|" % (m, len(prefix), len(blocks)) + prefix +
-            b"".join(b"%d|" % len(e) + e for e in blocks))
+def entry_id(e):
+    """The id of a ready entry (version 1 or 2), b"" for an empty block."""
+    if not e:
+        return b""
+    f = e.split(b"|", 6) if e[:1] == b"2" else e.split(b"|", 4)
+    il, rest = (int(f[4]), f[6]) if e[:1] == b"2" else (int(f[3]), f[4])
+    return rest[:il]
+
+
+def lease_record(m, prefix, blocks, v=4, ids=None):
+    """A lease record of version v: version 4's ids are those of its blocks'
+    entries unless given."""
+    body = b"".join(b"%d|" % len(e) + e for e in blocks)
+    if v == 3:
+        return b"3|%d|%d|%d|" % (m, len(prefix), len(blocks)) + prefix + body
+    ids = b" ".join(ids if ids is not None else [entry_id(e) for e in blocks])
+    return b"4|%d|%d|%d|%d|" % (m, len(prefix), len(blocks), len(ids)) + prefix + ids + body
 
 
 def rewrite(q, token, before, max_):
@@ -149,7 +170,7 @@ def rewrite(q, token, before, max_):
     Whether a record was found."""
     token = token.encode()
     for sk, member, score in lease_records(q):
-        m, prefix, blocks = parse_lease(member)
+        v, m, prefix, blocks, ids = parse_lease(member)
         if not token.startswith(prefix):
             continue
         i = int(token[len(prefix):].split(b".")[0]) - 1
@@ -162,7 +183,7 @@ def rewrite(q, token, before, max_):
             f[3] = before
             blocks[i] = b"|".join(f)
         redis("ZREM", sk, member)
-        redis("ZADD", sk, score, lease_record(max_, prefix, blocks))
+        redis("ZADD", sk, score, lease_record(max_, prefix, blocks, v, ids))
         return True
     return False
 
@@ -202,6 +223,12 @@ CASES += [
     ("lease record, 1001 blocks", [("slot", b"3|5|2|1001|t." + b"0|" * 1001)], "undecodable"),
     ("lease record, bytes after its blocks", [("slot", b"3|5|2|1|t.0|junk")], "undecodable"),
     ("lease record, block length of 10 digits", [("slot", b"3|5|2|1|t.0000000001|x")], "undecodable"),
+    ("lease record v4, ids past the end", [("slot", b"4|5|2|1|99|t.id11|1|1|1|2|idp")], "undecodable"),
+    ("lease record v4, two ids for one block", [("slot", b"4|5|2|1|5|t.id id11|1|1|1|2|idp")], "undecodable"),
+    ("lease record v4, an id for an empty block", [("slot", b"4|5|2|2|3|t.id 0|11|1|1|1|2|idp")], "undecodable"),
+    ("lease record v4, no id for a full block", [("slot", b"4|5|2|2|3|t. id11|1|1|1|2|idp0|")], "undecodable"),
+    ("lease record v4, an id of 129 bytes", [("slot", b"4|5|2|1|129|t." + b"i" * 129 + b"11|1|1|1|2|idp")],
+     "undecodable"),
 ]
 
 for i, (name, plants, reason) in enumerate(CASES):
@@ -233,22 +260,41 @@ for i, (name, plants, reason) in enumerate(CASES):
 
 # ------------------------------------------------------------------ a lease record with one bad item
 
+def run_out_lease(q, rec, ids, good_id):
+    """Plants lease record rec in q, its lease run out 500 ms ago (ids in
+    the id index, pointing at it), takes q with a lease: the one good item
+    comes again, on its second attempt, and is acked. The set-aside list."""
+    plant_slot(q, server_ms() - 500, rec)
+    score = redis("ZRANGE", k(q, "q:planted"), 0, 0, "WITHSCORES")[1]
+    for i in ids:
+        redis("HSET", id_index_key(q, i), i, score)
+    r = dq("take", q, "--count", "64", "--timeout", "1s", "--json", "--ack", "manual")
+    m = r.json_lines()
+    eq([(x["id"], x["attempt"]) for x in m], [(good_id, 2)],
+       f"{good_id} delivered, on its second attempt ({r.err[-200:]!r})")
+    if m:
+        eq(dq("ack", q, good_id, m[0]["token"]).rc, 0, "and acked")
+    eq(redis("ZCARD", k(q, "q:planted")), 0, "the lease records are gone")
+    return aside(q)
+
+
 section("a lease record whose lease ran out, with a good item and a bad one: the good one is delivered again")
-q = "pllease"
-now = server_ms()
-good = entry_v1(now - 600, b"lg", b"payload-lg")
-rec = lease_record(3, b"t.", [good, b"2|5|6|999999999|2|0|idp", b""])
-plant_slot(q, now - 500, rec)
-redis("HSET", id_index_key(q, "lg"), "lg", str((now - 500) * ORD))
-r = dq("take", q, "--count", "64", "--timeout", "1s", "--json", "--ack", "manual")
-m = r.json_lines()
-eq([(x["id"], x["attempt"]) for x in m], [("lg", 2)], f"lg delivered, on its second attempt ({r.err[-200:]!r})")
-if m:
-    eq(dq("ack", q, "lg", m[0]["token"]).rc, 0, "and acked")
-x = aside(q)
+good = entry_v1(server_ms() - 600, b"lg", b"payload-lg")
+rec = lease_record(3, b"t.", [good, b"2|5|6|999999999|2|0|idp", b""], v=3)  # version 3, as older takes wrote
+x = run_out_lease("pllease", rec, ["lg"], "lg")
 ok(len(x) == 1 and b"out of range" in x[0] and x[0].endswith(b"2|5|6|999999999|2|0|idp"),
    "the bad item's entry set aside with its reason and bytes", x)
-eq(redis("ZCARD", k(q, "q:planted")), 0, "the lease records are gone")
+
+section("a version 4 lease record whose lease ran out: a good item, a bad one, one its ids misname")
+q = "pllease4"
+good = entry_v1(server_ms() - 600, b"lh", b"payload-lh")
+misnamed = entry_v1(server_ms() - 600, b"lw", b"payload-lw")
+rec = lease_record(3, b"t.", [good, b"2|5|6|999999999|2|0|idp", misnamed, b""], ids=[b"lh", b"id", b"zz", b""])
+x = run_out_lease(q, rec, ["lh", "lw"], "lh")
+eq(sorted(aside_reason(e) for e in x), ["lease record ids disagree", "ready entry with a number out of range"],
+   "the bad item and the misnamed one set aside, each with its reason")
+ok(any(e.endswith(misnamed) for e in x), "the misnamed one with its entry's bytes", x)
+eq(redis("HGET", id_index_key(q, "lw"), "lw"), None, "lw leaves the id index")
 
 # ------------------------------------------------------------------ work --exec: one bad id never sinks a batch of acks
 
