@@ -614,11 +614,11 @@ end
 -- shape and lengths only; an entry is checked when it is used
 -- (batch_item). Version 4 also gives idat[i] and idlen[i], where the id of
 -- block i lies in its ids (idlen[i] is 0 exactly when block i is empty: a
--- record that says otherwise does not decode). Version 3 gives them only with with_ids,
--- and only for a version 1 entry (the common case), read inside the block
--- by the same match that reads the block's length (an ack compares ids
--- without parsing the entry again). head: the record's lease_head, if the
--- caller has it.
+-- record that says otherwise does not decode). Version 3 gives them only
+-- with with_ids, and only for a version 1 entry (the common case), read
+-- inside the block by the same match that reads the block's length (an ack
+-- compares ids without parsing the entry again). head: the record's
+-- lease_head, if the caller has it.
 local function batch_parse(rec, with_ids, head)
   local b = head or lease_head(rec)
   if not b then return nil, 'undecodable record' end
