@@ -98,22 +98,19 @@ local function mark_changed(x)
   end
 end
 
--- Whether block i of lease record x holds the item id: by its piece of the
--- ids (version 4), or where batch_parse found the id of a version 1 entry
--- (version 3), else by parsing the entry. A string.sub of an id the call
--- already holds makes no new string.
-local function block_holds(x, i, id)
-  local named = batch_names(x.rec, x.b, i, id)
-  if named ~= nil then return named end
-  return x.b.len[i] > 0 and entry_id_at(x.rec, x.b.at[i], x.b.len[i]) == id
-end
-
 -- Whether a bucket is a number 0..ID_BUCKETS - 1 as the client writes it
 -- (digit strings of one length compare as their numbers do: no tonumber,
 -- which reads a string twice through strtod).
 local function bucket_ok(s)
   local n = #s
   return n >= 1 and n <= 5 and string.find(s, '^%d+$') ~= nil and (n < 5 or s <= '32767')
+end
+
+-- Whether an item's arguments have their shapes: a token of tlen bytes, an
+-- id of 1..ID_MAX bytes and a bucket (the id rule is checked only where an
+-- id is looked up, not where the record's own ids match it).
+local function item_shaped(tlen, id, bucket)
+  return tlen >= 1 and tlen <= TOKEN_MAX and #id >= 1 and #id <= ID_MAX and bucket_ok(bucket)
 end
 
 -- A group that acks every item of its version 4 lease record x, in block
@@ -130,10 +127,7 @@ local function ack_whole(x, g, k, at)
   for j = 1, k do
     local a = g + 3 * j
     local mid, id, bucket = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    if block_number(mid) ~= j or not bucket_ok(bucket) or tlen0 + #mid > TOKEN_MAX or
-       #id < 1 or #id > ID_MAX then
-      return false
-    end
+    if block_number(mid) ~= j or not item_shaped(tlen0 + #mid, id, bucket) then return false end
     ids[j], buckets[j] = id, bucket
   end
   if table.concat(ids, ' ') ~= string.sub(x.rec, x.h.ids, x.h.body - 1) then return false end
@@ -165,12 +159,12 @@ while g <= n_args do
       items = items + 1
       local at = items
       local tlen = #prefix + #mid + #suffix
-      if not bucket_ok(bucket) or tlen < 1 or tlen > TOKEN_MAX or #id < 1 or #id > ID_MAX then
+      if not item_shaped(tlen, id, bucket) then
         out[at] = -1
       else
         local i = b and block_number(mid)
         local ik = P .. 'i:' .. bucket
-        if i and i <= nb and not gone[i] and block_holds(x, i, id) then
+        if i and i <= nb and not gone[i] and batch_holds(x.rec, b, i, id) then
           -- The block proves the item is in flight under this lease (take.lua
           -- let in only entries whose id keeps the rule): no id index read.
           -- An id twice in a batch finds its block gone the second time.

@@ -585,6 +585,13 @@ end
 -- max attempts, until the lease's end, the record's score.
 local BATCH_MAX = 1000 -- take.lua's largest count
 
+-- A version 4 lease record: ids, the blocks' ids joined by spaces; body,
+-- its blocks.
+local function lease_record_v4(max, prefix, n, ids, body)
+  return '4|' .. fmt(max) .. '|' .. nstr(#prefix) .. '|' .. nstr(n) .. '|' .. fmt(#ids) .. '|' .. prefix .. ids ..
+         body
+end
+
 -- Whether rec is a lease record (version 3 or 4) by its first byte.
 local function is_lease_record(rec)
   local v = string.byte(rec, 1)
@@ -729,13 +736,19 @@ local function batch_names(rec, b, i, id)
   return b.idlen[i] == #id and string.sub(rec, q, q + #id - 1) == id
 end
 
+-- Whether block i of batch b (of record rec) holds id: by the record's
+-- ids (version 4; with_ids for a version 1 entry of version 3), else by
+-- parsing the entry.
+local function batch_holds(rec, b, i, id)
+  local named = batch_names(rec, b, i, id)
+  if named ~= nil then return named end
+  return b.len[i] > 0 and entry_id_at(rec, b.at[i], b.len[i]) == id
+end
+
 -- The block of batch b (of record rec) that holds id, or nil.
 local function batch_find(rec, b, id)
   for i = 1, b.n do
-    local named = batch_names(rec, b, i, id)
-    if named or (named == nil and b.len[i] > 0 and entry_id_at(rec, b.at[i], b.len[i]) == id) then
-      return i
-    end
+    if batch_holds(rec, b, i, id) then return i end
   end
   return nil
 end
@@ -775,9 +788,7 @@ local function batch_without(rec, b, gone)
   end
   if left == 0 then return nil end
   if not v4 then return string.sub(rec, 1, b.body - 1) .. table.concat(parts) end
-  ids = table.concat(ids, ' ')
-  return '4|' .. fmt(b.max) .. '|' .. nstr(#b.prefix) .. '|' .. nstr(b.n) .. '|' .. fmt(#ids) .. '|' .. b.prefix ..
-         ids .. table.concat(parts)
+  return lease_record_v4(b.max, b.prefix, b.n, table.concat(ids, ' '), table.concat(parts))
 end
 
 -- Whether record rec holds id (a lease record: as one of its items).

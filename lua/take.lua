@@ -182,9 +182,7 @@ end
 if leased > 0 then
   -- One record for the take's leases, scored by their end; with an
   -- ordinal, so takes in the same millisecond never share a score.
-  local idsec = table.concat(ids, ' ')
-  local rec = '4|' .. fmt(max) .. '|' .. nstr(#tprefix) .. '|' .. nstr(#entries) .. '|' .. fmt(#idsec) ..
-              '|' .. tprefix .. idsec .. table.concat(blocks)
+  local rec = lease_record_v4(max, tprefix, #entries, table.concat(ids, ' '), table.concat(blocks))
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   for j = 1, #entries do
