@@ -189,11 +189,17 @@ while g <= n_args do
   end
   g = g + 3 + 3 * k
 end
+local emptied = {} -- the scores of the records that went whole: out of the lease registry
 for _, x in ipairs(changed) do
   kcall(P, 'ZREM', x.key, x.rec)
   local left = not x.all and batch_without(x.rec, x.b, x.gone)
-  if left then kcall(P, 'ZADD', x.key, x.ss, left) end
+  if left then
+    kcall(P, 'ZADD', x.key, x.ss, left)
+  else
+    emptied[#emptied + 1] = x.ss
+  end
 end
+registry_drop(P, emptied)
 
 -- Items in records of their own (version 2).
 slot_find_many(P, zs, want)

@@ -8,7 +8,10 @@
 --                         pending items, lease end * ORD + ordinal in flight
 --   P..i:<h>        HASH  the id index, h = a hash of the id: id -> score of
 --                         the id's record; an id whose record is in no slot
---                         is in the ready list
+--                         is in the ready list, or in flight under a take's
+--                         lease (the registry below tells which)
+--   P..l            ZSET  the lease registry: the scores of the takes' lease
+--                         records (see The lease registry below)
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all
@@ -837,8 +840,9 @@ end
 
 -- The id index ---------------------------------------------------------------
 
--- The score of an id's record (pending, in flight, or ready when it is in
--- no slot), or nil for an id the queue does not hold. An index entry that
+-- The score of an id's record (pending, in flight in a record of its own,
+-- or ready or leased by a take when it is in no slot), or nil for an id
+-- the queue does not hold. An index entry that
 -- is no score (0..SCORE_MAX) counts as absent: the next offer of the id
 -- replaces it.
 local function id_score_in(P, ik, id)
@@ -1142,31 +1146,101 @@ local function earliest_due(P, zs, read_only)
   return math.min(math.max(math.floor(s / ORD), 0), DUE_MAX) -- a planted score may be anything
 end
 
--- The record of a leased id if token matches, as (record table, slot key,
--- raw record, id index key); nil if the id is unknown, not in flight, or the token is
--- stale: another lease's, or one that has ended (now, server ms, is at or
--- past its end), even if no scheduler has returned the item yet. ik: the
--- id's index key when the caller has it (the client sends the bucket), else
--- nil; cache: see slot_find.
-local function leased_record(P, zs, id, token, now, ik, cache)
-  ik = ik or id_key(P, id)
-  local score = id_score_in(P, ik, id)
+-- The score a take's lease token names ("<request>.<i>.<score>": its lease
+-- record's), or nil.
+local function token_score(token)
+  local ss = string.match(token, '%.(%d+)$')
+  return ss and uint_of(ss, 16, SCORE_MAX) or nil
+end
+
+-- leased_record's look at one score: the record there that holds id under
+-- token, with a lease not ended, as (record table, slot key, raw record).
+local function leased_at(P, zs, id, token, now, score, cache)
   if not score or math.floor(score / ORD) <= now then return nil end
   local key, rec = slot_find(P, zs, id, score, cache)
   if not key then return nil end
   local r = parse_record(rec, score, id)
   if not r or r.bad or r.token == '' or r.token ~= token then return nil end
+  return r, key, rec
+end
+
+-- The record of a leased id if token matches, as (record table, slot key,
+-- raw record, id index key); nil if the id is unknown, not in flight, or the token is
+-- stale: another lease's, or one that has ended (now, server ms, is at or
+-- past its end), even if no scheduler has returned the item yet. ik: the
+-- id's index key when the caller has it (the client sends the bucket), else
+-- nil; cache: see slot_find. An item in a record of its own is found by
+-- its index entry; one a take leased (lease record v4) by the record its
+-- token names, as the take left the id's index entry as it was (see The
+-- lease registry). An id with no index entry is not in flight.
+local function leased_record(P, zs, id, token, now, ik, cache)
+  ik = ik or id_key(P, id)
+  local score = id_score_in(P, ik, id)
+  if not score then return nil end
+  local r, key, rec = leased_at(P, zs, id, token, now, score, cache)
+  if not r then
+    local ts = token_score(token)
+    if ts and ts ~= score then r, key, rec = leased_at(P, zs, id, token, now, ts, cache) end
+  end
+  if not r then return nil end
   return r, key, rec, ik
 end
 
+-- The lease registry -----------------------------------------------------------
+-- A take with a lease writes no id index entry per item (it would cost an
+-- item a SHA-1 and an HSET: 15% of what Redis runs for an item a worker
+-- drains, figure 5f in BENCHMARKS.md):
+-- each id keeps the entry it had while ready, a score in no slot. The
+-- scores of the take's lease records go into one sorted set instead, P..'l'
+-- (member: the score as fmt writes it; score: the same), so that lookup and
+-- offer can still tell an id in flight from a ready one: for an id the
+-- index says is ready, they read the records the registry names (at most
+-- REGISTRY_SCAN, earliest lease end first). A record leaves the registry
+-- when its last item goes (ack, nack, extend) or its lease runs out
+-- (transfer); a member whose record is gone is skipped, and the transfer's
+-- catch-up and safety runs drop every member whose lease has ended.
+local REGISTRY_SCAN = 4096
+
+local function lease_registry(P) return P .. 'l' end
+
+-- Drops the members ss (scores as fmt writes them) from the registry.
+local function registry_drop(P, ss)
+  if #ss > 0 then kcall(P, 'ZREM', lease_registry(P), unpack(ss)) end
+end
+
+-- The lease record the registry names that holds id, as (record table,
+-- score), or nil. The caller has checked the registry's type.
+local function registry_find(P, zs, id)
+  local members = redis.call('ZRANGE', lease_registry(P), '0', nstr(REGISTRY_SCAN - 1))
+  for _, m in ipairs(members) do
+    local score = uint_of(m, 16, SCORE_MAX)
+    local name = score and slot_at(zs, fmt(score))
+    if name then
+      local ss = fmt(score)
+      for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
+        -- A plain find first: most records do not hold the id at all.
+        if is_lease_record(rec) and string.find(rec, id, 1, true) then
+          local r = parse_record(rec, score, id)
+          if r then return r, score end
+        end
+      end
+    end
+  end
+  return nil
+end
+
 -- Takes the item of leased_record's (r, key, rec) out of its slot: its
--- record goes, or, for a lease record, loses the item's block (and goes
--- when no item is left).
+-- record goes, or, for a lease record, loses the item's block (and goes,
+-- leaving the registry, when no item is left).
 local function lease_remove(P, key, rec, r)
   kcall(P, 'ZREM', key, rec)
   if r.batch then
     local left = batch_without(rec, r.batch, {[r.index] = true})
-    if left then kcall(P, 'ZADD', key, fmt(r.score), left) end
+    if left then
+      kcall(P, 'ZADD', key, fmt(r.score), left)
+    else
+      registry_drop(P, {fmt(r.score)})
+    end
   end
 end
 

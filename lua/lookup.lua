@@ -4,13 +4,15 @@
 -- shards_refusal)
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
--- end), 4 dead. Read only: a key of another type is an error. A record of
+-- end), 4 dead. An id whose index entry is in no slot is ready unless a
+-- lease record the lease registry names holds it (see The lease registry
+-- in common.lua). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
 -- scheduler sets it aside when it falls due).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local shards, err = read_shard_count(KEYS[3])
 err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
-      require_type(dead, 'hash')
+      require_type(dead, 'hash') or require_type(lease_registry(P), 'zset')
 if err then return err end
 local ik = id_key(P, id)
 local s = redis.call('HGET', ik, id)
@@ -18,7 +20,13 @@ local score = s and uint_of(s, 16, SCORE_MAX)
 if score then
   local at = fmt(math.floor(score / ORD))
   local key, rec = slot_find(P, zs, id, score)
-  if not key then return {2, 0, 0} end
+  if not key then
+    -- Ready, or in flight under a take's lease (see The lease registry in
+    -- common.lua).
+    local r, rs = registry_find(P, zs, id)
+    if r then return {3, fmt(math.floor(rs / ORD)), r.attempts} end
+    return {2, 0, 0}
+  end
   local r = parse_record(rec, score, id)
   if r and r.token ~= '' then return {3, at, r.attempts} end
   return {1, at, r and r.attempts or 0}

@@ -77,7 +77,14 @@ local function offer_one(id, payload, due, keep, fresh, ik)
     if old then
       flush()
       local key, rec = slot_find(P, zs, id, old)
-      if not key then return 3, 0, 2 end -- ready
+      if not key then
+        -- Ready, or in flight under a take's lease (see The lease registry
+        -- in common.lua).
+        ensure_type(P, lease_registry(P), 'zset')
+        local r, rs = registry_find(P, zs, id)
+        if r then return 3, math.floor(rs / ORD), 3 end
+        return 3, 0, 2
+      end
       local r, why = parse_record(rec, old, id)
       if not r then
         -- Not an item of ours: set aside (not counted), and offer anew.

@@ -33,10 +33,11 @@
 -- the tokens left match the entries left.
 -- Without a lease the id leaves the id index. With a lease the entries
 -- go, as they are, into one lease record for the take (see Lease records
--- in common.lua), scored by the lease's end, and each id's index entry
--- points at it; the scheduler returns what is left in it to the ready
--- list when the lease runs out, unless ack, nack or extend comes first
--- with the item's token.
+-- in common.lua), scored by the lease's end, whose score goes into the
+-- lease registry; the ids' index entries stay as they were (see The lease
+-- registry in common.lua). The scheduler returns what is left in the
+-- record to the ready list when the lease runs out, unless ack, nack or
+-- extend comes first with the item's token.
 -- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is
 -- the lease record's score when the entries were leased (entry i's token
 -- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
@@ -185,10 +186,10 @@ if leased > 0 then
   local rec = lease_record_v4(max, tprefix, #entries, table.concat(ids, ' '), table.concat(blocks))
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
-  for j = 1, #entries do
-    local id = ids[j]
-    if id ~= '' then id_set(P, id_key(P, id), id, lease_ss) end
-  end
+  -- The ids keep their index entries as they were (ready): lookup and
+  -- offer find them in flight through the registry (see The lease registry
+  -- in common.lua).
+  kcall(P, 'ZADD', lease_registry(P), lease_ss, lease_ss)
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)
 end

@@ -147,6 +147,7 @@ for _ = 1, 10000 do
       checked = true
     end
     local out, bad, unindex = {}, {}, {}
+    local leases = {} -- the scores of the lease records the chunk takes: out of the registry
     -- A lease record holds up to 1000 items: a chunk ends after the record
     -- that brings it to CHUNK items, so a call stays short however many
     -- leases run out together.
@@ -176,6 +177,7 @@ for _ = 1, 10000 do
           why = 'record with a negative score'
         elseif is_lease_record(rec) then
           held, why = leases_ran_out(rec, score, out, bad, unindex)
+          leases[#leases + 1] = fmt(score)
         else
           r, why = parse_record(rec, score)
         end
@@ -205,6 +207,7 @@ for _ = 1, 10000 do
     end
     push_in_pieces(ready, out, true)
     push_in_pieces(aside, bad, false)
+    registry_drop(P, leases)
     -- The id index entries that pointed at the records set aside.
     for i = 1, #unindex, 2 do
       local id = unindex[i]
@@ -240,6 +243,9 @@ metric_add(counters, 'expired', expired)
 metric_add(counters, 'dead', buried)
 lateness_write(counters, lat)
 if ARGV[5] == '1' then
+  -- Registry members whose lease has ended (their records gone another
+  -- way than the ones that drop them, by an older delayq, say).
+  kcall(P, 'ZREMRANGEBYSCORE', lease_registry(P), '-inf', limit)
   local have = redis.pcall('LLEN', sig)
   local rl = redis.pcall('LLEN', ready)
   if type(have) == 'number' and type(rl) == 'number' then

@@ -7,6 +7,7 @@ import tempfile
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
+from workers import lease_end  # noqa: E402
 
 section("defaults, changes, reset")
 r = dq("config", "cq", "--json")
@@ -29,7 +30,7 @@ dq("offer", "cq", "0", "one", "--id", "t1")
 t0 = server_ms()
 r = dq("take", "cq", "--ack", "manual", "--json", "--timeout", "2s")
 eq(r.rc, 0, "take exits 0")
-d = zscore_due("cq", "t1")
+d = lease_end("cq", "t1")
 ok(d is not None and t0 + 700 <= d <= server_ms() + 700, "in flight for the queue's 700 ms", d)
 
 section("work without --max-attempts: the queue's 2 attempts")

@@ -150,5 +150,12 @@ def dead_count(queue):
 
 
 def lease_end(queue, id_):
-    """The lease end (server ms) of an id in flight, from its zset score."""
-    return zscore_due(queue, id_)
+    """The lease end (server ms) of an id in flight, as `delayq lookup`
+    reports it; None if it is not in flight. (A take leaves the id index as
+    it was: the lease end is in the lease record the registry names.)"""
+    r = dq("lookup", queue, id_, "--json")
+    try:
+        info = json.loads(r.out) if r.rc == 0 else {}
+    except ValueError:
+        return None
+    return info.get("lease_end_ms") if info.get("state") == "inflight" else None
