@@ -10,8 +10,8 @@
 --                         the id's record; an id whose record is in no slot
 --                         is in the ready list, or in flight under a take's
 --                         lease (the registry below tells which)
---   P..l            ZSET  the lease registry: the scores of the takes' lease
---                         records (see The lease registry below)
+--   P..l            ZSET  the lease registry: the takes' lease records, by
+--                         score, with their ids (see The lease registry below)
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all
@@ -1189,37 +1189,56 @@ end
 -- The lease registry -----------------------------------------------------------
 -- A take with a lease writes no id index entry per item (it would cost an
 -- item a SHA-1 and an HSET: 15% of what Redis runs for an item a worker
--- drains, figure 5f in BENCHMARKS.md):
--- each id keeps the entry it had while ready, a score in no slot. The
--- scores of the take's lease records go into one sorted set instead, P..'l'
--- (member: the score as fmt writes it; score: the same), so that lookup and
--- offer can still tell an id in flight from a ready one: for an id the
--- index says is ready, they read the records the registry names (at most
--- REGISTRY_SCAN, earliest lease end first). A record leaves the registry
--- when its last item goes (ack, nack, extend) or its lease runs out
--- (transfer); a member whose record is gone is skipped, and the transfer's
--- catch-up and safety runs drop every member whose lease has ended.
+-- drains, figure 5f in BENCHMARKS.md): each id keeps the entry it had while
+-- ready, a score in no slot. The take names its lease record in one sorted
+-- set instead, P..'l': score, the record's; member, that score as fmt
+-- writes it, '|', and the record's ids as the take wrote them (see Lease
+-- records). So lookup and offer can still tell an id in flight from a
+-- ready one: for an id the index says is ready, they read the registry
+-- (at most REGISTRY_SCAN members, earliest lease end first) and then only
+-- the records whose ids name the id. A record leaves the registry (by its
+-- score: its ids there may be more than it has left) when its last item
+-- goes (ack, nack, extend) or its lease runs out (transfer); the
+-- transfer's catch-up and safety runs drop every member whose lease has
+-- ended. A member that does not parse, or whose record is gone, is skipped.
 local REGISTRY_SCAN = 4096
 
 local function lease_registry(P) return P .. 'l' end
 
--- Drops the members ss (scores as fmt writes them) from the registry.
+-- The registry member of the lease record at ss (as fmt writes it) whose
+-- ids are ids.
+local function registry_member(ss, ids) return ss .. '|' .. ids end
+
+-- Drops the records at the scores ss (as fmt writes them) from the registry.
 local function registry_drop(P, ss)
-  if #ss > 0 then kcall(P, 'ZREM', lease_registry(P), unpack(ss)) end
+  for _, s in ipairs(ss) do kcall(P, 'ZREMRANGEBYSCORE', lease_registry(P), s, s) end
+end
+
+-- Whether the ids of registry member m (from byte from on) name id: as a
+-- whole id, between spaces or the ends. Bounded by the member's length.
+local function member_names(m, from, id)
+  local at = from
+  for _ = 1, #m do
+    local q = string.find(m, id, at, true)
+    if not q then return false end
+    local e = q + #id
+    if (q == from or string.byte(m, q - 1) == 32) and (e > #m or string.byte(m, e) == 32) then return true end
+    at = q + 1
+  end
+  return false
 end
 
 -- The lease record the registry names that holds id, as (record table,
 -- score), or nil. The caller has checked the registry's type.
 local function registry_find(P, zs, id)
-  local members = redis.call('ZRANGE', lease_registry(P), '0', nstr(REGISTRY_SCAN - 1))
-  for _, m in ipairs(members) do
-    local score = uint_of(m, 16, SCORE_MAX)
-    local name = score and slot_at(zs, fmt(score))
+  for _, m in ipairs(redis.call('ZRANGE', lease_registry(P), '0', nstr(REGISTRY_SCAN - 1))) do
+    local bar = string.find(m, '|', 1, true)
+    local score = bar and uint_of(string.sub(m, 1, bar - 1), 16, SCORE_MAX)
+    local name = score and member_names(m, bar + 1, id) and slot_at(zs, fmt(score))
     if name then
       local ss = fmt(score)
       for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
-        -- A plain find first: most records do not hold the id at all.
-        if is_lease_record(rec) and string.find(rec, id, 1, true) then
+        if is_lease_record(rec) then
           local r = parse_record(rec, score, id)
           if r then return r, score end
         end

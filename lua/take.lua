@@ -183,13 +183,14 @@ end
 if leased > 0 then
   -- One record for the take's leases, scored by their end; with an
   -- ordinal, so takes in the same millisecond never share a score.
-  local rec = lease_record_v4(max, tprefix, #entries, table.concat(ids, ' '), table.concat(blocks))
+  local idlist = table.concat(ids, ' ')
+  local rec = lease_record_v4(max, tprefix, #entries, idlist, table.concat(blocks))
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   -- The ids keep their index entries as they were (ready): lookup and
   -- offer find them in flight through the registry (see The lease registry
   -- in common.lua).
-  kcall(P, 'ZADD', lease_registry(P), lease_ss, lease_ss)
+  kcall(P, 'ZADD', lease_registry(P), lease_ss, registry_member(lease_ss, idlist))
   first = score
   out[1] = score -- the tokens name it (see Lease records in common.lua)
 end

@@ -24,8 +24,13 @@ def keys(q):
     return f"dq:{{{q}}}:l", f"dq:{{{q}}}:"
 
 
-def registry(q):
+def members(q):
     return [m.decode() for m in R.cmd("ZRANGE", keys(q)[0], "0", "-1")]
+
+
+def registry(q):
+    """The scores of the records the registry names (member: score|ids)."""
+    return [m.split("|", 1)[0] for m in members(q)]
 
 
 def index_scores(q, ids):
@@ -61,6 +66,8 @@ by = {m["id"]: m for m in msgs}
 eq(index_scores(Q, ids), before, "the take left their index entries as they were")
 score = by["a1"]["token"].rsplit(".", 1)[1]
 eq(registry(Q), [score], "the registry names one record: the score the tokens name")
+eq(members(Q), [score + "|" + " ".join(m["id"] for m in msgs)], "its member: the score, '|', the record's ids")
+eq(R.cmd("ZSCORE", keys(Q)[0], members(Q)[0] if members(Q) else "x"), score.encode(), "its score: the record's")
 rc, info = lookup(Q, "a2")
 eq((rc, info.get("state"), info.get("lease_end_ms"), info.get("attempts")),
    (0, "inflight", int(score) // 2048, 1), "lookup a2: in flight, the lease's end, attempt 1")
@@ -107,16 +114,16 @@ section("members that name nothing are skipped, and ended ones dropped")
 Q = "lregs"
 L, P = keys(Q)
 offer_all(Q, ["s1"])
-far = str(2 ** 52)  # a lease end in 2112: kept, but it names no record
-R.cmd("ZADD", L, "5", "junk", "5", "12345", far, far)
-eq(lookup(Q, "s1")[1].get("state"), "ready", "lookup s1: ready, past three members that name nothing")
+far = str(2 ** 52)  # a lease end in 2039: kept, though it names no record
+R.cmd("ZADD", L, "5", "junk", "5", "12345|s1", far, far + "|s0 s1 s2", far, "x|s1", "6", "7|xs1 s1x")
+eq(lookup(Q, "s1")[1].get("state"), "ready", "lookup s1: ready, past members that name no record of it")
 r, msgs = take_manual(Q, "--lease", "30s", "--no-scheduler", "--timeout", "5s")
 eq([m.get("id") for m in msgs], ["s1"], "take s1 with a lease")
 mine = msgs[0]["token"].rsplit(".", 1)[1] if msgs else "?"
-eq(lookup(Q, "s1")[1].get("state"), "inflight", "lookup s1: in flight, past two members that name nothing")
+eq(lookup(Q, "s1")[1].get("state"), "inflight", "lookup s1: in flight, past members that name no record of it")
 sched = bg_dq("schedule", Q)
-ok(wait_for(lambda: sorted(registry(Q)) == sorted([far, mine]), 10),
-   "a scheduler's catch-up run drops the members whose lease has ended", registry(Q))
+ok(wait_for(lambda: sorted(members(Q)) == sorted([far + "|s0 s1 s2", "x|s1", mine + "|s1"]), 10),
+   "a scheduler's catch-up run drops the members whose lease has ended", members(Q))
 sched.stop()
 
 section("a registry of another type")
