@@ -63,10 +63,8 @@ local function lease_records_at(suffix)
   if recs then return recs end
   recs = {}
   at_score[ss] = recs
-  local name = slot_at(zs, ss)
-  if not name then return recs end
-  local key = slot_key(P, name)
-  for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', '0', '16')) do
+  local found, key = records_at(P, zs, ss)
+  for _, rec in ipairs(found) do
     local h = lease_head(rec)
     if h then recs[#recs + 1] = {key = key, ss = ss, rec = rec, h = h, gone = {}} end
   end

@@ -1228,16 +1228,25 @@ local function member_names(m, from, id)
   return false
 end
 
+-- The records at exactly score ss (as fmt writes it; at most 16, as takes
+-- never share a score) and their slot's key; {} and nil when no slot's
+-- range holds ss. The lease record a token or the registry names is read
+-- this way.
+local function records_at(P, zs, ss)
+  local name = slot_at(zs, ss)
+  if not name then return {}, nil end
+  local key = slot_key(P, name)
+  return kcall(P, 'ZRANGEBYSCORE', key, ss, ss, 'LIMIT', '0', '16'), key
+end
+
 -- The lease record the registry names that holds id, as (record table,
 -- score), or nil. The caller has checked the registry's type.
 local function registry_find(P, zs, id)
   for _, m in ipairs(redis.call('ZRANGE', lease_registry(P), '0', nstr(REGISTRY_SCAN - 1))) do
     local bar = string.find(m, '|', 1, true)
     local score = bar and uint_of(string.sub(m, 1, bar - 1), 16, SCORE_MAX)
-    local name = score and member_names(m, bar + 1, id) and slot_at(zs, fmt(score))
-    if name then
-      local ss = fmt(score)
-      for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
+    if score and member_names(m, bar + 1, id) then
+      for _, rec in ipairs(records_at(P, zs, fmt(score))) do
         if is_lease_record(rec) then
           local r = parse_record(rec, score, id)
           if r then return r, score end

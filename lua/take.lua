@@ -95,9 +95,7 @@ local function leased_reply(ss)
   local score = uint_of(ss, 16, SCORE_MAX)
   if not score then return nil end
   ss = fmt(score)
-  local name = slot_at(zs, ss)
-  if not name then return {} end
-  for _, rec in ipairs(kcall(P, 'ZRANGEBYSCORE', slot_key(P, name), ss, ss, 'LIMIT', '0', '16')) do
+  for _, rec in ipairs(records_at(P, zs, ss)) do
     local b = is_lease_record(rec) and batch_parse(rec)
     if b and b.prefix == tprefix then
       local out = {score}
