@@ -121,6 +121,12 @@ def lease_six(tag):
     return sorted((int(cut(m["token"])[1]), m["id"], m["token"]) for m in msgs)
 
 
+def after_prefix(rec):
+    """A v4 lease record past its head and its token prefix: its ids and blocks."""
+    head = rec.split(b"|", 5)
+    return head[5][int(head[2]):]
+
+
 def whole(items, order=None):
     """A group of the items in the given order of blocks (default: 1..n)."""
     pre_, _, suf_ = cut(items[0][2])
@@ -144,7 +150,9 @@ args = whole(items)
 args[3 + 3 * 1 + 1] = "x9"  # block 2 named with another id
 eq(ack(*args), [1, 0, 1, 1, 1, 1], "five acked, the misnamed one not")
 left = records()
-ok(len(left) == 1 and left[0].count(b"x2") == 2 and all(f"x{i}".encode() not in left[0] for i in (1, 3, 4, 5, 6)),
+# Past the head and the token prefix, which is random and may hold "x2".
+body = after_prefix(left[0]) if len(left) == 1 else b""
+ok(body.count(b"x2") == 2 and all(f"x{i}".encode() not in body for i in (1, 3, 4, 5, 6)),
    "the record keeps x2 alone (its id and its entry)", left)
 eq(dq("ack", "--", Q, "x2", items[1][2]).rc, 0, "the CLI acks x2")
 eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
