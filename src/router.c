@@ -319,6 +319,9 @@ int dq__router_connect(dq_client *c) {
         rt->connect_deadline = ev_time() + c->opt.connect_timeout_ms / 1000.0;
         dq__rt_discover(rt);
         run_until(rt, sentinel_done);
+        if (!rt->master && !rt->errstr[0])
+            snprintf(rt->errstr, sizeof rt->errstr, "no sentinel named master '%.40s' within %d ms",
+                     u->master, c->opt.connect_timeout_ms);
         if (!rt->master) return connect_failed(c, DQ_ECONNECT, rt->errstr);
         if (rt->master->cmd->state != DQ__UP)
             return connect_failed(c, rt->master->cmd->last_code, rt->master->cmd->errstr);

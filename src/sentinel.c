@@ -68,6 +68,9 @@ static void master_addr_reply(dq__conn *conn, redisReply *reply, int code, void 
         /* Ask again shortly (the same sentinel first: it runs it). */
         dq__log(rt->c, "sentinel %s: failover of %s in progress; waiting", conn->name,
                 rt->c->url.master);
+        /* What dq_connect reports if the failover outlasts its timeout. */
+        snprintf(rt->errstr, sizeof rt->errstr, "sentinel %.46s reports a failover of '%.40s' in "
+                 "progress", conn->name, rt->c->url.master);
         dq__conn_retire(rt->asking);
         rt->asking = NULL;
         rt->discovering = 0;
@@ -95,18 +98,30 @@ static void master_addr_reply(dq__conn *conn, redisReply *reply, int code, void 
  * it names may already have been replaced by a promoted replica, and every
  * write it takes until it is demoted is lost (even one a replica of it
  * confirmed with WAIT: that replica resyncs from the new master). So the
- * answer waits until the failover is over. */
+ * answer waits until the failover is over, or until it has reached
+ * reconf_slaves (or update_config): from then on the sentinel names the
+ * promoted replica, which already reports itself master, and a client that
+ * kept waiting would stall for as long as the other replicas take to
+ * resync (up to the failover timeout) while the other sentinels already
+ * name the new master. The connection's handshake still checks ROLE. */
+static int failover_names_old_master(const char *state) {
+    return strcmp(state, "reconf_slaves") != 0 && strcmp(state, "update_config") != 0;
+}
+
 static void master_flags_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     (void)conn, (void)code;
     dq__router *rt = privdata;
     rt->failover_seen = 0;
     if (!reply || reply->type != REDIS_REPLY_ARRAY) return;
+    int in_progress = 0;
+    const char *state = "";
     for (size_t i = 0; i + 1 < reply->elements; i += 2) {
         const redisReply *k = reply->element[i], *v = reply->element[i + 1];
-        if (k->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-            strcmp(k->str, "flags") == 0 && strstr(v->str, "failover_in_progress"))
-            rt->failover_seen = 1;
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+        if (strcmp(k->str, "flags") == 0 && strstr(v->str, "failover_in_progress")) in_progress = 1;
+        else if (strcmp(k->str, "failover-state") == 0) state = v->str;
     }
+    rt->failover_seen = in_progress && failover_names_old_master(state);
 }
 
 static void sentinel_up(dq__conn *conn, void *privdata) {
