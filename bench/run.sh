@@ -45,7 +45,11 @@
 #                           ops: bench/ops.py, /metrics with 100 queues;
 #                           shards: bench/shards.py, a sharded queue on
 #                           clusters of its own;
-#                           peer: bench/peer.py, BullMQ in the same run)
+#                           peer: bench/peer.py, BullMQ in the same run;
+#                           parts, never by default: dqbench --only parts,
+#                           figure 5g, dq_worker's drain taken apart by
+#                           the clock: a worker, a leased take that never
+#                           acks and a plain take, at 32 and 64 a call)
 #   DQ_BENCH_TIMEOUT=600    seconds
 set -u
 

@@ -73,7 +73,7 @@ typedef struct bench_globals {
  * both verdicts are printed. */
 #define BRIEF_EVALSHA_RATE 130000.0
 
-enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32 };
+enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32, PH_PARTS = 64 };
 
 typedef struct row {
     char fig[6], what[72], ours[32], ref[44], ratio[16], target[34], norm[34];
@@ -97,7 +97,10 @@ typedef struct snap {
 
 #define TAKE_MANY_MAX 64
 
-enum cons_mode { CONS_WORKER, CONS_SCHED_ONLY, CONS_TAKE_MANY };
+/* CONS_TAKE_MANY: dq_take_many in a loop, no lease; CONS_TAKE_LEASED: the
+ * same with a 30 s lease and no ack (figure 5g only). For both, conc is the
+ * count a call asks for (0: TAKE_MANY_MAX). */
+enum cons_mode { CONS_WORKER, CONS_SCHED_ONLY, CONS_TAKE_MANY, CONS_TAKE_LEASED };
 
 typedef struct cons_args {
     const char *queue;
@@ -223,5 +226,6 @@ void phase_lat(void);
 void phase_backlog(void);
 void phase_deadline(void);
 void phase_drain_ir(void); /* fig_backlog.c: 5d, 5e in instructions (--callgrind) */
+void phase_parts(void);    /* fig_backlog.c: 5g, dq_worker's drain taken apart by the clock */
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * children.c - dqbench's forked children: consumers (a dq_worker, a
- * scheduler alone, or dq_take_many in a loop) and producers, each writing
+ * scheduler alone, or dq_take_many in a loop, with or without a lease) and producers, each writing
  * its counters and histograms into its slot of the shared block; and the
  * parent's side: spawning them, waiting until they are ready, stopping them.
  */
@@ -56,11 +56,12 @@ static void on_msg(dq_worker *w, dq_msg *m, void *privdata) {
     dq_worker_done(w, m, 0);
 }
 
-/* dq_take_many in a loop (no lease), TAKE_MANY_MAX at most per call. */
-static void take_many_loop(dq_client *c, slot *s, const char *queue) {
+/* dq_take_many in a loop, batch (1..TAKE_MANY_MAX) at most per call; with
+ * opts' lease the items stay in flight, never acked (figure 5g). */
+static void take_many_loop(dq_client *c, slot *s, const char *queue, const dq_take_opts *opts, int batch) {
     dq_msg *msgs[TAKE_MANY_MAX];
     while (!__atomic_load_n(&S->stop, __ATOMIC_SEQ_CST)) {
-        int n = dq_take_many(c, queue, NULL, 20, msgs, TAKE_MANY_MAX);
+        int n = dq_take_many(c, queue, opts, 20, msgs, (size_t)batch);
         if (n < 0) child_fail(s, "dq_take_many", dq_client_errstr(c));
         int64_t now = real_us() + s->clock_offset_us;
         for (int i = 0; i < n; i++) {
@@ -100,11 +101,13 @@ static void child_consumer(int idx, const cons_args *a) {
     dq_set_log(c, on_log, NULL);
     if (dq_connect(c, G.url) != 0) child_fail(s, "dq_connect", dq_client_errstr(c));
     cons_ctx x = {c, s, 0};
-    if (a->mode == CONS_TAKE_MANY) {
+    if (a->mode == CONS_TAKE_MANY || a->mode == CONS_TAKE_LEASED) {
         if (!(a->wflags & DQ_WORKER_NO_SCHEDULER) && dq_schedule(c, a->queue) != 0)
             child_fail(s, "dq_schedule", dq_client_errstr(c));
         if (a->wflags & DQ_WORKER_NO_SCHEDULER) __atomic_store_n(&s->ready, 1, __ATOMIC_SEQ_CST);
-        take_many_loop(c, s, a->queue);
+        dq_take_opts lease = {30000, 0};
+        int batch = a->conc > 0 && a->conc < TAKE_MANY_MAX ? a->conc : TAKE_MANY_MAX;
+        take_many_loop(c, s, a->queue, a->mode == CONS_TAKE_LEASED ? &lease : NULL, batch);
         dq_get_sched_counters(c, &s->sc);
         dq_client_free(c);
         __atomic_store_n(&s->done, 1, __ATOMIC_SEQ_CST);

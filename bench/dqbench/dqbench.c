@@ -12,7 +12,7 @@
  * and, not by default, drainir (5f: the drains of 5d and 5e counted in the
  * server's instructions, with --callgrind PID --callgrind-out FILE naming a
  * redis-server that runs under valgrind's callgrind, as run.sh's phase ir
- * starts it).
+ * starts it) and parts (5g: dq_worker's drain taken apart by the clock).
  * --scale (or DQ_BENCH_SCALE) multiplies every item count and duration, for
  * a quick smoke run; anything but 1 is printed as SCALED next to each figure.
  *
@@ -124,7 +124,8 @@ static unsigned parse_only(const char *s) {
         else if (strcmp(tok, "backlog") == 0) m |= PH_BACKLOG;
         else if (strcmp(tok, "deadline") == 0) m |= PH_DEADLINE;
         else if (strcmp(tok, "drainir") == 0) m |= PH_DRAIN_IR;
-        else die("unknown phase '%s' (offer, mem, lat, backlog, deadline, drainir)", tok);
+        else if (strcmp(tok, "parts") == 0) m |= PH_PARTS;
+        else die("unknown phase '%s' (offer, mem, lat, backlog, deadline, drainir, parts)", tok);
     }
     return m;
 }
@@ -141,7 +142,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--callgrind") == 0 && i + 1 < argc) G.cg_pid = atoi(argv[++i]);
         else if (strcmp(argv[i], "--callgrind-out") == 0 && i + 1 < argc) G.cg_out = argv[++i];
         else {
-            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,mem,lat,backlog,deadline,drainir]\n"
+            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,mem,lat,backlog,deadline,drainir,parts]\n"
                             "               [--callgrind PID --callgrind-out FILE]\n");
             return 2;
         }
@@ -171,6 +172,7 @@ int main(int argc, char **argv) {
     if (G.only & PH_BACKLOG) phase_backlog();
     if (G.only & PH_DEADLINE) phase_deadline();
     if (G.only & PH_DRAIN_IR) phase_drain_ir();
+    if (G.only & PH_PARTS) phase_parts();
     print_summary();
     out("\nbench time %.0f s\n", mono() - t0);
     dq_client_free(P);

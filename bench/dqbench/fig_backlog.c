@@ -275,3 +275,41 @@ void phase_drain_ir(void) {
         "   of the README's figures, %.0f items/s with 32 in flight, %.0f with 64.\n",
         168000 * ir_tm / ir_w32, 168000 * ir_tm / ir_w64);
 }
+
+/* Figure 5g: dq_worker's end-to-end drain taken apart by the clock. The
+ * same drain (4 processes, each with its scheduler, a fresh backlog each)
+ * by consumers that each do one part of what a worker does: a plain batch
+ * take (5e's, at 64 and at the worker's 32 a call), a leased batch take
+ * that never acks, and the worker itself at 32 and 64 in flight. Redis CPU
+ * per item differences then price the ack (worker - leased take, same
+ * batch), the lease (leased - plain take) and the batch size (32 - 64).
+ * Not by default: six fills of a backlog take some minutes. */
+void phase_parts(void) {
+    int64_t n = scaled(500000);
+    enum { W32, W64, L32, L64, P32, P64, NP };
+    static const char *const names[NP] = {
+        "dq_worker, 32 in flight (5d)", "dq_worker, 64 in flight", "dq_take_many 32, lease, no ack",
+        "dq_take_many 64, lease, no ack", "dq_take_many 32, no lease", "dq_take_many 64, no lease (5e)"};
+    const cons_args args[NP] = {{CU_Q, CONS_WORKER, 32, 0},      {CU_Q, CONS_WORKER, 64, 0},
+                                {CU_Q, CONS_TAKE_LEASED, 32, 0}, {CU_Q, CONS_TAKE_LEASED, 64, 0},
+                                {CU_Q, CONS_TAKE_MANY, 32, 0},   {CU_Q, CONS_TAKE_MANY, 64, 0}};
+    /* Interleaved, so a machine that slows down part way moves them all. */
+    static const int order[NP] = {P64, W32, L32, P32, W64, L64};
+    double rate[NP], cpu[NP];
+    out("\n== Figure 5g: dq_worker's drain taken apart by the clock%s (each a fresh backlog of %" PRId64 ")\n",
+        scaled_tag(), n);
+    for (int k = 0; k < NP; k++) {
+        int i = order[k];
+        drain_res r;
+        rate[i] = end_to_end(&args[i], n, 120, names[i], names[i], &r);
+        cpu[i] = r.cpu_item;
+    }
+    out("\n   %-34s %12s %16s %8s\n", "drain (4 processes)", "items/s", "Redis CPU/item", "vs 5e");
+    for (int i = 0; i < NP; i++)
+        out("   %-34s %12.0f %13.2f us %8.2f\n", names[i], rate[i], cpu[i], rate[i] / rate[P64]);
+    out("   Redis CPU per item, by difference: the ack %.2f us (32 a call), %.2f us (64); the lease\n"
+        "   %+.2f us (32; a leased take leaves the id index alone); 32 a call instead of 64:\n"
+        "   %+.2f us (plain take), %+.2f us (dq_worker).\n",
+        cpu[W32] - cpu[L32], cpu[W64] - cpu[L64], cpu[L32] - cpu[P32], cpu[P32] - cpu[P64], cpu[W32] - cpu[W64]);
+    flushall();
+}
