@@ -69,7 +69,7 @@ static double end_to_end(const cons_args *a, int64_t n, int limit_s, const char 
                          const char *how, drain_res *r) {
     char label[96];
     flushall();
-    snprintf(label, sizeof label, "fill 1M due backlog (end to end, %s)", kind);
+    snprintf(label, sizeof label, "fill a due backlog of %" PRId64 " (end to end, %s)", n, kind);
     fill_due_backlog(a->queue, n, label);
     rdo("SLOWLOG RESET");
     snprintf(label, sizeof label, "end-to-end drain, %s", kind);
@@ -100,7 +100,7 @@ void phase_backlog(void) {
         "   redis-benchmark LPOP (-c %d -P 1, 71-byte values) pops %.0f/s.\n",
         n, mover_rate, mover_cpu, 4 * DRAIN_CONC, lpop_rate);
     flushall();
-    fill_due_backlog(CU_Q, n, "fill 1M due backlog");
+    fill_due_backlog(CU_Q, n, "fill the due backlog");
 
     /* 5a: pure transfer, one scheduler process, no consumers. */
     reset_slots();
