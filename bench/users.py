@@ -141,9 +141,10 @@ def shared_deadline(srv):
         f"({cpu * 1e6 / max(1, len(items)):.2f} us per item)")
     out(f"      reference, redis-benchmark LPOP -P 64 -c 1 over {count} 80-byte values: "
         f"{ref_s * 1000:.0f} ms, Redis CPU {ref_cpu:.2f} s")
-    ok = len(items) == count and last <= 2000 and cpu < 1.0
+    # Each row judges its own target; the CPU row has its own verdict.
+    on_time = len(items) == count and last <= 2000
     return [("U1", "shared deadline, 100k, one CLI take: last received after due", f"{last:.0f} ms",
-             f"LPOP -P64: {ref_s * 1000:.0f} ms", "<= 2000 ms", ok),
+             f"LPOP -P64: {ref_s * 1000:.0f} ms", "<= 2000 ms", on_time),
             ("U1", "shared deadline, 100k, one CLI take: Redis CPU", f"{cpu:.2f} s",
              f"LPOP -P64: {ref_cpu:.2f} s", "< 1 s", cpu < 1.0)]
 
