@@ -597,6 +597,24 @@ static void waiters_detach(dq_take_req *t) {
 
 static void waiter_arm(dq__waiter *w);
 
+/* The wait of w on conn ended (an error, a failover, a closed connection):
+ * conn is done for waiting; w goes with it when no take wants it any more,
+ * else a take that was idle on it looks again, where the shard is now. */
+static void waiter_ended(dq__waiter *w, dq__conn *conn) {
+    w->conn = NULL;
+    dq__conn_retire(conn);
+    dq_take_req *t = w->take;
+    if (!t) {
+        waiter_free(w);
+        return;
+    }
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        on_retry(t);
+    }
+}
+
 static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dq__waiter *w = privdata;
     (void)code;
@@ -622,35 +640,14 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
      * is done; the take looks again and waits where the shard is now. */
     dq__log(w->c, "queue %s: wait on %s ended by %s: %s", t ? t->owner : "?", w->shard, conn->name,
             reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
-    w->conn = NULL;
-    dq__conn_retire(conn);
-    if (!t) {
-        waiter_free(w);
-        return;
-    }
-    if (t->wait_out) {
-        t->wait_out = 0;
-        t->tried = 0;
-        on_retry(t);
-    }
+    waiter_ended(w, conn);
 }
 
 static void waiter_lost(dq__conn *conn, void *privdata) {
     dq__waiter *w = privdata;
     if (w->conn != conn) return;
-    w->conn = NULL;
     w->out = 0;
-    dq__conn_retire(conn);
-    dq_take_req *t = w->take;
-    if (!t) {
-        waiter_free(w);
-        return;
-    }
-    if (t->wait_out) {
-        t->wait_out = 0;
-        t->tried = 0;
-        on_retry(t);
-    }
+    waiter_ended(w, conn);
 }
 
 static void waiter_up(dq__conn *conn, void *privdata) {
