@@ -898,7 +898,7 @@ end
 -- inside [lo, hi] makes it look one slot further down.
 local function last_score_in(P, zs, lo, hi, name, bound)
   for _ = 1, 64 do
-    local s = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, name), hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
+    local s = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, name), fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
     if s[2] then return tonumber(s[2]) end
     if bound <= lo then return nil end
     hi = bound - 1
@@ -915,23 +915,29 @@ end
 local function split_if_full(P, zs, counters, key)
   local card = kcall(P, 'ZCARD', key)
   if card <= SLOT_CAP or (card - SLOT_CAP - 1) % 32 ~= 0 then return end
-  local mid = tonumber(kcall(P, 'ZRANGE', key, math.floor(card / 2), math.floor(card / 2), 'WITHSCORES')[2])
-  local low = tonumber(kcall(P, 'ZRANGE', key, '0', '0', 'WITHSCORES')[2])
+  local half = nstr(math.floor(card / 2))
+  local mid = kcall(P, 'ZRANGE', key, half, half, 'WITHSCORES')[2]
+  local low = kcall(P, 'ZRANGE', key, '0', '0', 'WITHSCORES')[2]
   if mid == low then
     -- The lower half is all one score: split above it.
-    local nx = kcall(P, 'ZRANGEBYSCORE', key, '(' .. fmt(mid), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    local nx = kcall(P, 'ZRANGEBYSCORE', key, '(' .. mid, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     if nx[2] == nil then return end
-    mid = tonumber(nx[2])
+    mid = nx[2]
   end
-  local upper = kcall(P, 'ZRANGEBYSCORE', key, mid, '+inf', 'WITHSCORES', 'LIMIT', '0', fmt(4 * SLOT_CAP))
-  if #upper / 2 >= 4 * SLOT_CAP then return end -- one score dominates: leave it
-  local args = {}
-  for i = 1, #upper, 2 do
-    args[#args + 1] = upper[i + 1]
-    args[#args + 1] = upper[i]
-  end
+  -- The upper half moves to a new slot inside Redis (ZRANGESTORE): no score
+  -- is formatted for Lua and parsed back, as a read and a ZADD would.
   local new = fmt(redis.call('HINCRBY', counters, 'slots', '1'))
-  kcall(P, 'ZADD', slot_key(P, new), unpack(args))
+  local nkey = slot_key(P, new)
+  ensure_type(P, nkey, 'zset')
+  if redis.call('EXISTS', nkey) == 1 then
+    -- Not ours (slot names are issued once): the split waits for later.
+    return
+  end
+  local moved = redis.call('ZRANGESTORE', nkey, key, mid, '+inf', 'BYSCORE', 'LIMIT', '0', fmt(4 * SLOT_CAP))
+  if moved >= 4 * SLOT_CAP then -- one score dominates: leave it
+    redis.call('DEL', nkey)
+    return
+  end
   kcall(P, 'ZREMRANGEBYSCORE', key, mid, '+inf')
   redis.call('ZADD', zs, mid, new)
 end
@@ -968,6 +974,10 @@ local function hint_fits(zs, h, lo, hi, ordinal)
     return false
   end
   if hi <= h.seen then return true end
+  -- The last insert landed inside the slot, not at its end: offers in no
+  -- particular order (each its own delay), where the next seldom shares
+  -- the slot. Reading its bound would be a call wasted: look up afresh.
+  if h.upper == nil and not h.tail then return false end
   if h.upper == nil then
     local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     h.upper = nx[2] and tonumber(nx[2]) or math.huge
@@ -1007,7 +1017,8 @@ end
 -- announces a score below the first bound it read before (see first_bound).
 -- hint: nil, or a table the caller keeps across the inserts of one run: the
 -- last slot used (name, bound, seen = the highest score it was looked up
--- for, upper = the next bound once read, last score, card), so a batch
+-- for, upper = the next bound once read, last score, card, tail = whether
+-- the last insert went to the end of the slot), so a batch
 -- that stays in one slot looks the slot up once, and records held back to
 -- be written with one ZADD a slot. With a hint, call slot_flush(hint)
 -- before reading or changing a slot, and before the script ends.
@@ -1041,7 +1052,7 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
       score = math.min(h.last + 1, hi)
     else
       slot_flush(hint)
-      local s = kcall(P, 'ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
+      local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
       if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
     end
   end
@@ -1052,13 +1063,14 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
     redis.call('ZADD', zs, ss, name)
     key = slot_key(P, name)
     slot_add(P, hint, key, ss, rec)
-    h.name, h.key, h.bound, h.last, h.card = name, key, score, score, 1
+    h.name, h.key, h.bound, h.last, h.card, h.tail = name, key, score, score, 1, true
     return score, ss
   end
   local ss = fmt(score)
   slot_add(P, hint, key, ss, rec)
   h.card = h.card + 1
-  if not h.last or score > h.last then h.last = score end
+  h.tail = not h.last or score > h.last
+  if h.tail then h.last = score end
   if h.card > SLOT_CAP then
     slot_flush(hint)
     split_if_full(P, zs, counters, key)

@@ -59,7 +59,7 @@ static const char *const commands_full[] = {
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
     "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
-    "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrem",
+    "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrangestore", "zrem",
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     NULL,
 };

@@ -63,7 +63,7 @@ def user_cmd(port, user, *cmd):
 
 # ------------------------------------------------------------------ the rule itself
 section("the printed rule")
-words = rule("aq1", "aq2", "--user", "dqapp", "--password-file", pwfile)
+words = rule("aq1", "aq2", "aq3", "--user", "dqapp", "--password-file", pwfile)
 line = " ".join(words)
 ok(PASSWORD not in line, "the password is not in it")
 ok("#" + hashlib.sha256(PASSWORD.encode()).hexdigest() in words, "its SHA-256 is (#...)")
@@ -93,6 +93,12 @@ section("every command on its queue")
 eq(as_user(url, "offer", "aq1", "0", "one", "--id", "o1").rc, 0, "offer")
 r = as_user(url, "offer", "aq1", "--batch", "-", stdin=b"0\tb1\tx\n0\tb2\ty\n1h\tb3\tz\n")
 eq(r.rc, 0, "offer --batch")
+# Due times that fall from line to line: every offer lands below the slot's
+# records, so the slot splits (its upper half moves with ZRANGESTORE).
+lines = "".join(f"{60000 - i}ms\ts{i:03d}\tx\n" for i in range(200))
+r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
+ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
+ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
 eq(as_user(url, "cancel", "aq1", "b3").rc, 0, "cancel")
 r = as_user(url, "take", "aq1", "--count", "2", "--json", "--timeout", "5s")
 ok(r.rc == 0 and len(r.json_lines()) == 2, "take (plain) gets 2", r)

@@ -86,4 +86,34 @@ p = stats(Q)
 if p is not None:
     eq((p["pending"], p["ready"]), (0, 0), "stats: 0 pending, 0 ready")
 
+section("a split meets keys at the slot names it issues: a zset is left alone, another type renamed")
+Q2 = "slots2"
+P2 = f"dq:{{{Q2}}}:"
+# Due times falling from one offer to the next: every insert lands below the
+# slot's records, so the slot grows until it splits (no appending to a full
+# slot, which starts a new slot without a split).
+eq(dq("offer", Q2, "10200ms", "first", "--id", "d000").rc, 0, "the first offer makes slot 1")
+eq(redis("HGET", P2 + "n", "slots"), b"1", "slot names issued: 1")
+redis("ZADD", P2 + "q:2", "1", "planted")
+redis("SET", P2 + "q:3", "planted string")
+lines = [f"{10200 - i}ms\td{i:03d}\tp{i}" for i in range(1, 200)]
+r = dq("offer", Q2, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
+eq((r.rc, r.out), (0, b"199\n"), "offer --batch: 199 more")
+eq(redis("ZRANGE", P2 + "q:2", 0, -1, "WITHSCORES"), [b"planted", b"1"], "the planted zset at slot name 2 is untouched")
+ok(redis("ZSCORE", P2 + "zs", "2") is None, "name 2 is no slot")
+bad = redis("KEYS", P2 + "bad:q:3:*")
+eq(len(bad), 1, "the string at slot name 3 was renamed out of the way")
+if bad:
+    eq(redis("GET", bad[0]), b"planted string", "renamed with its value")
+ok(redis("ZSCORE", P2 + "zs", "3") is not None, "name 3 is a slot: the split went on there")
+eq(slot_records(Q2), 200, "200 records in the slots")
+check_layout(Q2, "after the splits")
+sched = bg_dq("schedule", Q2)
+r = dq("take", Q2, "--count", "200", "--json", "--timeout", "15s", timeout=60)
+sched.stop()
+msgs = r.json_lines()
+eq(sorted(m["id"] for m in msgs), [f"d{i:03d}" for i in range(200)], "all 200 delivered, each once")
+dues = [m["due_ms"] for m in msgs]
+eq(dues, sorted(dues), "due_ms non-decreasing in delivery order")
+
 finish()

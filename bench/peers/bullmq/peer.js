@@ -1,7 +1,10 @@
 // peer.js - the BullMQ side of delayq's peer benchmark (bench/peer.py).
 //
-//   node peer.js add PORT N            N delayed jobs (delay 1 h, 16-byte data) with addBulk,
-//                                      1000 a call; prints {"n", "secs"}
+//   node peer.js add PORT N [SPREAD_MS]
+//                                      N delayed jobs (16-byte data) with addBulk, 1000 a
+//                                      call, each delayed 1 h, or with SPREAD_MS 60 s plus
+//                                      0..SPREAD_MS (each job its own delay, drawn from a
+//                                      seeded generator); prints {"n", "secs"}
 //   node peer.js lateness PORT RATE SECS MAXDELAY_MS
 //                                      a Worker (concurrency 50) while jobs are added one by
 //                                      one at RATE/s for SECS s, each delayed 0..MAXDELAY_MS;
@@ -26,18 +29,35 @@ const OPTS = { removeOnComplete: true, removeOnFail: true };
 
 function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
 
+// A seeded generator (mulberry32), so both sides of a spread run see delays
+// of one distribution and a run can be repeated.
+function seeded(seed) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// delay: the delay of every job (ms), or a function giving each job's.
 async function addDelayed(queue, n, delay) {
+  const delayOf = typeof delay === 'function' ? delay : () => delay;
   for (let i = 0; i < n; i += 1000) {
     const jobs = [];
-    for (let j = i; j < Math.min(n, i + 1000); j++) jobs.push({ name: 'j', data: DATA, opts: { ...OPTS, delay } });
+    for (let j = i; j < Math.min(n, i + 1000); j++) {
+      jobs.push({ name: 'j', data: DATA, opts: { ...OPTS, delay: delayOf() } });
+    }
     await queue.addBulk(jobs);
   }
 }
 
-async function add(n) {
+async function add(n, spreadMs) {
   const queue = new Queue('peer', { connection });
+  const rnd = seeded(1);
+  const delay = spreadMs > 0 ? () => 60000 + Math.floor(rnd() * (spreadMs + 1)) : 3600 * 1000;
   const t0 = process.hrtime.bigint();
-  await addDelayed(queue, n, 3600 * 1000);
+  await addDelayed(queue, n, delay);
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   await queue.close();
   return { n, secs };
@@ -96,7 +116,7 @@ async function drain(n) {
 
 async function main() {
   let out;
-  if (mode === 'add') out = await add(Number(rest[0]));
+  if (mode === 'add') out = await add(Number(rest[0]), Number(rest[1] || 0));
   else if (mode === 'fill') out = await fill(Number(rest[0]));
   else if (mode === 'lateness') out = await lateness(Number(rest[0]), Number(rest[1]), Number(rest[2]));
   else if (mode === 'drain') out = await drain(Number(rest[0]));
