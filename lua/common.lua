@@ -928,11 +928,11 @@ local function split_if_full(P, zs, counters, key)
   -- is formatted for Lua and parsed back, as a read and a ZADD would.
   local new = fmt(redis.call('HINCRBY', counters, 'slots', '1'))
   local nkey = slot_key(P, new)
-  ensure_type(P, nkey, 'zset')
-  if redis.call('EXISTS', nkey) == 1 then
-    -- Not ours (slot names are issued once): the split waits for later.
-    return
-  end
+  -- A key already there is not ours (slot names are issued once): a zset is
+  -- left alone and the split waits for later; another type is renamed away.
+  local got = redis.call('TYPE', nkey)['ok']
+  if got == 'zset' then return end
+  if got ~= 'none' then quarantine(P, nkey, got) end
   local moved = redis.call('ZRANGESTORE', nkey, key, mid, '+inf', 'BYSCORE', 'LIMIT', '0', fmt(4 * SLOT_CAP))
   if moved >= 4 * SLOT_CAP then -- one score dominates: leave it
     redis.call('DEL', nkey)
