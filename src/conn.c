@@ -142,6 +142,10 @@ static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
     req_free(r);
 }
 
+void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)conn, (void)reply, (void)code, (void)privdata;
+}
+
 int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
                       dq__reply_fn *fn, void *privdata) {
     if (!conn->ac || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {

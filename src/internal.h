@@ -99,6 +99,8 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 /* The same with a command already in RESP (len bytes, copied). */
 int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
                       dq__reply_fn *fn, void *privdata);
+/* A dq__reply_fn for commands whose reply nobody needs. */
+void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
 /* Formats head[0..nhead-1] then argv[0..argc-1] as one RESP command into a
  * malloc'ed *out (the caller frees). Returns its length, or -1 (no memory). */
@@ -278,11 +280,52 @@ struct dq_client {
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
     struct dq__shardcount *shardcounts; /* shard counts learned (shardcount.c) */
-    struct dq__waiter *waiters;  /* armed waits on shards (take.c)      */
+    struct dq__waiter *waiters;  /* armed waits on shards (waiter.c)    */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
     char errstr[DQ__ERRSTR_MAX];
 };
+
+/* ------------------------------------------------------------ waiters */
+
+/* A BLPOP on one shard's wake tokens, armed by a take that found every
+ * shard of its queue empty, and left armed for the client's next take when
+ * that take ends (waiter.c). Owned by the client's list: a take only holds
+ * one (dq__waiter_hold) and lets it go (dq__waiter_release). */
+typedef struct dq__waiter dq__waiter;
+
+/* What a waiter tells the take holding it (holder): a token it popped on
+ * shard `index` (the token is the holder's now), or that its wait ended
+ * without one (a failover, an error, a closed connection: look again).
+ * Only a held waiter calls; one nobody holds pushes a token back. */
+typedef struct dq__waiter_calls {
+    void (*token)(void *holder, unsigned index);
+    void (*ended)(void *holder);
+} dq__waiter_calls;
+
+/* The waiter on shard j of `shards` of queue owner: an armed one no take
+ * holds, or a new one (not armed). NULL when out of memory or the shard
+ * has no name. */
+dq__waiter *dq__waiter_for(dq_client *c, const char *owner, unsigned j, unsigned shards);
+/* holder holds w from now on; calls must outlive the hold. */
+void dq__waiter_hold(dq__waiter *w, const dq__waiter_calls *calls, void *holder);
+/* The holder lets w go: it stays armed for a later take if its BLPOP is
+ * out, and is freed otherwise. No call reaches the holder after this. */
+void dq__waiter_release(dq__waiter *w);
+/* Sends w's BLPOP unless it is out. found_empty: the shard was found empty
+ * just before (the wait then counts as quiet, see dq__waiters_quiet).
+ * Returns 1 if the BLPOP is out, 0 if it goes once the connection is up,
+ * -1 if no node serves the shard now (the holder retries later). */
+int dq__waiter_arm(dq__waiter *w, int found_empty);
+/* Whether a wait of this client on shard j of owner's queue (by `shards`)
+ * was out when the shard was last found empty, and has popped nothing
+ * since: a token pushed there since is popped by some BLPOP, whose take
+ * then looks there, so that shard needs no look now. */
+int dq__waiters_quiet(const dq_client *c, const char *owner, unsigned shards, unsigned j);
+/* Shard j of owner's queue was found empty: the waits out on it are quiet. */
+void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, unsigned j);
+/* Gives n wake tokens back to the shard named shard (no reply awaited). */
+void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
 
 /* Sends the offers dq_offer_async has gathered, as few script calls as
  * possible. Called before the loop polls and before any other command of
@@ -351,7 +394,7 @@ void dq__wait_all(dq_client *c, const int *left);
 /* Freeing what the client runs (dq_client_free). */
 void dq__sched_free_all(dq_client *c);
 void dq__take_free_all(dq_client *c);
-/* Lets go of the waits on shards the takes left armed (take.c). */
+/* Lets go of the waits on shards the takes left armed (waiter.c). */
 void dq__waiters_free(dq_client *c);
 void dq__worker_free_all(dq_client *c);
 
@@ -382,12 +425,24 @@ int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__scri
 int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigned flags,
                      enum dq__script script, int nkeys, int nargs, const char **argv,
                      dq__sync_ints *s);
-/* The shard of queue that holds id, by the count the client knows: its
- * name (DQ__SHARD_NAME_MAX + 1 bytes) and that count as text (24 bytes),
- * for routing round `round` (0, 1, ...). DQ_EBUSY while the count changes
- * or after too many rounds. */
-int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, char *name,
-                     char *count, unsigned *shards);
+/* A shard of a queue (the queue itself when it has one), addressed for a
+ * script call: its name, the shard count the call goes by as text (the
+ * scripts check it, see shards_refusal in lua/common.lua), and its keys. */
+typedef struct dq__shard_at {
+    char name[DQ__SHARD_NAME_MAX + 1];
+    char count[24];
+    dq__keys k;
+} dq__shard_at;
+
+/* Addresses shard i of `shards` of queue, with count as the count text.
+ * Returns 0, or DQ_EPROTO (recorded on c) when the shard has no name. */
+int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigned i, unsigned shards,
+                      unsigned count);
+/* Addresses the shard of queue that holds id, by the count the client
+ * knows (also into *shards when not NULL), for routing round `round` (0,
+ * 1, ...). DQ_EBUSY while the count changes or after too many rounds. */
+int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, dq__shard_at *at,
+                     unsigned *shards);
 
 /* The reply of dead.lua's list (flat 7 fields per letter) as letters:
  * *out (dq_dead_letters_free, also on failure) holds *n of them. Returns 0,

@@ -679,30 +679,34 @@ int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__scri
     return dq__eval_ints_on(c, queue, queue, flags, script, nkeys, nargs, argv, s);
 }
 
-int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, char *name,
-                     char *count, unsigned *shards) {
+int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigned i, unsigned shards,
+                      unsigned count) {
+    if (dq__shard_name(queue, i, shards, at->name, sizeof at->name) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    dq__fmt_i64(at->count, count);
+    dq__keys_init(&at->k, at->name);
+    return 0;
+}
+
+int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, dq__shard_at *at,
+                     unsigned *shards) {
     unsigned n = dq__shards_of(c, queue);
     if (!n || round == SHARD_ROUNDS)
         return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
-    if (dq__shard_name(queue, dq__shard_of_id(id, strlen(id), n), n, name, DQ__SHARD_NAME_MAX + 1))
-        return dq__fail(c, DQ_EPROTO, "queue %s: no shard name", queue);
-    dq__fmt_i64(count, n);
     if (shards) *shards = n;
-    return 0;
+    return dq__shard_at_init(c, at, queue, dq__shard_of_id(id, strlen(id), n), n, n);
 }
 
 int dq_cancel(dq_client *c, const char *queue, const char *id) {
     int bad = check_sync(c, queue, id, 1);
     if (bad) return bad;
     for (int round = 0;; round++) {
-        char name[DQ__SHARD_NAME_MAX + 1], count[24];
-        int rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        dq__shard_at at;
+        int rc = dq__shard_for_id(c, queue, id, round, &at, NULL);
         if (rc) return rc;
-        dq__keys k;
-        dq__keys_init(&k, name);
-        const char *argv[5] = {k.z, k.counters, k.prefix, id, count};
+        const char *argv[5] = {at.k.z, at.k.counters, at.k.prefix, id, at.count};
         sync_ints s;
-        rc = dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_CANCEL, 2, 3, argv, &s);
+        rc = dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_CANCEL, 2, 3, argv, &s);
         if (rc != DQ__ESHARDS) return rc ? rc : (int)s.v[0];
     }
 }
@@ -712,13 +716,11 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     if (bad) return bad;
     sync_ints s;
     for (int round = 0;; round++) {
-        char name[DQ__SHARD_NAME_MAX + 1], count[24];
-        int rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        dq__shard_at at;
+        int rc = dq__shard_for_id(c, queue, id, round, &at, NULL);
         if (rc) return rc;
-        dq__keys k;
-        dq__keys_init(&k, name);
-        const char *argv[6] = {k.z, k.dead, k.counters, k.prefix, id, count};
-        rc = dq__eval_ints_on(c, queue, name, 0, DQ__LUA_LOOKUP, 3, 3, argv, &s);
+        const char *argv[6] = {at.k.z, at.k.dead, at.k.counters, at.k.prefix, id, at.count};
+        rc = dq__eval_ints_on(c, queue, at.name, 0, DQ__LUA_LOOKUP, 3, 3, argv, &s);
         if (rc == 0) break;
         if (rc != DQ__ESHARDS) return rc;
     }

@@ -224,20 +224,19 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
     if (rc) return rc;
     (void)attempt; /* the script knows it */
     if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
-    char name[DQ__SHARD_NAME_MAX + 1], count[24];
-    if ((rc = dq__shard_for_id(c, queue, id, 0, name, count, NULL)) != 0) return rc;
-    dq__keys k;
-    dq__keys_init(&k, name);
+    dq__shard_at at;
+    if ((rc = dq__shard_for_id(c, queue, id, 0, &at, NULL)) != 0) return rc;
+    const dq__keys *k = &at.k;
     char delay[24], base[24], cap[24], frac[24];
     snprintf(delay, sizeof delay, "%" PRId64, delay_ms < 0 ? (int64_t)-1 : delay_ms);
     snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
     snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
     snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
-    const char *argv[15] = {k.z, k.counters, k.dead, k.dead_times, k.config, k.prefix, k.chan,
-                            id, token, delay, error ? error : "", base, cap, frac, count};
+    const char *argv[15] = {k->z, k->counters, k->dead, k->dead_times, k->config, k->prefix, k->chan,
+                            id, token, delay, error ? error : "", base, cap, frac, at.count};
     size_t lens[15];
     for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, name, DQ__LUA_NACK, 5, 10, argv, lens, cb, privdata);
+    return settle_send(c, queue, at.name, DQ__LUA_NACK, 5, 10, argv, lens, cb, privdata);
 }
 
 /* ------------------------------------------------------------ sync */
@@ -300,14 +299,12 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     for (int round = 0;; round++) {
-        char name[DQ__SHARD_NAME_MAX + 1], count[24];
-        rc = dq__shard_for_id(c, queue, id, round, name, count, NULL);
+        dq__shard_at at;
+        rc = dq__shard_for_id(c, queue, id, round, &at, NULL);
         if (rc) return rc;
-        dq__keys k;
-        dq__keys_init(&k, name);
-        const char *argv[8] = {k.z, k.counters, k.prefix, id, token, lease, k.chan, count};
+        const char *argv[8] = {at.k.z, at.k.counters, at.k.prefix, id, token, lease, at.k.chan, at.count};
         dq__sync_ints s;
-        rc = dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 6, argv, &s);
+        rc = dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 6, argv, &s);
         if (rc != DQ__ESHARDS) return rc ? rc : (int)s.v[0];
     }
 }
@@ -317,17 +314,15 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
 /* One call of dead.lua on shard i of `shards` of queue. */
 static int dead_ints(dq_client *c, const char *queue, unsigned i, unsigned shards, const char *op,
                      const char *arg, dq__sync_ints *s) {
-    char name[DQ__SHARD_NAME_MAX + 1], count[24];
-    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
-    dq__fmt_i64(count, shards);
-    dq__keys k;
-    dq__keys_init(&k, name);
-    const char *argv[10] = {k.dead, k.dead_times, k.ready, k.signal, k.counters,
-                            k.prefix, op, arg ? arg : "", "", count};
+    dq__shard_at at;
+    int rc = dq__shard_at_init(c, &at, queue, i, shards, shards);
+    if (rc) return rc;
+    const dq__keys *k = &at.k;
+    const char *argv[10] = {k->dead, k->dead_times, k->ready, k->signal, k->counters,
+                            k->prefix, op, arg ? arg : "", "", at.count};
     unsigned flags = strcmp(op, "count") == 0 ? 0 : DQ__ROUTE_WRITE;
     enum dq__script script = flags ? DQ__LUA_DEAD : DQ__LUA_DEAD_RO; /* count only reads */
-    return dq__eval_ints_on(c, queue, name, flags, script, 5, 5, argv, s);
+    return dq__eval_ints_on(c, queue, at.name, flags, script, 5, 5, argv, s);
 }
 
 /* The shard count a dead-letter call goes by (DQ_EBUSY while it changes). */
@@ -493,21 +488,19 @@ static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *p
 /* One page of shard i's dead letters appended to *out (*n of them). */
 static int dead_list_one(dq_client *c, const char *queue, unsigned i, unsigned shards, size_t offset,
                          size_t limit, dq_dead_letter **out, size_t *n) {
-    char name[DQ__SHARD_NAME_MAX + 1], count[24];
-    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
-    dq__fmt_i64(count, shards);
-    dq__keys k;
-    dq__keys_init(&k, name);
+    dq__shard_at at;
+    int rc = dq__shard_at_init(c, &at, queue, i, shards, shards);
+    if (rc) return rc;
+    const dq__keys *k = &at.k;
     char off[24], lim[24];
     snprintf(off, sizeof off, "%zu", offset);
     snprintf(lim, sizeof lim, "%zu", limit);
-    const char *argv[10] = {k.dead, k.dead_times, k.ready, k.signal, k.counters, k.prefix, "list", off,
-                            lim, count};
+    const char *argv[10] = {k->dead, k->dead_times, k->ready, k->signal, k->counters, k->prefix, "list", off,
+                            lim, at.count};
     size_t lens[10];
     for (int j = 0; j < 10; j++) lens[j] = strlen(argv[j]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
-    int rc = dq__op_eval(c, name, 0, DQ__LUA_DEAD_RO, 5, 5, argv, lens, dead_list_reply, &l);
+    rc = dq__op_eval(c, at.name, 0, DQ__LUA_DEAD_RO, 5, 5, argv, lens, dead_list_reply, &l);
     if (rc) return rc;
     dq__wait(c, &l.done);
     if (l.status) {

@@ -114,10 +114,6 @@ void dq__rt_fail_held(dq__node *n, int code) {
     }
 }
 
-static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)reply, (void)code, (void)privdata;
-}
-
 static void on_cmd_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 static void on_wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
@@ -127,11 +123,11 @@ static int send_on(rreq *r, dq__node *n) {
     if (r->asking) {
         const char *av[1] = {"ASKING"};
         size_t al[1] = {6};
-        if (dq__conn_send(conn, 0, 1, av, al, ignore_reply, NULL) != 0) return DQ_ECONNECT;
+        if (dq__conn_send(conn, 0, 1, av, al, dq__ignore_reply, NULL) != 0) return DQ_ECONNECT;
         r->asking = 0;
     }
     if (r->pre) {
-        if (dq__conn_send_raw(conn, 0, r->pre, r->pre_len, ignore_reply, NULL) != 0) return DQ_ECONNECT;
+        if (dq__conn_send_raw(conn, 0, r->pre, r->pre_len, dq__ignore_reply, NULL) != 0) return DQ_ECONNECT;
         free(r->pre); /* sent: the connection has its copy */
         r->pre = NULL;
     }

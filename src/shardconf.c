@@ -37,15 +37,12 @@
  * home when shards is 1); its reply into *s when s is not NULL. */
 static int shard_step_ints(dq_client *c, const char *queue, unsigned i, unsigned shards, const char *op,
                            unsigned n, dq__sync_ints *out) {
-    char name[DQ__SHARD_NAME_MAX + 1], count[24];
-    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
-    dq__fmt_i64(count, n);
-    dq__keys k;
-    dq__keys_init(&k, name);
-    const char *argv[5] = {k.counters, k.ready, k.dead_times, op, count};
+    dq__shard_at at;
+    int rc = dq__shard_at_init(c, &at, queue, i, shards, n);
+    if (rc) return rc;
+    const char *argv[5] = {at.k.counters, at.k.ready, at.k.dead_times, op, at.count};
     dq__sync_ints s;
-    return dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_SHARDS, 3, 2, argv, out ? out : &s);
+    return dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_SHARDS, 3, 2, argv, out ? out : &s);
 }
 
 static int shard_step(dq_client *c, const char *queue, unsigned i, unsigned shards, const char *op,
@@ -56,10 +53,6 @@ static int shard_step(dq_client *c, const char *queue, unsigned i, unsigned shar
 /* A write that was made, durable or not. */
 static int made(int rc) { return rc == 0 || rc == DQ_ENOTDURABLE; }
 
-static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)reply, (void)code, (void)privdata;
-}
-
 /* A wake token and a wake-up announcement on shard i of `shards`. */
 static void wake_shard(dq_client *c, const char *queue, unsigned i, unsigned shards) {
     char name[DQ__SHARD_NAME_MAX + 1];
@@ -68,10 +61,10 @@ static void wake_shard(dq_client *c, const char *queue, unsigned i, unsigned sha
     dq__keys_init(&k, name);
     const char *push[3] = {"RPUSH", k.signal, "1"};
     size_t push_lens[3] = {5, strlen(k.signal), 1};
-    (void)dq__op_command(c, name, 3, push, push_lens, ignore_reply, NULL);
+    (void)dq__op_command(c, name, 3, push, push_lens, dq__ignore_reply, NULL);
     const char *pub[3] = {"SPUBLISH", k.chan, "0"};
     size_t pub_lens[3] = {8, strlen(k.chan), 1};
-    (void)dq__op_command(c, name, 3, pub, pub_lens, ignore_reply, NULL);
+    (void)dq__op_command(c, name, 3, pub, pub_lens, dq__ignore_reply, NULL);
 }
 
 /* Step 1 on every shard of `old`; undone on failure (the record too). */

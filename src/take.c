@@ -16,15 +16,11 @@
  * A sharded queue (shard.c) is taken from shard by shard: the script runs
  * on one shard, and on the next when that one is empty, starting from a
  * shard that turns per take (fairness); when all are empty, the take waits
- * on every shard at once, through waiters: one BLPOP per shard, each on a
- * blocking connection to that shard's node (a cluster refuses one BLPOP
- * over keys of several slots). A waiter outlives its take: when the take
- * ends, its armed waiters stay armed for the client's next take on the
- * queue (no reconnects per take), and a token one of them pops with no
- * take to give it to is pushed back. So no token is lost and an idle
- * consumer still only waits. A take skips the shards its client's armed
- * waits have found quiet (shard_quiet): at a steady trickle a take then
- * looks where a token came from, not at every empty shard in turn.
+ * on every shard at once, through waiters (waiter.c: one BLPOP per shard,
+ * left armed for the client's next take). A take skips the shards its
+ * client's armed waits have found quiet (shard_quiet): at a steady trickle
+ * a take then looks where a token came from, not at every empty shard in
+ * turn.
  *
  * The take's own timeout is a libev timer, not a blocking command's timeout
  * (Redis checks those only every 100 ms at the default hz 10). A take always
@@ -49,22 +45,6 @@ typedef void take_done_fn(dq_take_req *t, int status, dq_msg **msgs, size_t n);
 typedef struct take_token {
     dq_take_req *take;
 } take_token;
-
-/* One armed BLPOP on a shard's wake tokens (see the top of the file). */
-typedef struct dq__waiter {
-    struct dq__waiter *next;         /* in the client's list                 */
-    dq_client *c;
-    char shard[DQ__SHARD_NAME_MAX + 1];
-    unsigned index;                  /* the shard's number                   */
-    char signal[DQ__KEY_MAX];
-    dq__conn *conn;
-    unsigned shards;                 /* the count the shard is named by      */
-    dq_take_req *take;               /* whom a token goes to, or NULL        */
-    int out;                         /* the BLPOP is out                     */
-    int quiet;                       /* the shard was found empty while the
-                                        BLPOP was out, and it has popped
-                                        nothing since (see shard_quiet)     */
-} dq__waiter;
 
 struct dq_take_req {
     dq_take_req *next;
@@ -220,10 +200,6 @@ static void finish(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
 
 /* ------------------------------------------------------------ the script */
 
-static void ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    (void)conn, (void)reply, (void)code, (void)privdata;
-}
-
 /* An entry the script handed out but this client cannot decode (the
  * script checks what the decoder checks, so only a version skew between the
  * two gets here), or whose sealed payload does not open: it goes to the
@@ -235,7 +211,7 @@ static void set_aside(dq_take_req *t, const redisReply *e, const char *why) {
     if (!rec) return;
     const char *argv[3] = {"RPUSH", t->keys.aside, rec};
     size_t lens[3] = {5, strlen(t->keys.aside), len};
-    (void)dq__op_command(t->c, t->queue, 3, argv, lens, ignore_reply, NULL);
+    (void)dq__op_command(t->c, t->queue, 3, argv, lens, dq__ignore_reply, NULL);
     free(rec);
 }
 
@@ -250,7 +226,7 @@ static void ack_lease(dq_take_req *t, const dq__entry *e, const char *token) {
     dq__ack_args_init(&args, t->keys.z, t->keys.counters, t->keys.prefix, "");
     dq__ack_args_add(&args, id, token);
     (void)dq__op_eval(t->c, t->queue, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
-                      ignore_reply, NULL);
+                      dq__ignore_reply, NULL);
 }
 
 /* Opens a sealed payload in place of e's (*plain gets the buffer to free
@@ -498,32 +474,18 @@ static int set_shards(dq_take_req *t, unsigned n) {
     return set_shard(t, n > 1 ? dq__random_uniform(n) : 0);
 }
 
-/* Whether waiter w waits on shard j of t's queue, by t's count. */
-static int waiter_is(const dq__waiter *w, const dq_take_req *t, unsigned j) {
-    size_t ol = strlen(t->owner);
-    return w->index == j && w->shards == t->shards && strncmp(w->shard, t->owner, ol) == 0 &&
-           w->shard[ol] == '~';
-}
-
 /* Shard j needs no look: a wait of this client on it was out when the
- * shard was last found empty, and has popped nothing since. Whatever made
- * an entry ready there since pushed a token, which a BLPOP (this one, or
- * another consumer's) pops, and the take that pops it looks there: the
- * rule a take blocked on an unsharded queue lives by. A token popped by a
- * wait with no take goes back (the wait ends), so it is not lost. */
+ * shard was last found empty, and has popped nothing since (see
+ * dq__waiters_quiet). A token t holds for it says otherwise. */
 static int shard_quiet(const dq_take_req *t, unsigned j) {
-    if (t->tokens[j]) return 0;
-    for (const dq__waiter *w = t->c->waiters; w; w = w->next)
-        if (w->out && w->quiet && waiter_is(w, t, j)) return 1;
-    return 0;
+    return !t->tokens[j] && dq__waiters_quiet(t->c, t->owner, t->shards, j);
 }
 
 /* Shard t->cur was found empty: the waits out on it become quiet. */
 static void note_empty(dq_take_req *t) {
     if (t->shards < 2 || t->tokens[t->cur]) return;
     t->found_empty |= (uint64_t)1 << t->cur;
-    for (dq__waiter *w = t->c->waiters; w; w = w->next)
-        if (w->out && waiter_is(w, t, t->cur)) w->quiet = 1;
+    dq__waiters_note_empty(t->c, t->owner, t->shards, t->cur);
 }
 
 /* The shard to look at next: one a waiter popped a token for, else the
@@ -549,65 +511,38 @@ static void next_shard(dq_take_req *t) {
     run_script(t);
 }
 
-/* Gives n wake tokens back to the shard named shard. */
-static void push_back_tokens(dq_client *c, const char *shard, unsigned n) {
-    if (n == 0) return;
-    char signal[DQ__KEY_MAX];
-    dq__key(signal, sizeof signal, shard, "s");
-    const char *argv[2 + 255];
-    size_t lens[2 + 255];
-    argv[0] = "RPUSH", lens[0] = 5;
-    argv[1] = signal, lens[1] = strlen(signal);
-    for (unsigned i = 0; i < n && i < 255; i++) argv[2 + i] = "1", lens[2 + i] = 1;
-    (void)dq__op_command(c, shard, 2 + (int)(n < 255 ? n : 255), argv, lens, ignore_reply, NULL);
-}
-
-static void waiter_free(dq__waiter *w) {
-    for (dq__waiter **p = &w->c->waiters; *p; p = &(*p)->next) {
-        if (*p == w) {
-            *p = w->next;
-            break;
-        }
-    }
-    dq__conn *conn = w->conn;
-    w->conn = NULL;
-    if (conn && !w->out && conn->state == DQ__UP) dq__route_blocking_release(w->c, conn);
-    else if (conn) dq__conn_retire(conn); /* its BLPOP fails now, w still alive */
-    free(w);
-}
-
 /* The take ends or changes its count: its waiters stay armed for the next
  * take (an idle one is let go), and tokens it holds go back. */
 static void waiters_detach(dq_take_req *t) {
     for (unsigned j = 0; j < t->shards && t->shards > 1; j++) {
         dq__waiter *w = t->waiters[j];
         t->waiters[j] = NULL;
-        if (w) {
-            w->take = NULL;
-            if (!w->out) waiter_free(w);
-        }
+        if (w) dq__waiter_release(w);
         if (t->tokens[j]) {
             char shard[DQ__SHARD_NAME_MAX + 1];
             if (dq__shard_name(t->owner, j, t->shards, shard, sizeof shard) == 0)
-                push_back_tokens(t->c, shard, t->tokens[j]);
+                dq__push_back_tokens(t->c, shard, t->tokens[j]);
             t->tokens[j] = 0;
         }
     }
 }
 
-static void waiter_arm(dq__waiter *w);
-
-/* The wait of w on conn ended (an error, a failover, a closed connection):
- * conn is done for waiting; w goes with it when no take wants it any more,
- * else a take that was idle on it looks again, where the shard is now. */
-static void waiter_ended(dq__waiter *w, dq__conn *conn) {
-    w->conn = NULL;
-    dq__conn_retire(conn);
-    dq_take_req *t = w->take;
-    if (!t) {
-        waiter_free(w);
-        return;
+/* A waiter t holds popped a token on shard j: it is t's. An idle t looks
+ * there. */
+static void on_waiter_token(void *holder, unsigned j) {
+    dq_take_req *t = holder;
+    if (t->tokens[j] < 255) t->tokens[j]++;
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        if (set_shard(t, j) == 0) run_script(t);
     }
+}
+
+/* A wait of a waiter t holds ended without a token: an idle t looks again,
+ * and waits where the shards are now. */
+static void on_waiter_ended(void *holder) {
+    dq_take_req *t = holder;
     if (t->wait_out) {
         t->wait_out = 0;
         t->tried = 0;
@@ -615,93 +550,7 @@ static void waiter_ended(dq__waiter *w, dq__conn *conn) {
     }
 }
 
-static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    dq__waiter *w = privdata;
-    (void)code;
-    w->out = 0;
-    w->quiet = 0;
-    if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
-    dq_take_req *t = w->take;
-    if (reply->type == REDIS_REPLY_ARRAY) {
-        if (!t) { /* nobody to give it to: back it goes */
-            push_back_tokens(w->c, w->shard, 1);
-            waiter_free(w);
-            return;
-        }
-        if (t->tokens[w->index] < 255) t->tokens[w->index]++;
-        if (t->wait_out) { /* idle until now: look there */
-            t->wait_out = 0;
-            t->tried = 0;
-            if (set_shard(t, w->index) == 0) run_script(t);
-        }
-        return;
-    }
-    /* A failover, a slot move or an error ended the wait: this connection
-     * is done; the take looks again and waits where the shard is now. */
-    dq__log(w->c, "queue %s: wait on %s ended by %s: %s", t ? t->owner : "?", w->shard, conn->name,
-            reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
-    waiter_ended(w, conn);
-}
-
-static void waiter_lost(dq__conn *conn, void *privdata) {
-    dq__waiter *w = privdata;
-    if (w->conn != conn) return;
-    w->out = 0;
-    waiter_ended(w, conn);
-}
-
-static void waiter_up(dq__conn *conn, void *privdata) {
-    (void)conn;
-    dq__waiter *w = privdata;
-    dq_take_req *t = w->take;
-    if (!t) {
-        waiter_free(w);
-        return;
-    }
-    waiter_arm(w);
-}
-
-static void waiter_arm(dq__waiter *w) {
-    if (w->out) return;
-    unsigned slot = dq__queue_slot(w->shard);
-    if (w->conn && !dq__route_owns(w->c, w->conn, slot)) {
-        dq__conn_retire(w->conn); /* the shard moved */
-        w->conn = NULL;
-    }
-    if (!w->conn) {
-        w->conn = dq__route_blocking(w->c, slot);
-        if (!w->conn) return; /* no node now: the take's retry looks again */
-        w->conn->event_privdata = w;
-        w->conn->on_up = waiter_up;
-        w->conn->on_down = waiter_lost;
-        w->conn->on_fail = waiter_lost;
-    }
-    if (w->conn->state != DQ__UP) return; /* waiter_up arms it */
-    const char *argv[3] = {"BLPOP", w->signal, "0"};
-    size_t lens[3] = {5, strlen(w->signal), 1};
-    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) {
-        w->out = 1;
-        w->quiet = 0; /* until the shard is found empty with it out */
-    }
-}
-
-/* A waiter for shard j of t: an armed one no take holds, or a new one. */
-static dq__waiter *waiter_for(dq_take_req *t, unsigned j) {
-    char shard[DQ__SHARD_NAME_MAX + 1];
-    if (dq__shard_name(t->owner, j, t->shards, shard, sizeof shard) != 0) return NULL;
-    for (dq__waiter *w = t->c->waiters; w; w = w->next)
-        if (!w->take && w->out && strcmp(w->shard, shard) == 0) return w;
-    dq__waiter *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    w->c = t->c;
-    memcpy(w->shard, shard, sizeof shard);
-    w->index = j;
-    w->shards = t->shards;
-    dq__key(w->signal, sizeof w->signal, shard, "s");
-    w->next = t->c->waiters;
-    t->c->waiters = w;
-    return w;
-}
+static const dq__waiter_calls waiter_calls = {on_waiter_token, on_waiter_ended};
 
 /* Every shard was empty: wait on all of them (tokens in hand first). */
 static void wait_on_shards(dq_take_req *t) {
@@ -715,33 +564,19 @@ static void wait_on_shards(dq_take_req *t) {
     int missing = 0;
     for (unsigned j = 0; j < t->shards; j++) {
         dq__waiter *w = t->waiters[j];
-        if (!w && (w = waiter_for(t, j)) == NULL) {
+        if (!w && (w = dq__waiter_for(t->c, t->owner, j, t->shards)) == NULL) {
             finish(t, dq__fail(t->c, DQ_ENOMEM, "out of memory"), NULL, 0);
             return;
         }
-        w->take = t;
+        dq__waiter_hold(w, &waiter_calls, t);
         t->waiters[j] = w;
-        int was_out = w->out;
-        waiter_arm(w);
-        /* A wait sent just after its shard was found empty is as good as
-         * one that was out then: a token pushed in between is still in
-         * the list, and the BLPOP pops it at once. (An unsharded take
-         * leaves the same gap between its look and its BLPOP.) */
-        if (!was_out && w->out && (t->found_empty >> j & 1) && !t->tokens[j]) w->quiet = 1;
-        missing += !w->out && !w->conn;
+        missing += dq__waiter_arm(w, (t->found_empty >> j & 1) && !t->tokens[j]) < 0;
     }
     t->wait_out = 1;
     if (missing) { /* some shard has no node now: look again shortly */
         t->wait_out = 0;
         t->tried = 0;
         on_retry(t);
-    }
-}
-
-void dq__waiters_free(dq_client *c) {
-    while (c->waiters) {
-        c->waiters->take = NULL;
-        waiter_free(c->waiters);
     }
 }
 

@@ -1,0 +1,208 @@
+/*
+ * waiter.c - the waits a sharded queue's takes leave armed.
+ *
+ * When every shard of a sharded queue is empty, a take (take.c) waits on
+ * all of them at once: one "BLPOP <wake tokens> 0" per shard, each on a
+ * blocking connection to that shard's node (a cluster refuses one BLPOP
+ * over keys of several slots). Each such wait is a waiter, kept in the
+ * client's list. A waiter outlives its take: when the take ends, an armed
+ * waiter stays armed for the client's next take on the queue (no reconnects
+ * per take), and a token it pops with no take to give it to is pushed back,
+ * so no token is lost and an idle consumer still only waits.
+ *
+ * A waiter knows nothing of takes: the take that holds it gives it two
+ * calls (dq__waiter_calls), for a token popped and for a wait ended. A
+ * waiter also remembers whether its shard was found empty while its wait
+ * was out (quiet), which lets takes skip that shard (dq__waiters_quiet).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct dq__waiter {
+    struct dq__waiter *next;         /* in the client's list                 */
+    dq_client *c;
+    char shard[DQ__SHARD_NAME_MAX + 1];
+    unsigned index;                  /* the shard's number                   */
+    char signal[DQ__KEY_MAX];
+    dq__conn *conn;
+    unsigned shards;                 /* the count the shard is named by      */
+    const dq__waiter_calls *calls;   /* the holder's, or NULL: none holds it */
+    void *holder;
+    int out;                         /* the BLPOP is out                     */
+    int quiet;                       /* the shard was found empty while the
+                                        BLPOP was out, and it has popped
+                                        nothing since (dq__waiters_quiet)   */
+};
+
+void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n) {
+    if (n == 0) return;
+    char signal[DQ__KEY_MAX];
+    dq__key(signal, sizeof signal, shard, "s");
+    const char *argv[2 + 255];
+    size_t lens[2 + 255];
+    argv[0] = "RPUSH", lens[0] = 5;
+    argv[1] = signal, lens[1] = strlen(signal);
+    for (unsigned i = 0; i < n && i < 255; i++) argv[2 + i] = "1", lens[2 + i] = 1;
+    (void)dq__op_command(c, shard, 2 + (int)(n < 255 ? n : 255), argv, lens, dq__ignore_reply, NULL);
+}
+
+/* Whether w waits on shard j of owner's queue, by a count of shards. */
+static int waiter_is(const dq__waiter *w, const char *owner, unsigned shards, unsigned j) {
+    size_t ol = strlen(owner);
+    return w->index == j && w->shards == shards && strncmp(w->shard, owner, ol) == 0 && w->shard[ol] == '~';
+}
+
+int dq__waiters_quiet(const dq_client *c, const char *owner, unsigned shards, unsigned j) {
+    for (const dq__waiter *w = c->waiters; w; w = w->next)
+        if (w->out && w->quiet && waiter_is(w, owner, shards, j)) return 1;
+    return 0;
+}
+
+void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, unsigned j) {
+    for (dq__waiter *w = c->waiters; w; w = w->next)
+        if (w->out && waiter_is(w, owner, shards, j)) w->quiet = 1;
+}
+
+static void waiter_free(dq__waiter *w) {
+    for (dq__waiter **p = &w->c->waiters; *p; p = &(*p)->next) {
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    }
+    dq__conn *conn = w->conn;
+    w->conn = NULL;
+    if (conn && !w->out && conn->state == DQ__UP) dq__route_blocking_release(w->c, conn);
+    else if (conn) dq__conn_retire(conn); /* its BLPOP fails now, w still alive */
+    free(w);
+}
+
+void dq__waiter_hold(dq__waiter *w, const dq__waiter_calls *calls, void *holder) {
+    w->calls = calls;
+    w->holder = holder;
+}
+
+void dq__waiter_release(dq__waiter *w) {
+    w->calls = NULL;
+    w->holder = NULL;
+    if (!w->out) waiter_free(w);
+}
+
+/* The wait of w on conn ended (an error, a failover, a closed connection):
+ * conn is done for waiting; w goes with it when no take holds it, else its
+ * holder hears of it (and looks again, where the shard is now). */
+static void waiter_ended(dq__waiter *w, dq__conn *conn) {
+    w->conn = NULL;
+    dq__conn_retire(conn);
+    if (!w->calls) {
+        waiter_free(w);
+        return;
+    }
+    w->calls->ended(w->holder);
+}
+
+static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq__waiter *w = privdata;
+    (void)code;
+    w->out = 0;
+    w->quiet = 0;
+    if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
+    if (reply->type == REDIS_REPLY_ARRAY) {
+        if (!w->calls) { /* nobody to give it to: back it goes */
+            dq__push_back_tokens(w->c, w->shard, 1);
+            waiter_free(w);
+            return;
+        }
+        w->calls->token(w->holder, w->index);
+        return;
+    }
+    /* A failover, a slot move or an error ended the wait: this connection
+     * is done; the take looks again and waits where the shard is now. */
+    dq__log(w->c, "shard %s: wait ended by %s: %s", w->shard, conn->name,
+            reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
+    waiter_ended(w, conn);
+}
+
+static void waiter_lost(dq__conn *conn, void *privdata) {
+    dq__waiter *w = privdata;
+    if (w->conn != conn) return;
+    w->out = 0;
+    waiter_ended(w, conn);
+}
+
+static void waiter_send(dq__waiter *w);
+
+static void waiter_up(dq__conn *conn, void *privdata) {
+    (void)conn;
+    dq__waiter *w = privdata;
+    if (!w->calls) {
+        waiter_free(w);
+        return;
+    }
+    waiter_send(w);
+}
+
+/* Sends w's BLPOP unless it is out, on a blocking connection to the node
+ * that serves the shard now (connecting one if need be: waiter_up sends it
+ * once it is up). */
+static void waiter_send(dq__waiter *w) {
+    if (w->out) return;
+    unsigned slot = dq__queue_slot(w->shard);
+    if (w->conn && !dq__route_owns(w->c, w->conn, slot)) {
+        dq__conn_retire(w->conn); /* the shard moved */
+        w->conn = NULL;
+    }
+    if (!w->conn) {
+        w->conn = dq__route_blocking(w->c, slot);
+        if (!w->conn) return; /* no node now: the take's retry looks again */
+        w->conn->event_privdata = w;
+        w->conn->on_up = waiter_up;
+        w->conn->on_down = waiter_lost;
+        w->conn->on_fail = waiter_lost;
+    }
+    if (w->conn->state != DQ__UP) return;
+    const char *argv[3] = {"BLPOP", w->signal, "0"};
+    size_t lens[3] = {5, strlen(w->signal), 1};
+    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) {
+        w->out = 1;
+        w->quiet = 0; /* until the shard is found empty with it out */
+    }
+}
+
+int dq__waiter_arm(dq__waiter *w, int found_empty) {
+    int was_out = w->out;
+    waiter_send(w);
+    /* A wait sent just after its shard was found empty is as good as one
+     * that was out then: a token pushed in between is still in the list,
+     * and the BLPOP pops it at once. (An unsharded take leaves the same gap
+     * between its look and its BLPOP.) */
+    if (!was_out && w->out && found_empty) w->quiet = 1;
+    if (w->out) return 1;
+    return w->conn ? 0 : -1;
+}
+
+dq__waiter *dq__waiter_for(dq_client *c, const char *owner, unsigned j, unsigned shards) {
+    char shard[DQ__SHARD_NAME_MAX + 1];
+    if (dq__shard_name(owner, j, shards, shard, sizeof shard) != 0) return NULL;
+    for (dq__waiter *w = c->waiters; w; w = w->next)
+        if (!w->calls && w->out && strcmp(w->shard, shard) == 0) return w;
+    dq__waiter *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->c = c;
+    memcpy(w->shard, shard, sizeof shard);
+    w->index = j;
+    w->shards = shards;
+    dq__key(w->signal, sizeof w->signal, shard, "s");
+    w->next = c->waiters;
+    c->waiters = w;
+    return w;
+}
+
+void dq__waiters_free(dq_client *c) {
+    while (c->waiters) {
+        c->waiters->calls = NULL;
+        waiter_free(c->waiters);
+    }
+}
