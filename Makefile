@@ -44,8 +44,9 @@ LIBS = -lhiredis -lev -lsodium -lm
 # the library uses neither.
 CLI_LIBS = -ljansson -lmicrohttpd
 
-LUA_COMMON = lua/common.lua
-LUA_SCRIPTS = $(filter-out $(LUA_COMMON),$(wildcard lua/*.lua))
+# The scripts' shared code, joined in name order before each script.
+LUA_LIB = $(sort $(wildcard lua/lib/*.lua))
+LUA_SCRIPTS = $(wildcard lua/*.lua)
 LIB_SRC = $(wildcard src/*.c)
 CLI_SRC = $(wildcard src/cli/*.c)
 UNIT_SRC = $(wildcard tests/unit/*.c)
@@ -86,9 +87,9 @@ deps:
 deps-test: deps
 	@sh tools/deps.sh $(TEST_PKGS)
 
-$(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_COMMON) $(LUA_SCRIPTS)
+$(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_LIB) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
-	sh tools/embed-lua.sh $@ $(LUA_COMMON) $(LUA_SCRIPTS)
+	sh tools/embed-lua.sh $@ lua/lib $(LUA_SCRIPTS)
 
 $(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/dashboard.html
 	@mkdir -p $(dir $@)

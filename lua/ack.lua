@@ -25,7 +25,7 @@
 -- update, and per lease record one read and one write. Items extend moved
 -- to records of their own (same token) are found through the id index (see
 -- slot_find_many).
--- Corrupt counters refuse the call before it writes (see common.lua).
+-- Corrupt counters refuse the call before it writes (see lib/20_counters.lua).
 -- Can fail after writing only on an OOM.
 local zs, P = KEYS[1], ARGV[1]
 local n_args = #ARGV

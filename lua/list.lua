@@ -30,7 +30,7 @@ local now = server_now_ms()
 
 -- What a record lists, one element per item (false for one that does not
 -- decode), in a fixed order: a record holds one item, a lease record one
--- per block left (see Lease records in common.lua). The cursor counts
+-- per block left (see lib/40_leases.lua). The cursor counts
 -- these items, so a page may end inside a lease record.
 local function items_of(rec, score)
   if not is_lease_record(rec) then return {parse_record(rec, score) or false} end

@@ -5,8 +5,8 @@
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
 -- end), 4 dead. An id whose index entry is in no slot is ready unless a
--- lease record the lease registry names holds it (see The lease registry
--- in common.lua). Read only: a key of another type is an error. A record of
+-- lease record the lease registry names holds it (see
+-- lib/70_registry.lua). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
 -- scheduler sets it aside when it falls due).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
@@ -21,8 +21,8 @@ if score then
   local at = fmt(math.floor(score / ORD))
   local key, rec = slot_find(P, zs, id, score)
   if not key then
-    -- Ready, or in flight under a take's lease (see The lease registry in
-    -- common.lua).
+    -- Ready, or in flight under a take's lease (see
+    -- lib/70_registry.lua).
     local r, rs = registry_find(P, zs, id)
     if r then return {3, fmt(math.floor(rs / ORD)), r.attempts} end
     return {2, 0, 0}

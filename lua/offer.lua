@@ -17,7 +17,7 @@
 -- TIME, the type check, the slot look-up) are paid once per call, and the
 -- records bound for one slot are written with one ZADD, so batches are
 -- cheap. All items (ids included) are checked before the first write, and
--- so are the counters (a corrupt one refuses the call: see common.lua); a
+-- so are the counters (a corrupt one refuses the call: see lib/20_counters.lua); a
 -- ready list, slot index, slot or id index bucket of another type is renamed
 -- out of the way (see quarantine), so a call never half-applies. A record
 -- that does not decode where the id index points is set aside, and the
@@ -78,8 +78,8 @@ local function offer_one(id, payload, due, keep, fresh, ik)
       flush()
       local key, rec = slot_find(P, zs, id, old)
       if not key then
-        -- Ready, or in flight under a take's lease (see The lease registry
-        -- in common.lua).
+        -- Ready, or in flight under a take's lease (see
+        -- lib/70_registry.lua).
         ensure_type(P, lease_registry(P), 'zset')
         local r, rs = registry_find(P, zs, id)
         if r then return 3, math.floor(rs / ORD), 3 end

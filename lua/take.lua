@@ -32,10 +32,10 @@
 -- One wake token goes with each entry taken (the caller's own counts), so
 -- the tokens left match the entries left.
 -- Without a lease the id leaves the id index. With a lease the entries
--- go, as they are, into one lease record for the take (see Lease records
--- in common.lua), scored by the lease's end, whose score goes into the
--- lease registry; the ids' index entries stay as they were (see The lease
--- registry in common.lua). The scheduler returns what is left in the
+-- go, as they are, into one lease record for the take (see
+-- lib/40_leases.lua), scored by the lease's end, whose score goes into the
+-- lease registry; the ids' index entries stay as they were (see
+-- lib/70_registry.lua). The scheduler returns what is left in the
 -- record to the ready list when the lease runs out, unless ack, nack or
 -- extend comes first with the item's token.
 -- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is
@@ -139,8 +139,8 @@ if lease > 0 then
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local delivered = 0
--- With a lease: the ids of the lease record's blocks (see Lease records in
--- common.lua; '' for an empty one), the parts of its blocks, three per entry
+-- With a lease: the ids of the lease record's blocks (see
+-- lib/40_leases.lua; '' for an empty one), the parts of its blocks, three per entry
 -- (so no string is made per entry; filled in order, so Lua keeps the table
 -- an array).
 local ids, blocks = {}, {}
@@ -186,11 +186,11 @@ if leased > 0 then
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   -- The ids keep their index entries as they were (ready): lookup and
-  -- offer find them in flight through the registry (see The lease registry
-  -- in common.lua).
+  -- offer find them in flight through the registry (see
+  -- lib/70_registry.lua).
   kcall(P, 'ZADD', lease_registry(P), lease_ss, registry_member(lease_ss, idlist))
   first = score
-  out[1] = score -- the tokens name it (see Lease records in common.lua)
+  out[1] = score -- the tokens name it (see lib/40_leases.lua)
 end
 metric_add(counters, 'delivered', delivered)
 set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'

@@ -22,7 +22,7 @@
 -- read) leaves the id index when the index points at it, so one bad record
 -- never blocks the queue, and never keeps a later offer of its id out. A
 -- slot, ready list, set-aside list or dead-letter key of another type is
--- renamed out of the way (see quarantine in common.lua). Corrupt counters
+-- renamed out of the way (see quarantine in lib/10_types.lua). Corrupt counters
 -- refuse the call before it writes.
 -- Can fail after writing only on an OOM.
 -- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
@@ -47,7 +47,7 @@ local now = math.floor(start_us / 1000)
 local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
-local lat = {} -- lateness of the moves, by bucket (see Metrics in common.lua)
+local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false
 
 -- An item whose lease ran out (its consumer died or stalled): ready again,
@@ -63,8 +63,8 @@ local function lease_ran_out(r, out)
   end
 end
 
--- The items left in a lease record whose lease ran out (see Lease records
--- in common.lua), each as lease_ran_out does; an item whose entry does not
+-- The items left in a lease record whose lease ran out (see
+-- lib/40_leases.lua), each as lease_ran_out does; an item whose entry does not
 -- decode is set aside (into bad, its id into unindex; not counted, as a
 -- record set aside is not: most likely not ours). Returns how many items
 -- it held, or nil and the reason the record does not decode (the caller

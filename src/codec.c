@@ -3,7 +3,7 @@
  *
  * Owns the validity rules for queue names and ids, the key layout
  * "dq:{queue}:<suffix>" (the braces are a cluster hash tag, so all keys of a
- * queue share one slot), and the two list-entry formats of lua/common.lua:
+ * queue share one slot), and the two list-entry formats of lua/lib/00_base.lua:
  *   ready     "1|<due>|<ready>|<idlen>|<id><payload>"  (decoded here, and
  *             "2|<due>|<ready>|<attempts>|<idlen>|<elen>|<id><err><payload>")
  *   set-aside "1|<reason>|<idlen>|<id><raw>"           (encoded here)
@@ -140,7 +140,7 @@ int dq__entry_decode(const char *buf, size_t len, dq__entry *out)
     if (buf[0] == '2' && read_decimal(buf, len, &pos, &errlen) != 0)
         return DQ_EPROTO;
     /* The entry was read back from Redis, where anything may have been
-     * written: the same rules as lua/common.lua's entry_head (times within
+     * written: the same rules as lua/lib/30_records.lua's entry_head (times within
      * DQ_DUE_MAX_MS, attempts below DQ__ATTEMPTS_MAX, the whole id rule),
      * so no consumer has to re-check an id before copying or acking it. */
     rest = len - pos;

@@ -2,7 +2,7 @@
  * idindex.c - the id index bucket of an id, computed on the client.
  *
  * Every queue keeps an id index: hashes dq:{Q}:i:<bucket> mapping id ->
- * score (see lua/common.lua). The scripts compute the bucket as the first
+ * score (see lua/lib/50_idindex.lua). The scripts compute the bucket as the first
  * 16 bits of SHA-1(id) modulo DQ__ID_BUCKETS, with redis.sha1hex. That
  * costs an offer about 1 us of Redis CPU (the digest, its 40-character hex
  * string, and the strings cut from it), a sixth of the whole offer, so

@@ -427,7 +427,7 @@ int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigne
                      dq__sync_ints *s);
 /* A shard of a queue (the queue itself when it has one), addressed for a
  * script call: its name, the shard count the call goes by as text (the
- * scripts check it, see shards_refusal in lua/common.lua), and its keys. */
+ * scripts check it, see shards_refusal in lua/lib/20_counters.lua), and its keys. */
 typedef struct dq__shard_at {
     char name[DQ__SHARD_NAME_MAX + 1];
     char count[24];

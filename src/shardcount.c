@@ -4,7 +4,7 @@
  * A client routes a queue's items by the shard count it believes (1 until
  * it learns otherwise). Every script that routes by it gets that count and
  * refuses, writing nothing, when the queue's own says otherwise
- * ("DQSHARDS n": lua/common.lua shards_refusal). The client then learns n
+ * ("DQSHARDS n": lua/lib/20_counters.lua shards_refusal). The client then learns n
  * here and sends again. So the count costs no round trip of its own: a
  * client meets a sharded queue's count once, with one refused call, and a
  * change (allowed only on an empty queue) the same way.

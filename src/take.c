@@ -283,7 +283,7 @@ static int decode_reply(dq_take_req *t, const redisReply *reply, const char *req
     if (lease->type != REDIS_REPLY_INTEGER || lease->integer < 0 || reply->elements - 1 > max) return -1;
     /* "<request>.<i>.<score>": the score of the take's lease record (the
      * reply's first element), which lets an ack find the record directly
-     * (see Lease records in lua/common.lua). */
+     * (see lua/lib/40_leases.lua). */
     char token[DQ_ID_GENERATED_LEN + 48];
     char score[24];
     dq__fmt_i64(score, (int64_t)lease->integer);

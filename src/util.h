@@ -128,7 +128,7 @@ typedef struct dq__entry {
 } dq__entry;
 
 /* Attempts and max attempts as records keep them (9 digits): an entry
- * claims fewer, so its next attempt still fits (lua/common.lua ATTEMPTS_MAX). */
+ * claims fewer, so its next attempt still fits (lua/lib/00_base.lua ATTEMPTS_MAX). */
 #define DQ__ATTEMPTS_MAX 999999999
 
 /* Decodes a ready-list entry. Returns 0, or DQ_EPROTO for anything else
@@ -159,11 +159,11 @@ void dq__random_bytes(unsigned char *out, size_t n);
 uint32_t dq__random_uniform(uint32_t upper);
 /* ------------------------------------------------------------ id index (idindex.c) */
 
-/* Buckets of a queue's id index; equals ID_BUCKETS in lua/common.lua. */
+/* Buckets of a queue's id index; equals ID_BUCKETS in lua/lib/00_base.lua. */
 #define DQ__ID_BUCKETS 32768u
 /* SHA-1 of len bytes into out (FIPS 180-4). */
 void dq__sha1(const void *data, size_t len, unsigned char out[20]);
-/* The id index bucket of a NUL-terminated id, as lua/common.lua's id_key
+/* The id index bucket of a NUL-terminated id, as lua/lib/50_idindex.lua's id_key
  * computes it: the first 16 bits of SHA-1(id) modulo DQ__ID_BUCKETS. */
 unsigned dq__id_bucket(const char *id);
 

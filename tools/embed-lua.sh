@@ -1,11 +1,12 @@
 #!/bin/sh
 # Turns lua/*.lua into a C header the library embeds:
-#   - one Redis function library holding lua/common.lua once and every other
+#   - one Redis function library holding the shared code (lua/lib/*.lua,
+#     joined in name order: "the common code" below) once and every other
 #     script as a function: the library is loaded once per server (FUNCTION
-#     LOAD), and a call (FCALL) then runs only its script, not the 800 lines
-#     of common.lua that EVAL would run afresh each time;
-#   - each script on its own (common.lua prepended), for EVAL when a server
-#     lacks the library (it is loaded alongside; see src/script.c).
+#     LOAD), and a call (FCALL) then runs only its script, not the 1,300
+#     lines of common code that EVAL would run afresh each time;
+#   - each script on its own (the common code before it), for EVAL when a
+#     server lacks the library (it is loaded alongside; see src/script.c).
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
 # functions are <library>_<script>, so clients of different versions never
 # call each other's scripts. stats, lookup, metrics and list only read: they are flagged
@@ -13,17 +14,21 @@
 # they run while Redis is out of memory), and so is dead_ro, dead.lua again
 # for its reading operations (list, count). The others may not start while
 # Redis is out of memory.
-# Usage: tools/embed-lua.sh OUT.h lua/common.lua lua/a.lua lua/b.lua ...
+# Usage: tools/embed-lua.sh OUT.h lua/lib lua/a.lua lua/b.lua ...
 set -eu
-out=$1; common=$2; shift 2
+out=$1; libdir=$2; shift 2
 tmp="$out.tmp"
 lib=$(mktemp)
 libbody=$(mktemp)
-trap 'rm -f "$lib" "$libbody"' EXIT
+common=$(mktemp)
+trap 'rm -f "$lib" "$libbody" "$common"' EXIT
+# The common code: the files of lua/lib in name order (C collation, so the
+# order never depends on the machine's locale).
+(LC_ALL=C; cat "$libdir"/*.lua) > "$common"
 
 # The library's text, with @LIB@ for its name (which depends on its SHA-1).
 # Its prologue makes the Lua libraries and Redis's API locals of the library
-# (upvalues of its functions), which common.lua's code then uses instead of
+# (upvalues of its functions), which the common code then uses instead of
 # the globals. A function's globals table is empty and reaches the real one
 # through a metatable, so each `string.sub` or `redis.pcall` as a global
 # costs two table lookups and a metamethod before the call (about 5% of a

@@ -88,7 +88,7 @@ void phase_mem(void) {
     double t = fill(LAT_Q, n, &fs, 512, "fill 1M far-future");
     double m1 = info_num("memory", "used_memory");
     double per = (m1 - m0) / (double)n;
-    /* Breakdown by key family (lua/common.lua): the slot index, the slots,
+    /* Breakdown by key family (lua/lib/00_base.lua): the slot index, the slots,
      * the id index buckets. */
     key_family idx = {0}, slots = {0}, ids = {0};
     char pattern[160];

@@ -199,7 +199,7 @@ void phase_offer(void) {
     out("\n== Figures 1 and 2: offer throughput and Redis CPU per offer%s\n", scaled_tag());
     out("   Each item: generated 22-char id, 16-byte payload, delay 1 h. Ours goes through the\n"
         "   public API; the reference is redis-benchmark on the same server and placement.\n"
-        "   Reference script: the library's own offer script (lua/common.lua + lua/offer.lua as\n"
+        "   Reference script: the library's own offer script (lua/lib/*.lua + lua/offer.lua as\n"
         "   built), run with the exact command dq_offer sent for such an item (captured with\n"
         "   MONITOR), the id replaced by aaaaaaaaaa__rand_int__ (22 chars, random per call):\n");
     char eval_args[1024], zadd_args[256], floor_args[1024];
@@ -213,7 +213,7 @@ void phase_offer(void) {
     redisReply *fr = rcmd(ctl, "SCRIPT LOAD %s", "return 1");
     offer_ref_args(floor_args, sizeof floor_args, fr->str);
     freeReplyObject(fr);
-    /* The offer script as EVAL runs it (common.lua + offer.lua, EVALSHA):
+    /* The offer script as EVAL runs it (lua/lib + offer.lua, EVALSHA):
      * the reference the brief's target names, for one at a time. */
     char evalsha_args[1024];
     fr = rcmd(ctl, "SCRIPT LOAD %b", dq_lua_offer, DQ_LUA_offer_LEN);
@@ -306,7 +306,7 @@ void phase_offer(void) {
         out("   %-42s %2d/%-2d %11s %15s %13s %7.3f (%.3f .. %.3f)\n", names[i], ps[i], cs[i],
             commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval), commas(c, sizeof c, m[i].ref_zadd),
             med[i], lo[i], hi[i]);
-    out("   One at a time against EVALSHA of the same script text (common.lua + offer.lua, as EVAL\n"
+    out("   One at a time against EVALSHA of the same script text (lua/lib + offer.lua, as EVAL\n"
         "   runs it; the brief's reference): %s/s, ratio %.3f.\n",
         commas(a, sizeof a, single_evalsha), m[M_SINGLE].ours / single_evalsha);
     out("   For scale: BullMQ 6.7 adds about 48k delayed jobs/s (brief's figure, another run).\n");

@@ -197,7 +197,7 @@ long long rint_cmd(const char *fmt, ...) {
 }
 
 /* Items pending in queue (in its slots, not in flight): the counter the
- * scripts keep in dq:{Q}:n (lua/common.lua). */
+ * scripts keep in dq:{Q}:n (lua/lib/20_counters.lua). */
 long long pending_count(const char *queue) {
     redisReply *r = rcmd(ctl, "HGET dq:{%s}:n pending", queue);
     long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;

@@ -54,7 +54,7 @@ static int parse_count(const char *text, int64_t *out)
     return 0;
 }
 
-/* The backoff defaults (lua/common.lua's CFG_DEFAULTS): what --reset
+/* The backoff defaults (lua/lib/20_counters.lua's CFG_DEFAULTS): what --reset
  * leaves for a bound not given with it. */
 #define BACKOFF_BASE_DEFAULT_MS 1000
 #define BACKOFF_MAX_DEFAULT_MS 600000

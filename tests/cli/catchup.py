@@ -41,7 +41,7 @@ section("one catch-up transfer files each item's lateness in its bucket")
 # offer function: the CLI takes delays), behind one already due so they go
 # into slots, not straight to the ready list. One transfer moves them in due
 # order; runs of one lateness share a bucket look-up, so a stale one would
-# file the next run in the wrong bucket. Buckets (common.lua LAT_MS): 14 is
+# file the next run in the wrong bucket. Buckets (lua/lib/20_counters.lua LAT_MS): 14 is
 # above 10 s, 13 is (5 s, 10 s], 12 is (2.5 s, 5 s]; the margins allow a
 # slow start of the take.
 Q = "cl"

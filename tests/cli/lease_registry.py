@@ -1,6 +1,6 @@
 """lease_registry.py - a take with a lease leaves its ids' index entries as
 they were and names its lease record in the lease registry (dq:{Q}:l, see
-The lease registry in lua/common.lua). Checked through the CLI, with Redis
+lua/lib/70_registry.lua). Checked through the CLI, with Redis
 read directly: lookup and offer still find an id in flight; nack and extend
 find it by its token; the record leaves the registry when its last item
 goes (acks one by one, nack, extend, a worker's ack of a whole take) or

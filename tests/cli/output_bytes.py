@@ -3,7 +3,7 @@ hold any bytes (other writers plant them): every --json line is still valid
 JSON ("id" or "id_base64", "payload" or "payload_base64"), and every text
 record stays on one line, its id escaped when it breaks the id rules.
 
-The entries are planted raw, in the formats of lua/common.lua:
+The entries are planted raw, in the formats of lua/lib/00_base.lua:
   ready v1  "1|due|ready|idlen|" .. id .. payload
   dead      "1|died|attempts|due|rlen|elen|" .. reason .. err .. payload
 A planted entry whose id the scripts refuse may be set aside instead of

@@ -11,7 +11,7 @@ ORD = 2048
 
 
 def plant(queue, score, record):
-    """Puts a raw record into a slot of its own, as lua/common.lua lays them
+    """Puts a raw record into a slot of its own, as lua/lib/00_base.lua lays them
     out: the slot index dq:{Q}:zs names slot 'planted', dq:{Q}:q:planted."""
     redis("ZADD", f"dq:{{{queue}}}:zs", str(score), "planted")
     redis("ZADD", f"dq:{{{queue}}}:q:planted", str(score), record)

@@ -1,4 +1,4 @@
-"""slots.py - the slot layout (lua/common.lua) holds its invariants under
+"""slots.py - the slot layout (lua/lib/60_slots.lua) holds its invariants under
 splits: every slot stays a small listpack (but one of a single score),
 slot i holds only scores in [bound i, bound i+1), ids come out in due order
 with equal due times in offer order, nothing is lost, and the id index is

@@ -363,20 +363,21 @@ def server_ms():
 
 
 def id_index_key(queue, id_):
-    """The id index bucket of an id, as lua/common.lua's id_key computes it."""
+    """The id index bucket of an id, as lua/lib/50_idindex.lua's id_key computes it."""
     h = int(hashlib.sha1(id_.encode() if isinstance(id_, str) else id_).hexdigest()[:4], 16) % 32768
     return f"dq:{{{queue}}}:i:{h}"
 
 
 def eval_script(name):
-    """lua/NAME.lua as EVAL runs it: lua/common.lua followed by the script,
-    as tools/embed-lua.sh puts them together."""
+    """lua/NAME.lua as EVAL runs it: the common code (lua/lib/*.lua in name
+    order) followed by the script, as tools/embed-lua.sh puts them together."""
     root = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
-    def read(n):
-        with open(os.path.join(root, "lua", n + ".lua"), "rb") as f:
+    def read(*parts):
+        with open(os.path.join(root, "lua", *parts), "rb") as f:
             return f.read()
-    return read("common") + read(name)
+    lib = sorted(n for n in os.listdir(os.path.join(root, "lua", "lib")) if n.endswith(".lua"))
+    return b"".join(read("lib", n) for n in lib) + read(name + ".lua")
 
 
 def slot_records(queue):

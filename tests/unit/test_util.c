@@ -369,7 +369,7 @@ static void test_id_bucket(void **state)
 {
     (void)state;
     /* SHA-1("abc") starts a999: 0xa999 % 32768 = 10649, as
-     * tonumber('a999', 16) % 32768 in lua/common.lua. */
+     * tonumber('a999', 16) % 32768 in lua/lib/50_idindex.lua. */
     assert_int_equal(dq__id_bucket("abc"), 0xa999 % 32768);
     assert_int_equal(dq__id_bucket(""), 0xda39 % 32768);
     for (int i = 0; i < 1000; i++) {

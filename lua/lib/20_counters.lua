@@ -1,0 +1,165 @@
+-- lua/lib/20_counters.lua: counters, metrics and settings (part of the scripts' shared code: see 00_base.lua).
+-- Counters -----------------------------------------------------------------
+
+-- Reads the counters hash and checks it, for every script that changes a
+-- counter or may make a slot (HINCRBY fails on a value that is no integer,
+-- and would fail after the script has written). A corrupt counter refuses
+-- the call, before it writes: counters are reports (stats) and slot names,
+-- so repairing one by guessing would hide the corruption. Returns the
+-- values as numbers (absent: 0), or nil and an error reply naming the key,
+-- field and value (HDEL the field to reset it to 0).
+local function read_counters(counters)
+  local v = redis.pcall('HMGET', counters, 'pending', 'inflight', 'slots', 'shards')
+  if v.err then
+    return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters ..
+                                  ' holds a ' .. redis.call('TYPE', counters)['ok'] .. ', expected a hash')
+  end
+  local out = {}
+  for i = 1, 3 do
+    local s = v[i]
+    if not s then
+      out[i] = 0
+    elseif #s <= 16 and (s == '0' or string.find(s, '^%-?[1-9]%d*$')) then
+      out[i] = tonumber(s)
+    else
+      local field = i == 1 and 'pending' or i == 2 and 'inflight' or 'slots'
+      return nil, redis.error_reply('ERR delayq: counter ' .. field .. ' in ' .. counters ..
+                                    ' is ' .. quoted(s) .. ': expected an integer (HDEL it to reset it)')
+    end
+  end
+  -- The queue's shard count (absent: 1, unsharded; 0 while it changes),
+  -- kept here because every writing script reads this hash anyway.
+  local sh = v[4]
+  if not sh then
+    out[4] = 1
+  elseif string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then
+    out[4] = tonumber(sh)
+  else
+    return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                  ': expected 0..' .. SHARDS_MAX)
+  end
+  return out
+end
+
+-- The shard count alone, for scripts that read the counters for nothing
+-- else (lookup, a take without a lease): (count) or (nil, error reply for a
+-- count that is not one). A counters key of another type holds no count:
+-- 1, as those scripts never needed the counters to work.
+local function read_shard_count(counters)
+  local sh = redis.pcall('HGET', counters, 'shards')
+  if type(sh) ~= 'string' then return 1 end
+  if string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then return tonumber(sh) end
+  return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+                                ': expected 0..' .. SHARDS_MAX)
+end
+
+-- Refuses a call made for another shard count than the queue's: the
+-- client routed it by a count it has not yet learned (or that changed), so
+-- nothing is written and the reply tells the count ('DQSHARDS n'; 0 while
+-- the count changes: try again shortly). n: the queue's count (from
+-- read_counters or read_shard_count); want: the client's, as the string it
+-- sent; nil or '' skips the check (callers that route no item).
+local function shards_refusal(n, want)
+  if want == nil or want == '' or want == nstr(n) then return nil end
+  return redis.error_reply('DQSHARDS ' .. nstr(n))
+end
+
+-- Metrics -------------------------------------------------------------------
+-- What happened to a queue, for /metrics: counters and a histogram of
+-- lateness, in the counters hash next to pending and inflight:
+--   offered, delivered, acked, nacked, dead, expired   totals since the start
+--   lat:<b>  transfers' moves with lateness (ready time - due time, ms) in
+--            bucket b: at most LAT_MS[b] ms, b = #LAT_MS + 1 above them all
+--   lat_sum  the sum of those latenesses, ms
+-- They are reports, not the queue's state: written with pcall, so a field
+-- someone corrupted fails its own increment (stats reports it), never the
+-- call that delivers or keeps an item. Buckets in ms; /metrics shows seconds.
+local LAT_MS = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+local function metric_add(counters, field, n)
+  if n ~= 0 then redis.pcall('HINCRBY', counters, field, nstr(n)) end
+end
+
+-- Lateness of the moves of one call, gathered per bucket and written once.
+-- A call moves items in due order, so runs of one lateness come together:
+-- the last one's bucket is kept, and the scan of LAT_MS (a dozen steps per
+-- item in a backlog, where every item is seconds late) runs once per run.
+local function lateness_add(lat, late)
+  if late < 0 then late = 0 end
+  local b = lat.last_b
+  if late ~= lat.last_late then
+    b = 1
+    while b <= #LAT_MS and late > LAT_MS[b] do b = b + 1 end
+    lat.last_late, lat.last_b = late, b
+  end
+  lat[b] = (lat[b] or 0) + 1
+  lat.sum = (lat.sum or 0) + late
+end
+
+local function lateness_write(counters, lat)
+  if not lat.sum then return end
+  for b = 1, #LAT_MS + 1 do
+    if lat[b] then metric_add(counters, 'lat:' .. nstr(b), lat[b]) end
+  end
+  metric_add(counters, 'lat_sum', lat.sum)
+end
+
+-- Settings -----------------------------------------------------------------
+
+-- The queue's settings, for the arguments given as -1 ("the queue's").
+local CFG_DEFAULTS = {lease_ms = 30000, max_attempts = 16, backoff_base_ms = 1000,
+                      backoff_max_ms = 600000}
+
+-- The range of a setting, as config.lua enforces it when it writes one
+-- (a function, not tables: every call of a script builds its tables).
+local function cfg_range(field)
+  if field == 'lease_ms' then return 1, DUE_MAX end
+  if field == 'max_attempts' then return 0, ATTEMPTS_MAX end
+  return 0, DUE_MAX
+end
+
+-- A setting's value as stored in the settings hash cfg (absent: the
+-- default), checked as config.lua checks what it writes. Returns the
+-- number, or nil and an error reply that names the setting and the key: a
+-- bad setting is never replaced by a weaker one.
+local function stored_setting(cfg, field)
+  local v = redis.pcall('HGET', cfg, field)
+  if type(v) == 'table' then
+    return nil, redis.error_reply('WRONGTYPE delayq: settings key ' .. cfg .. ' holds a ' ..
+                                  redis.call('TYPE', cfg)['ok'] .. ', expected a hash')
+  end
+  if not v then return CFG_DEFAULTS[field] end
+  local lo, hi = cfg_range(field)
+  local n = uint_of(v, 16, hi)
+  if n and n >= lo then return n end
+  return nil, redis.error_reply('ERR delayq: setting ' .. field .. ' in ' .. cfg .. ' is ' .. quoted(v) ..
+                                ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
+end
+
+-- given if it is >= 0, else the queue's setting (see stored_setting).
+local function queue_setting(cfg, field, given)
+  if given >= 0 then return given end
+  return stored_setting(cfg, field)
+end
+
+-- Pushes n wake tokens (one per entry made ready); at most 1000.
+local function signal(sig, n)
+  n = math.min(n, 1000)
+  while n > 0 do
+    local k = math.min(n, 100)
+    local t = {}
+    for i = 1, k do t[i] = '1' end
+    redis.call('RPUSH', sig, unpack(t))
+    n = n - k
+  end
+end
+
+-- The backoff of a nack on attempt attempts: base * 2^(attempts - 1),
+-- capped, times (1 + frac) / 2. Closed form: the attempt count is read
+-- from Redis, so no loop may depend on it.
+local function backoff_ms(base, cap, attempts, frac)
+  local k = math.min(math.max(attempts - 1, 0), 60)
+  local d = math.min(base * 2 ^ k, cap) -- base, cap <= DUE_MAX: no overflow, no NaN
+  return math.floor(d * (1 + frac) / 2)
+end
+
