@@ -404,6 +404,11 @@ void dq__worker_free_all(dq_client *c);
 int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int code,
                       const char *queue);
 
+/* Rounds of "the script told another shard count: route again" an
+ * operation goes through before giving up (a count changes only on an
+ * empty queue, so the second round normally succeeds). */
+#define DQ__SHARD_ROUNDS 3
+
 /* Checks of a queue name and an id, with the failure recorded on c. */
 int dq__check_queue(dq_client *c, const char *queue);
 int dq__check_id(dq_client *c, const char *id);
