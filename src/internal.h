@@ -286,6 +286,30 @@ struct dq_client {
     char errstr[DQ__ERRSTR_MAX];
 };
 
+/* ------------------------------------------------------------ deliveries */
+
+/* Where a take's script ran (delivery.c): the client, the queue taken from
+ * (messages name it), the shard the script ran on and that shard's keys.
+ * All borrowed for the call. */
+typedef struct dq__delivery {
+    dq_client *c;
+    const char *owner;
+    const char *shard;
+    const dq__keys *keys;
+} dq__delivery;
+
+/* The take script's reply: {} or {lease, entry 1, ..., entry n}
+ * (lua/take.lua); lease is 0, or the score of the lease record when leased:
+ * entry i's token is then "<request>.<i>.<lease>"; an empty entry is one
+ * the script set aside, and "k|..." one it held back (sealed with a key this
+ * client lacks: *held counts them, and the first is named in c's error).
+ * Fills msgs (the caller owns them: dq_msg_free) with at most max; returns
+ * how many, or -1 if the reply is not of that shape. An entry this client
+ * cannot decode, or whose sealed payload does not open, goes to the shard's
+ * set-aside list (its lease acked) instead of into msgs. */
+int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request, dq_msg **msgs,
+                          size_t max, int *held);
+
 /* ------------------------------------------------------------ waiters */
 
 /* A BLPOP on one shard's wake tokens, armed by a take that found every
