@@ -94,10 +94,6 @@ local function hint_fits(zs, h, lo, hi, ordinal)
     return false
   end
   if hi <= h.seen then return true end
-  -- The last insert landed inside the slot, not at its end: offers in no
-  -- particular order (each its own delay), where the next seldom shares
-  -- the slot. Reading its bound would be a call wasted: look up afresh.
-  if h.upper == nil and not h.tail then return false end
   if h.upper == nil then
     local nx = redis.call('ZRANGEBYSCORE', zs, '(' .. fmt(h.bound), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     h.upper = nx[2] and tonumber(nx[2]) or math.huge
@@ -131,6 +127,47 @@ local function slot_add(P, hint, key, ss, rec)
   hint.pend[n + 1], hint.pend[n + 2], hint.pkey, hint.np, hint.P = ss, rec, key, n + 2, P
 end
 
+-- slot_insert once a run's inserts land inside their slots, not at their
+-- ends: offers that each carry their own delay, in no time order. Such an
+-- insert needs the slot, the latest score of its millisecond (its
+-- ordinal: one read, and in the usual empty millisecond no score to
+-- format) and the slot's size; the slot's last score, which only offers in
+-- time order put to use, is not read. The hint then knows its millisecond
+-- only (h.ms, with h.mlast its latest score or nil), so offers of one due
+-- time that follow each other (a batch with one delay, in a slot that holds
+-- later items) add to one ZADD with no read. A millisecond whose ordinals
+-- run across a slot bound (a split fell inside it) stays in the upper slot
+-- while that slot holds a score of it; else it goes to slot_insert_anywhere.
+local function slot_insert_spread(P, zs, counters, lo, hi, rec, h)
+  if not (h.name and h.ms == lo) then
+    slot_flush(h)
+    local name, bound = slot_at(zs, hi)
+    h.name = nil
+    local key, last = name and slot_key(P, name), nil
+    if key then
+      local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
+      last = s[2] and tonumber(s[2])
+    end
+    -- The millisecond's latest score is known when the slot starts at or
+    -- below it, or holds a score of it (the slots below hold lower ones).
+    if not key or (bound > lo and not last) then
+      local score = slot_insert_anywhere(P, zs, counters, lo, hi, rec, true)
+      return score, fmt(score)
+    end
+    h.name, h.key, h.ms, h.mlast, h.card = name, key, lo, last, kcall(P, 'ZCARD', key)
+  end
+  local score = h.mlast and math.min(h.mlast + 1, hi) or lo
+  local ss = fmt(score)
+  slot_add(P, h, h.key, ss, rec)
+  h.mlast, h.card = score, h.card + 1
+  if h.card > SLOT_CAP then
+    slot_flush(h)
+    split_if_full(P, zs, counters, h.key)
+    h.name = nil -- the slot may have split: look it up again next time
+  end
+  return score, ss
+end
+
 -- Adds a record with a score in [lo, lo + ORD - 1]: the first free ordinal
 -- after the latest record of the same millisecond if ordinal, else lo
 -- itself. Returns the score, and the score as a string (fmt). The caller
@@ -145,10 +182,13 @@ end
 -- Time mostly moves forward, so the common insert lands at or after the end
 -- of its slot: the slot's last score then gives the ordinal (no scan of the
 -- listpack), and a full slot is not split but followed by a new one that
--- starts with this record (nothing moves, and slots stay full).
+-- starts with this record (nothing moves, and slots stay full). Once an
+-- insert with a hint lands inside its slot, the rest of the run goes by
+-- slot_insert_spread (h.spread).
 local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
   local hi = ordinal and lo + ORD - 1 or lo
   local h = hint or {}
+  if h.spread and ordinal then return slot_insert_spread(P, zs, counters, lo, hi, rec, h) end
   if not hint_fits(zs, h, lo, hi, ordinal) then
     slot_flush(hint)
     local name, bound = slot_at(zs, hi)
@@ -191,6 +231,11 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
   h.card = h.card + 1
   h.tail = not h.last or score > h.last
   if h.tail then h.last = score end
+  if hint and ordinal and not h.tail then
+    -- Inside the slot: the next inserts look their slots up as
+    -- slot_insert_spread does (its hint fields, from a fresh look-up).
+    h.spread, h.name = true, nil
+  end
   if h.card > SLOT_CAP then
     slot_flush(hint)
     split_if_full(P, zs, counters, key)

@@ -79,6 +79,16 @@ dues = [m["due_ms"] for m in msgs]
 eq(dues, sorted(dues), "due_ms non-decreasing in delivery order")
 same = [m["id"] for m in msgs if m["id"].startswith("s")]
 eq(same, [f"s{i:03d}" for i in range(300)], "the 300 with one due time in offer order")
+# The random delays share due times too (3,000 over 2 s): each such group in
+# offer (file) order, its ordinals given inside the slots (r0006, offered
+# again later, left out).
+groups = {}
+for m in msgs:
+    if m["id"].startswith("r") and m["id"] != "r0006":
+        groups.setdefault(m["due_ms"], []).append(m["id"])
+shared = [g for g in groups.values() if len(g) > 1]
+ok(len(shared) > 100, f"random delays: {len(shared)} due times shared by several items")
+eq([g for g in shared if g != sorted(g)][:3], [], "random delays: items sharing a due time in offer order")
 ok(all(m["ready_ms"] >= m["due_ms"] for m in msgs), "never early: ready_ms >= due_ms")
 eq((slot_records(Q), id_index_size(Q), redis("LLEN", f"dq:{{{Q}}}:r")), (0, 0, 0),
    "nothing left in the slots, the id index or the ready list")
