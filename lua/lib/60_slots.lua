@@ -13,13 +13,20 @@ local function slot_at(zs, score)
   return s[1], tonumber(s[2])
 end
 
+-- The highest score in [lo, hi] of the slot key (a millisecond's latest
+-- ordinal), or nil.
+local function latest_in(P, key, lo, hi)
+  local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
+  return s[2] and tonumber(s[2])
+end
+
 -- The highest score in [lo, hi] over all slots, or nil, starting from the
 -- slot (name, bound) that holds hi. Usually that slot alone; a split bound
 -- inside [lo, hi] makes it look one slot further down.
 local function last_score_in(P, zs, lo, hi, name, bound)
   for _ = 1, 64 do
-    local s = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, name), fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
-    if s[2] then return tonumber(s[2]) end
+    local last = latest_in(P, slot_key(P, name), lo, hi)
+    if last then return last end
     if bound <= lo then return nil end
     hi = bound - 1
     name, bound = slot_at(zs, hi)
@@ -143,11 +150,8 @@ local function slot_insert_spread(P, zs, counters, lo, hi, rec, h)
     slot_flush(h)
     local name, bound = slot_at(zs, hi)
     h.name = nil
-    local key, last = name and slot_key(P, name), nil
-    if key then
-      local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
-      last = s[2] and tonumber(s[2])
-    end
+    local key = name and slot_key(P, name)
+    local last = key and latest_in(P, key, lo, hi)
     -- The millisecond's latest score is known when the slot starts at or
     -- below it, or holds a score of it (the slots below hold lower ones).
     if not key or (bound > lo and not last) then
@@ -174,8 +178,7 @@ end
 -- announces a score below the first bound it read before (see first_bound).
 -- hint: nil, or a table the caller keeps across the inserts of one run: the
 -- last slot used (name, bound, seen = the highest score it was looked up
--- for, upper = the next bound once read, last score, card, tail = whether
--- the last insert went to the end of the slot), so a batch
+-- for, upper = the next bound once read, last score, card), so a batch
 -- that stays in one slot looks the slot up once, and records held back to
 -- be written with one ZADD a slot. With a hint, call slot_flush(hint)
 -- before reading or changing a slot, and before the script ends.
@@ -212,8 +215,8 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
       score = math.min(h.last + 1, hi)
     else
       slot_flush(hint)
-      local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
-      if s[2] then score = math.min(tonumber(s[2]) + 1, hi) end
+      local last = latest_in(P, key, lo, hi)
+      if last then score = math.min(last + 1, hi) end
     end
   end
   if h.card >= SLOT_CAP and h.last and score > h.last then
@@ -223,15 +226,15 @@ local function slot_insert(P, zs, counters, lo, rec, ordinal, hint)
     redis.call('ZADD', zs, ss, name)
     key = slot_key(P, name)
     slot_add(P, hint, key, ss, rec)
-    h.name, h.key, h.bound, h.last, h.card, h.tail = name, key, score, score, 1, true
+    h.name, h.key, h.bound, h.last, h.card = name, key, score, score, 1
     return score, ss
   end
   local ss = fmt(score)
   slot_add(P, hint, key, ss, rec)
   h.card = h.card + 1
-  h.tail = not h.last or score > h.last
-  if h.tail then h.last = score end
-  if hint and ordinal and not h.tail then
+  local at_end = not h.last or score > h.last
+  if at_end then h.last = score end
+  if hint and ordinal and not at_end then
     -- Inside the slot: the next inserts look their slots up as
     -- slot_insert_spread does (its hint fields, from a fresh look-up).
     h.spread, h.name = true, nil
