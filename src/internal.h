@@ -463,6 +463,10 @@ typedef struct dq__shard_at {
     dq__keys k;
 } dq__shard_at;
 
+/* Writes the name of shard i of `shards` of queue (the queue itself when
+ * shards is 1) into name, DQ__SHARD_NAME_MAX + 1 bytes. Returns 0, or
+ * DQ_EPROTO (recorded on c) when it has none. */
+int dq__shard_named(dq_client *c, const char *queue, unsigned i, unsigned shards, char *name);
 /* Addresses shard i of `shards` of queue, with count as the count text.
  * Returns 0, or DQ_EPROTO (recorded on c) when the shard has no name. */
 int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigned i, unsigned shards,

@@ -137,8 +137,7 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
 static int metrics_of_shards(dq_client *c, const char *queue, unsigned shards, dq_metrics *m) {
     for (unsigned i = 0; i < shards; i++) {
         char name[DQ__SHARD_NAME_MAX + 1];
-        if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-            return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+        if (dq__shard_named(c, queue, i, shards, name) != 0) return DQ_EPROTO;
         dq_metrics one;
         sync_call s = {c, name, 0, 0, decode_metrics, &one, NULL};
         int rc = send_metrics(&s);
@@ -338,8 +337,7 @@ static int list_shards(dq_client *c, const char *queue, unsigned shards, const c
     if (!dq__list_cursor(slots, inner, &p->offset))
         return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
     char name[DQ__SHARD_NAME_MAX + 1];
-    if (dq__shard_name(queue, shard, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, shard, shards);
+    if (dq__shard_named(c, queue, shard, shards, name) != 0) return DQ_EPROTO;
     char next[DQ_CURSOR_MAX + 1] = "";
     char *caller = p->next;
     p->next = next;

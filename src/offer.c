@@ -93,8 +93,7 @@ static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned 
                       chunk_done_fn *done, void *privdata) {
     enum { HEAD = 7, PER_ITEM = 5, MS_LEN = 24, BUCKET_LEN = 8 };
     char name[DQ__SHARD_NAME_MAX + 1], count[24];
-    if (dq__shard_name(queue, shard, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, shard, shards);
+    if (dq__shard_named(c, queue, shard, shards, name) != 0) return DQ_EPROTO;
     size_t count_len = (size_t)dq__fmt_i64(count, shards);
     offer_chunk *oc = calloc(1, sizeof *oc);
     size_t argc = HEAD + PER_ITEM * n;

@@ -149,10 +149,16 @@ int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__scri
     return dq__eval_ints_on(c, queue, queue, flags, script, nkeys, nargs, argv, s);
 }
 
+int dq__shard_named(dq_client *c, const char *queue, unsigned i, unsigned shards, char *name) {
+    if (dq__shard_name(queue, i, shards, name, DQ__SHARD_NAME_MAX + 1) != 0)
+        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    return 0;
+}
+
 int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigned i, unsigned shards,
                       unsigned count) {
-    if (dq__shard_name(queue, i, shards, at->name, sizeof at->name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+    int rc = dq__shard_named(c, queue, i, shards, at->name);
+    if (rc) return rc;
     dq__fmt_i64(at->count, count);
     dq__keys_init(&at->k, at->name);
     return 0;
@@ -206,14 +212,13 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
  * *told gets the count its counters hold. */
 static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned shards, dq_stats *st,
                        unsigned *told) {
-    char name[DQ__SHARD_NAME_MAX + 1];
-    if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
-    dq__keys k;
-    dq__keys_init(&k, name);
-    const char *argv[6] = {k.z, k.ready, k.aside, k.counters, k.dead_times, k.prefix};
+    dq__shard_at at;
+    int rc = dq__shard_at_init(c, &at, queue, i, shards, shards);
+    if (rc) return rc;
+    const dq__keys *k = &at.k;
+    const char *argv[6] = {k->z, k->ready, k->aside, k->counters, k->dead_times, k->prefix};
     sync_ints s;
-    int rc = dq__eval_ints_on(c, queue, name, 0, DQ__LUA_STATS, 5, 1, argv, &s);
+    rc = dq__eval_ints_on(c, queue, at.name, 0, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
     if (s.count != 7 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected stats reply");

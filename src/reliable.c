@@ -151,13 +151,10 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
                           unsigned shard, unsigned shards) {
     dq_client *c = b->c;
     char name[DQ__SHARD_NAME_MAX + 1], count[24];
+    if (dq__shard_named(c, b->queue, shard, shards, name) != 0) return DQ_EPROTO;
     ack_call *a = malloc(sizeof *a);
     if (!a) return dq__fail(c, DQ_ENOMEM, "out of memory");
     a->b = b, a->sent = 0;
-    if (dq__shard_name(b->queue, shard, shards, name, sizeof name) != 0) {
-        free(a);
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", b->queue, shard, shards);
-    }
     dq__fmt_i64(count, shards);
     const dq__keys *k = dq__keys_of(c, name);
     dq__ack_args args;
@@ -604,8 +601,7 @@ int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_q
     int rc = 0;
     for (unsigned i = 0; i < shards && shards > 1 && (rc == 0 || rc == DQ_ENOTDURABLE); i++) {
         char name[DQ__SHARD_NAME_MAX + 1];
-        if (dq__shard_name(queue, i, shards, name, sizeof name) != 0)
-            return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+        if (dq__shard_named(c, queue, i, shards, name) != 0) return DQ_EPROTO;
         dq__sync_ints s;
         rc = config_one(c, queue, name, 0, values, &s);
     }

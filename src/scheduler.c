@@ -235,9 +235,9 @@ static int start_one(dq_client *c, const char *queue, unsigned i, unsigned shard
     if (!s) return dq__fail(c, DQ_ENOMEM, "out of memory");
     s->c = c;
     snprintf(s->owner, sizeof s->owner, "%s", queue);
-    if (dq__shard_name(queue, i, shards, s->queue, sizeof s->queue) != 0) {
+    if (dq__shard_named(c, queue, i, shards, s->queue) != 0) {
         free(s);
-        return dq__fail(c, DQ_EPROTO, "queue %s: no name for shard %u of %u", queue, i, shards);
+        return DQ_EPROTO;
     }
     s->shards = shards;
     dq__fmt_i64(s->shards_text, shards);
