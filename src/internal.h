@@ -383,7 +383,7 @@ void dq__shards_free(dq_client *c);
 /* Reads queue's shard count from its own keys, learns it and puts it in
  * *n (ops.c): one round trip, for calls that route by no item. */
 int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);
-/* Writes settings q to each of queue's `shards` shards (reliable.c). */
+/* Writes settings q to each of queue's `shards` shards (qconfig.c). */
 int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_queue_config *q);
 /* Changes queue's shard count to n, refused unless the queue is empty; the
  * new shards get settings q (shardconf.c). 0, DQ_ENOTDURABLE, or a code. */
@@ -482,7 +482,7 @@ int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round,
  * DQ_EPROTO for a reply of another shape, or DQ_ENOMEM. */
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n);
 
-/* What a listing shows of a payload (reliable.c): a sealed one that c's
+/* What a listing shows of a payload (dead.c): a sealed one that c's
  * keys open is replaced, in *payload and *len, by its plaintext (malloc'ed,
  * NUL-terminated); one they do not open stays the envelope, which the
  * caller can tell by dq__sealed. */
