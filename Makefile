@@ -4,7 +4,8 @@
 #   make demo         the seed-000 annotation demo on a private redis-server
 #   make test         the whole suite (unit + integration) on a private redis-server
 #   make test-asan    the suite built with AddressSanitizer + UBSan
-#   make valgrind     the suite's C programs under valgrind (leaks are errors)
+#   make valgrind     the suite's C programs, and each CLI command once (tests/cli/leaks.py),
+#                     under valgrind (leaks are errors)
 #   make bench        speed, lateness, memory and Redis cost next to references
 #   make fuzz         libFuzzer targets (fuzz/fuzz_*.c), FUZZ_SECONDS each (60)
 #   make deps         apt-get install whatever is missing (needs root);

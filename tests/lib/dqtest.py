@@ -7,6 +7,8 @@ check failed. tests/run.sh provides the environment:
   DQ_BIN              the delayq binary under test
   DQ_TEST_REDIS       redis://127.0.0.1:PORT of the private redis-server
   DQ_TEST_REDIS_PORT, DQ_TEST_REDIS_DIR, DQ_TEST_LIB, DQ_TEST_SLOW
+  DQ_TEST_WRAPPER     (make valgrind) the command the calls made with
+                      wrap=True run under (tests/cli/leaks.py)
 
 Everything here is bounded in time: every subprocess gets a timeout, every
 wait has a deadline, every background process is stopped by its pid (at the
@@ -47,6 +49,9 @@ PORT = int(_env("DQ_TEST_REDIS_PORT"))
 RDIR = _env("DQ_TEST_REDIS_DIR")
 LIB = os.environ.get("DQ_TEST_LIB") or os.path.dirname(os.path.abspath(__file__))
 SLOW = int(os.environ.get("DQ_TEST_SLOW", "1") or "1")
+# Only the calls that ask for it (wrap=True) run under the wrapper: the
+# other tests time what they run, which valgrind slows some 30 times.
+WRAPPER = os.environ.get("DQ_TEST_WRAPPER", "").split()
 
 # ------------------------------------------------------------------ checks
 
@@ -115,10 +120,12 @@ class Result:
                 f"out={_short(self.out, 200)} err={_short(self.err, 300)} {self.secs:.2f}s>")
 
 
-def dq(*args, stdin=None, timeout=30, redis=True, env=None):
-    """Runs delayq [--redis URL] args..., stdin bytes (or None: /dev/null).
-    Returns a Result; rc is None if it had to be killed at the timeout."""
-    argv = [BIN] + (["--redis", URL] if redis else []) + [str(a) if not isinstance(a, bytes) else a for a in args]
+def dq(*args, stdin=None, timeout=30, redis=True, env=None, wrap=False):
+    """Runs delayq [--redis URL] args..., stdin bytes (or None: /dev/null);
+    under DQ_TEST_WRAPPER if wrap. Returns a Result; rc is None if it had to
+    be killed at the timeout."""
+    argv = ((WRAPPER if wrap else []) + [BIN] + (["--redis", URL] if redis else []) +
+            [str(a) if not isinstance(a, bytes) else a for a in args])
     e = dict(os.environ)
     e["DELAYQ_REDIS"] = URL
     if env:
@@ -257,8 +264,8 @@ class Bg:
         return self.proc.returncode
 
 
-def bg_dq(*args, stdin=None):
-    return Bg([BIN, "--redis", URL] + [str(a) for a in args], stdin=stdin,
+def bg_dq(*args, stdin=None, wrap=False):
+    return Bg((WRAPPER if wrap else []) + [BIN, "--redis", URL] + [str(a) for a in args], stdin=stdin,
               name="delayq " + " ".join(str(a) for a in args[:3]))
 
 
