@@ -123,9 +123,10 @@ FIRST_LPOP_MS, FIRST_LPOP_CPU_S = 150.0, 0.08
 
 def normalized(target, first_ref, ref, unit):
     """(target scaled by first_ref / ref, its text); unscaled when ref is faster."""
-    scaled = target * max(1.0, ref / first_ref) if ref > 0 else target
+    factor = min(1.0, first_ref / ref) if ref > 0 else 1.0
+    scaled = target / factor
     shown = f"{scaled:.0f}" if unit == "ms" else f"{scaled:.2f}"
-    return scaled, f"x{min(1.0, first_ref / ref) if ref > 0 else 1.0:.2f}: {shown} {unit}"
+    return scaled, f"x{factor:.2f}: {shown} {unit}"
 
 
 def shared_deadline(srv):
