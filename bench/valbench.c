@@ -103,6 +103,7 @@ typedef struct script_set {
     int has_ack;       /* the set has ack.lua                             */
     int grouped_ack;   /* its ack takes items in groups (dq__ack_args), not
                           (id, token, bucket) triples                      */
+    int packed_ack;    /* and whole takes packed (dq__ack_args_pack)      */
 } script_set;
 
 /* One case measured in one block. */
@@ -498,6 +499,7 @@ static void ack_build(void *ctx, long i, call *c) {
         dq__ack_args_init(&a, s->k.z, s->k.counters, s->k.prefix, "1");
         for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
             dq__ack_args_add(&a, leases[j].id, leases[j].token);
+        if (s->packed_ack) dq__ack_args_pack(&a);
         for (size_t j = 0; j < a.n; j++) arg(c, a.argv[j], a.lens[j]);
         return;
     }
@@ -615,7 +617,10 @@ static void load_old(script_set *s) {
         memcpy(all + clen, body, len);
         load(all, clen + len, s->sha[i], path, NULL);
         /* The grouped ack's header says so (lua/ack.lua). */
-        if (i == S_ACK) s->grouped_ack = memmem(body, len, "the items in\n-- groups", 22) != NULL;
+        if (i == S_ACK) {
+            s->grouped_ack = memmem(body, len, "the items in\n-- groups", 22) != NULL;
+            s->packed_ack = memmem(body, len, "may come packed", 15) != NULL;
+        }
         free(all);
         free(body);
     }
@@ -629,7 +634,7 @@ static void load_new(script_set *s) {
     load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
     load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
     load(dq_lua_ack, DQ_LUA_ack_LEN, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
-    s->has_ack = s->grouped_ack = 1;
+    s->has_ack = s->grouped_ack = s->packed_ack = 1;
 }
 
 /* ------------------------------------------------------------ report */

@@ -9,6 +9,15 @@
 -- ("<request>.<i>.<score>") into prefix "<request>.", middle i and suffix
 -- ".<score>", and puts the items of one record, one after the other, in one
 -- group; any other token is a group of its own (the whole token as prefix).
+-- A group whose items are blocks 1..k in that order (a worker's ack of a
+-- whole take, the usual case) may come packed instead: its count is '*k',
+-- and two arguments follow it, not three per item: the k ids joined by
+-- single spaces (ids hold none), and their k buckets joined the same way.
+-- Item j of it is block j: its token's middle is j. One argument per item
+-- costs Redis a string to make and the script a check to run, some 15% of
+-- an ack; packed, a whole take is checked by one comparison of its ids with
+-- the record's (see ack_packed). A packed group that is not acked whole is
+-- taken apart, and each item judged on its own as in any other group.
 -- Returns one status per item, in order: 1 if acked, 0 if the id is not in
 -- flight or the token is not the current lease's (it expired and went to
 -- someone else), -1 if the id, token or bucket is malformed (an id that
@@ -30,14 +39,23 @@
 local zs, P = KEYS[1], ARGV[1]
 local n_args = #ARGV
 -- The groups add up: every count is a number and no group runs past the end.
+-- A group's item count k and whether it is packed (count '*k'), or nil.
+local function group_count(c)
+  local packed = c ~= nil and string.byte(c, 1) == 42 -- '*'
+  local k = uint_of(packed and string.sub(c, 2) or c, 4, BATCH_MAX)
+  if not k or k < 1 then return nil end
+  return k, packed
+end
+-- The arguments a group of k items takes after its three.
+local function group_args(k, packed) return packed and 2 or 3 * k end
 local g = 3
 for _ = 1, n_args do
   if g > n_args then break end
-  local k = uint_of(ARGV[g + 2], 4, BATCH_MAX)
-  if not k or k < 1 or g + 2 + 3 * k > n_args then
+  local k, packed = group_count(ARGV[g + 2])
+  if not k or g + 2 + group_args(k, packed) > n_args then
     return redis.error_reply('ERR delayq: malformed ack arguments')
   end
-  g = g + 3 + 3 * k
+  g = g + 3 + group_args(k, packed)
 end
 if g ~= n_args + 1 then return redis.error_reply('ERR delayq: malformed ack arguments') end
 local counts, err = read_counters(KEYS[2])
@@ -139,53 +157,97 @@ local function ack_whole(x, g, k, at)
   return true
 end
 
+-- A packed group (see the arguments) of k items whose ids and buckets are
+-- joined in ids and buckets, acked whole as ack_whole does: when ids is
+-- the ids of x, a version 4 lease record of k blocks, every block is in
+-- flight under this lease with the id named, so one comparison stands for
+-- a check per item. The buckets are checked, all of them, before anything
+-- is written. Returns false, having changed nothing, for any other group.
+-- Sets the k results from at. suffix: the group's token suffix (its tokens
+-- must keep to TOKEN_MAX, as item_shaped checks them one by one).
+local function ack_packed(x, suffix, k, ids, buckets, at)
+  if x.changed or x.h.v ~= 52 or k ~= x.h.n or #x.h.prefix + #suffix + #nstr(k) > TOKEN_MAX or
+     ids ~= string.sub(x.rec, x.h.ids, x.h.body - 1) then
+    return false
+  end
+  local bs, n = {}, 0
+  for bucket in string.gmatch(buckets, '[^ ]+') do
+    n = n + 1
+    if n > k or not bucket_ok(bucket) then return false end
+    bs[n] = bucket
+  end
+  if n ~= k then return false end
+  x.all = true
+  mark_changed(x)
+  local j = 0
+  for id in string.gmatch(ids, '[^ ]+') do
+    j = j + 1
+    id_del(P, P .. 'i:' .. bs[j], id)
+    out[at + j] = 1
+  end
+  acked = acked + k
+  return true
+end
+
 local items = 0 -- items read so far (out's length)
 local done = {} -- ids looked up through the index: only the first counts
 local want = {} -- the other items in flight by the index: found in their slots below
+
+-- One item judged on its own: token prefix .. mid .. suffix, id and bucket,
+-- and x, its group's lease record (or nil). Its result goes next in out.
+local function ack_item(x, prefix, mid, suffix, id, bucket)
+  items = items + 1
+  local at = items
+  if not item_shaped(#prefix + #mid + #suffix, id, bucket) then
+    out[at] = -1
+    return
+  end
+  local b = x and blocks_of(x)
+  local i = b and block_number(mid)
+  local ik = P .. 'i:' .. bucket
+  if i and i <= b.n and not x.gone[i] and batch_holds(x.rec, b, i, id) then
+    -- The block proves the item is in flight under this lease (take.lua
+    -- let in only entries whose id keeps the rule): no id index read.
+    -- An id twice in a batch finds its block gone the second time.
+    mark_changed(x)
+    x.gone[i] = true
+    id_del(P, ik, id)
+    acked, out[at] = acked + 1, 1
+  elseif not id_ok(id) then
+    out[at] = -1
+  elseif done[id] then
+    out[at] = 0
+  else
+    -- In flight: indexed at a score whose lease has not ended.
+    out[at], done[id] = 0, true
+    local score = id_score_in(P, ik, id)
+    if score and math.floor(score / ORD) > now then
+      want[#want + 1] = {at = at, id = id, token = prefix .. mid .. suffix, ik = ik, score = score}
+    end
+  end
+end
+
 g = 3
 while g <= n_args do
   local prefix, suffix = ARGV[g], ARGV[g + 1]
-  local k = tonumber(ARGV[g + 2])
+  local k, packed = group_count(ARGV[g + 2])
   local x = group_record(prefix, suffix)
-  if x and ack_whole(x, g, k, items) then
+  if packed then
+    local ids, buckets = ARGV[g + 3], ARGV[g + 4]
+    if x and ack_packed(x, suffix, k, ids, buckets, items) then
+      items = items + k
+    else
+      -- Taken apart: item j is block j, with the j-th id and bucket ('' for
+      -- one missing: malformed).
+      local next_id, next_bucket = string.gmatch(ids, '[^ ]+'), string.gmatch(buckets, '[^ ]+')
+      for j = 1, k do ack_item(x, prefix, nstr(j), suffix, next_id() or '', next_bucket() or '') end
+    end
+  elseif x and ack_whole(x, g, k, items) then
     items = items + k
   else
-    local b = x and blocks_of(x)
-    local gone, nb = x and x.gone, b and b.n
-    for j = g + 3, g + 3 * k, 3 do
-      local mid, id, bucket = ARGV[j], ARGV[j + 1], ARGV[j + 2]
-      items = items + 1
-      local at = items
-      local tlen = #prefix + #mid + #suffix
-      if not item_shaped(tlen, id, bucket) then
-        out[at] = -1
-      else
-        local i = b and block_number(mid)
-        local ik = P .. 'i:' .. bucket
-        if i and i <= nb and not gone[i] and batch_holds(x.rec, b, i, id) then
-          -- The block proves the item is in flight under this lease (take.lua
-          -- let in only entries whose id keeps the rule): no id index read.
-          -- An id twice in a batch finds its block gone the second time.
-          mark_changed(x)
-          gone[i] = true
-          id_del(P, ik, id)
-          acked, out[at] = acked + 1, 1
-        elseif not id_ok(id) then
-          out[at] = -1
-        elseif done[id] then
-          out[at] = 0
-        else
-          -- In flight: indexed at a score whose lease has not ended.
-          out[at], done[id] = 0, true
-          local score = id_score_in(P, ik, id)
-          if score and math.floor(score / ORD) > now then
-            want[#want + 1] = {at = at, id = id, token = prefix .. mid .. suffix, ik = ik, score = score}
-          end
-        end
-      end
-    end
+    for j = g + 3, g + 3 * k, 3 do ack_item(x, prefix, ARGV[j], suffix, ARGV[j + 1], ARGV[j + 2]) end
   end
-  g = g + 3 + 3 * k
+  g = g + 3 + group_args(k, packed)
 end
 local emptied = {} -- the scores of the records that went whole: out of the lease registry
 for _, x in ipairs(changed) do

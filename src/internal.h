@@ -516,6 +516,9 @@ typedef struct dq__ack_args {
     size_t lens[8 + 6 * DQ__ACK_BATCH];
     char buckets[DQ__ACK_BATCH][8];
     char counts[DQ__ACK_BATCH][8];
+    size_t group_items[DQ__ACK_BATCH];          /* each group's items      */
+    char packed_ids[DQ__ACK_BATCH * (DQ_ID_MAX + 1)];   /* dq__ack_args_pack */
+    char packed_buckets[DQ__ACK_BATCH * 8];
     size_t n;        /* arguments set                          */
     size_t items;    /* items added                            */
     size_t groups;   /* groups started                         */
@@ -529,6 +532,13 @@ void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, con
 /* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
  * bytes): at most DQ__ACK_BATCH per struct. */
 void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
+/* Packs every group of two or more items that are blocks 1..k of their
+ * lease record in that order (token middles "1", "2", ...: a whole take
+ * acked as taken) into the script's packed form: count "*k", then the ids
+ * joined by spaces and the buckets joined by spaces, 2 arguments in place
+ * of 3k (see lua/ack.lua). Other groups stay as they are. Call after the
+ * last add, at most once: no add may follow. */
+void dq__ack_args_pack(dq__ack_args *a);
 
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);

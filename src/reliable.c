@@ -168,6 +168,7 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
         free(a);
         return 0;
     }
+    dq__ack_args_pack(&args);
     int rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
                          ack_call_reply, a);
     if (rc) free(a);

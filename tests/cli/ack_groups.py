@@ -7,7 +7,12 @@ a token without its cut, and for a lease record of another take); a second
 group of the same record in one call acks through the same read; an item
 that extend moved to a record of its own is found through the id index by
 the token rebuilt from its cut; the record keeps exactly the items not yet
-acked, and the CLI acks those afterwards."""
+acked, and the CLI acks those afterwards. Packed groups (count '*k', the ids
+joined, the buckets joined: src/ackargs.c packs a whole take so) ack a whole
+take in one piece; one that is not a whole take (an id misnamed, a bucket
+malformed, ids short of the count, a record an earlier ack changed) is taken
+apart and each item judged on its own; packed groups that do not add up
+refuse the call."""
 import hashlib
 import os
 import sys
@@ -172,5 +177,84 @@ R.cmd("ZREM", P + b"q:" + name, rec)
 R.cmd("ZADD", P + b"q:" + name, score, rec.replace(b"z1 z2", b"q1 z2", 1))
 eq(ack(*whole(items)), [0, 1, 1, 1, 1, 1], "z1, whose block names q1, is not acked; the others are")
 eq(inflight(), 1, "z1 in flight until its lease runs out")
+R.cmd("ZREMRANGEBYSCORE", P + b"q:" + name, score, score)  # its record, tampered with: gone
+R.cmd("HINCRBY", P + b"n", "inflight", "-1")
+R.cmd("HDEL", P + b"i:" + bucket("z1").encode(), "z1")
+R.cmd("ZREMRANGEBYSCORE", P + b"l", score, score)
+
+
+def packed(items, ids=None, buckets=None, count=None):
+    """A packed group of the items (blocks 1..n in order), as
+    dq__ack_args_pack makes it: count '*n', the ids joined by spaces, their
+    buckets joined by spaces; ids, buckets or count given replace them."""
+    pre_, _, suf_ = cut(items[0][2])
+    ids = [id_ for _, id_, _ in items] if ids is None else ids
+    buckets = [bucket(id_) for id_ in ids] if buckets is None else buckets
+    return [pre_, suf_, count or f"*{len(items)}", " ".join(ids), " ".join(buckets)]
+
+
+def settle_by_cli(items, which):
+    """The CLI acks the items at the given indices; then nothing is left."""
+    for j in which:
+        eq(dq("ack", "--", Q, items[j][1], items[j][2]).rc, 0, f"the CLI acks {items[j][1]}")
+    eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
+
+
+section("a whole take packed: acked in one piece, the record gone whole")
+items = lease_six("p")
+eq(ack(*packed(items)), [1] * 6, "all six acked")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing in flight, no record, no index entry")
+eq(ack(*packed(items)), [0] * 6, "the same ack again: none in flight")
+eq(inflight(), 0, "still nothing in flight")
+
+section("a packed group that is not a whole take: taken apart, each item on its own")
+items = lease_six("q")
+ids = [id_ for _, id_, _ in items]
+ids[1] = "q9"
+eq(ack(*packed(items, ids=ids, buckets=[bucket(i) for _, i, _ in items])), [1, 0, 1, 1, 1, 1],
+   "block 2 named q9: not acked; the others are")
+eq(inflight(), 1, "q2 still in flight")
+settle_by_cli(items, [1])
+
+items = lease_six("r")
+buckets = [bucket(id_) for _, id_, _ in items]
+buckets[2] = "x"
+eq(ack(*packed(items, buckets=buckets)), [1, 1, -1, 1, 1, 1], "a malformed bucket: that item -1, the rest acked")
+settle_by_cli(items, [2])
+
+items = lease_six("s")
+eq(ack(*packed(items[:5], count="*6")), [1, 1, 1, 1, 1, -1], "five ids for a count of six: the sixth -1")
+settle_by_cli(items, [5])
+
+items = lease_six("t")
+eq(ack(*whole(items[:1])), [1], "t1 acked alone: the record changes")
+eq(ack(*packed(items)), [0, 1, 1, 1, 1, 1], "then the whole take packed: t1 not in flight, the rest acked")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
+
+items = lease_six("u")
+eq(ack(*(packed(items[:3]) + packed(items[3:], count="*3"))), [1, 1, 1, 0, 0, 0],
+   "a packed group of blocks 1..3 of six: each judged on its own; the second group names blocks 1..3 "
+   "with u4..u6: not theirs")
+eq(inflight(), 3, "u4..u6 still in flight")
+settle_by_cli(items, [3, 4, 5])
+
+section("packed groups that do not add up refuse the call, and change nothing")
+items = lease_six("v")
+record = records()
+head = packed(items)
+for what, args in [
+    ("count *0", head[:2] + ["*0"] + head[3:]),
+    ("count * alone", head[:2] + ["*"] + head[3:]),
+    ("count *x", head[:2] + ["*x"] + head[3:]),
+    ("count past the largest batch", head[:2] + ["*1001"] + head[3:]),
+    ("buckets missing", head[:4]),
+    ("an argument left over", head + ["v1"]),
+]:
+    got = ack(*args)
+    ok(isinstance(got, RedisError) and "malformed ack arguments" in str(got), f"{what}: refused", got)
+eq(inflight(), 6, "still 6 in flight")
+eq(records(), record, "the lease record untouched")
+eq(ack(*head), [1] * 6, "then acked whole")
+eq((inflight(), records(), id_index_size(Q)), (0, [], 0), "nothing left")
 
 finish()

@@ -2,7 +2,9 @@
  * test_ackargs.c - unit tests of the ack script's grouped arguments
  * (src/ackargs.c): tokens cut at their last two dots, consecutive items of
  * one prefix and suffix in one group, any other token a group of its own,
- * and the cut always giving the token back (prefix .. middle .. suffix).
+ * and the cut always giving the token back (prefix .. middle .. suffix);
+ * packing: a group of blocks 1..k in order becomes count "*k", the ids
+ * joined and the buckets joined, and every other group stays as it was.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -132,6 +134,110 @@ static void test_full_batch(void **state)
     assert_string_equal(arg(&a, a.n - 2), "id63");
 }
 
+/* The bucket of id as text, as the script's bucket keys spell it. */
+static const char *bucket_of(const char *id)
+{
+    static char buf[4][16];
+    static int next;
+    char *s = buf[next++ % 4];
+    snprintf(s, sizeof buf[0], "%u", dq__id_bucket(id));
+    return s;
+}
+
+static void test_pack_whole_take(void **state)
+{
+    (void)state;
+    dq__ack_args a;
+    start(&a);
+    dq__ack_args_add(&a, "o1", "Rq.1.4096");
+    dq__ack_args_add(&a, "o2", "Rq.2.4096");
+    dq__ack_args_add(&a, "o3", "Rq.3.4096");
+    dq__ack_args_pack(&a);
+    assert_int_equal(a.n, F + 5);
+    assert_string_equal(arg(&a, F), "Rq.");
+    assert_string_equal(arg(&a, F + 1), ".4096");
+    assert_string_equal(arg(&a, F + 2), "*3");
+    assert_string_equal(arg(&a, F + 3), "o1 o2 o3");
+    char want[64];
+    snprintf(want, sizeof want, "%s %s %s", bucket_of("o1"), bucket_of("o2"), bucket_of("o3"));
+    assert_string_equal(arg(&a, F + 4), want);
+}
+
+/* Blocks not 1..k in order (a gap, a repeat, another order, a leading
+ * zero), and groups of one item: left as they were. */
+static void test_pack_leaves_other_groups(void **state)
+{
+    (void)state;
+    const char *mids[][3] = {{"1", "3", "4"}, {"1", "1", "2"}, {"2", "1", "3"}, {"01", "2", "3"}};
+    for (size_t t = 0; t < sizeof mids / sizeof *mids; t++) {
+        dq__ack_args a, before;
+        start(&a);
+        char tokens[3][32];
+        for (int i = 0; i < 3; i++) {
+            snprintf(tokens[i], sizeof tokens[i], "Rq.%s.4096", mids[t][i]);
+            dq__ack_args_add(&a, i == 0 ? "a" : i == 1 ? "b" : "c", tokens[i]);
+        }
+        before = a;
+        dq__ack_args_pack(&a);
+        assert_int_equal(a.n, before.n);
+        for (size_t i = 0; i < a.n; i++) assert_string_equal(arg(&a, i), arg(&before, i));
+    }
+    dq__ack_args a;
+    start(&a);
+    dq__ack_args_add(&a, "solo", "Rq.1.4096");
+    dq__ack_args_pack(&a);
+    assert_int_equal(a.n, F + 6);
+    assert_string_equal(arg(&a, F + 2), "1");
+}
+
+/* Packed and unpacked groups side by side: each in its place, the
+ * unpacked ones moved down whole. */
+static void test_pack_mixed_groups(void **state)
+{
+    (void)state;
+    dq__ack_args a;
+    start(&a);
+    dq__ack_args_add(&a, "a1", "R1.1.10"); /* group 1: blocks 1, 2: packed */
+    dq__ack_args_add(&a, "a2", "R1.2.10");
+    dq__ack_args_add(&a, "b5", "R2.5.20"); /* group 2: block 5 alone */
+    dq__ack_args_add(&a, "c1", "R3.1.30"); /* group 3: blocks 1, 3: as it is */
+    dq__ack_args_add(&a, "c3", "R3.3.30");
+    dq__ack_args_add(&a, "d1", "R4.1.40"); /* group 4: blocks 1, 2: packed */
+    dq__ack_args_add(&a, "d2", "R4.2.40");
+    dq__ack_args_pack(&a);
+    assert_int_equal(a.n, F + 5 + 6 + 9 + 5);
+    const char *want[] = {"R1.", ".10", "*2", "a1 a2", NULL,
+                          "R2.", ".20", "1", "5", "b5", NULL,
+                          "R3.", ".30", "2", "1", "c1", NULL, "3", "c3", NULL,
+                          "R4.", ".40", "*2", "d1 d2", NULL};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (want[i]) assert_string_equal(arg(&a, F + i), want[i]);
+    assert_string_equal(arg(&a, F + 10), bucket_of("b5"));
+    char both[32];
+    snprintf(both, sizeof both, "%s %s", bucket_of("d1"), bucket_of("d2"));
+    assert_string_equal(arg(&a, F + 24), both);
+}
+
+/* A full batch of the longest ids in one take: two arguments, all of it. */
+static void test_pack_full_batch(void **state)
+{
+    (void)state;
+    static dq__ack_args a;
+    static char ids[DQ__ACK_BATCH][DQ_ID_MAX + 1], tokens[DQ__ACK_BATCH][32];
+    start(&a);
+    for (int i = 0; i < DQ__ACK_BATCH; i++) {
+        memset(ids[i], 'a' + i % 26, DQ_ID_MAX);
+        ids[i][DQ_ID_MAX] = '\0';
+        snprintf(tokens[i], sizeof tokens[i], "R.%d.4096", i + 1);
+        dq__ack_args_add(&a, ids[i], tokens[i]);
+    }
+    dq__ack_args_pack(&a);
+    assert_int_equal(a.n, F + 5);
+    assert_string_equal(arg(&a, F + 2), "*64");
+    assert_int_equal(a.lens[F + 3], DQ__ACK_BATCH * (DQ_ID_MAX + 1) - 1);
+    assert_memory_equal(a.argv[F + 3] + a.lens[F + 3] - DQ_ID_MAX, ids[DQ__ACK_BATCH - 1], DQ_ID_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +246,10 @@ int main(void)
         cmocka_unit_test(test_tokens_without_two_dots),
         cmocka_unit_test(test_cut_gives_the_token_back),
         cmocka_unit_test(test_full_batch),
+        cmocka_unit_test(test_pack_whole_take),
+        cmocka_unit_test(test_pack_leaves_other_groups),
+        cmocka_unit_test(test_pack_mixed_groups),
+        cmocka_unit_test(test_pack_full_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
