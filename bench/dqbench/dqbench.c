@@ -8,8 +8,8 @@
  * bench/run.sh starts a private redis-server pinned to core 0 and runs this
  * program pinned to core 1 (every process it forks inherits the pinning).
  * PHASES is a comma list of: offer (figures 1, 2), mem (3, 4 at 1,000,000
- * pending), lat (4 at 100,000 pending, 7), backlog (5, 2), deadline (6),
- * and, not by default, drainir (5f: the drains of 5d and 5e counted in the
+ * pending), lat (4 at 100,000 pending, 7), backlog (5, with 5h: 5d and 5e
+ * alternated on one backlog; 2), deadline (6), and, not by default, drainir (5f: the drains of 5d and 5e counted in the
  * server's instructions, with --callgrind PID --callgrind-out FILE naming a
  * redis-server that runs under valgrind's callgrind, as run.sh's phase ir
  * starts it) and parts (5g: dq_worker's drain taken apart by the clock).

@@ -29,6 +29,8 @@ typedef struct drain_res {
     snap a, b;
 } drain_res;
 
+static void alternated(int64_t n); /* figure 5h, below */
+
 /* Seconds left of the run's time budget (DQ_BENCH_BUDGET, default 540). */
 static double remaining(void) { return G.budget - (mono() - G.t_start); }
 
@@ -209,6 +211,7 @@ void phase_backlog(void) {
     snprintf(ours, sizeof ours, "%.0f items/s", (double)bat.got / bat.secs);
     snprintf(ratio, sizeof ratio, "%.2f", (double)bat.got / bat.secs / lpop_rate);
     add_row("5", "consumption only, 4 procs, dq_take_many", ours, ref, ratio, "(info)", -1);
+    alternated(n);
 
     out("\n== Figure 2 (delivery side): Redis CPU per delivered item\n");
     out("   transfer %.2f us (5a) + take %.2f us (5b, dq_worker) = %.2f us per delivered item from a\n"
@@ -218,6 +221,137 @@ void phase_backlog(void) {
     snprintf(ref, sizeof ref, "mover %.2f + batch take %.2f", mover_cpu, bat.cpu_item);
     add_row("2", "Redis CPU per delivered item (5a+5b)", ours, ref, "-", "(no target)", -1);
     flushall();
+}
+
+/* Figure 5h: 5d and 5e alternated on one backlog (A B A B). Four dq_worker
+ * processes and four dq_take_many processes share one backlog, and one side
+ * runs while the other is stopped (SIGSTOP), in windows of ALT_WINDOW_S.
+ * This host takes the CPU away for seconds at a time (BENCHMARKS.md): two
+ * drains run a minute apart meet two different machines, and their ratio
+ * swings from 0.5 to 1. Windows this short put both sides through the same
+ * stalls. A side is credited with what its processes delivered, the time,
+ * and the Redis CPU (used_cpu) of its own windows; the replies to its last
+ * requests before a stop are counted when it resumes, in its next window.
+ * The first window of each side (connecting, the catch-up) is not counted,
+ * and the run stops at 90% delivered: near the end a side finds the ready
+ * list empty and waits, which is not its speed. */
+#define ALT_WINDOW_S 0.25
+#define ALT_WINDOWS_MAX 2000
+
+typedef struct alt_side {
+    const char *name;
+    int first, procs;      /* its children: slots and kids [first, first + procs) */
+    uint64_t got;
+    double secs, cpu_us, faults; /* faults: redis-server's minor page faults */
+    int windows;
+    double rate[ALT_WINDOWS_MAX]; /* items/s of each counted window */
+} alt_side;
+
+static uint64_t side_delivered(const alt_side *a) {
+    uint64_t t = 0;
+    for (int i = a->first; i < a->first + a->procs; i++) t += __atomic_load_n(&S->s[i].delivered, __ATOMIC_RELAXED);
+    return t;
+}
+
+static void signal_side(const alt_side *a, int sig) {
+    for (int i = a->first; i < a->first + a->procs; i++)
+        if (kids[i] > 0) kill(kids[i], sig);
+}
+
+/* redis-server's minor page faults so far (/proc/PID/stat field 10), or 0:
+ * kernel time inside a script that callgrind does not count. */
+static double redis_faults(void) {
+    static long pid;
+    if (!pid) pid = (long)info_num("server", "process_id");
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *p = strrchr(buf, ')'); /* fields 3.. follow the command name */
+    unsigned long minflt = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu", &minflt) != 1) return 0;
+    return (double)minflt;
+}
+
+static double redis_cpu_us(void) {
+    return 1e6 * (info_num("cpu", "used_cpu_sys") + info_num("cpu", "used_cpu_user"));
+}
+
+/* One window of side a (the other stopped); counted unless warm_up. */
+static void alt_window(alt_side *a, int warm_up) {
+    uint64_t before = side_delivered(a);
+    double cpu0 = redis_cpu_us(), f0 = redis_faults(), t0 = mono();
+    signal_side(a, SIGCONT);
+    while (mono() < t0 + ALT_WINDOW_S) usleep(2000);
+    signal_side(a, SIGSTOP);
+    double dt = mono() - t0, cpu = redis_cpu_us() - cpu0, faults = redis_faults() - f0;
+    uint64_t got = side_delivered(a) - before;
+    if (warm_up || a->windows == ALT_WINDOWS_MAX) return;
+    a->rate[a->windows++] = (double)got / dt;
+    a->got += got, a->secs += dt, a->cpu_us += cpu, a->faults += faults;
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static void alt_report(alt_side *a) {
+    qsort(a->rate, (size_t)a->windows, sizeof a->rate[0], cmp_double);
+    out("   %-30s %9" PRIu64 " items in %6.2f s of its %3d windows = %7.0f items/s, Redis CPU %5.2f us\n"
+        "   %-30s per item, %.3f minor page faults of redis-server per item; windows min / median /\n"
+        "   %-30s max %.0f / %.0f / %.0f items/s\n",
+        a->name, a->got, a->secs, a->windows, (double)a->got / a->secs, a->cpu_us / (double)a->got, "",
+        a->faults / (double)a->got, "", a->rate[0], a->rate[a->windows / 2], a->rate[a->windows - 1]);
+}
+
+static void alternated(int64_t n) {
+    static alt_side side[2];
+    char label[96];
+    side[0] = (alt_side){.name = "dq_worker, 32 in flight", .first = 0, .procs = 4};
+    side[1] = (alt_side){.name = "dq_take_many, up to 64 a call", .first = 4, .procs = 4};
+    flushall();
+    fill_due_backlog(CU_Q, n, "fill a due backlog of the alternated drains (5h)");
+    reset_slots();
+    cons_args wa = {CU_Q, CONS_WORKER, DRAIN_CONC, 0}, ta = {CU_Q, CONS_TAKE_MANY, 0, 0};
+    for (int i = 0; i < 8; i++) {
+        spawn_consumer(i, i < 4 ? &wa : &ta);
+        kill(kids[i], SIGSTOP);
+    }
+    uint64_t target = (uint64_t)n * 9 / 10;
+    /* 120 s at most, and never into the reserve the later figures need. */
+    double limit = remaining() - 90 < 120 ? remaining() - 90 : 120;
+    double until = mono() + (limit > 15 ? limit : 15), next_p = mono() + 2;
+    for (int k = 0; side[0].got + side[1].got < target && mono() < until; k++) {
+        alt_window(&side[k % 2], k < 2);
+        check_kids_failed(8);
+        if (mono() > next_p) {
+            next_p += 2;
+            snprintf(label, sizeof label, "alternated drains (5h): %" PRIu64 " of %" PRIu64, total_delivered(8), target);
+            progress("%s", label);
+        }
+    }
+    for (int i = 0; i < 8; i++) kill(kids[i], SIGCONT);
+    stop_kids();
+    flushall();
+    if (!side[0].windows || !side[1].windows || !side[0].got || !side[1].got)
+        die("alternated drains: a side delivered nothing in its windows");
+    out("\n== Figure 5h: 5d and 5e alternated on one backlog of %" PRId64 "%s (A B A B in windows of\n"
+        "   %.2f s, 4 processes a side, the other side stopped; to 90%% delivered)\n", n, scaled_tag(), ALT_WINDOW_S);
+    alt_report(&side[0]);
+    alt_report(&side[1]);
+    double rw = (double)side[0].got / side[0].secs, rt = (double)side[1].got / side[1].secs;
+    double cw = side[0].cpu_us / (double)side[0].got, ct = side[1].cpu_us / (double)side[1].got;
+    out("   dq_worker / dq_take_many: %.2f by rate, %.2f by Redis CPU per item (figure 5f counts the\n"
+        "   same ratio in instructions)\n", rw / rt, ct / cw);
+    char ours[64], ref[64], ratio[16];
+    snprintf(ours, sizeof ours, "%.0f items/s", rw);
+    snprintf(ref, sizeof ref, "dq_take_many: %.0f/s", rt);
+    snprintf(ratio, sizeof ratio, "%.2f", rw / rt);
+    add_row("5h", "drains alternated: dq_worker", ours, ref, ratio, "(info)", -1);
 }
 
 /* One end-to-end drain counted in instructions (figure 5f): a fresh backlog
