@@ -8,7 +8,8 @@
 # forks in the middle of a figure) pinned to core 0 with taskset, then runs
 # BUILD_DIR/bench/dqbench pinned to core 1 (its children and redis-benchmark
 # inherit the pinning), then BUILD_DIR/bench/valbench on the same server and
-# core (phase val), then valbench again on a redis-server of its own under
+# core (phase val), then valbench --calls on it (phase calls: take and ack
+# by the clock, interleaved call by call), then valbench again on a redis-server of its own under
 # valgrind's callgrind (phase ir: the scripts' cost in instructions, which
 # no other load on the machine changes), then bench/ha.py (phase ha), then bench/users.py (phase
 # users: the CLI as users run it, unpinned, on a server of its own), then
@@ -23,12 +24,16 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,ir,ha,users,ops,shards,peer
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics and before lease records, kept in
 #                           bench/ref/b1baf5e, bench/ref/856d7b3 and
 #                           bench/ref/3b2bf9b, next to the current ones;
+#                           calls: valbench --calls, a plain take, a leased
+#                           take and its ack of 1, 32 and 64 items timed
+#                           by Redis call by call, interleaved, so the
+#                           host's stalls fall on all (about 20 s);
 #                           ir: valbench --callgrind against
 #                           bench/ref/3b2bf9b, counts scaled by 0.05
 #                           (DQ_BENCH_SCALE does not change it), then
@@ -171,9 +176,11 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 # "val" is valbench's phase, "ha" bench/ha.py's, "users" bench/users.py's
 # "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
+    grep -v '^calls$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
+RUN_CALLS=1
 RUN_IR=1
 RUN_USERS=1
 RUN_OPS=1
@@ -183,6 +190,7 @@ RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,calls,*) ;; *) RUN_CALLS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ir,*) ;; *) RUN_IR=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
@@ -234,6 +242,12 @@ if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
     # shellcheck disable=SC2086
     [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
         --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+fi
+if [ $rc -eq 0 ] && [ $RUN_CALLS -eq 1 ]; then
+    # The same server again: the library's take and ack by the clock; 120 s at most.
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --calls" >&2
+    # shellcheck disable=SC2086
+    run_phase "$RESULTS.calls" timeout -k 10 120 $PIN_CLIENT "$VALBENCH" --port "$PORT" --calls
 fi
 if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
     # The scripts' cost in instructions: redis-server under callgrind, on a

@@ -13,6 +13,10 @@
  *
  *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
  *            [--callgrind PID --callgrind-out FILE]
+ *   valbench --port PORT --calls [--scale X]
+ *
+ * --calls (phase calls of bench/run.sh) times the library's take and ack by
+ * the clock instead, call by call: see "calls by the clock" below.
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
@@ -79,7 +83,7 @@
 #define DEPTH 8               /* calls in flight (offers, takes)            */
 #define FILL_PER_CALL 100     /* src/ops.c CHUNK_ITEMS                      */
 #define FILL_PER_MS 100       /* due times of the transfer's items          */
-#define TAKE_COUNT 64
+#define TAKE_MAX 64 /* items a take asks for (take_count: 64, or --calls' batch) */
 #define ROUNDS_MAX 9
 #define ARGS_MAX (3 + 7 + 5 * FILL_PER_CALL) /* EVALSHA sha nkeys, head, items */
 
@@ -104,6 +108,8 @@ typedef struct script_set {
     int grouped_ack;   /* its ack takes items in groups (dq__ack_args), not
                           (id, token, bucket) triples                      */
     int packed_ack;    /* and whole takes packed (dq__ack_args_pack)      */
+    const char *fn[S_N]; /* --calls: FCALL of the library's functions, not
+                            EVALSHA (NULL: EVALSHA)                         */
 } script_set;
 
 /* One case measured in one block. */
@@ -121,7 +127,8 @@ static struct {
     const char *ref, *what;
     int cg_pid;         /* --callgrind: the server's pid, or 0      */
     const char *cg_out; /* --callgrind-out: its --callgrind-out-file */
-} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL};
+    int calls;          /* --calls: the library's calls by the clock */
+} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL, 0};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -291,8 +298,8 @@ static void pipeline(long n, int depth, build_fn *build, reply_fn *reply, void *
 }
 
 static void head(call *c, const script_set *s, int script, const char *nkeys) {
-    args(c, "EVALSHA");
-    args(c, s->sha[script]);
+    args(c, s->fn[script] ? "FCALL" : "EVALSHA");
+    args(c, s->fn[script] ? s->fn[script] : s->sha[script]);
     args(c, nkeys);
 }
 
@@ -418,6 +425,8 @@ typedef struct leased {
 } leased;
 static leased *leases;
 static long n_leases;
+static int take_count = TAKE_MAX; /* items each take asks for, each ack names */
+static char take_count_s[8] = "64";
 static int ack_case; /* both sets have ack.lua */
 
 static void note_leases(const struct take_ctx *t, long i, const redisReply *r);
@@ -436,16 +445,16 @@ static void take_build(void *ctx, long i, call *c) {
     head(c, t->s, S_TAKE, "6");
     args(c, k->z), args(c, k->ready), args(c, k->aside), args(c, k->counters), args(c, k->signal);
     args(c, k->config), args(c, k->prefix), args(c, k->chan);
-    args(c, "64"), args(c, t->lease), args(c, t->tprefix), args(c, "-1"), args(c, "0");
+    args(c, take_count_s), args(c, t->lease), args(c, t->tprefix), args(c, "-1"), args(c, "0");
     args(c, t->result_key);
 }
 
 static void take_reply(void *ctx, long i, const redisReply *r) {
     const take_ctx *t = ctx;
     if (r->type == REDIS_REPLY_ERROR) die("%s take call %ld: %s", t->s->name, i, r->str);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + TAKE_COUNT)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + (size_t)take_count)
         die("%s take call %ld: %zu elements, expected %d (ready list short?)", t->s->name, i,
-            r->type == REDIS_REPLY_ARRAY ? r->elements : 0, 1 + TAKE_COUNT);
+            r->type == REDIS_REPLY_ARRAY ? r->elements : 0, 1 + take_count);
     if ((r->element[0]->integer != 0) != (strcmp(t->lease, "0") != 0))
         die("%s take call %ld: lease flag %lld", t->s->name, i, r->element[0]->integer);
     for (size_t j = 1; j < r->elements; j++)
@@ -477,7 +486,7 @@ static void take_calls(const script_set *s, long calls, const char *lease) {
     if (strcmp(lease, "0") != 0) {
         t.prefixes = calloc((size_t)calls, sizeof *t.prefixes);
         free(leases);
-        leases = calloc((size_t)calls * TAKE_COUNT, sizeof *leases);
+        leases = calloc((size_t)calls * take_count, sizeof *leases);
         if (!t.prefixes || !leases) die("out of memory");
         n_leases = 0;
     }
@@ -488,7 +497,7 @@ static void take_calls(const script_set *s, long calls, const char *lease) {
 
 /* ------------------------------------------------------------ ack */
 
-/* The arguments of src/reliable.c ack_send_shard: TAKE_COUNT leases a call,
+/* The arguments of src/reliable.c ack_send_shard: take_count leases a call,
  * in the order taken (grouped by dq__ack_args, or as the triples the older
  * scripts take). */
 static void ack_build(void *ctx, long i, call *c) {
@@ -497,21 +506,21 @@ static void ack_build(void *ctx, long i, call *c) {
     head(c, s, S_ACK, "2");
     if (s->grouped_ack) {
         dq__ack_args_init(&a, s->k.z, s->k.counters, s->k.prefix, "1");
-        for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
+        for (long j = i * take_count; j < (i + 1) * take_count; j++)
             dq__ack_args_add(&a, leases[j].id, leases[j].token);
         if (s->packed_ack) dq__ack_args_pack(&a);
         for (size_t j = 0; j < a.n; j++) arg(c, a.argv[j], a.lens[j]);
         return;
     }
     args(c, s->k.z), args(c, s->k.counters), args(c, s->k.prefix), args(c, "1");
-    for (long j = i * TAKE_COUNT; j < (i + 1) * TAKE_COUNT; j++)
+    for (long j = i * take_count; j < (i + 1) * take_count; j++)
         args(c, leases[j].id), args(c, leases[j].token), args(c, leases[j].bucket);
 }
 
 static void ack_reply(void *ctx, long i, const redisReply *r) {
     const script_set *s = ctx;
     if (r->type == REDIS_REPLY_ERROR) die("%s ack call %ld: %s", s->name, i, r->str);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != TAKE_COUNT) die("%s ack call %ld: unexpected reply", s->name, i);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)take_count) die("%s ack call %ld: unexpected reply", s->name, i);
     for (size_t j = 0; j < r->elements; j++)
         if (r->element[j]->type != REDIS_REPLY_INTEGER || r->element[j]->integer != 1)
             die("%s ack call %ld: lease %zu not acked", s->name, i, j);
@@ -550,18 +559,216 @@ static void block(const script_set *s, double scale, figure *out) {
     out[C_TRANSFER] = meter_stop(&m, (double)moved);
     if (moved != due_n) die("%s transfer: moved %lld, expected %ld", s->name, moved, due_n);
 
-    if (2 * takes * TAKE_COUNT > due_n) die("%s: not enough ready entries for the takes", s->name);
+    if (2 * takes * take_count > due_n) die("%s: not enough ready entries for the takes", s->name);
     meter_start(&m);
     take_calls(s, takes, "0");
-    out[C_TAKE] = meter_stop(&m, (double)takes * TAKE_COUNT);
+    out[C_TAKE] = meter_stop(&m, (double)takes * take_count);
     meter_start(&m);
     take_calls(s, takes, "-1");
-    out[C_TAKE_LEASE] = meter_stop(&m, (double)takes * TAKE_COUNT);
+    out[C_TAKE_LEASE] = meter_stop(&m, (double)takes * take_count);
     if (!ack_case) return;
-    if (n_leases != takes * TAKE_COUNT) die("%s: %ld leases noted", s->name, n_leases);
+    if (n_leases != takes * take_count) die("%s: %ld leases noted", s->name, n_leases);
     meter_start(&m);
     pipeline(takes, DEPTH, ack_build, ack_reply, (void *)s);
     out[C_ACK] = meter_stop(&m, (double)n_leases);
+}
+
+/* ------------------------------------------------------------ calls by the clock */
+
+/* --calls: what one call of take and ack costs by the clock, for the
+ * library as src/script.c runs it (FUNCTION LOAD once, then FCALL). A ready
+ * list, then cycles: each runs a plain take, a leased take and the ack of
+ * that take's leases (packed, as dq_worker sends it), of 1, then 32, then
+ * 64 items, one call at a time. Redis times each call itself: the usec INFO
+ * commandstats adds to FCALL's, the call's run without reading or
+ * answering it (not SLOWLOG, which with a threshold of 0 logs every command
+ * a script runs as well, at a cost that grows with their number). Every
+ * kind and size alternates call by call, so a stall of the host (this one
+ * takes the CPU away for seconds: BENCHMARKS.md) falls on all of them
+ * alike: their ratios hold where sequential timings move by half. Printed:
+ * the medians, and the commands a script runs inside one call (INFO
+ * commandstats, in a short pass of each kind on its own). Each of those
+ * costs its own run plus the crossing from Lua into Redis and back; they
+ * are what a call's fixed cost is made of. */
+
+enum { K_PLAIN, K_LEASED, K_ACK, K_N };
+#define CALL_BATCHES 3
+static const int call_batches[CALL_BATCHES] = {1, 32, 64};
+
+typedef struct call_times {
+    double median[K_N];   /* us per call                               */
+    double commands[K_N]; /* commands the script ran, per call          */
+} call_times;
+
+static int cmp_double(const void *a, const void *b);
+
+/* The median of n values (sorts them). */
+static double median_of(double *v, long n) {
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Commands run since the last CONFIG RESETSTAT other than the calls
+ * themselves and this program's own (INFO, CONFIG, SLOWLOG, FUNCTION). */
+static double inner_commands(void) {
+    redisReply *r = rcmd("INFO commandstats");
+    double n = 0;
+    for (const char *p = strstr(r->str, "cmdstat_"); p; p = strstr(p + 1, "cmdstat_")) {
+        const char *name = p + 8, *c = strstr(p, "calls=");
+        if (!c) break;
+        if (strncmp(name, "fcall", 5) && strncmp(name, "info", 4) && strncmp(name, "config", 6) &&
+            strncmp(name, "slowlog", 7) && strncmp(name, "function", 8))
+            n += atof(c + 6);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* One call of kind k with batch items (the ack: of the leases the last
+ * leased take noted, which was of the same batch). */
+static void one_call(const script_set *s, take_ctx *t, int k, int batch) {
+    take_count = batch;
+    snprintf(take_count_s, sizeof take_count_s, "%d", batch);
+    if (k == K_ACK) {
+        pipeline(1, 1, ack_build, ack_reply, (void *)s);
+        return;
+    }
+    t->s = s;
+    t->lease = k == K_LEASED ? "-1" : "0";
+    t->prefixes = NULL;
+    if (k == K_LEASED) {
+        static char prefix[1][DQ_ID_GENERATED_LEN + 2];
+        t->prefixes = prefix;
+        n_leases = 0;
+    }
+    pipeline(1, 1, take_build, take_reply, t);
+}
+
+/* The usec INFO commandstats gives FCALL so far (see time_calls). */
+static double fcall_usec(void) {
+    redisReply *r = rcmd("INFO commandstats");
+    const char *p = strstr(r->str, "cmdstat_fcall:"), *u = p ? strstr(p, "usec=") : NULL;
+    double v = u ? atof(u + 5) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* A ready list of n items (offered due a second ahead, then moved). */
+static void fill_ready(const script_set *s, long n) {
+    rdo("FLUSHALL");
+    n = (n + FILL_PER_CALL - 1) / FILL_PER_CALL * FILL_PER_CALL;
+    int64_t base = server_ms() + 1000;
+    offer_calls(s, n / FILL_PER_CALL, FILL_PER_CALL, base);
+    int64_t last = base + (n - 1) / FILL_PER_MS;
+    while (server_ms() <= last + 1) usleep(20000);
+    if (transfer_all(s) != n) die("calls: the transfer did not move all %ld items", n);
+}
+
+/* Times cycles cycles into ct[CALL_BATCHES]: each cycle runs the three
+ * kinds at each batch size in turn, so that every figure, of every batch
+ * size, meets the same stalls. */
+static void time_calls(const script_set *s, long cycles, call_times *ct) {
+    enum { PASS = 20 };
+    long per_cycle = 0;
+    for (int b = 0; b < CALL_BATCHES; b++) per_cycle += 2L * call_batches[b];
+    free(leases);
+    leases = calloc(TAKE_MAX, sizeof *leases);
+    double *times = calloc((size_t)(cycles * CALL_BATCHES * K_N), sizeof *times);
+    if (!leases || !times) die("out of memory");
+    fill_ready(s, (cycles + PASS) * per_cycle);
+    static take_ctx t;
+
+    /* Commands per call: each kind on its own, PASS calls (a leased take,
+     * then its ack, counted apart). */
+    for (int b = 0; b < CALL_BATCHES; b++) {
+        double cmds[K_N] = {0, 0, 0};
+        for (int i = 0; i < PASS; i++)
+            for (int k = 0; k < K_N; k++) {
+                rdo("CONFIG RESETSTAT");
+                one_call(s, &t, k, call_batches[b]);
+                cmds[k] += inner_commands();
+            }
+        for (int k = 0; k < K_N; k++) ct[b].commands[k] = cmds[k] / PASS;
+    }
+
+    /* times[(b * K_N + k) * cycles + c]: cycle c's call of kind k, batch b. */
+    double before = fcall_usec();
+    for (long c = 0; c < cycles; c++)
+        for (int b = 0; b < CALL_BATCHES; b++)
+            for (int k = 0; k < K_N; k++) {
+                one_call(s, &t, k, call_batches[b]);
+                double after = fcall_usec();
+                times[(b * K_N + k) * cycles + c] = after - before;
+                before = after;
+            }
+    for (int b = 0; b < CALL_BATCHES; b++)
+        for (int k = 0; k < K_N; k++) ct[b].median[k] = median_of(times + (b * K_N + k) * cycles, cycles);
+    free(times);
+    take_count = TAKE_MAX;
+    snprintf(take_count_s, sizeof take_count_s, "%d", TAKE_MAX);
+}
+
+static void report_calls(const call_times *ct, long cycles) {
+    const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
+    printf("\n== Script calls by the clock%s: take and ack, interleaved call by call\n", sc);
+    printf("   The library as loaded (FCALL). %ld cycles; each runs a plain take, a leased take and its\n"
+           "   ack (packed, as dq_worker sends it) of 1, then 32, then 64 items, one call at a time.\n"
+           "   Redis's own time for each (INFO commandstats, FCALL's usec: the run, not reading or\n"
+           "   answering the call). Medians, us per call; 'commands': those the script ran inside a call.\n\n",
+           cycles);
+    printf("   %-6s %10s %10s %10s %11s %13s %11s %8s\n", "batch", "plain", "leased", "ack",
+           "commands", "plain/item", "worker/item", "ratio");
+    for (int b = 0; b < CALL_BATCHES; b++) {
+        const call_times *c = &ct[b];
+        double plain = c->median[K_PLAIN] / call_batches[b];
+        double worker = (c->median[K_LEASED] + c->median[K_ACK]) / call_batches[b];
+        char cmds[32];
+        snprintf(cmds, sizeof cmds, "%.0f/%.0f/%.0f", c->commands[K_PLAIN], c->commands[K_LEASED],
+                 c->commands[K_ACK]);
+        printf("   %-6d %10.1f %10.1f %10.1f %11s %13.2f %11.2f %8.2f\n", call_batches[b],
+               c->median[K_PLAIN], c->median[K_LEASED], c->median[K_ACK], cmds, plain, worker, plain / worker);
+    }
+    /* The shapes of figures 5d and 5e: dq_worker at 32 in flight (a take
+     * and an ack of 32 a round), dq_take_many at 64 a call. */
+    double w32 = (ct[1].median[K_LEASED] + ct[1].median[K_ACK]) / 32, p64 = ct[2].median[K_PLAIN] / 64;
+    /* Each kind's cost as fixed + per item, by the line through 32 and 64. */
+    double fixed[K_N], per_item[K_N];
+    for (int k = 0; k < K_N; k++) {
+        per_item[k] = (ct[2].median[k] - ct[1].median[k]) / (call_batches[2] - call_batches[1]);
+        fixed[k] = ct[1].median[k] - per_item[k] * call_batches[1];
+    }
+    printf("\n   By the line through 32 and 64: plain take %.0f us + %.2f us per item, leased take %.0f us\n"
+           "   + %.2f us per item, ack %.0f us + %.2f us per item. A worker's round of 32 (a leased take\n"
+           "   and its ack) spends %.0f%% of its script time on the fixed parts; a plain take of 64, %.0f%%.\n",
+           fixed[K_PLAIN], per_item[K_PLAIN], fixed[K_LEASED], per_item[K_LEASED], fixed[K_ACK], per_item[K_ACK],
+           100 * (fixed[K_LEASED] + fixed[K_ACK]) / (ct[1].median[K_LEASED] + ct[1].median[K_ACK]),
+           100 * fixed[K_PLAIN] / ct[2].median[K_PLAIN]);
+    printf("\n   commands: plain take / leased take / ack, per call. ratio: plain take's us per item over\n"
+           "   the worker's (a leased take and its ack). A call of one item is nearly all fixed cost.\n"
+           "   Figures 5d and 5e's shapes (dq_worker at 32 in flight, dq_take_many at 64 a call):\n"
+           "   %.2f us against %.2f us per item of script time, ratio %.2f.\n",
+           w32, p64, p64 / w32);
+    fflush(stdout);
+}
+
+/* --calls: the library's take and ack by the clock (see above). */
+static void calls_phase(void) {
+    static script_set s = {.name = "library", .queue = "valcalls"};
+    redisReply *r = rcmd("FUNCTION LOAD REPLACE %b", dq_lua_library, (size_t)DQ_LUA_LIBRARY_LEN);
+    freeReplyObject(r);
+    s.fn[S_OFFER] = DQ_LUA_offer_FN, s.fn[S_TRANSFER] = DQ_LUA_transfer_FN;
+    s.fn[S_TAKE] = DQ_LUA_take_FN, s.fn[S_ACK] = DQ_LUA_ack_FN;
+    s.offer_count = s.has_ack = s.grouped_ack = s.packed_ack = 1;
+    dq__keys_init(&s.k, s.queue);
+    call_times ct[CALL_BATCHES];
+    /* About 20 s of calls at full scale, on some 200,000 items. */
+    long cycles = (long)(1000 * G.scale);
+    if (cycles < 20) cycles = 20;
+    progress("calls: %ld cycles of take and ack, batches of 1, 32 and 64", cycles);
+    time_calls(&s, cycles, ct);
+    rdo("FLUSHALL");
+    report_calls(ct, cycles);
 }
 
 /* ------------------------------------------------------------ scripts */
@@ -737,7 +944,8 @@ static void report_instructions(const script_set *sets) {
 
 static void usage(void) {
     fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n"
-                    "                [--callgrind PID --callgrind-out FILE]\n");
+                    "                [--callgrind PID --callgrind-out FILE]\n"
+                    "       valbench --port PORT --calls [--scale X]\n");
     exit(2);
 }
 
@@ -746,6 +954,10 @@ int main(int argc, char **argv) {
     int rounds_given = 0;
     if (env && *env) G.scale = atof(env);
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--calls") == 0) {
+            G.calls = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--port") == 0) G.port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--ref") == 0) G.ref = argv[++i];
@@ -766,6 +978,13 @@ int main(int argc, char **argv) {
     ctl = redisConnectWithTimeout("127.0.0.1", G.port, tv);
     if (!ctl || ctl->err) die("cannot connect to 127.0.0.1:%d: %s", G.port, ctl ? ctl->errstr : "oom");
 
+    if (G.calls) {
+        if (G.cg_pid) usage();
+        calls_phase();
+        free(leases);
+        redisFree(ctl);
+        return 0;
+    }
     static script_set sets[2] = {{.name = "old", .queue = "valold"}, {.name = "new", .queue = "valnew"}};
     load_old(&sets[0]);
     load_new(&sets[1]);
