@@ -13,10 +13,15 @@
  *
  *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
  *            [--callgrind PID --callgrind-out FILE]
- *   valbench --port PORT --calls [--scale X]
+ *   valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]
+ *   valbench --print-library
  *
  * --calls (phase calls of bench/run.sh) times the library's take and ack by
- * the clock instead, call by call: see "calls by the clock" below.
+ * the clock instead, call by call: see "calls by the clock" below. With
+ * --calls-ref, another library's in the same cycles: what a change to the
+ * scripts does by the clock, where the host's stalls make sequential runs
+ * useless. LIBRARY is that build's `valbench --print-library` (its Redis
+ * function library, as the client loads it).
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
@@ -128,7 +133,8 @@ static struct {
     int cg_pid;         /* --callgrind: the server's pid, or 0      */
     const char *cg_out; /* --callgrind-out: its --callgrind-out-file */
     int calls;          /* --calls: the library's calls by the clock */
-} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL, 0};
+    const char *calls_ref; /* --calls-ref: a reference library's text  */
+} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL, 0, NULL};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -654,9 +660,8 @@ static double fcall_usec(void) {
     return v;
 }
 
-/* A ready list of n items (offered due a second ahead, then moved). */
+/* A ready list of n items for s (offered due a second ahead, then moved). */
 static void fill_ready(const script_set *s, long n) {
-    rdo("FLUSHALL");
     n = (n + FILL_PER_CALL - 1) / FILL_PER_CALL * FILL_PER_CALL;
     int64_t base = server_ms() + 1000;
     offer_calls(s, n / FILL_PER_CALL, FILL_PER_CALL, base);
@@ -665,22 +670,14 @@ static void fill_ready(const script_set *s, long n) {
     if (transfer_all(s) != n) die("calls: the transfer did not move all %ld items", n);
 }
 
-/* Times cycles cycles into ct[CALL_BATCHES]: each cycle runs the three
- * kinds at each batch size in turn, so that every figure, of every batch
- * size, meets the same stalls. */
-static void time_calls(const script_set *s, long cycles, call_times *ct) {
-    enum { PASS = 20 };
-    long per_cycle = 0;
-    for (int b = 0; b < CALL_BATCHES; b++) per_cycle += 2L * call_batches[b];
-    free(leases);
-    leases = calloc(TAKE_MAX, sizeof *leases);
-    double *times = calloc((size_t)(cycles * CALL_BATCHES * K_N), sizeof *times);
-    if (!leases || !times) die("out of memory");
-    fill_ready(s, (cycles + PASS) * per_cycle);
-    static take_ctx t;
+#define CALL_SETS 2 /* the library, and a reference (--calls-ref) */
 
-    /* Commands per call: each kind on its own, PASS calls (a leased take,
-     * then its ack, counted apart). */
+/* The commands the scripts of s run inside one call, per kind and batch
+ * (each kind on its own, PASS calls: a leased take, then its ack, counted
+ * apart). */
+static void count_commands(const script_set *s, call_times *ct) {
+    enum { PASS = 20 };
+    static take_ctx t;
     for (int b = 0; b < CALL_BATCHES; b++) {
         double cmds[K_N] = {0, 0, 0};
         for (int i = 0; i < PASS; i++)
@@ -691,34 +688,61 @@ static void time_calls(const script_set *s, long cycles, call_times *ct) {
             }
         for (int k = 0; k < K_N; k++) ct[b].commands[k] = cmds[k] / PASS;
     }
+}
 
-    /* times[(b * K_N + k) * cycles + c]: cycle c's call of kind k, batch b. */
+/* Times cycles cycles of each of the nsets sets into ct[set][batch]: each
+ * cycle runs every set's three kinds at each batch size in turn, so that
+ * every figure, of every set and size, meets the same stalls. */
+static void time_calls(const script_set *sets, int nsets, long cycles, call_times ct[][CALL_BATCHES]) {
+    long per_cycle = 0;
+    for (int b = 0; b < CALL_BATCHES; b++) per_cycle += 2L * call_batches[b];
+    free(leases);
+    leases = calloc(TAKE_MAX, sizeof *leases);
+    size_t per_set = (size_t)(cycles * CALL_BATCHES * K_N);
+    double *times = calloc(per_set * (size_t)nsets, sizeof *times);
+    if (!leases || !times) die("out of memory");
+    rdo("FLUSHALL");
+    for (int i = 0; i < nsets; i++) {
+        fill_ready(&sets[i], (cycles + 20) * per_cycle);
+        count_commands(&sets[i], ct[i]);
+    }
+    static take_ctx t;
+    /* times[set * per_set + (b * K_N + k) * cycles + c]: cycle c's call of
+     * kind k, batch b. */
     double before = fcall_usec();
     for (long c = 0; c < cycles; c++)
+        for (int i = 0; i < nsets; i++)
+            for (int b = 0; b < CALL_BATCHES; b++)
+                for (int k = 0; k < K_N; k++) {
+                    one_call(&sets[i], &t, k, call_batches[b]);
+                    double after = fcall_usec();
+                    times[(size_t)i * per_set + (size_t)((b * K_N + k) * cycles + c)] = after - before;
+                    before = after;
+                }
+    for (int i = 0; i < nsets; i++)
         for (int b = 0; b < CALL_BATCHES; b++)
-            for (int k = 0; k < K_N; k++) {
-                one_call(s, &t, k, call_batches[b]);
-                double after = fcall_usec();
-                times[(b * K_N + k) * cycles + c] = after - before;
-                before = after;
-            }
-    for (int b = 0; b < CALL_BATCHES; b++)
-        for (int k = 0; k < K_N; k++) ct[b].median[k] = median_of(times + (b * K_N + k) * cycles, cycles);
+            for (int k = 0; k < K_N; k++)
+                ct[i][b].median[k] = median_of(times + (size_t)i * per_set + (size_t)((b * K_N + k) * cycles), cycles);
     free(times);
     take_count = TAKE_MAX;
     snprintf(take_count_s, sizeof take_count_s, "%d", TAKE_MAX);
 }
 
-static void report_calls(const call_times *ct, long cycles) {
+/* The worker's script time per item at 32 in flight (a leased take and its
+ * ack of 32) and dq_take_many's at 64 a call: the shapes of figures 5d, 5e. */
+static double worker32(const call_times *ct) { return (ct[1].median[K_LEASED] + ct[1].median[K_ACK]) / 32; }
+static double plain64(const call_times *ct) { return ct[2].median[K_PLAIN] / 64; }
+
+static void report_calls(const script_set *s, const call_times *ct, long cycles) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
-    printf("\n== Script calls by the clock%s: take and ack, interleaved call by call\n", sc);
+    printf("\n== Script calls by the clock%s: take and ack, interleaved call by call (%s)\n", sc, s->name);
     printf("   The library as loaded (FCALL). %ld cycles; each runs a plain take, a leased take and its\n"
            "   ack (packed, as dq_worker sends it) of 1, then 32, then 64 items, one call at a time.\n"
            "   Redis's own time for each (INFO commandstats, FCALL's usec: the run, not reading or\n"
            "   answering the call). Medians, us per call; 'commands': those the script ran inside a call.\n\n",
            cycles);
-    printf("   %-6s %10s %10s %10s %11s %13s %11s %8s\n", "batch", "plain", "leased", "ack",
-           "commands", "plain/item", "worker/item", "ratio");
+    printf("   %-6s %10s %10s %10s %11s %13s %11s %8s\n", "batch", "plain", "leased", "ack", "commands",
+           "plain/item", "worker/item", "ratio");
     for (int b = 0; b < CALL_BATCHES; b++) {
         const call_times *c = &ct[b];
         double plain = c->median[K_PLAIN] / call_batches[b];
@@ -726,12 +750,9 @@ static void report_calls(const call_times *ct, long cycles) {
         char cmds[32];
         snprintf(cmds, sizeof cmds, "%.0f/%.0f/%.0f", c->commands[K_PLAIN], c->commands[K_LEASED],
                  c->commands[K_ACK]);
-        printf("   %-6d %10.1f %10.1f %10.1f %11s %13.2f %11.2f %8.2f\n", call_batches[b],
-               c->median[K_PLAIN], c->median[K_LEASED], c->median[K_ACK], cmds, plain, worker, plain / worker);
+        printf("   %-6d %10.1f %10.1f %10.1f %11s %13.2f %11.2f %8.2f\n", call_batches[b], c->median[K_PLAIN],
+               c->median[K_LEASED], c->median[K_ACK], cmds, plain, worker, plain / worker);
     }
-    /* The shapes of figures 5d and 5e: dq_worker at 32 in flight (a take
-     * and an ack of 32 a round), dq_take_many at 64 a call. */
-    double w32 = (ct[1].median[K_LEASED] + ct[1].median[K_ACK]) / 32, p64 = ct[2].median[K_PLAIN] / 64;
     /* Each kind's cost as fixed + per item, by the line through 32 and 64. */
     double fixed[K_N], per_item[K_N];
     for (int k = 0; k < K_N; k++) {
@@ -748,27 +769,61 @@ static void report_calls(const call_times *ct, long cycles) {
            "   the worker's (a leased take and its ack). A call of one item is nearly all fixed cost.\n"
            "   Figures 5d and 5e's shapes (dq_worker at 32 in flight, dq_take_many at 64 a call):\n"
            "   %.2f us against %.2f us per item of script time, ratio %.2f.\n",
-           w32, p64, p64 / w32);
+           worker32(ct), plain64(ct), plain64(ct) / worker32(ct));
     fflush(stdout);
 }
 
-/* --calls: the library's take and ack by the clock (see above). */
+static char *read_all(const char *path, size_t *len);
+
+/* The library text in path (as FUNCTION LOAD takes it: its first line
+ * "#!lua name=NAME"), loaded, as set s calling NAME_take and so on. */
+static void load_ref_library(script_set *s, const char *path) {
+    size_t len;
+    char *text = read_all(path, &len);
+    static char names[S_N][160];
+    static const char *const suffix[S_N] = {"offer", "transfer", "take", "ack"};
+    char lib[100];
+    if (sscanf(text, "#!lua name=%99[A-Za-z0-9_]", lib) != 1) die("%s: no '#!lua name=' line", path);
+    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", text, len));
+    free(text);
+    for (int i = 0; i < S_N; i++) {
+        snprintf(names[i], sizeof names[i], "%s_%s", lib, suffix[i]);
+        s->fn[i] = names[i];
+    }
+}
+
+/* --calls: the library's take and ack by the clock (see above); with
+ * --calls-ref FILE, a reference library's too, in the same cycles. */
 static void calls_phase(void) {
-    static script_set s = {.name = "library", .queue = "valcalls"};
-    redisReply *r = rcmd("FUNCTION LOAD REPLACE %b", dq_lua_library, (size_t)DQ_LUA_LIBRARY_LEN);
-    freeReplyObject(r);
-    s.fn[S_OFFER] = DQ_LUA_offer_FN, s.fn[S_TRANSFER] = DQ_LUA_transfer_FN;
-    s.fn[S_TAKE] = DQ_LUA_take_FN, s.fn[S_ACK] = DQ_LUA_ack_FN;
-    s.offer_count = s.has_ack = s.grouped_ack = s.packed_ack = 1;
-    dq__keys_init(&s.k, s.queue);
-    call_times ct[CALL_BATCHES];
-    /* About 20 s of calls at full scale, on some 200,000 items. */
+    static script_set sets[CALL_SETS] = {{.name = "this build's library", .queue = "valcalls"},
+                                         {.name = "reference library", .queue = "valcallsref"}};
+    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", dq_lua_library, (size_t)DQ_LUA_LIBRARY_LEN));
+    script_set *s = &sets[0];
+    s->fn[S_OFFER] = DQ_LUA_offer_FN, s->fn[S_TRANSFER] = DQ_LUA_transfer_FN;
+    s->fn[S_TAKE] = DQ_LUA_take_FN, s->fn[S_ACK] = DQ_LUA_ack_FN;
+    int nsets = G.calls_ref ? 2 : 1;
+    if (G.calls_ref) load_ref_library(&sets[1], G.calls_ref);
+    for (int i = 0; i < nsets; i++) {
+        sets[i].offer_count = sets[i].has_ack = sets[i].grouped_ack = sets[i].packed_ack = 1;
+        dq__keys_init(&sets[i].k, sets[i].queue);
+    }
+    static call_times ct[CALL_SETS][CALL_BATCHES];
+    /* About 10 s of calls a set at full scale, on some 200,000 items. */
     long cycles = (long)(1000 * G.scale);
     if (cycles < 20) cycles = 20;
-    progress("calls: %ld cycles of take and ack, batches of 1, 32 and 64", cycles);
-    time_calls(&s, cycles, ct);
+    progress("calls: %ld cycles of take and ack, batches of 1, 32 and 64, %d librar%s", cycles, nsets,
+             nsets > 1 ? "ies" : "y");
+    time_calls(sets, nsets, cycles, ct);
     rdo("FLUSHALL");
-    report_calls(ct, cycles);
+    for (int i = 0; i < nsets; i++) report_calls(&sets[i], ct[i], cycles);
+    if (nsets > 1)
+        printf("\n   This build against the reference (%s), in the same cycles: the worker's script time per\n"
+               "   item at 32 in flight %.2f us against %.2f (%.2f), dq_take_many's at 64 %.2f against %.2f\n"
+               "   (%.2f); figures 5d/5e's ratio %.2f against %.2f.\n",
+               G.calls_ref, worker32(ct[0]), worker32(ct[1]), worker32(ct[0]) / worker32(ct[1]), plain64(ct[0]),
+               plain64(ct[1]), plain64(ct[0]) / plain64(ct[1]), plain64(ct[0]) / worker32(ct[0]),
+               plain64(ct[1]) / worker32(ct[1]));
+    fflush(stdout);
 }
 
 /* ------------------------------------------------------------ scripts */
@@ -945,7 +1000,8 @@ static void report_instructions(const script_set *sets) {
 static void usage(void) {
     fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n"
                     "                [--callgrind PID --callgrind-out FILE]\n"
-                    "       valbench --port PORT --calls [--scale X]\n");
+                    "       valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]\n"
+                    "       valbench --print-library\n");
     exit(2);
 }
 
@@ -958,6 +1014,11 @@ int main(int argc, char **argv) {
             G.calls = 1;
             continue;
         }
+        if (strcmp(argv[i], "--print-library") == 0) {
+            /* For --calls-ref: this build's library, from another build. */
+            fwrite(dq_lua_library, 1, DQ_LUA_LIBRARY_LEN, stdout);
+            return 0;
+        }
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--port") == 0) G.port = atoi(argv[++i]);
         else if (strcmp(argv[i], "--ref") == 0) G.ref = argv[++i];
@@ -966,6 +1027,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--scale") == 0) G.scale = atof(argv[++i]);
         else if (strcmp(argv[i], "--callgrind") == 0) G.cg_pid = atoi(argv[++i]);
         else if (strcmp(argv[i], "--callgrind-out") == 0) G.cg_out = argv[++i];
+        else if (strcmp(argv[i], "--calls-ref") == 0) G.calls_ref = argv[++i];
         else usage();
     }
     if (G.cg_pid && !rounds_given) G.rounds = 1; /* the counts vary by a few % at most */
