@@ -604,6 +604,9 @@ static const int call_batches[CALL_BATCHES] = {1, 32, 64};
 typedef struct call_times {
     double median[K_N];   /* us per call                               */
     double commands[K_N]; /* commands the script ran, per call          */
+    double pair;          /* batch 32 only: two leased takes of 32 and one
+                             ack of the 64 (acks that wait for the next
+                             take), median us of the three together        */
 } call_times;
 
 static int cmp_double(const void *a, const void *b);
@@ -631,9 +634,10 @@ static double inner_commands(void) {
     return n;
 }
 
-/* One call of kind k with batch items (the ack: of the leases the last
- * leased take noted, which was of the same batch). */
-static void one_call(const script_set *s, take_ctx *t, int k, int batch) {
+/* One call of kind k with batch items (the ack: of the leases noted since
+ * the last leased take that did not append, batch of them). append: a
+ * leased take's leases are noted after those noted before. */
+static void one_call_ex(const script_set *s, take_ctx *t, int k, int batch, int append) {
     take_count = batch;
     snprintf(take_count_s, sizeof take_count_s, "%d", batch);
     if (k == K_ACK) {
@@ -646,10 +650,12 @@ static void one_call(const script_set *s, take_ctx *t, int k, int batch) {
     if (k == K_LEASED) {
         static char prefix[1][DQ_ID_GENERATED_LEN + 2];
         t->prefixes = prefix;
-        n_leases = 0;
+        if (!append) n_leases = 0;
     }
     pipeline(1, 1, take_build, take_reply, t);
 }
+
+static void one_call(const script_set *s, take_ctx *t, int k, int batch) { one_call_ex(s, t, k, batch, 0); }
 
 /* The usec INFO commandstats gives FCALL so far (see time_calls). */
 static double fcall_usec(void) {
@@ -694,7 +700,7 @@ static void count_commands(const script_set *s, call_times *ct) {
  * cycle runs every set's three kinds at each batch size in turn, so that
  * every figure, of every set and size, meets the same stalls. */
 static void time_calls(const script_set *sets, int nsets, long cycles, call_times ct[][CALL_BATCHES]) {
-    long per_cycle = 0;
+    long per_cycle = 64; /* the pair */
     for (int b = 0; b < CALL_BATCHES; b++) per_cycle += 2L * call_batches[b];
     free(leases);
     leases = calloc(TAKE_MAX, sizeof *leases);
@@ -707,11 +713,13 @@ static void time_calls(const script_set *sets, int nsets, long cycles, call_time
         count_commands(&sets[i], ct[i]);
     }
     static take_ctx t;
+    double *pairs = calloc((size_t)(cycles * nsets), sizeof *pairs);
+    if (!pairs) die("out of memory");
     /* times[set * per_set + (b * K_N + k) * cycles + c]: cycle c's call of
-     * kind k, batch b. */
+     * kind k, batch b; pairs[set * cycles + c]: its pair (see call_times). */
     double before = fcall_usec();
     for (long c = 0; c < cycles; c++)
-        for (int i = 0; i < nsets; i++)
+        for (int i = 0; i < nsets; i++) {
             for (int b = 0; b < CALL_BATCHES; b++)
                 for (int k = 0; k < K_N; k++) {
                     one_call(&sets[i], &t, k, call_batches[b]);
@@ -719,10 +727,20 @@ static void time_calls(const script_set *sets, int nsets, long cycles, call_time
                     times[(size_t)i * per_set + (size_t)((b * K_N + k) * cycles + c)] = after - before;
                     before = after;
                 }
-    for (int i = 0; i < nsets; i++)
+            one_call_ex(&sets[i], &t, K_LEASED, 32, 0);
+            one_call_ex(&sets[i], &t, K_LEASED, 32, 1);
+            one_call_ex(&sets[i], &t, K_ACK, 64, 0);
+            double after = fcall_usec();
+            pairs[(size_t)i * (size_t)cycles + (size_t)c] = after - before;
+            before = after;
+        }
+    for (int i = 0; i < nsets; i++) {
         for (int b = 0; b < CALL_BATCHES; b++)
             for (int k = 0; k < K_N; k++)
                 ct[i][b].median[k] = median_of(times + (size_t)i * per_set + (size_t)((b * K_N + k) * cycles), cycles);
+        ct[i][1].pair = median_of(pairs + (size_t)i * (size_t)cycles, cycles);
+    }
+    free(pairs);
     free(times);
     take_count = TAKE_MAX;
     snprintf(take_count_s, sizeof take_count_s, "%d", TAKE_MAX);
@@ -770,6 +788,10 @@ static void report_calls(const script_set *s, const call_times *ct, long cycles)
            "   Figures 5d and 5e's shapes (dq_worker at 32 in flight, dq_take_many at 64 a call):\n"
            "   %.2f us against %.2f us per item of script time, ratio %.2f.\n",
            worker32(ct), plain64(ct), plain64(ct) / worker32(ct));
+    printf("   Were a worker's acks to wait for its next take (two leased takes of 32, then one ack of\n"
+           "   the 64; dq_worker does not): %.2f us per item, %.2f of the above; ratio to dq_take_many's\n"
+           "   %.2f.\n",
+           ct[1].pair / 64, ct[1].pair / 64 / worker32(ct), plain64(ct) / (ct[1].pair / 64));
     fflush(stdout);
 }
 
