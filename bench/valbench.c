@@ -591,11 +591,11 @@ static void block(const script_set *s, double scale, figure *out) {
  * a script runs as well, at a cost that grows with their number). Every
  * kind and size alternates call by call, so a stall of the host (this one
  * takes the CPU away for seconds: BENCHMARKS.md) falls on all of them
- * alike: their ratios hold where sequential timings move by half. Printed:
- * the medians, and the commands a script runs inside one call (INFO
- * commandstats, in a short pass of each kind on its own). Each of those
- * costs its own run plus the crossing from Lua into Redis and back; they
- * are what a call's fixed cost is made of. */
+ * alike: their ratios hold where sequential timings move by half. Each
+ * cycle also runs two leased takes of 32 and one ack of the 64 (acks that
+ * would wait for the next take). Printed: the medians, and the commands a
+ * script runs inside one call (INFO commandstats, in a short pass of each
+ * kind on its own). */
 
 enum { K_PLAIN, K_LEASED, K_ACK, K_N };
 #define CALL_BATCHES 3
@@ -697,8 +697,9 @@ static void count_commands(const script_set *s, call_times *ct) {
 }
 
 /* Times cycles cycles of each of the nsets sets into ct[set][batch]: each
- * cycle runs every set's three kinds at each batch size in turn, so that
- * every figure, of every set and size, meets the same stalls. */
+ * cycle runs every set's three kinds at each batch size in turn, then its
+ * pair (see call_times), so that every figure, of every set and size,
+ * meets the same stalls. */
 static void time_calls(const script_set *sets, int nsets, long cycles, call_times ct[][CALL_BATCHES]) {
     long per_cycle = 64; /* the pair */
     for (int b = 0; b < CALL_BATCHES; b++) per_cycle += 2L * call_batches[b];
