@@ -369,6 +369,17 @@ static long long pending_of(const script_set *s) {
     return v;
 }
 
+/* Offers n items (a multiple of FILL_PER_CALL) due from one second from now,
+ * FILL_PER_MS a millisecond, and waits until the last is due. Only the
+ * first must be in the future when offered: later ones then go into slots
+ * too, behind it. */
+static void offer_due(const script_set *s, long n) {
+    int64_t base = server_ms() + 1000;
+    offer_calls(s, n / FILL_PER_CALL, FILL_PER_CALL, base);
+    int64_t last = base + (n - 1) / FILL_PER_MS;
+    while (server_ms() <= last + 1) usleep(20000);
+}
+
 /* ------------------------------------------------------------ transfer */
 
 typedef struct transfer_ctx {
@@ -552,14 +563,10 @@ static void block(const script_set *s, double scale, figure *out) {
     if (pending_of(s) != offer16 * 16 + offer1) die("%s: pending count is not what was offered", s->name);
 
     /* Items due one second from now and over the next due_n / FILL_PER_MS
-     * ms. Only the first must be in the future when offered: later ones
-     * then go into slots too, behind it. */
+     * ms (offer_due). */
     rdo("FLUSHALL");
-    int64_t base = server_ms() + 1000;
-    offer_calls(s, due_n / FILL_PER_CALL, FILL_PER_CALL, base);
+    offer_due(s, due_n);
     if (pending_of(s) != due_n) die("%s: %lld pending, expected %ld", s->name, pending_of(s), due_n);
-    int64_t last = base + (due_n - 1) / FILL_PER_MS;
-    while (server_ms() <= last + 1) usleep(20000);
     meter_start(&m);
     long long moved = transfer_all(s);
     out[C_TRANSFER] = meter_stop(&m, (double)moved);
@@ -669,10 +676,7 @@ static double fcall_usec(void) {
 /* A ready list of n items for s (offered due a second ahead, then moved). */
 static void fill_ready(const script_set *s, long n) {
     n = (n + FILL_PER_CALL - 1) / FILL_PER_CALL * FILL_PER_CALL;
-    int64_t base = server_ms() + 1000;
-    offer_calls(s, n / FILL_PER_CALL, FILL_PER_CALL, base);
-    int64_t last = base + (n - 1) / FILL_PER_MS;
-    while (server_ms() <= last + 1) usleep(20000);
+    offer_due(s, n);
     if (transfer_all(s) != n) die("calls: the transfer did not move all %ld items", n);
 }
 

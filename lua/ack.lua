@@ -129,6 +129,27 @@ local function item_shaped(tlen, id, bucket)
   return tlen >= 1 and tlen <= TOKEN_MAX and #id >= 1 and #id <= ID_MAX and bucket_ok(bucket)
 end
 
+-- Whether a group of k items may ack all of lease record x at once: x is
+-- version 4, has k blocks, and no item of this call changed it yet.
+local function whole_fits(x, k) return not x.changed and x.h.v == 52 and k == x.h.n end
+
+-- The ids of lease record x, joined as the record keeps them.
+local function record_ids(x) return string.sub(x.rec, x.h.ids, x.h.body - 1) end
+
+-- Acks every item of lease record x at once (the caller has checked that
+-- its k ids are the record's): the record goes whole, and item j (id
+-- ids[j], in bucket buckets[j]) leaves the id index. Sets the k results
+-- from at.
+local function ack_record(x, ids, buckets, k, at)
+  x.all = true
+  mark_changed(x)
+  for j = 1, k do
+    id_del(P, P .. 'i:' .. buckets[j], ids[j])
+    out[at + j] = 1
+  end
+  acked = acked + k
+end
+
 -- A group that acks every item of its version 4 lease record x, in block
 -- order (the usual ack of a worker: a whole take, handled), at arguments
 -- g + 3 .. g + 3 * k: its items' ids, joined as the record's ids are, are
@@ -137,7 +158,7 @@ end
 -- having changed nothing, for any other group (the caller then judges each
 -- item on its own). Sets the k results from at.
 local function ack_whole(x, g, k, at)
-  if x.changed or x.h.v ~= 52 or k ~= x.h.n then return false end
+  if not whole_fits(x, k) then return false end
   local tlen0 = #ARGV[g] + #ARGV[g + 1]
   local ids, buckets = {}, {}
   for j = 1, k do
@@ -146,15 +167,21 @@ local function ack_whole(x, g, k, at)
     if block_number(mid) ~= j or not item_shaped(tlen0 + #mid, id, bucket) then return false end
     ids[j], buckets[j] = id, bucket
   end
-  if table.concat(ids, ' ') ~= string.sub(x.rec, x.h.ids, x.h.body - 1) then return false end
-  x.all = true
-  mark_changed(x)
-  for j = 1, k do
-    id_del(P, P .. 'i:' .. buckets[j], ids[j])
-    out[at + j] = 1
-  end
-  acked = acked + k
+  if table.concat(ids, ' ') ~= record_ids(x) then return false end
+  ack_record(x, ids, buckets, k, at)
   return true
+end
+
+-- The words of s (split at single spaces) as a list, if there are exactly
+-- k of them and each passes ok (nil: any); else nil.
+local function words(s, k, ok)
+  local t, n = {}, 0
+  for w in string.gmatch(s, '[^ ]+') do
+    n = n + 1
+    if n > k or (ok and not ok(w)) then return nil end
+    t[n] = w
+  end
+  return n == k and t or nil
 end
 
 -- A packed group (see the arguments) of k items whose ids and buckets are
@@ -166,26 +193,12 @@ end
 -- Sets the k results from at. suffix: the group's token suffix (its tokens
 -- must keep to TOKEN_MAX, as item_shaped checks them one by one).
 local function ack_packed(x, suffix, k, ids, buckets, at)
-  if x.changed or x.h.v ~= 52 or k ~= x.h.n or #x.h.prefix + #suffix + #nstr(k) > TOKEN_MAX or
-     ids ~= string.sub(x.rec, x.h.ids, x.h.body - 1) then
+  if not whole_fits(x, k) or #x.h.prefix + #suffix + #nstr(k) > TOKEN_MAX or ids ~= record_ids(x) then
     return false
   end
-  local bs, n = {}, 0
-  for bucket in string.gmatch(buckets, '[^ ]+') do
-    n = n + 1
-    if n > k or not bucket_ok(bucket) then return false end
-    bs[n] = bucket
-  end
-  if n ~= k then return false end
-  x.all = true
-  mark_changed(x)
-  local j = 0
-  for id in string.gmatch(ids, '[^ ]+') do
-    j = j + 1
-    id_del(P, P .. 'i:' .. bs[j], id)
-    out[at + j] = 1
-  end
-  acked = acked + k
+  local bs, is = words(buckets, k, bucket_ok), words(ids, k)
+  if not bs or not is then return false end
+  ack_record(x, is, bs, k, at)
   return true
 end
 

@@ -186,6 +186,8 @@ long long pending_count(const char *queue);
 const char *info_field(const char *section, const char *field, char *buf, size_t size);
 double info_num(const char *section, const char *field);
 int64_t server_ms(void);
+/* The server's CPU so far, s (INFO cpu: used_cpu_sys + used_cpu_user). */
+double server_cpu_s(void);
 void take_snap(snap *s);
 double d_cpu_us(const snap *a, const snap *b);
 void print_core0(const snap *a, const snap *b);

@@ -276,18 +276,14 @@ static double redis_faults(void) {
     return (double)minflt;
 }
 
-static double redis_cpu_us(void) {
-    return 1e6 * (info_num("cpu", "used_cpu_sys") + info_num("cpu", "used_cpu_user"));
-}
-
 /* One window of side a (the other stopped); counted unless warm_up. */
 static void alt_window(alt_side *a, int warm_up) {
     uint64_t before = side_delivered(a);
-    double cpu0 = redis_cpu_us(), f0 = redis_faults(), t0 = mono();
+    double cpu0 = server_cpu_s(), f0 = redis_faults(), t0 = mono();
     signal_side(a, SIGCONT);
     while (mono() < t0 + ALT_WINDOW_S) usleep(2000);
     signal_side(a, SIGSTOP);
-    double dt = mono() - t0, cpu = redis_cpu_us() - cpu0, faults = redis_faults() - f0;
+    double dt = mono() - t0, cpu = 1e6 * (server_cpu_s() - cpu0), faults = redis_faults() - f0;
     uint64_t got = side_delivered(a) - before;
     if (warm_up || a->windows == ALT_WINDOWS_MAX) return;
     a->rate[a->windows++] = (double)got / dt;
@@ -310,7 +306,6 @@ static void alt_report(alt_side *a) {
 
 static void alternated(int64_t n) {
     static alt_side side[2];
-    char label[96];
     side[0] = (alt_side){.name = "dq_worker, 32 in flight", .first = 0, .procs = 4};
     side[1] = (alt_side){.name = "dq_take_many, up to 64 a call", .first = 4, .procs = 4};
     flushall();
@@ -330,8 +325,7 @@ static void alternated(int64_t n) {
         check_kids_failed(8);
         if (mono() > next_p) {
             next_p += 2;
-            snprintf(label, sizeof label, "alternated drains (5h): %" PRIu64 " of %" PRIu64, total_delivered(8), target);
-            progress("%s", label);
+            progress("alternated drains (5h): %" PRIu64 " of %" PRIu64, total_delivered(8), target);
         }
     }
     for (int i = 0; i < 8; i++) kill(kids[i], SIGCONT);

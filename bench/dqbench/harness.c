@@ -238,10 +238,12 @@ int64_t server_ms(void) {
     return ms;
 }
 
+double server_cpu_s(void) { return info_num("cpu", "used_cpu_sys") + info_num("cpu", "used_cpu_user"); }
+
 void take_snap(snap *s) {
     memset(s, 0, sizeof *s);
     core0_times(&s->core0_busy_s, &s->core0_total_s);
-    s->cpu_s = info_num("cpu", "used_cpu_sys") + info_num("cpu", "used_cpu_user");
+    s->cpu_s = server_cpu_s();
     redisReply *r = rcmd(ctl, "INFO commandstats");
     for (const char *p = r->str; p && *p && s->n < 96;) {
         const char *eol = strstr(p, "\r\n");
