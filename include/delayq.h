@@ -659,9 +659,13 @@ typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
  * The worker takes in batches (every free place in one round trip, up to 64)
  * and sends the acks of dq_worker_done together once per loop iteration,
  * before the loop polls; dq_worker_stop and dq_client_free send them too.
- * Each round trip has a fixed cost in Redis, so where handlers are quick
- * and throughput matters, a concurrency of 64 costs Redis less per item
- * than a smaller one (about 5% less than 32: BENCHMARKS.md, figure 5f). */
+ * Each round trip has a fixed cost in Redis, so while every handler calls
+ * dq_worker_done before it returns and a round of 64 such handlers would
+ * take under 10 ms, the worker takes 64 a round trip whatever its
+ * concurrency: the messages past it wait in the worker, in order, for a
+ * place (their leases running), and never more than concurrency are in
+ * hand. The first round that is slower, or whose handlers keep a message,
+ * ends it until a quick one. */
 #define DQ_WORKER_NO_SCHEDULER (1u << 0)
 DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
                                      unsigned flags, dq_handler *handler, void *privdata);

@@ -13,6 +13,17 @@
  * costs one ack call and one take call, not one of each per message. Nacks
  * (failures, the rare case) go out one by one at once.
  *
+ * Taking ahead: each take and each ack costs Redis a fixed part per call,
+ * as much as some 20 items (BENCHMARKS.md, "The worker's gap is fixed cost
+ * per call"), so a round of 64 costs less per item than a round of 32.
+ * While handlers finish before they return (dq_worker_done inside the
+ * handler) and quickly, concurrency bounds nothing but the take's size, so
+ * the worker then takes up to TAKE_BATCH whatever its concurrency. The
+ * messages past the free places wait in the worker, in order, and go to the
+ * handler as places free; their leases run meanwhile, which is why the
+ * grant asks that a whole round be handled within QUICK_ROUND_S, and ends
+ * with the first round that is not.
+ *
  * Lifetime: the worker stays allocated while anything can still call into
  * it: a handler running (busy), takes waiting, messages in hand, or ack/nack
  * replies to come (settling). dq_worker_stop only marks it.
@@ -25,6 +36,8 @@
 #define WORKER_TAKES 2      /* takes out at once: one can wait while one returns */
 #define TAKE_BATCH 64       /* messages one take asks for at most                */
 #define RETRY_AFTER_S 0.5   /* after a take failed (not a stop), before the next */
+#define QUICK_ROUND_S 0.010 /* a round of TAKE_BATCH handled within this may take ahead */
+#define WAIT_MAX (2 * TAKE_BATCH) /* waiting messages: fewer than TAKE_BATCH + one take's */
 
 typedef struct take_slot {
     struct dq_worker *w;
@@ -38,6 +51,9 @@ struct dq_worker {
     dq_take_opts opts;
     int concurrency;
     int asked;          /* messages the outstanding takes may bring  */
+    int ahead;          /* places granted past concurrency (grant_ahead) */
+    dq_msg *waiting[WAIT_MAX]; /* taken, not handed yet: a ring, in order */
+    int first_waiting, nwaiting;
     int settling;       /* ack/nack calls sent, replies to come      */
     int busy;           /* inside the handler: never free now        */
     int stopping;
@@ -55,6 +71,7 @@ struct dq_worker {
 
 static void refill(dq_worker *w);
 static void flush_acks(dq_worker *w);
+static void hand_waiting(dq_worker *w);
 
 static void unlink_worker(dq_worker *w) {
     for (dq_worker **p = &w->c->workers; *p; p = &(*p)->next) {
@@ -69,6 +86,9 @@ static void release(dq_worker *w) {
     ev_prepare_stop(w->c->loop, &w->flush);
     ev_timer_stop(w->c->loop, &w->retry);
     for (size_t i = 0; i < w->nacks; i++) dq_msg_free(w->acks[i]);
+    /* Only a worker whose client is going has messages still waiting:
+     * they can no longer be settled, and their leases will run out. */
+    for (int i = 0; i < w->nwaiting; i++) dq_msg_free(w->waiting[(w->first_waiting + i) % WAIT_MAX]);
     free(w);
 }
 
@@ -78,7 +98,7 @@ static void maybe_free(dq_worker *w) {
         release(w);
         return;
     }
-    if (!w->stopping || w->asked > 0 || w->counters.in_hand > 0) return;
+    if (!w->stopping || w->asked > 0 || w->counters.in_hand > 0 || w->nwaiting > 0) return;
     unlink_worker(w);
     release(w);
 }
@@ -92,8 +112,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents) {
     (void)revents;
     dq_worker *w = p->data;
     ev_prepare_stop(loop, p);
+    hand_waiting(w);
     flush_acks(w);
-    refill(w);
+    if (w->stopping) maybe_free(w);
+    else refill(w);
 }
 
 static void on_retry(struct ev_loop *loop, ev_timer *t, int revents) {
@@ -113,6 +135,66 @@ static void pause_takes(dq_worker *w) {
     ev_timer_start(w->c->loop, &w->retry);
 }
 
+/* Hands waiting messages to the handler, in order, while there are free
+ * places; returns how many. A taken message is always handled, even if a
+ * handler stops the worker on the way. The caller holds busy. */
+static int hand_waiting_now(dq_worker *w) {
+    int handed = 0;
+    while (w->nwaiting > 0 && w->counters.in_hand < w->concurrency) {
+        dq_msg *m = w->waiting[w->first_waiting];
+        w->first_waiting = (w->first_waiting + 1) % WAIT_MAX;
+        w->nwaiting--;
+        w->counters.in_hand++;
+        handed++;
+        w->handler(w, m, w->privdata);
+    }
+    return handed;
+}
+
+static void hand_waiting(dq_worker *w) {
+    w->busy++;
+    hand_waiting_now(w);
+    w->busy--;
+}
+
+/* Sets the places the next takes may ask for past concurrency, from the
+ * round just handed out: handed messages, of which settled were done
+ * before their handler returned, in took seconds. Granted only when every
+ * one was, none waits, and a round of TAKE_BATCH at that pace stays within
+ * QUICK_ROUND_S (so a message waits in the worker about that long at most);
+ * any other round ends the grant. */
+static void grant_ahead(dq_worker *w, int handed, uint64_t settled, double took) {
+    int cap = w->concurrency < TAKE_BATCH ? TAKE_BATCH - w->concurrency : 0;
+    if (handed == 0) { /* every place taken: the handlers hold on to theirs */
+        w->ahead = 0;
+        return;
+    }
+    int quick = settled >= (uint64_t)handed && w->nwaiting == 0 &&
+                took / handed * TAKE_BATCH <= QUICK_ROUND_S;
+    w->ahead = quick ? cap : 0;
+}
+
+/* Queues a take's messages behind those waiting, then hands out what the
+ * free places allow. */
+static void hand_out(dq_worker *w, dq_msg **msgs, size_t n) {
+    uint64_t settled0 = w->counters.succeeded + w->counters.failed;
+    double t0 = ev_time();
+    int handed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w->nwaiting == WAIT_MAX) handed += hand_waiting_now(w);
+        if (w->nwaiting == WAIT_MAX) { /* not expected (see WAIT_MAX): handle it past the bound */
+            w->counters.in_hand++;
+            handed++;
+            w->handler(w, msgs[i], w->privdata);
+            continue;
+        }
+        w->waiting[(w->first_waiting + w->nwaiting) % WAIT_MAX] = msgs[i];
+        w->nwaiting++;
+    }
+    handed += hand_waiting_now(w);
+    grant_ahead(w, handed, w->counters.succeeded + w->counters.failed - settled0, ev_time() - t0);
+}
+
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
     take_slot *s = privdata;
     dq_worker *w = s->w;
@@ -122,10 +204,7 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
     w->busy++;
     if (status == 1) {
         w->counters.taken += n;
-        w->counters.in_hand += (int)n;
-        /* A taken message is always handled, even if a handler stops the
-         * worker on the way. */
-        for (size_t i = 0; i < n; i++) w->handler(w, msgs[i], w->privdata);
+        hand_out(w, msgs, n);
     } else if (status == DQ_EAUTH && dq__text_is_refusal(c->errstr)) {
         dq__refused(c, "worker %s: take refused: %s", w->queue, c->errstr);
         pause_takes(w);
@@ -138,10 +217,11 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
     else later(w);
 }
 
-/* Asks for every free place, in takes of up to TAKE_BATCH. */
+/* Asks for every free place (and those granted ahead), in takes of up to
+ * TAKE_BATCH. */
 static void refill(dq_worker *w) {
     for (int i = 0; i < WORKER_TAKES; i++) {
-        int free_places = w->concurrency - w->counters.in_hand - w->asked;
+        int free_places = w->concurrency + w->ahead - w->counters.in_hand - w->nwaiting - w->asked;
         if (w->stopping || ev_is_active(&w->retry) || free_places <= 0) return;
         if (w->reqs[i]) continue;
         int max = free_places < TAKE_BATCH ? free_places : TAKE_BATCH;
@@ -283,11 +363,11 @@ static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
     w->counters.in_hand--;
     if (ok) w->counters.succeeded++;
     else w->counters.failed++;
-    if (w->stopping) {
+    if (w->stopping && w->nwaiting == 0) {
         flush_acks(w);
         maybe_free(w);
     } else {
-        later(w);
+        later(w); /* hands a waiting message the place, and sends the acks */
     }
 }
 

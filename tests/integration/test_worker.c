@@ -2,7 +2,9 @@
  * test_worker.c - the worker API: dq_worker_start with concurrency 3 handling
  * 100 items (asynchronous dq_worker_done, success and failure counters, the
  * concurrency bound), DQ_WORKER_NO_SCHEDULER, stopping from a handler without
- * losing items, and argument checks.
+ * losing items, and argument checks; taking ahead of concurrency only while
+ * handlers finish before they return, quickly, and the messages taken ahead
+ * waiting their turn when handlers start keeping theirs.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it).
  */
 #include "dqtest.h"
@@ -22,6 +24,10 @@ typedef struct work_state {
     int bad;            /* messages that do not match what was offered      */
     int target;         /* dq_stop when handled reaches it                  */
     int stop_in_handler;
+    int sync_until;     /* handlers finish at once while handled <= this    */
+    int spin_us;        /* and each takes this long first                  */
+    int max_ahead;      /* most messages taken and not yet handed out       */
+    int no_failures;    /* the timer finishes every message with success    */
     int stopped;        /* dq_worker_stop was called (w may be gone)       */
     ev_timer finisher;
 } work_state;
@@ -49,6 +55,17 @@ static void handler(dq_worker *w, dq_msg *msg, void *privdata)
     dq_worker_get_counters(w, &wc);
     if (wc.in_hand > s->max_in_hand)
         s->max_in_hand = wc.in_hand;
+    if ((int)(wc.taken - (uint64_t)s->handled) > s->max_ahead)
+        s->max_ahead = (int)(wc.taken - (uint64_t)s->handled);
+    if (s->handled <= s->sync_until) {
+        int64_t until = dqt_mono_ms() * 1000 + s->spin_us;
+        for (int i = 0; i < 1000000 && s->spin_us > 0 && dqt_mono_ms() * 1000 < until; i++)
+            ;
+        dq_worker_done(w, msg, 0);
+        if (s->handled >= s->target)
+            dq_stop(s->c);
+        return;
+    }
     if (s->stop_in_handler) {
         dq_worker_done(w, msg, 0);
         if (!s->stopped) {
@@ -75,7 +92,7 @@ static void finish_cb(struct ev_loop *loop, ev_timer *t, int revents)
     for (int i = 0; i < n; i++) {
         dq_msg *m = s->hand[i];
         int k = atoi(m->id + 1);
-        dq_worker_done(s->w, m, k % 10 == 0 ? 1 : 0);
+        dq_worker_done(s->w, m, k % 10 == 0 && !s->no_failures ? 1 : 0);
     }
     if (s->handled >= s->target && s->nhand == 0)
         dq_stop(s->c);
@@ -136,6 +153,7 @@ static void test_worker_100(void **state)
     assert_int_equal(s->early, 0);
     assert_int_equal(s->max_hand, CONC);    /* the pipeline was full ... */
     assert_int_equal(s->max_in_hand, CONC); /* ... and never fuller */
+    assert_true(s->max_ahead < CONC);       /* handlers that keep theirs: no taking ahead */
 
     dq_worker_counters wc;
     dq_worker_get_counters(s->w, &wc);
@@ -173,6 +191,82 @@ static void test_worker_100(void **state)
         assert_int_equal(info.attempts, 1);
     }
     dq_client_free(c);
+    free(s);
+}
+
+/* A worker of concurrency conc over N ready items, its handlers as s
+ * says; returns its state once all are handled (every one exactly once,
+ * none left in flight), for the caller to free. */
+static work_state *run_worker(const char *name, int conc, int sync_until, int spin_us)
+{
+    char q[64];
+    dqt_queue(q, sizeof q, name);
+    dq_client *c = dqt_client(NULL);
+    work_state *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->c = c;
+    s->target = N;
+    s->sync_until = sync_until;
+    s->spin_us = spin_us;
+    s->no_failures = 1;
+    ev_timer_init(&s->finisher, finish_cb, 0.005, 0.005);
+    s->finisher.data = s;
+    ev_timer_start(dq_client_loop(c), &s->finisher);
+    offer_work(c, q, N, 0);
+    s->w = dq_worker_start(c, q, conc, DQ_WORKER_NO_SCHEDULER, handler, s);
+    assert_non_null(s->w);
+    assert_int_equal(dqt_run_until_stopped(c, 20), 0);
+    assert_int_equal(s->handled, N);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(s->seen[i], 1);
+    assert_int_equal(s->bad, 0);
+    dq_worker_stop(s->w);
+    ev_timer_stop(dq_client_loop(c), &s->finisher);
+    dqt_run_for(c, 0.1); /* the last acks */
+    dq_stats st;
+    DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
+    assert_int_equal(st.ready + st.pending + st.in_flight, 0);
+    dq_client_free(c);
+    s->c = NULL;
+    return s;
+}
+
+/* Handlers that finish before they return, quickly: after the first round
+ * the worker takes 64 a round trip whatever its concurrency, and still
+ * holds one message in hand at a time. */
+static void test_worker_takes_ahead(void **state)
+{
+    (void)state;
+    work_state *s = run_worker("workahead", 4, N, 0);
+    print_message("quick handlers, concurrency 4: at most %d taken ahead\n", s->max_ahead);
+    assert_int_equal(s->max_ahead, 63); /* a take of 64 */
+    assert_int_equal(s->max_in_hand, 1);
+    free(s);
+}
+
+/* Handlers that finish before they return, but slowly (2 ms each: a round
+ * of 64 would take 128 ms): no taking ahead. */
+static void test_worker_slow_handlers_no_ahead(void **state)
+{
+    (void)state;
+    work_state *s = run_worker("workslow", 4, N, 2000);
+    print_message("slow handlers, concurrency 4: at most %d taken ahead\n", s->max_ahead);
+    assert_true(s->max_ahead < 4);
+    free(s);
+}
+
+/* Handlers that start keeping their messages after 10 (a round taken ahead
+ * is out): the messages taken ahead wait, and concurrency still bounds
+ * those in hand. */
+static void test_worker_ahead_then_kept(void **state)
+{
+    (void)state;
+    work_state *s = run_worker("workkept", 2, 10, 0);
+    print_message("turned slow at 10, concurrency 2: at most %d taken ahead, %d in hand\n",
+                  s->max_ahead, s->max_in_hand);
+    assert_true(s->max_ahead > 2);
+    assert_int_equal(s->max_in_hand, 2);
+    assert_int_equal(s->max_hand, 2);
     free(s);
 }
 
@@ -272,6 +366,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_100),
+        cmocka_unit_test(test_worker_takes_ahead),
+        cmocka_unit_test(test_worker_slow_handlers_no_ahead),
+        cmocka_unit_test(test_worker_ahead_then_kept),
         cmocka_unit_test(test_worker_no_scheduler),
         cmocka_unit_test(test_worker_stop_in_handler),
         cmocka_unit_test(test_worker_free_with_client),
