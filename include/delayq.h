@@ -660,12 +660,12 @@ typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
  * and sends the acks of dq_worker_done together once per loop iteration,
  * before the loop polls; dq_worker_stop and dq_client_free send them too.
  * Each round trip has a fixed cost in Redis, so while every handler calls
- * dq_worker_done before it returns and a round of 64 such handlers would
- * take under 10 ms, the worker takes 64 a round trip whatever its
- * concurrency: the messages past it wait in the worker, in order, for a
- * place (their leases running), and never more than concurrency are in
- * hand. The first round that is slower, or whose handlers keep a message,
- * ends it until a quick one. */
+ * dq_worker_done before it returns, the worker takes ahead: up to 256 a
+ * round trip whatever its concurrency, as many as the last round's pace
+ * handles in 10 ms, with about a megabyte of payloads at most. The messages
+ * past concurrency wait in the worker, in order, for a place (their leases
+ * running), and never more than concurrency are in hand. A round whose
+ * handlers keep a message ends it until a quick one. */
 #define DQ_WORKER_NO_SCHEDULER (1u << 0)
 DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
                                      unsigned flags, dq_handler *handler, void *privdata);

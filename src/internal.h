@@ -298,6 +298,14 @@ typedef struct dq__delivery {
     const dq__keys *keys;
 } dq__delivery;
 
+/* As dq_take_many_async, for up to DQ__TAKE_BATCH_MAX items (dq_take_many
+ * keeps to 64): a worker whose handlers are quick takes this many at once,
+ * as each take and ack has a fixed cost in Redis (src/worker.c). */
+#define DQ__TAKE_BATCH_MAX 256
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
+                         int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
+                         dq_take_req **out);
+
 /* The take script's reply: {} or {lease, entry 1, ..., entry n}
  * (lua/take.lua); lease is 0, or the score of the lease record when leased:
  * entry i's token is then "<request>.<i>.<lease>"; an empty entry is one
@@ -502,7 +510,7 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
  * stale, DQ_EINVAL for an invalid id or token, which never sinks the
  * others), or a negative status and results NULL when the call failed as a
  * whole. Returns DQ_EINVAL (cb never runs) only if none is valid. */
-#define DQ__ACK_BATCH 64
+#define DQ__ACK_BATCH DQ__TAKE_BATCH_MAX /* a worker acks a whole take at once */
 typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n, void *privdata);
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata);

@@ -152,33 +152,37 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
     char name[DQ__SHARD_NAME_MAX + 1], count[24];
     if (dq__shard_named(c, b->queue, shard, shards, name) != 0) return DQ_EPROTO;
     ack_call *a = malloc(sizeof *a);
-    if (!a) return dq__fail(c, DQ_ENOMEM, "out of memory");
+    /* Some 66 KB at DQ__ACK_BATCH 256: too much for a caller's stack. */
+    dq__ack_args *args = malloc(sizeof *args);
+    if (!a || !args) {
+        free(a), free(args);
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    }
     a->b = b, a->sent = 0;
     dq__fmt_i64(count, shards);
     const dq__keys *k = dq__keys_of(c, name);
-    dq__ack_args args;
-    dq__ack_args_init(&args, k->z, k->counters, k->prefix, count);
+    dq__ack_args_init(args, k->z, k->counters, k->prefix, count);
     for (size_t i = 0; i < b->n; i++) {
         if (b->results[i] == DQ_EINVAL) continue;
         if (shards > 1 && dq__shard_of_id(ids[i], strlen(ids[i]), shards) != shard) continue;
         a->map[a->sent++] = i;
-        dq__ack_args_add(&args, ids[i], tokens[i]);
+        dq__ack_args_add(args, ids[i], tokens[i]);
     }
-    if (a->sent == 0) {
-        free(a);
-        return 0;
-    }
-    dq__ack_args_pack(&args);
-    int rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args.n - 2, args.argv, args.lens,
+    int rc = 0;
+    if (a->sent > 0) {
+        dq__ack_args_pack(args);
+        rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv, args->lens,
                          ack_call_reply, a);
-    if (rc) free(a);
+    }
+    if (a->sent == 0 || rc) free(a);
     else b->calls++;
+    free(args);
     return rc;
 }
 
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata) {
-    if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 64 deliveries");
+    if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 256 deliveries");
     int rc = dq__check_queue(c, queue);
     if (rc) return rc;
     unsigned shards = dq__shards_of(c, queue);

@@ -37,7 +37,8 @@
 #include "internal.h"
 
 #define RETRY_S 0.1  /* while the command connection is down */
-#define TAKE_MAX 64  /* messages one call may take: dq_take_many's limit */
+#define TAKE_MAX 64  /* messages one call may take: dq_take_many's limit (the
+                        * worker's is DQ__TAKE_BATCH_MAX) */
 
 typedef void take_done_fn(dq_take_req *t, int status, dq_msg **msgs, size_t n);
 
@@ -208,7 +209,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
          * in flight until their lease ends. A failover before the take
          * replicates may deliver them again, which a lease allows. */
         dq__log(t->c, "queue %s: take not confirmed by the replicas: %s", t->queue, t->c->errstr);
-    dq_msg *msgs[TAKE_MAX];
+    dq_msg *msgs[DQ__TAKE_BATCH_MAX];
     int held = 0;
     dq__keyring_use(t->c->keyring); /* once for the batch's envelopes */
     dq__delivery dv = {t->c, t->owner, t->queue, &t->keys};
@@ -595,10 +596,10 @@ static void batch_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     t->batch_cb(t->c, status, status == 1 ? msgs : NULL, status == 1 ? n : 0, t->privdata);
 }
 
-int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
-                       int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
-                       dq_take_req **out) {
-    if (!cb || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
+                         int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
+                         dq_take_req **out) {
+    if (!cb || max == 0 || max > DQ__TAKE_BATCH_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 256 items");
     int rc;
     dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);
     if (!t) return rc;
@@ -608,6 +609,13 @@ int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts
     if (out) *out = t;
     take_start(t);
     return 0;
+}
+
+int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
+                       int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
+                       dq_take_req **out) {
+    if (!cb || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+    return dq__take_batch_async(c, queue, opts, timeout_ms, max, cb, privdata, out);
 }
 
 int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,

@@ -15,14 +15,16 @@
  *
  * Taking ahead: each take and each ack costs Redis a fixed part per call,
  * as much as some 20 items (BENCHMARKS.md, "The worker's gap is fixed cost
- * per call"), so a round of 64 costs less per item than a round of 32.
+ * per call"), so a round of 256 costs less per item than a round of 32.
  * While handlers finish before they return (dq_worker_done inside the
  * handler) and quickly, concurrency bounds nothing but the take's size, so
- * the worker then takes up to TAKE_BATCH whatever its concurrency. The
+ * the worker then takes up to AHEAD_BATCH whatever its concurrency. The
  * messages past the free places wait in the worker, in order, and go to the
- * handler as places free; their leases run meanwhile, which is why the
- * grant asks that a whole round be handled within QUICK_ROUND_S, and ends
- * with the first round that is not.
+ * handler as places free; their leases run meanwhile, which is why a take
+ * ahead holds no more than the last round's pace handles within
+ * QUICK_ROUND_S, and the grant ends with the first round that is not
+ * quick. AHEAD_BYTES keeps a take ahead (and so its lease record in Redis)
+ * to about a megabyte of payloads.
  *
  * Lifetime: the worker stays allocated while anything can still call into
  * it: a handler running (busy), takes waiting, messages in hand, or ack/nack
@@ -36,8 +38,10 @@
 #define WORKER_TAKES 2      /* takes out at once: one can wait while one returns */
 #define TAKE_BATCH 64       /* messages one take asks for at most                */
 #define RETRY_AFTER_S 0.5   /* after a take failed (not a stop), before the next */
-#define QUICK_ROUND_S 0.010 /* a round of TAKE_BATCH handled within this may take ahead */
-#define WAIT_MAX (2 * TAKE_BATCH) /* waiting messages: fewer than TAKE_BATCH + one take's */
+#define AHEAD_BATCH DQ__TAKE_BATCH_MAX /* messages a take ahead asks for at most */
+#define QUICK_ROUND_S 0.010 /* the time a take ahead's messages take to handle, at most */
+#define AHEAD_BYTES (1 << 20) /* the payload bytes a take ahead brings, about */
+#define WAIT_MAX (2 * AHEAD_BATCH) /* waiting messages: fewer than AHEAD_BATCH + one take's */
 
 typedef struct take_slot {
     struct dq_worker *w;
@@ -158,20 +162,22 @@ static void hand_waiting(dq_worker *w) {
 }
 
 /* Sets the places the next takes may ask for past concurrency, from the
- * round just handed out: handed messages, of which settled were done
- * before their handler returned, in took seconds. Granted only when every
- * one was, none waits, and a round of TAKE_BATCH at that pace stays within
- * QUICK_ROUND_S (so a message waits in the worker about that long at most);
- * any other round ends the grant. */
-static void grant_ahead(dq_worker *w, int handed, uint64_t settled, double took) {
-    int cap = w->concurrency < TAKE_BATCH ? TAKE_BATCH - w->concurrency : 0;
-    if (handed == 0) { /* every place taken: the handlers hold on to theirs */
-        w->ahead = 0;
+ * round just handed out: handed messages of bytes payload bytes in all, of
+ * which settled were done before their handler returned, in took seconds.
+ * Granted only when every one was and none waits: as many as make a take of
+ * at most AHEAD_BATCH, handled within QUICK_ROUND_S at that pace (so a
+ * message waits in the worker about that long at most), with AHEAD_BYTES of
+ * payloads. Any other round ends the grant. */
+static void grant_ahead(dq_worker *w, int handed, uint64_t settled, size_t bytes, double took) {
+    if (handed == 0 || settled < (uint64_t)handed || w->nwaiting > 0) {
+        w->ahead = 0; /* the handlers hold on to their messages */
         return;
     }
-    int quick = settled >= (uint64_t)handed && w->nwaiting == 0 &&
-                took / handed * TAKE_BATCH <= QUICK_ROUND_S;
-    w->ahead = quick ? cap : 0;
+    double per_s = took / handed, per_bytes = (double)bytes / handed + 1;
+    double most = AHEAD_BATCH;
+    if (per_s * most > QUICK_ROUND_S) most = QUICK_ROUND_S / per_s;
+    if (per_bytes * most > AHEAD_BYTES) most = AHEAD_BYTES / per_bytes;
+    w->ahead = most > w->concurrency ? (int)most - w->concurrency : 0;
 }
 
 /* Queues a take's messages behind those waiting, then hands out what the
@@ -179,6 +185,8 @@ static void grant_ahead(dq_worker *w, int handed, uint64_t settled, double took)
 static void hand_out(dq_worker *w, dq_msg **msgs, size_t n) {
     uint64_t settled0 = w->counters.succeeded + w->counters.failed;
     double t0 = ev_time();
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += msgs[i]->payload_len;
     int handed = 0;
     for (size_t i = 0; i < n; i++) {
         if (w->nwaiting == WAIT_MAX) handed += hand_waiting_now(w);
@@ -192,7 +200,7 @@ static void hand_out(dq_worker *w, dq_msg **msgs, size_t n) {
         w->nwaiting++;
     }
     handed += hand_waiting_now(w);
-    grant_ahead(w, handed, w->counters.succeeded + w->counters.failed - settled0, ev_time() - t0);
+    grant_ahead(w, handed, w->counters.succeeded + w->counters.failed - settled0, bytes, ev_time() - t0);
 }
 
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
@@ -224,12 +232,13 @@ static void refill(dq_worker *w) {
         int free_places = w->concurrency + w->ahead - w->counters.in_hand - w->nwaiting - w->asked;
         if (w->stopping || ev_is_active(&w->retry) || free_places <= 0) return;
         if (w->reqs[i]) continue;
-        int max = free_places < TAKE_BATCH ? free_places : TAKE_BATCH;
+        int batch = w->ahead > 0 ? AHEAD_BATCH : TAKE_BATCH;
+        int max = free_places < batch ? free_places : batch;
         take_slot *s = malloc(sizeof *s);
         if (!s) return;
         s->w = w;
         s->index = i;
-        if (dq_take_many_async(w->c, w->queue, &w->opts, -1, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
+        if (dq__take_batch_async(w->c, w->queue, &w->opts, -1, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
             free(s);
             return;
         }

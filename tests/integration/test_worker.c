@@ -3,8 +3,9 @@
  * 100 items (asynchronous dq_worker_done, success and failure counters, the
  * concurrency bound), DQ_WORKER_NO_SCHEDULER, stopping from a handler without
  * losing items, and argument checks; taking ahead of concurrency only while
- * handlers finish before they return, quickly, and the messages taken ahead
- * waiting their turn when handlers start keeping theirs.
+ * handlers finish before they return, quickly, up to about a megabyte of
+ * payloads a take, and the messages taken ahead waiting their turn when
+ * handlers start keeping theirs.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it).
  */
 #include "dqtest.h"
@@ -28,6 +29,7 @@ typedef struct work_state {
     int spin_us;        /* and each takes this long first                  */
     int max_ahead;      /* most messages taken and not yet handed out       */
     int no_failures;    /* the timer finishes every message with success    */
+    size_t pad;         /* payloads padded to this many bytes (0: not)       */
     int stopped;        /* dq_worker_stop was called (w may be gone)       */
     ev_timer finisher;
 } work_state;
@@ -44,7 +46,8 @@ static void handler(dq_worker *w, dq_msg *msg, void *privdata)
         s->seen[k]++;
         char want[32];
         snprintf(want, sizeof want, "work %d", k);
-        if (msg->payload_len != strlen(want) || memcmp(msg->payload, want, msg->payload_len) != 0)
+        size_t len = s->pad ? s->pad : strlen(want);
+        if (msg->payload_len != len || memcmp(msg->payload, want, strlen(want)) != 0)
             s->bad++;
     } else {
         s->bad++;
@@ -98,20 +101,29 @@ static void finish_cb(struct ev_loop *loop, ev_timer *t, int revents)
         dq_stop(s->c);
 }
 
-static void offer_work(dq_client *c, const char *q, int n, int delayed_every)
+/* Offers n items "work <i>" (padded with '.' to pad bytes if pad). */
+static void offer_work_padded(dq_client *c, const char *q, int n, int delayed_every, size_t pad)
 {
     dq_item items[N];
-    char ids[N][8], pays[N][16];
+    char ids[N][8];
+    static char pays[N][32768];
+    assert_true(pad < sizeof pays[0]);
     memset(items, 0, sizeof items);
     for (int i = 0; i < n; i++) {
         snprintf(ids[i], sizeof ids[i], "w%03d", i);
-        snprintf(pays[i], sizeof pays[i], "work %d", i);
+        int len = snprintf(pays[i], sizeof pays[i], "work %d", i);
+        if (pad) memset(pays[i] + len, '.', pad - (size_t)len);
         items[i].id = ids[i];
         items[i].payload = pays[i];
-        items[i].payload_len = strlen(pays[i]);
+        items[i].payload_len = pad ? pad : (size_t)len;
         items[i].delay_ms = (delayed_every && i % delayed_every == 0) ? 100 * dqt_slow() + 2 * i : 0;
     }
     DQT_EXPECT(c, dq_offer_many(c, q, items, (size_t)n, NULL), n);
+}
+
+static void offer_work(dq_client *c, const char *q, int n, int delayed_every)
+{
+    offer_work_padded(c, q, n, delayed_every, 0);
 }
 
 static void test_worker_100(void **state)
@@ -197,7 +209,7 @@ static void test_worker_100(void **state)
 /* A worker of concurrency conc over N ready items, its handlers as s
  * says; returns its state once all are handled (every one exactly once,
  * none left in flight), for the caller to free. */
-static work_state *run_worker(const char *name, int conc, int sync_until, int spin_us)
+static work_state *run_worker(const char *name, int conc, int sync_until, int spin_us, size_t pad)
 {
     char q[64];
     dqt_queue(q, sizeof q, name);
@@ -209,10 +221,11 @@ static work_state *run_worker(const char *name, int conc, int sync_until, int sp
     s->sync_until = sync_until;
     s->spin_us = spin_us;
     s->no_failures = 1;
+    s->pad = pad;
     ev_timer_init(&s->finisher, finish_cb, 0.005, 0.005);
     s->finisher.data = s;
     ev_timer_start(dq_client_loop(c), &s->finisher);
-    offer_work(c, q, N, 0);
+    offer_work_padded(c, q, N, 0, pad);
     s->w = dq_worker_start(c, q, conc, DQ_WORKER_NO_SCHEDULER, handler, s);
     assert_non_null(s->w);
     assert_int_equal(dqt_run_until_stopped(c, 20), 0);
@@ -231,27 +244,45 @@ static work_state *run_worker(const char *name, int conc, int sync_until, int sp
     return s;
 }
 
-/* Handlers that finish before they return, quickly: after the first round
- * the worker takes 64 a round trip whatever its concurrency, and still
- * holds one message in hand at a time. */
-static void test_worker_takes_ahead(void **state)
+/* Quick handlers (finished before they return) of pad-byte payloads at
+ * concurrency 4: after the first round the worker takes ahead, least to
+ * most of the messages waiting behind the first of a take, and still holds
+ * one message in hand at a time. */
+static void check_quick_ahead(const char *name, size_t pad, int least, int most)
 {
-    (void)state;
-    work_state *s = run_worker("workahead", 4, N, 0);
-    print_message("quick handlers, concurrency 4: at most %d taken ahead\n", s->max_ahead);
-    assert_int_equal(s->max_ahead, 63); /* a take of 64 */
+    work_state *s = run_worker(name, 4, N, 0, pad);
+    print_message("quick handlers, payloads padded to %zu bytes (0: not): at most %d taken ahead\n", pad,
+                  s->max_ahead);
+    assert_true(s->max_ahead >= least);
+    assert_true(s->max_ahead <= most);
     assert_int_equal(s->max_in_hand, 1);
     free(s);
 }
 
-/* Handlers that finish before they return, but slowly (2 ms each: a round
- * of 64 would take 128 ms): no taking ahead. */
-static void test_worker_slow_handlers_no_ahead(void **state)
+/* Short payloads: far past concurrency (all 96 left, unless this machine
+ * is slow enough that 10 ms holds fewer). */
+static void test_worker_takes_ahead(void **state)
 {
     (void)state;
-    work_state *s = run_worker("workslow", 4, N, 2000);
+    check_quick_ahead("workahead", 0, 32, N - 5);
+}
+
+/* 30,000-byte payloads: a take ahead brings about a megabyte (34 of them,
+ * so 33 wait behind the first), not all that is ready. */
+static void test_worker_ahead_bytes(void **state)
+{
+    (void)state;
+    check_quick_ahead("workbytes", 30000, 5, 33);
+}
+
+/* Handlers that finish before they return, but slowly (2 ms each): a take
+ * ahead holds no more than 10 ms of them, 5 (128 ms were it 64). */
+static void test_worker_slow_handlers_ahead_by_pace(void **state)
+{
+    (void)state;
+    work_state *s = run_worker("workslow", 4, N, 2000, 0);
     print_message("slow handlers, concurrency 4: at most %d taken ahead\n", s->max_ahead);
-    assert_true(s->max_ahead < 4);
+    assert_true(s->max_ahead <= 4);
     free(s);
 }
 
@@ -261,7 +292,7 @@ static void test_worker_slow_handlers_no_ahead(void **state)
 static void test_worker_ahead_then_kept(void **state)
 {
     (void)state;
-    work_state *s = run_worker("workkept", 2, 10, 0);
+    work_state *s = run_worker("workkept", 2, 10, 0, 0);
     print_message("turned slow at 10, concurrency 2: at most %d taken ahead, %d in hand\n",
                   s->max_ahead, s->max_in_hand);
     assert_true(s->max_ahead > 2);
@@ -367,7 +398,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_100),
         cmocka_unit_test(test_worker_takes_ahead),
-        cmocka_unit_test(test_worker_slow_handlers_no_ahead),
+        cmocka_unit_test(test_worker_ahead_bytes),
+        cmocka_unit_test(test_worker_slow_handlers_ahead_by_pace),
         cmocka_unit_test(test_worker_ahead_then_kept),
         cmocka_unit_test(test_worker_no_scheduler),
         cmocka_unit_test(test_worker_stop_in_handler),
