@@ -41,7 +41,10 @@
 #define AHEAD_BATCH DQ__TAKE_BATCH_MAX /* messages a take ahead asks for at most */
 #define QUICK_ROUND_S 0.010 /* the time a take ahead's messages take to handle, at most */
 #define AHEAD_BYTES (1 << 20) /* the payload bytes a take ahead brings, about */
-#define WAIT_MAX (2 * AHEAD_BATCH) /* waiting messages: fewer than AHEAD_BATCH + one take's */
+/* Waiting messages: fewer than AHEAD_BATCH (messages wait only past the
+ * places granted ahead) plus one take's, as takes ask for no more places
+ * than are free or granted. */
+#define WAIT_MAX (2 * AHEAD_BATCH)
 
 typedef struct take_slot {
     struct dq_worker *w;
@@ -75,7 +78,7 @@ struct dq_worker {
 
 static void refill(dq_worker *w);
 static void flush_acks(dq_worker *w);
-static void hand_waiting(dq_worker *w);
+static int hand_waiting(dq_worker *w);
 
 static void unlink_worker(dq_worker *w) {
     for (dq_worker **p = &w->c->workers; *p; p = &(*p)->next) {
@@ -141,9 +144,10 @@ static void pause_takes(dq_worker *w) {
 
 /* Hands waiting messages to the handler, in order, while there are free
  * places; returns how many. A taken message is always handled, even if a
- * handler stops the worker on the way. The caller holds busy. */
-static int hand_waiting_now(dq_worker *w) {
+ * handler stops the worker on the way. */
+static int hand_waiting(dq_worker *w) {
     int handed = 0;
+    w->busy++;
     while (w->nwaiting > 0 && w->counters.in_hand < w->concurrency) {
         dq_msg *m = w->waiting[w->first_waiting];
         w->first_waiting = (w->first_waiting + 1) % WAIT_MAX;
@@ -152,13 +156,8 @@ static int hand_waiting_now(dq_worker *w) {
         handed++;
         w->handler(w, m, w->privdata);
     }
-    return handed;
-}
-
-static void hand_waiting(dq_worker *w) {
-    w->busy++;
-    hand_waiting_now(w);
     w->busy--;
+    return handed;
 }
 
 /* Sets the places the next takes may ask for past concurrency, from the
@@ -181,16 +180,17 @@ static void grant_ahead(dq_worker *w, int handed, uint64_t settled, size_t bytes
 }
 
 /* Queues a take's messages behind those waiting, then hands out what the
- * free places allow. */
+ * free places allow, and grants the next takes their places ahead. */
 static void hand_out(dq_worker *w, dq_msg **msgs, size_t n) {
     uint64_t settled0 = w->counters.succeeded + w->counters.failed;
     double t0 = ev_time();
     size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += msgs[i]->payload_len;
     int handed = 0;
     for (size_t i = 0; i < n; i++) {
-        if (w->nwaiting == WAIT_MAX) handed += hand_waiting_now(w);
-        if (w->nwaiting == WAIT_MAX) { /* not expected (see WAIT_MAX): handle it past the bound */
+        bytes += msgs[i]->payload_len;
+        if (w->nwaiting == WAIT_MAX) {
+            /* Never so (see WAIT_MAX); were it, handled past concurrency
+             * rather than lost. */
             w->counters.in_hand++;
             handed++;
             w->handler(w, msgs[i], w->privdata);
@@ -199,7 +199,7 @@ static void hand_out(dq_worker *w, dq_msg **msgs, size_t n) {
         w->waiting[(w->first_waiting + w->nwaiting) % WAIT_MAX] = msgs[i];
         w->nwaiting++;
     }
-    handed += hand_waiting_now(w);
+    handed += hand_waiting(w);
     grant_ahead(w, handed, w->counters.succeeded + w->counters.failed - settled0, bytes, ev_time() - t0);
 }
 
@@ -226,7 +226,7 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
 }
 
 /* Asks for every free place (and those granted ahead), in takes of up to
- * TAKE_BATCH. */
+ * TAKE_BATCH (AHEAD_BATCH while places are granted ahead). */
 static void refill(dq_worker *w) {
     for (int i = 0; i < WORKER_TAKES; i++) {
         int free_places = w->concurrency + w->ahead - w->counters.in_hand - w->nwaiting - w->asked;
