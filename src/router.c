@@ -133,6 +133,24 @@ dq__node *dq__rt_owner(const dq__router *rt, unsigned slot) {
     return rt->slots[slot % DQ__SLOTS];
 }
 
+unsigned *dq__route_master_slots(dq_client *c, size_t *n) {
+    const dq__router *rt = c->router;
+    size_t cap = 1, have = 0;
+    for (const dq__node *nd = rt->nodes; nd; nd = nd->next) cap++;
+    unsigned *slots = malloc(cap * sizeof *slots);
+    if (!slots) return NULL;
+    if (rt->topology != DQ__TOPO_CLUSTER || !rt->slots) slots[have++] = 0;
+    /* Every owner is one of rt->nodes (at most cap - 1 of them); NULL, a
+     * slot no node serves, counts as one more. */
+    for (unsigned s = 0; rt->topology == DQ__TOPO_CLUSTER && rt->slots && s < DQ__SLOTS; s++) {
+        size_t i = 0;
+        while (i < have && rt->slots[slots[i]] != rt->slots[s]) i++;
+        if (i == have) slots[have++] = s;
+    }
+    *n = have;
+    return slots;
+}
+
 
 static void node_cmd_up(dq__conn *conn, void *privdata) {
     dq__node *n = privdata;
