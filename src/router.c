@@ -23,8 +23,9 @@
  * Files: this one (nodes, blocking pools, healing, connect and free),
  * request.c, subs.c, slotmap.c and sentinel.c; router.h holds what they
  * share. It knows nothing of queues or scripts: callers give a slot and a command
- * in RESP, and an optional rewrite hook for error replies (script.c turns
- * NOSCRIPT into EVAL with it). Nothing here calls up into the operations;
+ * in RESP, and optional hooks for error replies (script.c turns a missing
+ * function library into FUNCTION LOAD and EVAL with them, and explains the
+ * EVAL's refusal). Nothing here calls up into the operations;
  * they hear of topology changes through the hooks they register.
  *
  * Commands for a node whose connection is still being made wait for it
