@@ -231,6 +231,38 @@ DQ_EXPORT int dq_run(dq_client *c);
  * the loop's thread, including callbacks and ev_signal watchers. */
 DQ_EXPORT void dq_stop(dq_client *c);
 
+/* ------------------------------------------------------------------ the function library */
+
+/* delayq's scripts run as the functions of one Redis function library,
+ * named for this build's scripts ("delayq_" and 12 hex digits: each version
+ * has its own, so clients of two versions can share a server). A client
+ * whose user may load it (FUNCTION LOAD, EVAL: an administrator) loads it
+ * on a node that lacks it by itself; any other user's call there fails with
+ * DQ_EAUTH and a message naming the node and 'delayq functions load'. */
+
+/* This build's library name. Static; never NULL. */
+DQ_EXPORT const char *dq_library_name(void);
+
+/* Receives one master's answer: node is "host:port" (or "slot N's master"
+ * when none could be reached); code 0 and text the answer, or a negative
+ * code and text Redis's or the connection's message. Both valid during
+ * the call. */
+typedef void dq_node_report_fn(void *privdata, const char *node, int code, const char *text);
+
+/* Loads (FUNCTION LOAD REPLACE) this build's library on every master of the
+ * client's topology: the one node, the Sentinel's master, or each master of
+ * the cluster's map; replicas get it by replication. Needs a user that may
+ * run FUNCTION LOAD. fn (NULL: none) hears each master's answer, its text
+ * the library's name. Returns 0 when every master loaded it, else the first
+ * failure's code (DQ_EAUTH for NOPERM), its message on c naming the node.
+ * Not from inside a callback (DQ_EBUSY). */
+DQ_EXPORT int dq_functions_load(dq_client *c, dq_node_report_fn *fn, void *privdata) DQ_NODISCARD;
+
+/* Reads which delayq libraries (FUNCTION LIST) every master holds: fn hears
+ * each master's, their names space-separated ("" for none). Returns as
+ * dq_functions_load. */
+DQ_EXPORT int dq_functions_status(dq_client *c, dq_node_report_fn *fn, void *privdata) DQ_NODISCARD;
+
 /* ------------------------------------------------------------------ producing */
 
 /* Flags of dq_item.flags. */

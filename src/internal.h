@@ -166,6 +166,15 @@ void dq__router_free(dq_client *c);
  * request. */
 typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, size_t *newlen,
                              char **pre, size_t *pre_len);
+/* After a rewrite, the new command's error reply (from conn's node) as the
+ * caller wants it read: a malloc'ed text to deliver instead (its first word
+ * an error code, as Redis's), or NULL to keep the reply. */
+typedef char *dq__explain_fn(const redisReply *err, const dq__conn *conn);
+/* A request's hooks for its error replies (script.c's missing library). */
+typedef struct dq__rewrite {
+    dq__rewrite_fn *rewrite;
+    dq__explain_fn *explain; /* may be NULL */
+} dq__rewrite;
 
 #define DQ__ROUTE_WRITE (1u << 1) /* a write: WAIT for the client's
                                      wait_replicas after it              */
@@ -174,13 +183,18 @@ typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err,
  * DQ__SEND_NO_TIMEOUT, DQ__ROUTE_WRITE. Returns 0 (fn runs exactly once) or
  * a code with the message on c (fn never runs). */
 int dq__route(dq_client *c, unsigned slot, unsigned flags, char *cmd, size_t len,
-              dq__rewrite_fn *rewrite, dq__reply_fn *fn, void *privdata);
+              const dq__rewrite *rewrite, dq__reply_fn *fn, void *privdata);
 /* The same for a command in argv form (copied). */
 int dq__route_argv(dq_client *c, unsigned slot, unsigned flags, int argc, const char **argv,
                    const size_t *lens, dq__reply_fn *fn, void *privdata);
 /* 0 if commands for slot can be sent (or held until the connection being
  * made is up), else DQ_ECONNECT with the message on c. */
 int dq__route_check(dq_client *c, unsigned slot);
+/* One slot per master of the topology, for a command meant for every master
+ * (routed by that slot): 0 outside a cluster; in a cluster the first slot of
+ * each owner in the map, and the first slot no known node serves (routing
+ * it looks again). A malloc'ed array of *n slots, or NULL when out of memory. */
+unsigned *dq__route_master_slots(dq_client *c, size_t *n);
 /* Writes what every command connection has queued, now. */
 void dq__route_write_now(dq_client *c);
 /* 1 while commands are out or waiting for a retry. */
@@ -234,6 +248,13 @@ unsigned dq__queue_slot(const char *queue);
 int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
              int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
              void *privdata);
+
+/* "FUNCTION LOAD REPLACE <the library>", formatted (malloc'ed, *len bytes),
+ * or NULL when out of memory. */
+char *dq__library_load_command(size_t *len);
+/* 1 if text is dq__eval's refusal of a node that lacks the library to a user
+ * who may not load it (a NOPERM naming 'delayq functions load'). */
+int dq__text_is_no_library(const char *text);
 
 /* ------------------------------------------------------------ client (client.c) */
 

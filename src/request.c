@@ -4,7 +4,8 @@
  * ASK followed, TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN
  * retried with a bounded backoff, an error reply rewritten once by the
  * caller's hook (script.c: a missing function library into FUNCTION LOAD and
- * EVAL), and for a write, WAIT for
+ * EVAL) and the rewritten command's error explained by its other hook (a
+ * user who may not load the library), and for a write, WAIT for
  * the client's wait_replicas pipelined behind it on the same connection:
  * the reply reaches the caller with DQ_ENOTDURABLE when fewer confirmed.
  * Every command's callback runs exactly once.
@@ -29,7 +30,8 @@ struct dq__rreq {
     unsigned flags;
     char *cmd;               /* owned                                    */
     size_t len;
-    dq__rewrite_fn *rewrite;
+    const dq__rewrite *rewrite; /* NULL: none                        */
+    int rewritten;           /* the hook's command replaced the caller's */
     char *pre;               /* the rewrite's command to send first, owned */
     size_t pre_len;
     dq__reply_fn *fn;
@@ -272,31 +274,50 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
         if (rt->topology == DQ__TOPO_SENTINEL) dq__rt_discover(rt);
         return RETRY_LATER;
     }
-    if (r->rewrite) {
+    if (r->rewrite && !r->rewritten) {
         size_t len;
-        char *cmd = r->rewrite(r->cmd, r->len, reply, &len, &r->pre, &r->pre_len);
+        char *cmd = r->rewrite->rewrite(r->cmd, r->len, reply, &len, &r->pre, &r->pre_len);
         if (cmd) {
             free(r->cmd);
             r->cmd = cmd, r->len = len;
-            r->rewrite = NULL; /* once */
+            r->rewritten = 1; /* once */
             return RESEND;
         }
     }
     return DELIVER;
 }
 
+/* The rewritten command's error reply as the hook explains it: a new reply
+ * (freed with freeReplyObject), or NULL to deliver reply as it is. */
+static redisReply *explained(const rreq *r, const dq__conn *conn, const redisReply *reply) {
+    if (!r->rewritten || !r->rewrite->explain || !reply || reply->type != REDIS_REPLY_ERROR) return NULL;
+    char *text = r->rewrite->explain(reply, conn);
+    redisReply *own = text ? calloc(1, sizeof *own) : NULL;
+    if (!own) {
+        free(text); /* out of memory: Redis's own words go */
+        return NULL;
+    }
+    own->type = REDIS_REPLY_ERROR;
+    own->str = text;
+    own->len = strlen(text);
+    return own;
+}
+
 static void on_cmd_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     rreq *r = privdata;
     r->replies_left--;
     r->outcome = reply && reply->type == REDIS_REPLY_ERROR ? judge_error(r, reply) : DELIVER;
+    redisReply *own = r->outcome == DELIVER ? explained(r, conn, reply) : NULL;
     if (r->outcome == DELIVER && r->replies_left == 0) {
         /* The common case, with no copy: no WAIT behind it. */
-        deliver(r, conn, reply, code);
+        deliver(r, conn, own ? own : reply, code);
+        if (own) freeReplyObject(own);
         return;
     }
     if (r->outcome == DELIVER) {
         r->held_code = code;
-        if (reply && !(r->held = reply_dup(reply))) r->held_code = DQ_ENOMEM;
+        if (own) r->held = own;
+        else if (reply && !(r->held = reply_dup(reply))) r->held_code = DQ_ENOMEM;
     }
     if (r->replies_left == 0) settle(r);
 }
@@ -310,7 +331,7 @@ static void on_wait_reply(dq__conn *conn, redisReply *reply, int code, void *pri
 }
 
 int dq__route(dq_client *c, unsigned slot, unsigned flags, char *cmd, size_t len,
-              dq__rewrite_fn *rewrite, dq__reply_fn *fn, void *privdata) {
+              const dq__rewrite *rewrite, dq__reply_fn *fn, void *privdata) {
     dq__router *rt = c->router;
     rreq *r = calloc(1, sizeof *r);
     if (!r) {

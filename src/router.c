@@ -23,8 +23,9 @@
  * Files: this one (nodes, blocking pools, healing, connect and free),
  * request.c, subs.c, slotmap.c and sentinel.c; router.h holds what they
  * share. It knows nothing of queues or scripts: callers give a slot and a command
- * in RESP, and an optional rewrite hook for error replies (script.c turns
- * NOSCRIPT into EVAL with it). Nothing here calls up into the operations;
+ * in RESP, and optional hooks for error replies (script.c turns a missing
+ * function library into FUNCTION LOAD and EVAL with them, and explains the
+ * EVAL's refusal). Nothing here calls up into the operations;
  * they hear of topology changes through the hooks they register.
  *
  * Commands for a node whose connection is still being made wait for it
@@ -131,6 +132,24 @@ static void node_free(dq__node *n) {
 dq__node *dq__rt_owner(const dq__router *rt, unsigned slot) {
     if (rt->topology != DQ__TOPO_CLUSTER) return rt->master;
     return rt->slots[slot % DQ__SLOTS];
+}
+
+unsigned *dq__route_master_slots(dq_client *c, size_t *n) {
+    const dq__router *rt = c->router;
+    size_t cap = 1, have = 0;
+    for (const dq__node *nd = rt->nodes; nd; nd = nd->next) cap++;
+    unsigned *slots = malloc(cap * sizeof *slots);
+    if (!slots) return NULL;
+    if (rt->topology != DQ__TOPO_CLUSTER || !rt->slots) slots[have++] = 0;
+    /* Every owner is one of rt->nodes (at most cap - 1 of them); NULL, a
+     * slot no node serves, counts as one more. */
+    for (unsigned s = 0; rt->topology == DQ__TOPO_CLUSTER && rt->slots && s < DQ__SLOTS; s++) {
+        size_t i = 0;
+        while (i < have && rt->slots[slots[i]] != rt->slots[s]) i++;
+        if (i == have) slots[have++] = s;
+    }
+    *n = have;
+    return slots;
 }
 
 

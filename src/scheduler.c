@@ -128,7 +128,9 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
-        if (dq__reply_is_refusal(reply))
+        if (dq__reply_is_refusal(reply) && dq__text_is_no_library(reply->str))
+            dq__refused(c, "queue %s: transfer refused: %s", s->queue, reply->str);
+        else if (dq__reply_is_refusal(reply))
             dq__refused(c, "queue %s: transfer refused: %s (queue %s needs keys dq:{%s}:* and channel "
                         "dq:{%s}:w: see 'delayq acl')", s->queue, reply->str, s->queue, s->queue, s->queue);
         else if (reply && reply->type == REDIS_REPLY_ERROR)

@@ -13,6 +13,12 @@
  * LOAD REPLACE of the library goes before it on the same connection, so the
  * calls after it find the library. Functions live in the dataset: they are
  * replicated, persisted in RDB and AOF, and kept by FLUSHALL.
+ * Loading the library is an administrator's act ('delayq functions load',
+ * functions.c): Redis runs a function with the rights of its caller, so a
+ * user who could load it could run code as every other user, and the rule
+ * 'delayq acl' prints grants neither FUNCTION LOAD nor EVAL. Such a user's
+ * fallback is refused (NOPERM for EVAL): the error then says which node
+ * lacks the library and what loads it, in place of Redis's words.
  * The scripts that only read (stats, lookup, dead letters' list and count)
  * are no-writes functions called with FCALL_RO (EVAL_RO as the fallback):
  * their keys then count as read, so a user whose keys are read-only (ACL
@@ -48,8 +54,7 @@ static const struct {
     [DQ__LUA_SHARDS] = {dq_lua_shards, DQ_LUA_shards_LEN, DQ_LUA_shards_FN, 0},
 };
 
-/* "FUNCTION LOAD REPLACE <library>", formatted. NULL when out of memory. */
-static char *library_load(size_t *len) {
+char *dq__library_load_command(size_t *len) {
     const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", dq_lua_library};
     size_t lens[4] = {8, 4, 7, DQ_LUA_LIBRARY_LEN};
     char *cmd = NULL;
@@ -98,8 +103,32 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
     memcpy(p, cmd + skip, cmd_len - skip);
     out[len] = '\0';
     *newlen = len;
-    *pre = library_load(pre_len); /* NULL: the EVAL goes alone */
+    *pre = dq__library_load_command(pre_len); /* NULL: the EVAL goes alone */
     return out;
+}
+
+#define NO_LIBRARY_HINT "an administrator loads it with 'delayq functions load'"
+
+/* The fallback refused (the user may not run EVAL, nor, then, FUNCTION
+ * LOAD: the rule of 'delayq acl'): which node lacks the library, and what
+ * loads it. The keys were granted: the FCALL's were checked first. */
+static char *no_library(const redisReply *err, const dq__conn *conn) {
+    if (strncmp(err->str, "NOPERM", 6) != 0) return NULL;
+    const char *user = conn->ep.user && conn->ep.user[0] ? conn->ep.user : "default";
+    dq__buf b = {0};
+    if (dq__buf_printf(&b, "NOPERM %s lacks delayq's function library %s, and user %s may not load it "
+                       "(nor run EVAL): " NO_LIBRARY_HINT,
+                       conn->name, DQ_LUA_LIBRARY_NAME, user) != 0) {
+        dq__buf_release(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static const dq__rewrite missing_library = {as_eval, no_library};
+
+int dq__text_is_no_library(const char *text) {
+    return strncmp(text, "NOPERM", 6) == 0 && strstr(text, NO_LIBRARY_HINT) != NULL;
 }
 
 unsigned dq__queue_slot(const char *queue) { return dq__key_slot(queue, strlen(queue)); }
@@ -113,5 +142,7 @@ int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script sc
     char *cmd = NULL;
     long len = dq__format_command(&cmd, 3, head, headlen, nkeys + nargs, argv, argvlen);
     if (len < 0) return dq__fail(c, DQ_ENOMEM, "out of memory");
-    return dq__route(c, dq__queue_slot(queue), flags, cmd, (size_t)len, as_eval, fn, privdata);
+    return dq__route(c, dq__queue_slot(queue), flags, cmd, (size_t)len, &missing_library, fn, privdata);
 }
+
+const char *dq_library_name(void) { return DQ_LUA_LIBRARY_NAME; }

@@ -283,6 +283,7 @@ int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
 int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
 int cli_cmd_config(cli_env *env, int argc, char **argv);   /* cmd_config.c */
 int cli_cmd_acl(cli_env *env, int argc, char **argv);      /* cmd_acl.c */
+int cli_cmd_functions(cli_env *env, int argc, char **argv); /* cmd_functions.c */
 int cli_cmd_keygen(cli_env *env, int argc, char **argv);   /* cmd_keygen.c */
 int cli_cmd_lookup(cli_env *env, int argc, char **argv);   /* cmd_browse.c */
 int cli_cmd_list(cli_env *env, int argc, char **argv);     /* cmd_browse.c */
@@ -301,6 +302,7 @@ extern const char cli_usage_dead[];
 extern const char cli_usage_work[];
 extern const char cli_usage_config[];
 extern const char cli_usage_acl[];
+extern const char cli_usage_functions[];
 extern const char cli_usage_keygen[];
 extern const char cli_usage_lookup[];
 extern const char cli_usage_list[];

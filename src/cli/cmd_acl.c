@@ -7,7 +7,16 @@
  * it: the queues' key patterns and wake channels, and exactly those
  * commands. With --read-only: read-only key patterns (%R~) and only what
  * stats and dead-letter listing need (their scripts are no-writes functions
- * run with FCALL_RO, whose keys count as read). The password comes from a
+ * run with FCALL_RO, whose keys count as read). The rule grants calls, not
+ * code: FCALL of the library an administrator loaded ('delayq functions
+ * load'), never FUNCTION LOAD (Redis runs a function with its caller's
+ * rights, and no rule can limit a load to one library's name: a user who
+ * loads a library of her own runs her code as every user that calls it) nor
+ * EVAL (a script that writes and then loops cannot be killed). The queue
+ * registry dq:queues is granted apart, in a selector of its own: SADD (and
+ * SMEMBERS) on that one key, so no other granted command reaches it. A
+ * command passes if the root or one selector grants it with all its keys.
+ * The password comes from a
  * file and appears only as its SHA-256 (libsodium's crypto_hash_sha256).
  * Connects to nothing.
  */
@@ -27,9 +36,12 @@ const char cli_usage_acl[] =
     "\n"
     "Prints one ACL SETUSER command that lets user NAME run every delayq command on\n"
     "the queues given, and nothing else: their keys (dq:{QUEUE}:*, and their\n"
-    "shards' dq:{QUEUE~*}:*), their wake channels, and only the commands delayq\n"
-    "and its scripts send. Run it on every\n"
-    "data node (each master and replica of a cluster or Sentinel group):\n"
+    "shards' dq:{QUEUE~*}:*), their wake channels, SADD to the queue registry\n"
+    "dq:queues (a Redis 7 selector), and only the commands delayq and its\n"
+    "scripts send: FCALL of delayq's functions, never EVAL or FUNCTION LOAD.\n"
+    "An administrator loads the library: 'delayq functions load'.\n"
+    "Run it on every data node (each master and replica of a cluster or\n"
+    "Sentinel group):\n"
     "  delayq acl orders --user app --password-file pw | redis-cli -h HOST -x ...\n"
     "or paste it into redis-cli.\n"
     "\n"
@@ -47,15 +59,16 @@ const char cli_usage_acl[] =
     "sentinel_user and sentinel_password).\n"
     "Exit codes: 0 printed, 2 usage error or an unusable password file.\n";
 
-/* What a client sends itself, and what its scripts call. FUNCTION LOAD: a
- * node without the library is sent it once (src/script.c), and EVAL runs
- * that one call; CLUSTER SLOTS and ASKING: the cluster router; ROLE:
- * the check that a node is a master; WAIT: --wait-replicas. */
+/* What a client sends itself, and what its scripts call, on the queues'
+ * keys. No EVAL, EVAL_RO or FUNCTION LOAD: a node without the library
+ * refuses this user's fallback (src/script.c), and the error names 'delayq
+ * functions load'. CLUSTER SLOTS and ASKING: the cluster router; ROLE: the
+ * check that a node is a master; WAIT: --wait-replicas. */
 static const char *const commands_full[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking", "wait",
-    "fcall", "fcall_ro", "eval", "eval_ro", "function|load",
+    "fcall", "fcall_ro",
     "blpop", "rpush", "ssubscribe", "sunsubscribe",
-    "sadd", "smembers", "lrange", /* the queue registry; list's ready pages */
+    "lrange", /* list's ready pages */
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
     "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
@@ -65,11 +78,10 @@ static const char *const commands_full[] = {
 };
 
 /* stats, dead list and dead count (and the library's lookup): no-writes
- * functions (FCALL_RO, or EVAL_RO while the node lacks the library) and the
- * reads they make. */
+ * functions (FCALL_RO) and the reads they make. */
 static const char *const commands_read[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking",
-    "fcall_ro", "eval_ro", "smembers", "lrange",
+    "fcall_ro", "lrange",
     "type", "time", "hget", "hexists", "hmget", "llen", "zcard", "zrange",
     "zrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     NULL,
@@ -107,14 +119,16 @@ static int print_rule(const char *user, const char *pw, int read_only, char **qu
     for (int i = 0; i < n; i++)
         bad |= dq__buf_printf(&b, " %s~dq:{%s}:* %s~dq:{%s~*}:*", read_only ? "%R" : "", queues[i],
                               read_only ? "%R" : "", queues[i]);
-    /* The registry of queue names (offers add to it, serve lists it). */
-    bad |= dq__buf_printf(&b, " %s~dq:queues", read_only ? "%R" : "");
     if (!read_only)
         for (int i = 0; i < n; i++)
             bad |= dq__buf_printf(&b, " &dq:{%s}:w &dq:{%s~*}:w", queues[i], queues[i]);
     bad |= dq__buf_printf(&b, " -@all");
     for (const char *const *c = read_only ? commands_read : commands_full; *c; c++)
         bad |= dq__buf_printf(&b, " +%s", *c);
+    /* The registry of queue names: offers add to it, serve lists it. A
+     * selector of its own, so that no command the root grants (SET, DEL
+     * for the scripts) reaches it. */
+    bad |= dq__buf_printf(&b, read_only ? " (%%R~dq:queues +smembers)" : " (~dq:queues +sadd +smembers)");
     bad |= dq__buf_append(&b, "\n", 1);
     int rc = bad ? (cli_err("acl: out of memory"), CLI_FAIL) : cli_write_out(b.data, b.len);
     dq__buf_release(&b);

@@ -48,6 +48,9 @@ static const char usage_main[] =
     "  acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
     "                       print the ACL SETUSER rule that lets NAME use these\n"
     "                       queues and nothing else\n"
+    "  functions load | status\n"
+    "                       load delayq's function library on every master (an\n"
+    "                       administrator's act), or show which masters hold it\n"
     "  keygen               print a new key line for --key-file (sealed payloads)\n"
     "  lookup QUEUE ID [--json]\n"
     "                       the state, due time or lease end, and attempts of ID\n"
@@ -103,6 +106,7 @@ static const command commands[] = {
     {"dead", cli_cmd_dead, cli_usage_dead},
     {"config", cli_cmd_config, cli_usage_config},
     {"acl", cli_cmd_acl, cli_usage_acl},
+    {"functions", cli_cmd_functions, cli_usage_functions},
     {"keygen", cli_cmd_keygen, cli_usage_keygen},
     {"lookup", cli_cmd_lookup, cli_usage_lookup},
     {"list", cli_cmd_list, cli_usage_list},

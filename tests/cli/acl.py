@@ -6,8 +6,15 @@ is refused on another queue (exit 3, one line naming the keys; schedule and
 work stop at their first refusal) and on
 FLUSHALL, KEYS and CONFIG; the --read-only rule runs stats and the dead-letter
 listing and is refused on every write. The password appears only as its
-SHA-256. Then the same rule through a Sentinel group and a 3-master cluster
-of the test's own (a few commands each). Users are deleted at the end.
+SHA-256. The rule grants calls, not code: the user is refused FUNCTION LOAD
+(the real library wrapped with a function of its own), DELETE, FLUSH and
+RESTORE, EVAL (a looping script included), EVALSHA and SCRIPT LOAD, and SET or
+DEL of the registry dq:queues (SADD passes); on a server without the library
+its commands exit 3 naming the node and `delayq functions load`, which the
+user may not run, and which, run as the admin, lets them work. Then the same
+rule through a Sentinel group and a 3-master cluster of the test's own, the
+library loaded there by `functions load` first (a few commands each). Users
+are deleted at the end.
 """
 import hashlib
 import os
@@ -70,6 +77,11 @@ ok("#" + hashlib.sha256(PASSWORD.encode()).hexdigest() in words, "its SHA-256 is
 ok(words[2:5] == ["dqapp", "reset", "on"], "it starts from reset", words[:5])
 ok("~dq:{aq1}:*" in words and "~dq:{aq2}:*" in words and "&dq:{aq1}:w" in words, "keys and channels per queue")
 ok("-@all" in words and "+fcall" in words and "+flushall" not in words, "-@all, then commands one by one")
+ok(not any(w.lstrip("+").split("|")[0] in ("eval", "eval_ro", "evalsha", "function", "script") for w in words),
+   "no EVAL, EVAL_RO, EVALSHA, FUNCTION or SCRIPT", words)
+ok("~dq:queues" not in words and "(~dq:queues" in words and words[-2:] == ["+sadd", "+smembers)"],
+   "the registry in a selector of its own: SADD and SMEMBERS, nothing else", words[-4:])
+ok("+sadd" not in words[:-2] and "+set" in words, "SET (for the scripts) only on the queues' keys", words)
 r = dq("acl", "aq1", "--user", "dqapp", redis=False)
 ok(r.rc == 0 and "#" not in r.text and "no password" in r.errtext, "without a password file: none, and a warning",
    r)
@@ -87,7 +99,61 @@ eq(dq("acl", "bad{q}", "--user", "u", redis=False).rc, 2, "an invalid queue name
 apply(PORT, words)
 url = f"redis://dqapp:{PASSWORD}@127.0.0.1:{PORT}"
 R = Redis(timeout=30)
-R.cmd("FUNCTION", "FLUSH")  # the first call loads the library as dqapp
+
+
+def no_library(r, what, port):
+    ok(r.rc == 3 and r.errtext.count("\n") == 1 and "delayq functions load" in r.errtext and
+       f"127.0.0.1:{port}" in r.errtext and "NOPERM" in r.errtext,
+       f"{what}: exit 3, one line naming the node and 'delayq functions load'", r)
+
+
+def functions_load(url_, ports):
+    r = dq("--redis", url_, "functions", "load", redis=False)
+    got = sorted(ln.split("\t")[0] for ln in r.text.splitlines())
+    ok(r.rc == 0 and got == sorted(f"127.0.0.1:{p}" for p in ports) and
+       all(ln.split("\t")[1].startswith("delayq_") for ln in r.text.splitlines()),
+       f"functions load as the admin: one line per master ({len(ports)})", r)
+    return r
+
+
+section("a server without the library: the user may not load it")
+R.cmd("FUNCTION", "FLUSH")
+no_library(as_user(url, "offer", "aq1", "0", "one", "--id", "o1"), "offer", PORT)
+no_library(as_user(url, "take", "aq1", "--timeout", "1s"), "take", PORT)
+eq(R.cmd("FUNCTION", "LIST"), [], "no library was loaded")
+eq(R.cmd("EXISTS", "dq:{aq1}:n"), 0, "nothing was written")
+r = as_user(url, "functions", "load")
+ok(r.rc == 3 and "NOPERM" in r.errtext and "function|load" in r.errtext and r.out == b"",
+   "functions load as the user: exit 3, NOPERM", r)
+r = dq("functions", "status")
+ok(r.rc == 1 and r.text == f"127.0.0.1:{PORT}\tmissing\t-\n", "functions status: missing, exit 1", r)
+functions_load(URL, [PORT])
+r = dq("functions", "status")
+lib = r.text.split("\t")[-1].strip() if r.rc == 0 else "?"
+ok(r.rc == 0 and r.text == f"127.0.0.1:{PORT}\tcurrent\t{lib}\n" and lib.startswith("delayq_"),
+   "functions status: current", r)
+
+section("the rule grants calls, not code")
+code = R.cmd("FUNCTION", "LIST", "LIBRARYNAME", lib, "WITHCODE")[0][-1]
+# The probe's hijack: the real library, wrapped with a function of the user's.
+spy = code + f"\nredis.register_function('{lib}_spy', function(keys, args) return 1 end)\n".encode()
+dump = R.cmd("FUNCTION", "DUMP")
+loop = ("redis.call('SET', KEYS[1], 'x') local n = 0 for i = 1, 30000000 do n = n + 1 end return n")
+for cmd in (("FUNCTION", "LOAD", "REPLACE", spy), ("FUNCTION", "DELETE", lib), ("FUNCTION", "FLUSH"),
+            ("FUNCTION", "RESTORE", dump, "REPLACE"), ("EVAL", "return 1", "0"),
+            ("EVAL", loop, "1", "dq:{aq1}:probe"), ("EVAL_RO", "return 1", "0"),
+            ("EVALSHA", hashlib.sha1(b"return 1").hexdigest(), "0"), ("SCRIPT", "LOAD", "return 1"),
+            ("SET", "dq:queues", "x"), ("DEL", "dq:queues"), ("SREM", "dq:queues", "aq1")):
+    reply = user_cmd(PORT, "dqapp", *cmd)
+    ok(isinstance(reply, str) and reply.startswith("NOPERM"), f"{' '.join(map(str, cmd[:2]))[:40]}: NOPERM",
+       reply)
+libs = [dict(zip(x[0::2], x[1::2])) for x in R.cmd("FUNCTION", "LIST", "WITHCODE")]
+eq([d[b"library_name"] for d in libs], [lib.encode()], "one library, the admin's")
+ok(libs and libs[0][b"library_code"] == code and len(libs[0][b"functions"]) == 15, "as loaded: its code, "
+   "its 15 functions, none of the user's", libs and len(libs[0][b"functions"]))
+eq(R.cmd("EXISTS", "dq:{aq1}:probe"), 0, "the looping script wrote nothing")
+ok(user_cmd(PORT, "dqapp", "SADD", "dq:queues", "aq1") in (0, 1), "SADD dq:queues passes")
+eq(R.cmd("TYPE", "dq:queues"), "set", "the registry is still a set")
 
 section("every command on its queue")
 eq(as_user(url, "offer", "aq1", "0", "one", "--id", "o1").rc, 0, "offer")
@@ -99,6 +165,7 @@ lines = "".join(f"{60000 - i}ms\ts{i:03d}\tx\n" for i in range(200))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
 ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
+ok(b"aq3" in redis("SMEMBERS", "dq:queues"), "the offers registered aq3 (SADD through the selector)")
 eq(as_user(url, "cancel", "aq1", "b3").rc, 0, "cancel")
 r = as_user(url, "take", "aq1", "--count", "2", "--json", "--timeout", "5s")
 ok(r.rc == 0 and len(r.json_lines()) == 2, "take (plain) gets 2", r)
@@ -171,7 +238,11 @@ ok(any(w.startswith("%R~dq:{aq1}:*") for w in ro) and not any(w.startswith("&") 
    "read-only keys, no channel", ro)
 apply(PORT, ro)
 rurl = f"redis://dqro:{PASSWORD}@127.0.0.1:{PORT}"
-R.cmd("FUNCTION", "FLUSH")  # and a reader cannot load it: EVAL_RO does
+ok(not any(w.lstrip("+").split("|")[0] in ("eval", "eval_ro", "function") for w in ro) and
+   ro[-2:] == ["(%R~dq:queues", "+smembers)"], "no EVAL_RO or FUNCTION; the registry read-only, SMEMBERS", ro)
+R.cmd("FUNCTION", "FLUSH")
+no_library(as_user(rurl, "stats", "aq1"), "stats without the library", PORT)
+functions_load(URL, [PORT])
 r = as_user(rurl, "stats", "aq1", "--json")
 ok(r.rc == 0 and "pending" in r.text, "stats", r)
 eq(as_user(rurl, "dead", "aq1", "count").rc, 0, "dead count")
@@ -183,6 +254,11 @@ refused(as_user(rurl, "dead", "aq1", "purge"), "dead purge", "'fcall'")
 eq((stats("aq1") or {}).get("pending"), 0, "nothing written")
 r = as_user(rurl, "config", "aq1", "--max-attempts", "3")
 ok(r.rc == 3 and "NOPERM" in r.errtext, "config (set): refused", r)
+ok(b"aq1" in user_cmd(PORT, "dqro", "SMEMBERS", "dq:queues"), "SMEMBERS dq:queues (serve's list)")
+for cmd in (("SADD", "dq:queues", "x"), ("SET", "dq:queues", "x"), ("EVAL_RO", "return 1", "0"),
+            ("FUNCTION", "LOAD", "REPLACE", spy)):
+    reply = user_cmd(PORT, "dqro", *cmd)
+    ok(isinstance(reply, str) and reply.startswith("NOPERM"), f"{cmd[0]} {cmd[1]}: NOPERM", reply)
 
 R.cmd("ACL", "DELUSER", "dqapp", "dqro")
 
@@ -192,6 +268,11 @@ with topology.SentinelGroup(n_replicas=1, n_sentinels=1) as g:
     for p in g.data_ports:
         apply(p, words)
     surl = g.url().replace("redis-sentinel://", f"redis-sentinel://dqapp:{PASSWORD}@")
+    no_library(as_user(surl, "offer", "aq1", "0", "s", "--id", "s1"), "offer before the library",
+               g.master_port())
+    functions_load(g.url(), [g.master_port()])
+    ok(topology.wait_until(lambda: all(topology.try_call(p, "FUNCTION", "LIST") for p in g.data_ports), 10),
+       "the replica has it too (replication)")
     eq(as_user(surl, "offer", "aq1", "0", "s", "--id", "s1").rc, 0, "offer")
     r = as_user(surl, "take", "aq1", "--json", "--timeout", "5s")
     ok(r.rc == 0 and [x["id"] for x in r.json_lines()] == ["s1"], "take", r)
@@ -203,6 +284,11 @@ with topology.Cluster(masters=3, replicas_per_master=0) as cl:
     for p in cl.ports:
         apply(p, words)
     curl = cl.url().replace("redis-cluster://", f"redis-cluster://dqapp:{PASSWORD}@")
+    r = as_user(curl, "offer", "aq2", "0", "c", "--id", "c1")
+    ok(r.rc == 3 and "delayq functions load" in r.errtext, "offer before the library: exit 3", r)
+    functions_load(cl.url(), cl.ports)
+    r = dq("--redis", cl.url(), "functions", "status", redis=False)
+    ok(r.rc == 0 and r.text.count("\tcurrent\t") == 3, "functions status: current on all 3", r)
     eq(as_user(curl, "offer", "aq2", "0", "c", "--id", "c1").rc, 0, "offer")
     r = as_user(curl, "take", "aq2", "--ack", "manual", "--json", "--timeout", "5s")
     m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
