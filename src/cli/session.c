@@ -11,9 +11,9 @@
  * copies.
  */
 #include <ev.h>
-#include <sodium.h>
 #include <limits.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
