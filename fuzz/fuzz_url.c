@@ -1,7 +1,9 @@
 /*
- * fuzz_url.c - libFuzzer target: dq__url_parse and dq__url_mask on any
- * bytes. Besides not crashing: the masked text fits DQ__URL_MASKED_MAX and
- * shows "***" where the user info and a sentinel password were.
+ * fuzz_url.c - libFuzzer target: dq__url_parse, dq__url_mask and
+ * dq__url_redact on any bytes. Besides not crashing: the masked text fits
+ * DQ__URL_MASKED_MAX and shows "***" where the user info and a sentinel
+ * password were; the redacted text (NUL bytes and all) fits its buffer,
+ * whatever its size, and ends where its length says.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -63,6 +65,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char masked[DQ__URL_MASKED_MAX + 1];
     dq__url_mask(text, masked, sizeof masked);
     if (strlen(masked) > DQ__URL_MASKED_MAX) abort();
+    /* The raw form reads all size bytes, NULs included, into buffers
+     * large and small (a cut may fall anywhere). */
+    char raw[DQ__URL_MASKED_MAX + 1];
+    size_t room = size % sizeof raw + 1;
+    size_t n = dq__url_redact(data, size, raw, room);
+    if (n >= room || raw[n] != '\0') abort();
     free(text);
     return 0;
 }

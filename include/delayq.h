@@ -166,6 +166,20 @@ typedef struct dq_options {
                                 go as they are, and a sealed item taken gives
                                 DQ_EKEY. The string must stay valid until
                                 dq_connect returns                          */
+    const char *password;    /* the data nodes' AUTH password, kept out of
+                                the URL (which may reach logs, argv or the
+                                environment): replaces the URL's password;
+                                the URL's user, if any, stays, else the
+                                default user. At most 255 bytes, not "".
+                                dq_connect copies it (DQ_EINVAL when it is
+                                too long or ""); the caller's string must
+                                stay valid until dq_connect returns and may
+                                be wiped then; the client wipes its copy
+                                when freed. NULL (default): the URL's      */
+    const char *sentinel_password; /* the same for the sentinels of a
+                                redis-sentinel:// URL, in place of its
+                                sentinel_password (sentinel_user stays);
+                                DQ_EINVAL with any other URL               */
 } dq_options;
 
 /* Fills *opts with the defaults above. */

@@ -65,12 +65,42 @@ dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
 const char *dq_client_errstr(const dq_client *c) { return c ? c->errstr : ""; }
 struct ev_loop *dq_client_loop(const dq_client *c) { return c->loop; }
 
+/* Copies one password of the options over the URL's into field (size
+ * bytes). what names it in messages. */
+static int take_password(dq_client *c, const char *pw, char *field, size_t size, const char *what) {
+    size_t n = strlen(pw);
+    if (n == 0) return dq__fail(c, DQ_EINVAL, "the %s is empty", what);
+    if (n >= size) return dq__fail(c, DQ_EINVAL, "the %s is longer than %zu bytes", what, size - 1);
+    memcpy(field, pw, n + 1);
+    return 0;
+}
+
+/* dq_options.password and sentinel_password over the URL's. The caller's
+ * strings are not kept: the client's copies live in c->url, which
+ * dq_client_free wipes. */
+static int take_passwords(dq_client *c, const char *pw, const char *spw) {
+    int rc = 0;
+    if (pw) rc = take_password(c, pw, c->url.password, sizeof c->url.password, "password");
+    if (!rc && spw && c->url.topology != DQ__TOPO_SENTINEL)
+        rc = dq__fail(c, DQ_EINVAL, "a sentinel password is given, but the URL is not "
+                                    "redis-sentinel://");
+    if (!rc && spw)
+        rc = take_password(c, spw, c->url.sentinel_password, sizeof c->url.sentinel_password,
+                           "sentinel password");
+    return rc;
+}
+
 int dq_connect(dq_client *c, const char *url) {
     char err[200];
+    /* The caller's strings are read here or never. */
+    const char *pw = c->opt.password, *spw = c->opt.sentinel_password;
+    c->opt.password = c->opt.sentinel_password = NULL;
     if (c->router)
         return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
         return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
+    int prc = take_passwords(c, pw, spw);
+    if (prc) return prc;
     if (c->opt.key_file && !c->keyring) {
         char why[512];
         int krc = dq__keyring_load(c->opt.key_file, &c->keyring, why, sizeof why);
@@ -120,6 +150,7 @@ void dq_client_free(dq_client *c) {
     dq__registry_free(c);
     dq__shards_free(c);
     dq__keyring_free(c->keyring);
+    explicit_bzero(&c->url, sizeof c->url); /* its passwords */
     free(c);
 }
 

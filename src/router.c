@@ -189,7 +189,7 @@ static void node_cmd_fail(dq__conn *conn, void *privdata) {
 void dq__rt_node_move(dq__node *n, const char *host, int port) {
     dq__router *rt = n->rt;
     if (n->ep.port == port && strcmp(n->ep.host, host) == 0) return;
-    dq__log(rt->c, "master %s is now at %s:%d (was %s)", rt->c->url.master, host, port, n->ep.name);
+    dq__log(rt->c, "master %s is now at %s:%d (was %s)", dq__url_master_shown(&rt->c->url), host, port, n->ep.name);
     dq__endpoint_set(&n->ep, host, port, NULL);
     dq__endpoint_set(&n->cmd->ep, host, port, NULL);
     while (n->idle) {
@@ -340,7 +340,7 @@ int dq__router_connect(dq_client *c) {
         run_until(rt, sentinel_done);
         if (!rt->master && !rt->errstr[0])
             snprintf(rt->errstr, sizeof rt->errstr, "no sentinel named master '%.40s' within %d ms",
-                     u->master, c->opt.connect_timeout_ms);
+                     dq__url_master_shown(u), c->opt.connect_timeout_ms);
         if (!rt->master) return connect_failed(c, DQ_ECONNECT, rt->errstr);
         if (rt->master->cmd->state != DQ__UP)
             return connect_failed(c, rt->master->cmd->last_code, rt->master->cmd->errstr);

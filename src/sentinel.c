@@ -30,7 +30,7 @@ static void next_sentinel(dq__router *rt, const char *why) {
     /* Sized to fit DQ__ERRSTR_MAX whole: Redis's refusals (WRONGPASS ...)
      * run to 100 bytes and more, and a cut one reads as a different error. */
     snprintf(rt->errstr, sizeof rt->errstr, "no sentinel named master '%.40s' (last %.46s: %.128s)",
-             rt->c->url.master, rt->asking ? rt->asking->name : "?", why);
+             dq__url_master_shown(&rt->c->url), rt->asking ? rt->asking->name : "?", why);
     if (rt->asking) dq__conn_retire(rt->asking);
     rt->asking = NULL;
     rt->sentinel_next = (rt->sentinel_next + 1) % rt->c->url.nnodes;
@@ -64,6 +64,8 @@ static void master_addr_reply(dq__conn *conn, redisReply *reply, int code, void 
         next_sentinel(rt, reply->type == REDIS_REPLY_ERROR ? reply->str : "does not know the master");
         return;
     }
+    /* A sentinel knows the name: a master's, whatever the URL's '#' was. */
+    rt->c->url.master_hidden = 0;
     if (rt->failover_seen) {
         /* Ask again shortly (the same sentinel first: it runs it). */
         dq__log(rt->c, "sentinel %s: failover of %s in progress; waiting", conn->name,

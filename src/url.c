@@ -7,8 +7,10 @@
  *   redis-sentinel://[[user:]password@]host[:port][,host[:port]...][/db]
  *       [?sentinel_user=U&sentinel_password=P]#MASTER
  *   redis-cluster://[[user:]password@]host[:port][,host[:port]...]
- * into a dq__url, and the masked text of a URL for messages (dq__url_mask).
- * Pure string work: no name resolution, no I/O.
+ * into a dq__url, and the masking of secrets in text that may be or hold a
+ * URL: dq__url_mask for the library's messages, dq__url_redact for the
+ * CLI's quotes of arguments (the one set of rules for both). Pure string
+ * work: no name resolution, no I/O.
  *
  * Two rules decide where the parts end, because a raw password may hold
  * any of '@', ':', '/', '?' and '#': the LAST '@' ends the user info (hosts,
@@ -20,6 +22,13 @@
  * host, a port or a db, all of which come after the user info and before the
  * query; it never quotes the user info, a query parameter or the master name,
  * so no password byte can reach a log through it.
+ *
+ * The master name is no secret, but one written right after a
+ * sentinel_password value may be a secret's tail: a raw '#' in that password
+ * would start it (what the "last '#'" rule cannot tell from a forgotten
+ * #MASTER). Such a name is hidden in masked text, and the parse marks it
+ * (dq__url.master_hidden) so that messages hide it until a sentinel
+ * confirms it.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -40,6 +49,7 @@
 typedef struct parser {
     char *err;
     size_t errlen;
+    int hide; /* quote nothing of the hosts, port and db: see shown() */
 } parser;
 
 static int fail(parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -73,6 +83,15 @@ static const char *quote(char out[QUOTE_MAX + 4], const char *s, size_t n)
 }
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* A fragment of the hosts, port or db for a message: quoted, or "***" when
+ * the URL has no '@' and its hosts do not read as host[:port]: then they
+ * may be "user:password" with the '@host' forgotten (the rule of the
+ * masking, which hides them too). */
+static const char *shown(const parser *ps, char out[QUOTE_MAX + 4], const char *s, size_t n)
+{
+    return ps->hide ? "***" : quote(out, s, n);
+}
 
 /* 1 if the n bytes at s contain the NUL-terminated word, in any case. */
 static int contains(const char *s, size_t n, const char *word)
@@ -111,6 +130,32 @@ static long read_digits(const char *s, size_t n, long long max, long long *value
     }
     *value = v;
     return (long)i;
+}
+
+/* 1 if the n bytes at s, the hosts of a URL without user info, read as
+ * host[:port] nodes joined by ','; else they may be a password whose '@'
+ * was forgotten (":secret", "user:secret") and are hidden whole. A
+ * password that reads as a host ("redis://secret") cannot be told apart. */
+static int plain_nodes(const char *s, size_t n)
+{
+    const char *end = s + n;
+    while (s < end) {
+        const char *comma = memchr(s, ',', (size_t)(end - s));
+        const char *e = comma ? comma : end, *colon;
+        if (*s == '[') { /* IPv6: the port is after the ']' */
+            const char *close = memchr(s, ']', (size_t)(e - s));
+            s = close ? close + 1 : e;
+        }
+        colon = memchr(s, ':', (size_t)(e - s));
+        if (colon != NULL) { /* a port: at most 5 digits, whatever their value */
+            long long v;
+            size_t digits = (size_t)(e - colon - 1);
+            if (digits > 5 || read_digits(colon + 1, digits, 99999, &v) != (long)digits)
+                return 0;
+        }
+        s = comma ? comma + 1 : end;
+    }
+    return 1;
 }
 
 /* Percent-decodes n bytes of src into dst (size bytes, NUL-terminated).
@@ -198,7 +243,7 @@ static int parse_ipv6_host(parser *ps, const char **p, const char *end, dq__addr
         char q[QUOTE_MAX + 4];
         while (!ends_node(e, end))
             e++;
-        return fail(ps, "trailing garbage '%s' after IPv6 host", quote(q, *p, (size_t)(e - *p)));
+        return fail(ps, "trailing garbage '%s' after IPv6 host", shown(ps, q, *p, (size_t)(e - *p)));
     }
     return 0;
 }
@@ -212,7 +257,7 @@ static int parse_name_host(parser *ps, const char **p, const char *end, dq__addr
         if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' ||
               c == '.' || c == '_')) {
             char q[QUOTE_MAX + 4];
-            return fail(ps, "invalid character '%s' in host", quote(q, e, 1));
+            return fail(ps, "invalid character '%s' in host", shown(ps, q, e, 1));
         }
         e++;
     }
@@ -233,7 +278,7 @@ static int parse_port(parser *ps, const char **p, const char *end, dq__addr *a)
     got = read_digits(s, (size_t)(e - s), 65535, &v);
     if (got <= 0 || got != e - s || v == 0) {
         char q[QUOTE_MAX + 4];
-        return fail(ps, "bad port '%s' (expected 1..65535)", quote(q, s, (size_t)(e - s)));
+        return fail(ps, "bad port '%s' (expected 1..65535)", shown(ps, q, s, (size_t)(e - s)));
     }
     a->port = (int)v;
     *p = e;
@@ -276,9 +321,9 @@ static int parse_db(parser *ps, const char *s, size_t n, int empty_ok, dq__url *
     if (n == 0 && empty_ok)
         return 0;
     if (got <= 0)
-        return fail(ps, "bad db '%s' (expected 0..%d)", quote(q, s, n), INT_MAX);
+        return fail(ps, "bad db '%s' (expected 0..%d)", shown(ps, q, s, n), INT_MAX);
     if ((size_t)got != n)
-        return fail(ps, "trailing garbage '%s' after db", quote(q, s + got, n - (size_t)got));
+        return fail(ps, "trailing garbage '%s' after db", shown(ps, q, s + got, n - (size_t)got));
     u->db = (int)v;
     return 0;
 }
@@ -292,7 +337,8 @@ static int is_word(const char *s, size_t n, const char *word)
 /* The sentinel query (n bytes at s, after the '?'): "name=value" pairs
  * joined by '&', each of sentinel_user and sentinel_password at most once,
  * in any order. Names and values are never quoted: a value with a raw '&'
- * would leave a piece of a password where a name is expected. */
+ * would leave a piece of a password where a name is expected. A
+ * sentinel_password last hides the master name that follows it. */
 static int parse_query(parser *ps, const char *s, size_t n, dq__url *u)
 {
     const char *end = s + n;
@@ -314,12 +360,14 @@ static int parse_query(parser *ps, const char *s, size_t n, dq__url *u)
             if (decode_field(ps, "sentinel_user", eq + 1, (size_t)(e - eq - 1), u->sentinel_user,
                              sizeof u->sentinel_user) != 0)
                 return DQ_EINVAL;
+            u->master_hidden = 0;
         } else if (is_word(s, name_len, "sentinel_password")) {
             if (seen_password++)
                 return fail(ps, "duplicate query parameter sentinel_password");
             if (decode_field(ps, "sentinel_password", eq + 1, (size_t)(e - eq - 1),
                              u->sentinel_password, sizeof u->sentinel_password) != 0)
                 return DQ_EINVAL;
+            u->master_hidden = 1;
         } else {
             return fail(ps, "unknown query parameter %d (only sentinel_user= and "
                             "sentinel_password=; write '&' in a value as %%26)", number);
@@ -352,6 +400,9 @@ static int parse_master(parser *ps, const char *s, size_t n, dq__url *u)
 
 /* ------------------------------------------------------------ the forms */
 
+static size_t mask_text(const char *text, size_t len, char *out, size_t size, size_t limit,
+                        int raw);
+
 
 /* Everything after "redis://", "redis-sentinel://" or "redis-cluster://". */
 static int parse_network(parser *ps, int topology, const char *rest, dq__url *u)
@@ -377,6 +428,12 @@ static int parse_network(parser *ps, int topology, const char *rest, dq__url *u)
     }
     frag = strrchr(p, '#');
     end = frag ? frag : p + strlen(p);
+    if (at == NULL) {
+        const char *e = p;
+        while (e < end && *e != '/' && *e != '?')
+            e++;
+        ps->hide = !plain_nodes(p, (size_t)(e - p));
+    }
 
     if (parse_nodes(ps, &p, end, topology == DQ__TOPO_SENTINEL ? SENTINEL_PORT : DEFAULT_PORT,
                     u) != 0)
@@ -432,10 +489,11 @@ static int parse_unix(parser *ps, const char *rest, dq__url *u)
     if (rest[n] == '\0')
         return 0;
     if (strncmp(rest + n, "?db=", 4) != 0) {
+        /* Masked as a query: it may hold a sentinel_password. */
         char q[QUOTE_MAX + 4];
         const char *query = rest + n;
-        return fail(ps, "trailing garbage '%s' after socket path (only ?db=N is allowed)",
-                    quote(q, query, strlen(query)));
+        mask_text(query, strlen(query), q, sizeof q, QUOTE_MAX + 3, 0);
+        return fail(ps, "trailing garbage '%s' after socket path (only ?db=N is allowed)", q);
     }
     return parse_db(ps, rest + n + 4, strlen(rest + n + 4), 0, u);
 }
@@ -450,6 +508,7 @@ typedef struct masker {
     char *out;
     size_t limit, len, mark;
     int cut;
+    int raw; /* 1: bytes as they are (dq__url_redact); 0: escaped */
 } masker;
 
 static void put_unit(masker *m, const char *s, size_t n)
@@ -469,15 +528,16 @@ static void put_unit(masker *m, const char *s, size_t n)
         m->mark = m->len;
 }
 
-/* n bytes of text, each non-printable or non-ASCII byte as "\xHH", so a
- * message stays one line of plain ASCII whatever the URL holds. */
+/* n bytes of text: unless raw, each non-printable or non-ASCII byte as
+ * "\xHH", so a message stays one line of plain ASCII whatever the URL
+ * holds. */
 static void put_text(masker *m, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     size_t i;
     for (i = 0; i < n && !m->cut; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f) {
+        if (m->raw || (c >= 0x20 && c < 0x7f)) {
             put_unit(m, (const char *)&s[i], 1);
         } else {
             char e[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
@@ -489,89 +549,130 @@ static void put_text(masker *m, const char *s, size_t n)
 /* The query (n bytes at s, after the '?'): db= and sentinel_user= pieces as
  * they are, sentinel_password= with its value as "***", and any other piece
  * as "***" whole: in a URL that does not parse, an unknown piece may be the
- * tail of a password cut at a raw '&'. */
-static void put_query(masker *m, const char *s, size_t n)
+ * tail of a password cut at a raw '&'. Returns 1 when the last piece was
+ * hidden: a master name right after it may be a password's tail. */
+static int put_query(masker *m, const char *s, size_t n)
 {
     static const char pw[] = "sentinel_password=";
     const char *end = s + n;
     for (;;) {
         const char *amp = memchr(s, '&', (size_t)(end - s));
         size_t k = (size_t)((amp ? amp : end) - s);
-        if (k >= 3 && memcmp(s, "db=", 3) == 0)
+        int hidden = 1;
+        if (k >= 3 && memcmp(s, "db=", 3) == 0) {
             put_text(m, s, k);
-        else if (k >= 14 && memcmp(s, "sentinel_user=", 14) == 0)
+            hidden = 0;
+        } else if (k >= 14 && memcmp(s, "sentinel_user=", 14) == 0) {
             put_text(m, s, k);
-        else if (k >= sizeof pw - 1 && memcmp(s, pw, sizeof pw - 1) == 0) {
+            hidden = 0;
+        } else if (k >= sizeof pw - 1 && memcmp(s, pw, sizeof pw - 1) == 0) {
             put_text(m, pw, sizeof pw - 1);
             put_unit(m, "***", 3);
-        } else if (k > 0)
+        } else if (k > 0) {
             put_unit(m, "***", 3);
+        }
         if (amp == NULL)
-            return;
+            return hidden;
         put_unit(m, "&", 1);
         s = amp + 1;
     }
 }
 
-/* Writes the masked text into out (size bytes, at most DQ__URL_MASKED_MAX
- * of them used before the NUL). info..info_end (info_end at the '@') is the
- * user info to hide, or info is NULL when there is none. The query starts at
- * the first '?' after it and the fragment at the last '#', as in the parse. */
-static void mask_into(const char *text, const char *info, const char *info_end, char *out,
-                      size_t size)
+/* Writes the masked text (len bytes at text) into m. info..info_end
+ * (info_end at the '@') is the user info to hide, or info is NULL when
+ * there is none. The query starts at the first '?' after it and the
+ * fragment at the last '#', as in the parse. */
+static void mask_into(masker *m, const char *text, size_t len, const char *info,
+                      const char *info_end)
 {
-    masker m = {out, 0, 0, 0, 0};
-    const char *p = text, *frag, *query, *end;
-    if (out == NULL || size == 0)
-        return;
-    m.limit = size - 1 < DQ__URL_MASKED_MAX ? size - 1 : DQ__URL_MASKED_MAX;
-    if (text == NULL) {
-        out[0] = '\0';
-        return;
-    }
+    const char *p = text, *end = text + len, *frag, *stop, *query;
+    int hide_master = 0;
     if (info != NULL) {
-        put_text(&m, text, (size_t)(info - text));
-        put_unit(&m, "***", 3);
+        put_text(m, text, (size_t)(info - text));
+        put_unit(m, "***", 3);
         p = info_end;
     }
-    frag = strrchr(p, '#');
-    end = frag ? frag : p + strlen(p);
-    /* A raw '@' in a sentinel password puts the last '@' inside the query:
-     * what follows it, up to the master name, is then that password's tail
-     * and more query, so it is masked as query pieces are. */
+    frag = memrchr(p, '#', (size_t)(end - p));
+    stop = frag ? frag : end;
     if (info != NULL && contains(info, (size_t)(info_end - info), "sentinel_password=")) {
-        put_unit(&m, "@", 1);
-        put_query(&m, info_end + 1, (size_t)(end - info_end - 1));
-        put_text(&m, end, strlen(end));
-        out[m.len] = '\0';
-        return;
+        /* A raw '@' in a sentinel password puts the last '@' inside the
+         * query: what follows it, up to the master name, is then that
+         * password's tail and more query, so it is masked as query
+         * pieces are. */
+        put_unit(m, "@", 1);
+        hide_master = put_query(m, info_end + 1, (size_t)(stop - info_end - 1));
+    } else {
+        const char *sep = info == NULL ? memmem(p, (size_t)(stop - p), "://", 3) : NULL;
+        query = memchr(p, '?', (size_t)(stop - p));
+        if (sep != NULL && (query == NULL || sep < query)) {
+            /* No user info: the hosts are shown if they read as hosts. */
+            const char *hosts = sep + 3, *hosts_end = hosts;
+            while (hosts_end < stop && *hosts_end != '/' && *hosts_end != '?')
+                hosts_end++;
+            if (!plain_nodes(hosts, (size_t)(hosts_end - hosts))) {
+                put_text(m, p, (size_t)(hosts - p));
+                put_unit(m, "***", 3);
+                p = hosts_end;
+                hide_master = 1; /* a raw '#' in that password */
+            }
+        }
+        put_text(m, p, (size_t)((query ? query : stop) - p));
+        if (query != NULL) {
+            put_unit(m, "?", 1);
+            hide_master |= put_query(m, query + 1, (size_t)(stop - query - 1));
+        }
     }
-    query = memchr(p, '?', (size_t)(end - p));
-    put_text(&m, p, (size_t)((query ? query : end) - p));
-    if (query != NULL) {
-        put_unit(&m, "?", 1);
-        put_query(&m, query + 1, (size_t)(end - query - 1));
+    if (frag != NULL && hide_master)
+        put_unit(m, "#***", 4);
+    else if (frag != NULL)
+        put_text(m, frag, (size_t)(end - frag));
+}
+
+/* Masks len bytes at text as dq__url_mask says into out (size bytes, at
+ * most limit before the NUL); returns the length written. */
+static size_t mask_text(const char *text, size_t len, char *out, size_t size, size_t limit,
+                        int raw)
+{
+    masker m = {out, 0, 0, 0, 0, raw};
+    const char *at, *sep, *info;
+    if (out == NULL || size == 0)
+        return 0;
+    m.limit = size - 1 < limit ? size - 1 : limit;
+    if (text == NULL) {
+        out[0] = '\0';
+        return 0;
     }
-    put_text(&m, end, strlen(end));
+    /* Whatever stands before the last '@' is hidden, from the "://" on or
+     * from the start when there is no "://" before it (a scheme left out,
+     * as in "pw@host"). */
+    at = memrchr(text, '@', len);
+    sep = memmem(text, len, "://", 3);
+    info = sep != NULL && at != NULL && sep + 3 <= at ? sep + 3 : text;
+    mask_into(&m, text, len, at ? info : NULL, at);
     out[m.len] = '\0';
+    return m.len;
 }
 
 void dq__url_mask(const char *text, char *out, size_t size)
 {
-    /* Whatever stands before the last '@' is hidden, from the "://" on or
-     * from the start when there is no "://" before it (a scheme left out,
-     * as in "pw@host"). */
-    const char *at = text ? strrchr(text, '@') : NULL;
-    const char *sep = text ? strstr(text, "://") : NULL;
-    const char *info = sep != NULL && at != NULL && sep + 3 <= at ? sep + 3 : text;
-    mask_into(text, at ? info : NULL, at, out, size);
+    mask_text(text, text ? strlen(text) : 0, out, size, DQ__URL_MASKED_MAX, 0);
+}
+
+size_t dq__url_redact(const void *text, size_t len, char *out, size_t size)
+{
+    return mask_text(text, len, out, size, (size_t)-1, 1);
+}
+
+const char *dq__url_master_shown(const dq__url *u)
+{
+    return u->master_hidden ? "***" : u->master;
 }
 
 /* ------------------------------------------------------------ entry */
 
 int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
 {
-    parser ps = {err, errlen};
+    parser ps = {err, errlen, 0};
     dq__url u;
     const char *sep;
     size_t scheme_len;
@@ -608,7 +709,9 @@ int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
         /* The user info is what the parse took it to be: all before the
          * last '@' in a network URL, nothing in a socket path. */
         const char *at = u.is_unix ? NULL : strrchr(sep + 3, '@');
-        mask_into(text, at ? sep + 3 : NULL, at, u.masked, sizeof u.masked);
+        masker m = {u.masked, DQ__URL_MASKED_MAX, 0, 0, 0, 0};
+        mask_into(&m, text, strlen(text), at ? sep + 3 : NULL, at);
+        u.masked[m.len] = '\0';
         *out = u;
     }
     /* Only a complete parse reaches *out, and the stack copy of the

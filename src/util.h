@@ -49,6 +49,11 @@ typedef struct dq__url {
                             and sentinel_password replaced by "***", control
                             bytes escaped, cut to DQ__URL_MASKED_MAX bytes
                             with "..."; never holds a password             */
+    int master_hidden;   /* sentinel: 1 while master, written right after a
+                            sentinel_password value, may be that password's
+                            tail (a raw '#' in it); messages name it through
+                            dq__url_master_shown. Cleared once a sentinel
+                            knows the name                                 */
 } dq__url;
 
 /* Parses one of
@@ -62,8 +67,21 @@ typedef struct dq__url {
 int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen);
 
 /* Writes the masked form of text (as dq__url.masked) into out (size bytes):
- * for messages about a URL that may not parse. */
+ * for messages about a URL that may not parse. User info (all before the
+ * last '@'), query pieces other than db= and sentinel_user=, a master name
+ * right after a hidden query piece, and hosts that do not read as
+ * host[:port] (a password whose '@' was forgotten) become "***". */
 void dq__url_mask(const char *text, char *out, size_t size);
+
+/* The same masking of the len bytes at text (any bytes, NUL included),
+ * written as they are (no escaping: the caller escapes), into out (size
+ * bytes, NUL-terminated, cut with "..." when it does not fit). Returns the
+ * length written. For text that may hold a URL, such as a mistyped
+ * argument quoted in an error. */
+size_t dq__url_redact(const void *text, size_t len, char *out, size_t size);
+
+/* u->master for messages, or "***" while u->master_hidden. */
+const char *dq__url_master_shown(const dq__url *u);
 
 /* ------------------------------------------------------------ cluster slots (slot.c) */
 

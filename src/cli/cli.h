@@ -39,10 +39,15 @@ typedef struct cli_env {
     const char *wait_replicas; /* --wait-replicas N, or NULL (0)           */
     const char *wait_timeout;  /* --wait-timeout DUR, or NULL (1s)         */
     const char *key_file;      /* --key-file FILE or $DELAYQ_KEY_FILE, or NULL */
+    const char *password_file; /* --password-file FILE or $DELAYQ_PASSWORD_FILE,
+                                  or NULL: the data nodes' password        */
+    const char *sentinel_password_file; /* --sentinel-password-file FILE or
+                                  $DELAYQ_SENTINEL_PASSWORD_FILE, or NULL  */
 } cli_env;
 
 /* The options every command takes, before or after its name: --redis,
- * --wait-replicas, --wait-timeout, --key-file. Returns 1 and where the value goes in
+ * --wait-replicas, --wait-timeout, --key-file, --password-file,
+ * --sentinel-password-file. Returns 1 and where the value goes in
  * *value when name (len bytes) is one of them, else 0. */
 int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
 
@@ -57,8 +62,12 @@ void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Outside input (a queue name, an id, a duration, a path, an argument) as a
  * message may quote it: escaped by dq__escape (printable ASCII as is, '\'
- * doubled, other bytes \xHH) and cut to CLI_QUOTE_MAX bytes. Returns a
- * static buffer, one of 4 used in turn: valid until the 4th next call. */
+ * doubled, other bytes \xHH) and cut to CLI_QUOTE_MAX bytes. Input that may
+ * hold a URL or a credential (an '@', "://" or "password" in it, any case)
+ * is first masked as URLs are (dq__url_redact: user info, sentinel
+ * passwords and what may be their tails become "***"), so a URL typed
+ * where it does not belong never shows its secrets. Returns a static
+ * buffer, one of 4 used in turn: valid until the 4th next call. */
 const char *cli_quote(const char *text);
 const char *cli_quote_n(const void *text, size_t len);
 

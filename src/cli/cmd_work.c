@@ -4,7 +4,9 @@
  * Owns the worker of the CLI: a dq_worker with a lease (and the queue's
  * scheduler) on libev's default loop, whose handler starts "/bin/sh -c CMD"
  * for each message with the payload on its stdin and DELAYQ_QUEUE,
- * DELAYQ_ID, DELAYQ_ATTEMPT and DELAYQ_TOKEN in its environment. The payload
+ * DELAYQ_ID, DELAYQ_ATTEMPT and DELAYQ_TOKEN in its environment, and none
+ * of the worker's credentials (DELAYQ_REDIS, the password and key files)
+ * unless --pass-credentials hands them on. The payload
  * is written from the loop through a non-blocking pipe (an ev_io watcher),
  * so a command that never reads its stdin holds up nothing but itself; an
  * ev_child watcher (hence the default loop) sees the exit: status 0 acks
@@ -40,7 +42,7 @@ extern char **environ;
 
 const char cli_usage_work[] =
     "usage: delayq work QUEUE --exec CMD [--concurrency N] [--lease DUR]\n"
-    "                  [--max-attempts N]\n"
+    "                  [--max-attempts N] [--pass-credentials]\n"
     "\n"
     "Runs CMD (with /bin/sh -c) once for every item of QUEUE as it becomes due,\n"
     "until SIGINT or SIGTERM. Also moves due items of QUEUE to its ready list\n"
@@ -51,6 +53,9 @@ const char cli_usage_work[] =
     "  DELAYQ_ID        the item's id\n"
     "  DELAYQ_ATTEMPT   1 on first delivery, then 2, 3, ...\n"
     "  DELAYQ_TOKEN     the delivery's lease token\n"
+    "and not the worker's credentials: DELAYQ_REDIS, DELAYQ_PASSWORD_FILE,\n"
+    "DELAYQ_SENTINEL_PASSWORD_FILE and DELAYQ_KEY_FILE are removed from it\n"
+    "(the payload it gets is already opened), unless --pass-credentials.\n"
     "Its stdout and stderr are the worker's. Exit status 0 acks the item (done);\n"
     "any other status, or death by a signal, sends it back for another attempt\n"
     "after a backoff (1s doubling with each attempt, up to 10m, with jitter), or,\n"
@@ -65,6 +70,11 @@ const char cli_usage_work[] =
     "                      see its item delivered twice.\n"
     "  --max-attempts N    deliveries before an item becomes a dead letter;\n"
     "                      0 = no limit; default: the queue's, else 16\n"
+    "  --pass-credentials  give CMD the worker's connection settings, as\n"
+    "                      DELAYQ_REDIS (the URL, password included),\n"
+    "                      DELAYQ_PASSWORD_FILE, DELAYQ_SENTINEL_PASSWORD_FILE\n"
+    "                      and DELAYQ_KEY_FILE (those the worker has), for a\n"
+    "                      CMD that runs delayq itself\n"
     "  --redis URL         the Redis server (see 'delayq --help')\n"
     "\n"
     "The first SIGINT or SIGTERM stops taking items and waits for the running\n"
@@ -95,8 +105,10 @@ struct work_run {
     const char *queue;
     const char *cmd;
     int max_attempts;
-    char **env;           /* environ without our variables, then 4 slots  */
+    char **env;           /* environ without our variables, the passed
+                             credentials, then 4 slots                    */
     size_t nenv;          /* entries before the slots                     */
+    char *creds[4];       /* --pass-credentials: the variables, owned     */
     job *jobs;
     int running;          /* commands started and not yet reaped          */
     int signals;          /* SIGINT/SIGTERM received                      */
@@ -110,24 +122,67 @@ struct work_run {
 static const char *const our_vars[4] = {"DELAYQ_QUEUE=", "DELAYQ_ID=", "DELAYQ_ATTEMPT=",
                                         "DELAYQ_TOKEN="};
 
-/* Copies environ, leaving out the variables each command gets from us. */
-static int env_init(work_run *r)
+/* The worker's credentials: a command gets them only with
+ * --pass-credentials. The key file too: the payload a command gets is
+ * already opened, and a command that offers sealed items can be given it. */
+static const char *const cred_vars[4] = {"DELAYQ_REDIS=", "DELAYQ_PASSWORD_FILE=",
+                                         "DELAYQ_SENTINEL_PASSWORD_FILE=", "DELAYQ_KEY_FILE="};
+
+static int starts_with_any(const char *entry, const char *const *vars, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (strncmp(entry, vars[k], strlen(vars[k])) == 0)
+            return 1;
+    return 0;
+}
+
+/* With pass, the worker's own settings (whatever they came from: options
+ * or variables) as cred_vars, into r->creds. Returns 0 or -1. */
+static int creds_init(work_run *r, const cli_env *env, int pass)
+{
+    const char *values[4] = {env->redis_url, env->password_file, env->sentinel_password_file,
+                             env->key_file};
+    int n = 0;
+
+    for (int k = 0; pass && k < 4; k++) {
+        if (!values[k] || !*values[k])
+            continue;
+        if (asprintf(&r->creds[n], "%s%s", cred_vars[k], values[k]) < 0) {
+            r->creds[n] = NULL;
+            return -1;
+        }
+        n++;
+    }
+    return 0;
+}
+
+/* Copies environ, leaving out the variables each command gets from us and
+ * the worker's credentials, then adds those of r->creds. */
+static int env_init(work_run *r, const cli_env *env, int pass)
 {
     size_t n = 0;
 
     while (environ && environ[n])
         n++;
-    r->env = calloc(n + 5, sizeof *r->env);
-    if (!r->env)
+    r->env = calloc(n + 4 + 5, sizeof *r->env);
+    if (!r->env || creds_init(r, env, pass))
         return -1;
-    for (size_t i = 0; i < n; i++) {
-        int ours = 0;
-        for (int k = 0; k < 4; k++)
-            ours |= strncmp(environ[i], our_vars[k], strlen(our_vars[k])) == 0;
-        if (!ours)
+    for (size_t i = 0; i < n; i++)
+        if (!starts_with_any(environ[i], our_vars, 4) && !starts_with_any(environ[i], cred_vars, 4))
             r->env[r->nenv++] = environ[i];
-    }
+    for (int k = 0; k < 4 && r->creds[k]; k++)
+        r->env[r->nenv++] = r->creds[k];
     return 0;
+}
+
+static void env_free(work_run *r)
+{
+    for (int k = 0; k < 4; k++) {
+        if (r->creds[k])
+            explicit_bzero(r->creds[k], strlen(r->creds[k])); /* a URL's password */
+        free(r->creds[k]);
+    }
+    free(r->env);
 }
 
 /* Fills the 4 slots for msg; release with env_clear. Returns 0 or -1. */
@@ -480,7 +535,9 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
     const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL;
+    int pass = 0;
     const cli_opt opts[] = {{"exec", &exec, NULL},
+                            {"pass-credentials", NULL, &pass},
                             {"concurrency", &conc, NULL},
                             {"lease", &lease, NULL},
                             {"max-attempts", &max, NULL},
@@ -509,9 +566,9 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
     r.cmd = exec;
     r.max_attempts = take_opts.max_attempts;
     r.loop = ev_default_loop(0);
-    if (!r.loop || env_init(&r)) {
+    if (!r.loop || env_init(&r, env, pass)) {
         cli_err("work: cannot set up: %s", r.loop ? "out of memory" : "no event loop");
-        free(r.env);
+        env_free(&r);
         return CLI_FAIL;
     }
     rc = cli_connect_on(env, r.loop, &r.c);
@@ -525,7 +582,7 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
         rc = run(&r, concurrency, &take_opts);
         cli_close(r.c);
     }
-    free(r.env);
+    env_free(&r);
     ev_loop_destroy(r.loop);
     return rc;
 }

@@ -78,6 +78,14 @@ static const char usage_main[] =
     "                 seal payloads: offers are encrypted with the first key of\n"
     "                 FILE, takes and dead-letter lists open them with any of its\n"
     "                 keys (see 'delayq keygen'); default $DELAYQ_KEY_FILE\n"
+    "  --password-file FILE\n"
+    "                 the data nodes' password: the first line of FILE (mode 600),\n"
+    "                 in place of the URL's, so it shows in no argv or\n"
+    "                 environment; default $DELAYQ_PASSWORD_FILE\n"
+    "  --sentinel-password-file FILE\n"
+    "                 the same for the sentinels of a redis-sentinel:// URL (in\n"
+    "                 place of sentinel_password); default\n"
+    "                 $DELAYQ_SENTINEL_PASSWORD_FILE\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
@@ -156,7 +164,9 @@ static int global_options(cli_env *env, int argc, char **argv)
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a) - 2;
         const char **value;
         if (a[1] != '-' || !cli_global_opt(env, a + 2, len, &value)) {
-            cli_err("unknown option '%s' (see 'delayq --help')", cli_quote(a));
+            /* The name only: a mistyped --redis may carry a password. */
+            cli_err("unknown option '%s' (see 'delayq --help')",
+                    cli_quote_n(a, eq ? (size_t)(eq - a) : strlen(a)));
             return -1 - CLI_USAGE;
         }
         if (eq) {
@@ -175,7 +185,8 @@ static int global_options(cli_env *env, int argc, char **argv)
 static int dispatch(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
-    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE")};
+    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE"),
+                   getenv("DELAYQ_PASSWORD_FILE"), getenv("DELAYQ_SENTINEL_PASSWORD_FILE")};
 
     int i = global_options(&env, argc, argv);
     if (i < 0)

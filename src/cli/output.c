@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/cli.h"
 #include "util.h"
@@ -64,12 +65,31 @@ void cli_err(const char *fmt, ...)
 #define QUOTE_SLOTS 4
 #define QUOTE_SIZE (4 * CLI_QUOTE_MAX + 4)
 
+/* 1 if the len bytes at text may hold a URL's secrets. */
+static int may_hold_secret(const char *text, size_t len)
+{
+    static const char word[] = "password";
+    if (memchr(text, '@', len) || memmem(text, len, "://", 3))
+        return 1;
+    for (size_t i = 0; i + sizeof word - 1 <= len; i++)
+        if (strncasecmp(text + i, word, sizeof word - 1) == 0)
+            return 1;
+    return 0;
+}
+
 const char *cli_quote_n(const void *text, size_t len)
 {
     static char slots[QUOTE_SLOTS][QUOTE_SIZE];
     static unsigned next;
     char *out = slots[next++ % QUOTE_SLOTS];
+    /* The masking reads all of text (its last '@' may be far in), but only
+     * the first CLI_QUOTE_MAX bytes of what it writes are shown. */
+    char masked[CLI_QUOTE_MAX + 4];
 
+    if (may_hold_secret(text, len)) {
+        len = dq__url_redact(text, len, masked, sizeof masked);
+        text = masked;
+    }
     dq__escape(out, QUOTE_SIZE, text, len, CLI_QUOTE_MAX, 0);
     return out;
 }

@@ -6,11 +6,14 @@
  * log on stderr and closing the client quietly, turning library failures
  * into one stderr line and an exit code, and the SIGINT/SIGTERM watchers the
  * long-running commands (take, schedule, work) stop on. URLs are shown with
- * their password masked.
+ * their password masked; the passwords of --password-file and
+ * --sentinel-password-file are read here and wiped once the client has its
+ * copies.
  */
 #include <ev.h>
 #include <limits.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,21 +95,44 @@ int cli_connect(const cli_env *env, dq_client **out)
     return cli_connect_on(env, NULL, out);
 }
 
+/* The password of the file at path (a global option's value, NULL or ""
+ * for none) into buf for *field. Returns 0 or CLI_USAGE after saying why. */
+static int read_password(const char *option, const char *path, char *buf, size_t size,
+                         const char **field)
+{
+    if (!path || !*path)
+        return 0;
+    if (cli_read_secret(option, "password", path, buf, size) != 0)
+        return CLI_USAGE;
+    *field = buf;
+    return 0;
+}
+
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
 {
     dq_options opts;
     char shown[DQ__URL_MASKED_MAX + 1];
+    /* The URL's fields hold 255 bytes; the client copies them. */
+    char pw[256], spw[256];
 
     dq_options_init(&opts);
     if (durability_options(env, &opts) != 0)
         return CLI_USAGE;
     opts.key_file = env->key_file && *env->key_file ? env->key_file : NULL;
+    if (read_password("--password-file", env->password_file, pw, sizeof pw, &opts.password) ||
+        read_password("--sentinel-password-file", env->sentinel_password_file, spw, sizeof spw,
+                      &opts.sentinel_password)) {
+        sodium_memzero(pw, sizeof pw);
+        return CLI_USAGE;
+    }
     dq_client *c = dq_client_new(loop, &opts);
+    int rc = c ? dq_connect(c, env->redis_url) : DQ_ENOMEM;
+    sodium_memzero(pw, sizeof pw);
+    sodium_memzero(spw, sizeof spw);
     if (!c) {
         cli_err("cannot make a client: out of memory");
         return CLI_FAIL;
     }
-    int rc = dq_connect(c, env->redis_url);
     if (rc == 0) {
         *out = c;
         return 0;

@@ -1,6 +1,7 @@
 /*
- * test_connect.c - connecting as an ACL user to another database, surviving
- * a flushed script cache, and delays of years: the parts of the contract the
+ * test_connect.c - connecting as an ACL user to another database, with a
+ * password given apart from the URL (dq_options.password), surviving a
+ * flushed script cache, and delays of years: the parts of the contract the
  * other integration tests do not reach.
  */
 #include "dqtest.h"
@@ -132,12 +133,68 @@ static void test_delays_of_years(void **state)
     dq_client_free(c);
 }
 
+/* dq_options.password and sentinel_password: a password kept out of the
+ * URL, copied by dq_connect (the caller's buffer wiped right after), used
+ * again on reconnects; refused when empty, too long or for the wrong URL. */
+static void test_password_option(void **state)
+{
+    (void)state;
+    char q[64], url[256], pw[300];
+    dqt_queue(q, sizeof q, "pwopt");
+    freeReplyObject(dqt_redis("ACL SETUSER dqpwopt on >r@w#pw:/x ~* &* +@all"));
+
+    dq_options o;
+    dq_options_init(&o);
+    snprintf(pw, sizeof pw, "r@w#pw:/x"); /* raw: no URL could carry it so */
+    o.password = pw;
+    dq_client *c = dq_client_new(NULL, &o);
+    assert_non_null(c);
+    snprintf(url, sizeof url, "redis://dqpwopt:wrong@127.0.0.1:%d", dqt_port());
+    int rc = dq_connect(c, url);
+    memset(pw, 0, sizeof pw);
+    DQT_EXPECT(c, rc, 0);
+    dq_item it = {.id = "p1", .payload = "x", .payload_len = 1, .delay_ms = 60000};
+    DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
+    /* Cut off: the client logs in again with its own copy. */
+    redisReply *killed = dqt_redis("CLIENT KILL USER dqpwopt");
+    assert_true(killed && killed->type == REDIS_REPLY_INTEGER && killed->integer >= 1);
+    freeReplyObject(killed);
+    it.id = "p2";
+    for (int i = 0; i < 100 && (rc = dq_offer(c, q, &it, NULL)) != 0; i++)
+        usleep(30000);
+    DQT_EXPECT(c, rc, 0);
+    dq_client_free(c);
+
+    static const struct {
+        int len;
+        const char *sentinel, *why;
+    } bad[] = {
+        {0, NULL, "the password is empty"},
+        {256, NULL, "the password is longer than 255 bytes"},
+        {-1, "s", "a sentinel password is given, but the URL is not redis-sentinel://"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dq_options_init(&o);
+        memset(pw, 'p', sizeof pw);
+        pw[bad[i].len < 0 ? 8 : bad[i].len] = '\0';
+        o.password = pw;
+        o.sentinel_password = bad[i].sentinel;
+        c = dq_client_new(NULL, &o);
+        assert_non_null(c);
+        DQT_EXPECT(c, dq_connect(c, url), DQ_EINVAL);
+        assert_string_equal(dq_client_errstr(c), bad[i].why);
+        dq_client_free(c);
+    }
+    freeReplyObject(dqt_redis("ACL DELUSER dqpwopt"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acl_user_and_db),
         cmocka_unit_test(test_script_cache_flushed),
         cmocka_unit_test(test_delays_of_years),
+        cmocka_unit_test(test_password_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

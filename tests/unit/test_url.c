@@ -1,10 +1,12 @@
 /*
- * test_url.c - unit tests of dq__url_parse and dq__url_mask (src/url.c):
+ * test_url.c - unit tests of dq__url_parse, dq__url_mask and dq__url_redact
+ * (src/url.c):
  * every accepted form (single node, unix socket, sentinel, cluster) with each
  * field checked, every rejection with its exact message, and the promises
  * around them (out untouched on error, no password in messages nor in the
  * masked text however long or malformed the URL, field length limits at
- * their exact edges).
+ * their exact edges; a master name that may be a sentinel password's tail
+ * hidden).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -261,13 +263,13 @@ static const url_case bad_cases[] = {
     {"redis://h:65536", "bad port '65536' (expected 1..65535)"},
     {"redis://h:", "bad port '' (expected 1..65535)"},
     {"redis://h:/2", "bad port '' (expected 1..65535)"},
-    {"redis://h:12a", "bad port '12a' (expected 1..65535)"},
-    {"redis://h:-1", "bad port '-1' (expected 1..65535)"},
-    {"redis://h:+1", "bad port '+1' (expected 1..65535)"},
-    {"redis://h: 1", "bad port ' 1' (expected 1..65535)"},
-    {"redis://h:1:2", "bad port '1:2' (expected 1..65535)"},
+    {"redis://h:12a", "bad port '***' (expected 1..65535)"},
+    {"redis://h:-1", "bad port '***' (expected 1..65535)"},
+    {"redis://h:+1", "bad port '***' (expected 1..65535)"},
+    {"redis://h: 1", "bad port '***' (expected 1..65535)"},
+    {"redis://h:1:2", "bad port '***' (expected 1..65535)"},
     {"redis://h:6379?x=1", NO_QUERY("redis://")},
-    {"redis://h:99999999999999999999999", "bad port '99999999999999999999999' (expected 1..65535)"},
+    {"redis://h:99999999999999999999999", "bad port '***' (expected 1..65535)"},
     {"redis://h/x", "bad db 'x' (expected 0..2147483647)"},
     {"redis://h/-1", "bad db '-1' (expected 0..2147483647)"},
     {"redis://h/+1", "bad db '+1' (expected 0..2147483647)"},
@@ -300,10 +302,10 @@ static const url_case bad_cases[] = {
     {"unix:///tmp/r.sock?db=2147483648", "bad db '2147483648' (expected 0..2147483647)"},
     {"unix:///tmp/r.sock?db=2&x=1", "trailing garbage '&x=1' after db"},
     {"unix:///tmp/r.sock?foo=1",
-     "trailing garbage '?foo=1' after socket path (only ?db=N is allowed)"},
+     "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
     {"unix:///tmp/r.sock?", "trailing garbage '?' after socket path (only ?db=N is allowed)"},
     {"unix:///tmp/r.sock?DB=1",
-     "trailing garbage '?DB=1' after socket path (only ?db=N is allowed)"},
+     "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
     {"redis://u:p%zz@h", "bad percent-escape in password (write a literal '%' as %25)"},
     {"redis://u:p%@h", "bad percent-escape in password (write a literal '%' as %25)"},
     {"redis://u:p%4@h", "bad percent-escape in password (write a literal '%' as %25)"},
@@ -333,10 +335,10 @@ static const url_case bad_cases[] = {
     {"redis-sentinel://a,:1#m", "missing host"},
     {"redis-sentinel://a,[]#m", "missing host"},
     {"redis-sentinel://a:0#m", "bad port '0' (expected 1..65535)"},
-    {"redis-sentinel://a:x,b#m", "bad port 'x' (expected 1..65535)"},
+    {"redis-sentinel://a:x,b#m", "bad port '***' (expected 1..65535)"},
     {"redis-sentinel://a,b:65536#m", "bad port '65536' (expected 1..65535)"},
     {"redis-sentinel://a,b:#m", "bad port '' (expected 1..65535)"},
-    {"redis-sentinel://a:1:2,b#m", "bad port '1:2' (expected 1..65535)"},
+    {"redis-sentinel://a:1:2,b#m", "bad port '***' (expected 1..65535)"},
     {"redis-sentinel://a b#m", "invalid character ' ' in host"},
     {"redis-sentinel://a;b#m", "invalid character ';' in host"},
     {"redis-sentinel://[::1#m", "unterminated '[' in IPv6 host"},
@@ -621,11 +623,13 @@ static const url_case parsed_masks[] = {
     {"unix:///tmp/a@b.sock?db=1", "unix:///tmp/a@b.sock?db=1"},
     {"unix:///tmp/\xc3\xa9\n\x7f.s", "unix:///tmp/\\xc3\\xa9\\x0a\\x7f.s"},
     {"redis-sentinel://u:p@s1,s2:5000/1?sentinel_user=su&sentinel_password=sp#m",
-     "redis-sentinel://***@s1,s2:5000/1?sentinel_user=su&sentinel_password=***#m"},
+     "redis-sentinel://***@s1,s2:5000/1?sentinel_user=su&sentinel_password=***#***"},
     {"redis-sentinel://s?sentinel_password=sp&sentinel_user=su#m",
      "redis-sentinel://s?sentinel_password=***&sentinel_user=su#m"},
-    {"redis-sentinel://s?sentinel_password=#m", "redis-sentinel://s?sentinel_password=***#m"},
-    {"redis-sentinel://s?sentinel_password=a#b#m", "redis-sentinel://s?sentinel_password=***#m"},
+    /* a master name right after a sentinel_password value may be its
+     * tail (a raw '#' in it): hidden; after another piece it is shown */
+    {"redis-sentinel://s?sentinel_password=#m", "redis-sentinel://s?sentinel_password=***#***"},
+    {"redis-sentinel://s?sentinel_password=a#b#m", "redis-sentinel://s?sentinel_password=***#***"},
     {"redis-sentinel://:p@s#w?x@s#m", "redis-sentinel://***@s#m"},
     {"redis-cluster://:p@ss@n1,n2", "redis-cluster://***@n1,n2"},
 };
@@ -663,18 +667,29 @@ static const url_case malformed_masks[] = {
     {"x@y://h", "***@y://h"},
     {"redis://u:p@h:notaport", "redis://***@h:notaport"},
     {"redis://u:p@@@h", "redis://***@h"},
-    {"redis://no-at-sign:shown", "redis://no-at-sign:shown"},
+    /* no '@': hosts that do not read as host[:port] may be "user:password"
+     * with the '@host' forgotten, and go whole, with the master name */
+    {"redis://no-at-sign:shown", "redis://***"},
+    {"redis://:secret", "redis://***"},
+    {"redis://user:secret/2?db=1", "redis://***/2?db=1"},
+    {"redis://h:123456", "redis://***"},
+    {"redis-sentinel://:se#cret", "redis-sentinel://***#***"},
+    {"redis-sentinel://a:1,b:x#m", "redis-sentinel://***#***"},
+    {"redis://h:65536", "redis://h:65536"},
+    {"redis://[::1]:6379,h:1/2", "redis://[::1]:6379,h:1/2"},
     {"http://u:p@h/x", "http://***@h/x"},
     {"redis://u:p@h\x01\x80", "redis://***@h\\x01\\x80"},
     {"redis-sentinel://h?sentinel_password=sec&ret#m",
-     "redis-sentinel://h?sentinel_password=***&***#m"},
+     "redis-sentinel://h?sentinel_password=***&***#***"},
     {"redis-sentinel://h?sentinel_password=sec&ret=x#m",
-     "redis-sentinel://h?sentinel_password=***&***#m"},
+     "redis-sentinel://h?sentinel_password=***&***#***"},
+    {"redis-sentinel://h?sentinel_password=sec&#ret", "redis-sentinel://h?sentinel_password=***&#***"},
+    {"redis://h?x#tail", "redis://h?***#***"},
     {"redis-sentinel://h?foo=bar&SENTINEL_PASSWORD=x&db=2&sentinel_user=u#m",
      "redis-sentinel://h?***&***&db=2&sentinel_user=u#m"},
-    {"redis-sentinel://h?sentinel_password=a#b#c", "redis-sentinel://h?sentinel_password=***#c"},
+    {"redis-sentinel://h?sentinel_password=a#b#c", "redis-sentinel://h?sentinel_password=***#***"},
     /* a raw '@' in the sentinel password: its tail after the '@' too */
-    {"redis-sentinel://h?sentinel_password=se@cret#m", "redis-sentinel://***@***#m"},
+    {"redis-sentinel://h?sentinel_password=se@cret#m", "redis-sentinel://***@***#***"},
     {"redis-sentinel://h?Sentinel_Password=se@cr&et&db=1#m", "redis-sentinel://***@***&***&db=1#m"},
     {"redis-sentinel://h?sentinel_password=x", "redis-sentinel://h?sentinel_password=***"},
     {"redis://h?&&", "redis://h?&&"},
@@ -789,7 +804,7 @@ static void test_url_mask_long_passwords(void **state)
     assert_int_equal(dq__url_parse(url, &u, NULL, 0), 0);
     assert_string_equal(u.sentinel_password, pw);
     assert_string_equal(u.masked, "redis-sentinel://***@s1,s2/1?sentinel_user=admin&"
-                                  "sentinel_password=***#mymaster");
+                                  "sentinel_password=***#***");
     assert_hides(u.masked, pw, enc);
 
     /* malformed: no host after the raw password; a raw password cut by
@@ -800,7 +815,7 @@ static void test_url_mask_long_passwords(void **state)
     assert_string_equal(out, "redis://***@");
     snprintf(url, sizeof url, "redis-sentinel://h?sentinel_password=%s&%s#m", enc, pw);
     dq__url_mask(url, out, sizeof out);
-    assert_string_equal(out, "redis-sentinel://***@***#m");
+    assert_string_equal(out, "redis-sentinel://***@***#***");
     assert_hides(out, pw, enc);
     snprintf(url, sizeof url, "redis-sentinel://h?sentinel_password=%s#m", pw);
     assert_int_equal(dq__url_parse(url, &u, NULL, 0), DQ_EINVAL);
@@ -852,6 +867,57 @@ static void test_url_mask_cut(void **state)
         assert_memory_equal(u.masked + i, "\\xff", 4);
 }
 
+/* The master name is hidden in messages while it follows a
+ * sentinel_password value (it may be that password's tail). */
+static void test_url_master_hidden(void **state)
+{
+    static const struct {
+        const char *url;
+        int hidden;
+    } cases[] = {
+        {"redis-sentinel://s#m", 0},
+        {"redis-sentinel://s?sentinel_user=u#m", 0},
+        {"redis-sentinel://s?sentinel_password=p#m", 1},
+        {"redis-sentinel://s?sentinel_user=u&sentinel_password=p#m", 1},
+        {"redis-sentinel://s?sentinel_password=p&sentinel_user=u#m", 0},
+        {"redis-sentinel://:p@s#m", 0},
+    };
+    dq__url u;
+    size_t i;
+    (void)state;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(dq__url_parse(cases[i].url, &u, NULL, 0), 0);
+        assert_int_equal(u.master_hidden, cases[i].hidden);
+        assert_string_equal(u.master, "m");
+        assert_string_equal(dq__url_master_shown(&u), cases[i].hidden ? "***" : "m");
+    }
+}
+
+/* dq__url_redact: the same masking on any bytes, written as they are. */
+static void test_url_redact(void **state)
+{
+    static const char with_nul[] = "x\0y redis://:pw@h\x01";
+    char out[64], big[3000];
+    size_t n;
+    (void)state;
+    n = dq__url_redact(with_nul, sizeof with_nul - 1, out, sizeof out);
+    assert_int_equal(n, sizeof "x\0y redis://***@h\x01" - 1);
+    assert_memory_equal(out, "x\0y redis://***@h\x01", n + 1);
+    n = dq__url_redact("--redis-url=redis://u:pw@h", 26, out, sizeof out);
+    assert_string_equal(out, "--redis-url=redis://***@h");
+    /* the '@' far beyond what the output holds still hides all before it */
+    memset(big, 'p', sizeof big);
+    memcpy(big, "redis://:", 9);
+    memcpy(big + sizeof big - 3, "@hh", 3);
+    n = dq__url_redact(big, sizeof big, out, 16);
+    assert_string_equal(out, "redis://***@hh");
+    n = dq__url_redact(big, sizeof big - 3, out, 16);
+    assert_string_equal(out, "redis://***");
+    n = dq__url_redact("plain text", 10, out, 8);
+    assert_string_equal(out, "plai...");
+    assert_int_equal(n, 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -870,6 +936,8 @@ int main(void)
         cmocka_unit_test(test_url_mask_small_out),
         cmocka_unit_test(test_url_mask_long_passwords),
         cmocka_unit_test(test_url_mask_cut),
+        cmocka_unit_test(test_url_master_hidden),
+        cmocka_unit_test(test_url_redact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
