@@ -166,6 +166,15 @@ typedef struct dq_options {
                                 go as they are, and a sealed item taken gives
                                 DQ_EKEY. The string must stay valid until
                                 dq_connect returns                          */
+    int allow_plaintext;     /* with key_file: 0 (default) sets aside, with
+                                its reason, every payload taken that is no
+                                envelope opening under the file's keys
+                                (plaintext, an envelope cut short or of
+                                another format, a forged one), as it sets
+                                aside one failing authentication; 1 delivers
+                                plaintext as it is (while producers move to
+                                sealing), never a damaged envelope. No
+                                effect without key_file                     */
 } dq_options;
 
 /* Fills *opts with the defaults above. */

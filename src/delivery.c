@@ -78,25 +78,22 @@ static void ack_lease(const dq__delivery *d, const dq__entry *e, const char *tok
 }
 
 /* Opens a sealed payload in place of e's (*plain gets the buffer to free
- * once the message is made). Returns 0 (also for a payload not sealed), or
- * -1 after setting the entry aside: it does not open under the key its
- * envelope names (tampered, or moved from another item or queue). */
+ * once the message is made). Returns 0 (also for a payload that goes as it
+ * is: see dq__open_taken), or -1 after setting the entry aside: a client
+ * that holds keys got no envelope that opens under them (not sealed, cut
+ * short, tampered, or moved from another item or queue). The item is bound
+ * to the queue, not to the shard the take ran on (seal.c). */
 static int open_payload(const dq__delivery *d, const redisReply *r, dq__entry *e, const char *token,
                         unsigned char **plain) {
-    unsigned char kid[DQ__KEY_ID_LEN];
-    *plain = NULL;
-    if (!dq__sealed(e->payload, e->payload_len, kid)) return 0;
-    size_t len;
-    int rc = dq__open(d->c->keyring, d->shard, e->id, e->id_len, e->payload, e->payload_len, plain, &len);
+    char why[96];
+    size_t len = 0;
+    int rc = dq__open_taken(d->c->keyring, d->c->opt.allow_plaintext, d->owner, e->id, e->id_len, e->payload,
+                            e->payload_len, plain, &len, why, sizeof why);
     if (rc == 0) {
         e->payload = (const char *)*plain;
         e->payload_len = len;
-        return 0;
     }
-    char hex[DQ__KEY_ID_LEN * 2 + 1], why[96];
-    dq__key_id_hex(kid, hex);
-    snprintf(why, sizeof why, rc == DQ_EKEY ? "sealed with key %s, which the taking client lacked"
-             : rc == DQ_EPROTO ? "sealed payload failed authentication (key %s)" : "sealed payload (key %s): out of memory", hex);
+    if (rc >= 0) return 0;
     set_aside(d, r, why);
     if (token) ack_lease(d, e, token);
     return -1;

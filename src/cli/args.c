@@ -37,7 +37,8 @@ int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***val
     } globals[] = {{"redis", &env->redis_url},
                    {"wait-replicas", &env->wait_replicas},
                    {"wait-timeout", &env->wait_timeout},
-                   {"key-file", &env->key_file}};
+                   {"key-file", &env->key_file},
+                   {"plaintext", &env->plaintext}};
 
     for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++) {
         if (strlen(globals[k].name) == len && memcmp(globals[k].name, name, len) == 0) {

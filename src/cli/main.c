@@ -75,6 +75,11 @@ static const char usage_main[] =
     "                 seal payloads: offers are encrypted with the first key of\n"
     "                 FILE, takes and dead-letter lists open them with any of its\n"
     "                 keys (see 'delayq keygen'); default $DELAYQ_KEY_FILE\n"
+    "  --plaintext allow|refuse\n"
+    "                 with --key-file, what becomes of a payload taken that is\n"
+    "                 not sealed: refuse (default) sets it aside with its reason,\n"
+    "                 as a forged one; allow delivers it as it is (while\n"
+    "                 producers move to sealing); default $DELAYQ_PLAINTEXT\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
@@ -171,7 +176,8 @@ static int global_options(cli_env *env, int argc, char **argv)
 static int dispatch(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
-    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE")};
+    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE"),
+                   getenv("DELAYQ_PLAINTEXT")};
 
     int i = global_options(&env, argc, argv);
     if (i < 0)
