@@ -1,7 +1,8 @@
 /*
  * delivery.c - what a take's script reply becomes: messages for the
  * consumer, each with its lease token, and the entries no consumer can use
- * (a client-side decoding failure, a sealed payload that does not open),
+ * (a client-side decoding failure; for a client with keys, a payload that
+ * is no envelope opening under them),
  * which go to the set-aside list rather than away. take.c runs the script
  * and hands the reply here; nothing here knows of waiting or retrying.
  */
@@ -99,18 +100,19 @@ static int open_payload(const dq__delivery *d, const redisReply *r, dq__entry *e
     return -1;
 }
 
-/* A "k|<key id>|<id>" marker: the script held back an item sealed with a key
- * this client lacks. Says so in the client's error (the first one kept). */
+/* A "k|<key id>|<id>" marker: the script passed an item sealed with a key
+ * this client lacks, left ready. Says so in the client's error (the first
+ * one kept), naming the queue as its user does. */
 static void note_held_back(const dq__delivery *d, const redisReply *r, int first) {
     const char *bar = r->len > 19 ? memchr(r->str + 2, '|', r->len - 2) : NULL;
     if (!first || !bar) return;
     int kl = (int)(bar - r->str - 2), il = (int)(r->len - (size_t)(bar + 1 - r->str));
     if (d->c->keyring)
         dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, which this client's key "
-                 "file does not hold; it stays for a consumer that does", il, bar + 1, d->shard, kl, r->str + 2);
+                 "file does not hold; it stays for a consumer that does", il, bar + 1, d->owner, kl, r->str + 2);
     else
         dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, and this client has no key "
-                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, d->shard, kl,
+                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, d->owner, kl,
                  r->str + 2);
 }
 

@@ -304,10 +304,12 @@ int dq__looks_sealed(const void *payload, size_t len) {
 static int not_envelope(const dq__keyring *kr, int allow_plain, const unsigned char *p, size_t len, char *why,
                         size_t whylen) {
     int looks = dq__looks_sealed(p, len);
+    /* "\0dqs" then the version, '1', or nothing: an envelope cut short. */
+    int cut = len < DQ__SEAL_MAGIC_LEN || p[DQ__SEAL_MAGIC_LEN - 1] == magic[DQ__SEAL_MAGIC_LEN - 1];
     if (!kr || (allow_plain && !looks)) return 1;
     if (!looks)
         snprintf(why, whylen, "payload not sealed, taken by a client that holds keys");
-    else if (len < DQ__SEAL_OVERHEAD && (len < DQ__SEAL_MAGIC_LEN || p[DQ__SEAL_MAGIC_LEN - 1] == magic[DQ__SEAL_MAGIC_LEN - 1]))
+    else if (cut)
         snprintf(why, whylen, "sealed payload cut short (%zu bytes, an envelope has at least %d)", len,
                  DQ__SEAL_OVERHEAD);
     else
