@@ -252,7 +252,8 @@ static void test_open_taken_strict(void **state) {
         assert_true(dq__looks_sealed(env, len) == (len >= DQ__SEAL_MAGIC_LEN - 1));
     }
     /* Another format version: refused even when plaintext is allowed. */
-    memcpy(fake, env, sizeof fake);
+    memset(fake, 'x', sizeof fake);
+    memcpy(fake, env, el); /* 6 bytes of payload: el < sizeof fake */
     fake[DQ__SEAL_MAGIC_LEN - 1] = '2';
     assert_int_equal(taken(ka, 1, fake, sizeof fake, "unknown format"), DQ_EINVAL);
     assert_int_equal(taken(ka, 0, fake, DQ__SEAL_MAGIC_LEN, "unknown format"), DQ_EINVAL);
