@@ -10,8 +10,9 @@
   cut envelope still is not; a client without keys takes plaintext as ever.
 - An item sealed with a key the consumer lacks stays ready for the holders
   of that key and does not stop the items behind it: take (plain and
-  leased, whose tokens still ack), a take without any key file, and a
-  running work process all get the items behind it.
+  leased, whose tokens still ack), a take without any key file, a take of
+  a sharded queue (whatever shard it starts on) and a running work process
+  all get the items behind it.
 """
 import os
 import sys
@@ -195,6 +196,20 @@ offer(q, k1, "x1", b"sealed")
 offer(q, None, "x2", b"plain")
 eq(got(take(q, None, "--count", "1")), {"x2": b"plain"}, "a take without any key file gets the plain one behind")
 eq((stats(q) or {}).get("ready"), 1, "the sealed one stays ready")
+
+section("... nor, on a sharded queue, the shards after the one a take starts on")
+q = "sukq"
+eq(dq("config", q, "--shards", "4").rc, 0, "config --shards 4")
+for i in range(16):
+    offer(q, k2, f"k2-{i}", b"for k2")
+lists = R.cmd("KEYS", f"dq:{{{q}~*}}:r")
+ok(len(lists) == 4 and all(R.cmd("LLEN", k) > 0 for k in lists), "every shard holds items sealed for k2", lists)
+for i in range(4):  # a take starts on a shard picked at random
+    offer(q, k1, f"k1-{i}", b"for k1")
+    eq(got(take(q, k1, "--count", "1")), {f"k1-{i}": b"for k1"}, f"take {i + 1}: the k1 item, on whatever shard")
+r = take(q, k1)
+ok(r.rc == 3 and ID2 in r.errtext, "only k2 items left: exit 3 naming the key", r)
+eq((stats(q) or {}).get("ready"), 16, "the k2 items all stay ready")
 
 section("... nor a running work process")
 q = "sukw"
