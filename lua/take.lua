@@ -42,8 +42,7 @@
 -- lib/70_registry.lua). The scheduler returns what is left in the
 -- record to the ready list when the lease runs out, unless ack, nack or
 -- extend comes first with the item's token.
--- Returns {} when nothing was ready, else {lease, e1, ..., en}, n <= N:
--- lease is
+-- Returns {} when nothing was ready, else {lease, e1, ..., en}, n <= N: lease is
 -- the lease record's score when the entries were leased (entry i's token
 -- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
 -- 1 when every entry was set aside or held back); ei is the i-th entry
