@@ -107,10 +107,11 @@ enum dq_error {
                            dq_options.wait_replicas replicas confirmed it in
                            wait_timeout_ms: a failover before it replicates
                            may lose it. Results are filled as on success.  */
-    DQ_EKEY = -13       /* a sealed item needs a key the client does not
-                           hold (dq_options.key_file): the item stays where
-                           a consumer with that key gets it; errstr names
-                           the key id and the item                        */
+    DQ_EKEY = -13       /* a take found only sealed items needing a key the
+                           client does not hold (dq_options.key_file): they
+                           stay ready for a consumer with that key (one
+                           found among others is passed, and the others
+                           delivered); errstr names a key id and its item */
 };
 
 /* Static text for a DQ_E* code ("invalid argument", ...). Never NULL. */
@@ -163,9 +164,19 @@ typedef struct dq_options {
                                 this client offers (XChaCha20-Poly1305, bound
                                 to the queue and the item id); every key
                                 opens what it takes. NULL (default): payloads
-                                go as they are, and a sealed item taken gives
-                                DQ_EKEY. The string must stay valid until
-                                dq_connect returns                          */
+                                go as they are, and sealed items are left for
+                                consumers with keys (DQ_EKEY when a take
+                                finds nothing else). The string must stay
+                                valid until dq_connect returns              */
+    int allow_plaintext;     /* with key_file: 0 (default) sets aside, with
+                                its reason, every payload taken that is no
+                                envelope opening under the file's keys
+                                (plaintext, an envelope cut short or of
+                                another format, a forged one), as it sets
+                                aside one failing authentication; 1 delivers
+                                plaintext as it is (while producers move to
+                                sealing), never a damaged envelope. No
+                                effect without key_file                     */
     const char *password;    /* the data nodes' AUTH password, kept out of
                                 the URL (which may reach logs, argv or the
                                 environment): replaces the URL's password;

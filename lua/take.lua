@@ -16,9 +16,13 @@
 -- ARGV[11] the shard count the caller takes the queue's shards by (see
 -- shards_refusal; absent or '': not checked). A sealed entry (its payload starts "\0dqs1", then
 -- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
--- handed out: it goes back to the head of the ready list, in order, and the
--- reply has "k|<key id>|<id>" in its place, so the caller can name the key
--- it lacks while a consumer that holds it gets the item.
+-- handed out: it stays ready for a consumer that holds the key, moved to
+-- the tail of the ready list (with its wake token), and the take goes on to
+-- the entries behind it, popping up to PASS_MAX such entries a call. So an
+-- item no consumer here can open never stops the ones behind it, and each
+-- passes once per turn of the list, not once per take. When the take got
+-- fewer than N entries, the reply ends with "k|<key id>|<id>" for the first
+-- entry passed, so the caller can name the key it lacks.
 -- The result is kept in the result key for 60 s, tagged with the token
 -- prefix; a repeated call finds it there and gets the same result back
 -- instead of popping more, so a take whose reply is lost loses nothing. A
@@ -38,14 +42,14 @@
 -- lib/70_registry.lua). The scheduler returns what is left in the
 -- record to the ready list when the lease runs out, unless ack, nack or
 -- extend comes first with the item's token.
--- Returns {} when nothing was ready, else {lease, e1, ..., en}: lease is
+-- Returns {} when nothing was ready, else {lease, e1, ..., en}, n <= N: lease is
 -- the lease record's score when the entries were leased (entry i's token
 -- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
 -- 1 when every entry was set aside or held back); ei is the i-th entry
--- popped, as it was in the ready list (the caller decodes it: attempt =
--- its attempts + 1), or '' for
--- one that could not be decoded and went to the set-aside list, or the
--- "k|..." of one held back (see ARGV[10]). Raw entries
+-- taken (entries passed for a key are not counted), as it was in the ready
+-- list (the caller decodes it: attempt = its attempts + 1), or '' for
+-- one that could not be decoded and went to the set-aside list, or, last,
+-- the "k|..." of one held back (see ARGV[10]). Raw entries
 -- cost the script no parsing into tables, no number formatting, and one
 -- reply element per message instead of six.
 -- An entry whose id breaks the id rule, or whose numbers are out of range,
@@ -56,6 +60,8 @@
 -- delivered metric, with pcall) are checked before the LPOP:
 -- a bad one refuses the call, naming it, and nothing is popped. Keys of another type are renamed away.
 -- Can fail after writing only on an OOM.
+-- Entries sealed for a key the caller lacks that one call passes at most.
+local PASS_MAX = 1000
 local zs, ready, aside, counters, sig, cfg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local P, chan = ARGV[1], ARGV[2]
 local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
@@ -151,17 +157,21 @@ local function block_parts(i, id, elen, e)
 end
 local lease_ss -- the lease record's score, as fmt writes it
 local unindex = {} -- ids of entries set aside, with their due times
-local back = {} -- sealed entries for a key the caller lacks: back to the head
-for i, e in ipairs(entries) do
+local back = {} -- sealed entries for a key the caller lacks: to the tail
+local marker -- the "k|..." of the first of them
+-- Takes entry e as the reply's next one (its lease block too), or passes it.
+local function take_entry(e)
   local d, a, il, el, pos, id = entry_head(e)
   local kid = d and sealed_key(e, pos + il + el)
-  local held_back = kid and not key_held(keys_held, kid)
-  -- An entry held back or set aside leaves an empty block.
-  if lease > 0 and (held_back or not d) then block_parts(i, '', '0', '') end
-  if held_back then
+  if kid and not key_held(keys_held, kid) then
     back[#back + 1] = e
-    out[i + 1] = 'k|' .. kid .. '|' .. id
-  elseif not d then
+    marker = marker or ('k|' .. kid .. '|' .. id)
+    return
+  end
+  local i = #out
+  if not d then
+    -- An entry set aside leaves an empty block.
+    if lease > 0 then block_parts(i, '', '0', '') end
     local rid = raw_id(e, true)
     bad[#bad + 1] = aside_entry(a, rid or '', e)
     local due = rid and tonumber(string.match(e, '^.|(%d+)|'))
@@ -178,11 +188,24 @@ for i, e in ipairs(entries) do
     delivered = delivered + 1
   end
 end
+while entries do
+  for _, e in ipairs(entries) do take_entry(e) end
+  local want = count - (#out - 1)
+  if want < 1 or #back == 0 or #back >= PASS_MAX then break end
+  entries = redis.call('LPOP', ready, nstr(math.min(want, PASS_MAX - #back)))
+end
+local taken = #out - 1
+if marker and taken < count then
+  -- Last, so the tokens of the entries taken keep their numbers; an empty
+  -- block for it keeps the record's blocks one per reply element.
+  if lease > 0 then block_parts(taken + 1, '', '0', '') end
+  out[taken + 2] = marker
+end
 if leased > 0 then
   -- One record for the take's leases, scored by their end; with an
   -- ordinal, so takes in the same millisecond never share a score.
   local idlist = table.concat(ids, ' ')
-  local rec = lease_record_v4(max, tprefix, #entries, idlist, table.concat(blocks))
+  local rec = lease_record_v4(max, tprefix, #out - 1, idlist, table.concat(blocks))
   local score
   score, lease_ss = slot_insert(P, zs, counters, deadline * ORD, rec, true)
   -- The ids keep their index entries as they were (ready): lookup and
@@ -197,12 +220,10 @@ set_aside(P, bad) -- the set-aside list is KEYS[3]: P .. 'x'
 -- Tokens: one per entry that left the ready list (the caller's own counts);
 -- those held back stay, with theirs, and a token the caller popped for one
 -- goes back with it.
-local owed = #entries - #back - (ARGV[7] == '1' and 1 or 0)
+local owed = taken - (ARGV[7] == '1' and 1 or 0)
 if owed > 0 then redis.pcall('LPOP', sig, nstr(owed)) end
 if #back > 0 then
-  local rev = {}
-  for j = #back, 1, -1 do rev[#rev + 1] = back[j] end
-  redis.call('LPUSH', ready, unpack(rev))
+  redis.call('RPUSH', ready, unpack(back))
   if owed < 0 then signal(sig, -owed) end
 end
 -- An entry set aside leaves the id index if the index says its id is
@@ -219,6 +240,6 @@ if leased > 0 then
 end
 -- For a repeat (see the result key above): every entry leased, the record's
 -- score; else the reply.
-local result = leased == #entries and 'L' .. lease_ss or cmsgpack.pack(out)
+local result = leased == #out - 1 and 'L' .. lease_ss or cmsgpack.pack(out)
 redis.call('SET', ARGV[8], tag .. result, 'PX', 60000)
 return out

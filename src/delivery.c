@@ -1,7 +1,8 @@
 /*
  * delivery.c - what a take's script reply becomes: messages for the
  * consumer, each with its lease token, and the entries no consumer can use
- * (a client-side decoding failure, a sealed payload that does not open),
+ * (a client-side decoding failure; for a client with keys, a payload that
+ * is no envelope opening under them),
  * which go to the set-aside list rather than away. take.c runs the script
  * and hands the reply here; nothing here knows of waiting or retrying.
  */
@@ -78,42 +79,40 @@ static void ack_lease(const dq__delivery *d, const dq__entry *e, const char *tok
 }
 
 /* Opens a sealed payload in place of e's (*plain gets the buffer to free
- * once the message is made). Returns 0 (also for a payload not sealed), or
- * -1 after setting the entry aside: it does not open under the key its
- * envelope names (tampered, or moved from another item or queue). */
+ * once the message is made). Returns 0 (also for a payload that goes as it
+ * is: see dq__open_taken), or -1 after setting the entry aside: a client
+ * that holds keys got no envelope that opens under them (not sealed, cut
+ * short, tampered, or moved from another item or queue). The item is bound
+ * to the queue, not to the shard the take ran on (seal.c). */
 static int open_payload(const dq__delivery *d, const redisReply *r, dq__entry *e, const char *token,
                         unsigned char **plain) {
-    unsigned char kid[DQ__KEY_ID_LEN];
-    *plain = NULL;
-    if (!dq__sealed(e->payload, e->payload_len, kid)) return 0;
-    size_t len;
-    int rc = dq__open(d->c->keyring, d->shard, e->id, e->id_len, e->payload, e->payload_len, plain, &len);
+    char why[96];
+    size_t len = 0;
+    int rc = dq__open_taken(d->c->keyring, d->c->opt.allow_plaintext, d->owner, e->id, e->id_len, e->payload,
+                            e->payload_len, plain, &len, why, sizeof why);
     if (rc == 0) {
         e->payload = (const char *)*plain;
         e->payload_len = len;
-        return 0;
     }
-    char hex[DQ__KEY_ID_LEN * 2 + 1], why[96];
-    dq__key_id_hex(kid, hex);
-    snprintf(why, sizeof why, rc == DQ_EKEY ? "sealed with key %s, which the taking client lacked"
-             : rc == DQ_EPROTO ? "sealed payload failed authentication (key %s)" : "sealed payload (key %s): out of memory", hex);
+    if (rc >= 0) return 0;
     set_aside(d, r, why);
     if (token) ack_lease(d, e, token);
     return -1;
 }
 
-/* A "k|<key id>|<id>" marker: the script held back an item sealed with a key
- * this client lacks. Says so in the client's error (the first one kept). */
+/* A "k|<key id>|<id>" marker: the script passed an item sealed with a key
+ * this client lacks, left ready. Says so in the client's error (the first
+ * one kept), naming the queue as its user does. */
 static void note_held_back(const dq__delivery *d, const redisReply *r, int first) {
     const char *bar = r->len > 19 ? memchr(r->str + 2, '|', r->len - 2) : NULL;
     if (!first || !bar) return;
     int kl = (int)(bar - r->str - 2), il = (int)(r->len - (size_t)(bar + 1 - r->str));
     if (d->c->keyring)
         dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, which this client's key "
-                 "file does not hold; it stays for a consumer that does", il, bar + 1, d->shard, kl, r->str + 2);
+                 "file does not hold; it stays for a consumer that does", il, bar + 1, d->owner, kl, r->str + 2);
     else
         dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, and this client has no key "
-                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, d->shard, kl,
+                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, d->owner, kl,
                  r->str + 2);
 }
 

@@ -330,12 +330,14 @@ int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *op
 /* The take script's reply: {} or {lease, entry 1, ..., entry n}
  * (lua/take.lua); lease is 0, or the score of the lease record when leased:
  * entry i's token is then "<request>.<i>.<lease>"; an empty entry is one
- * the script set aside, and "k|..." one it held back (sealed with a key this
- * client lacks: *held counts them, and the first is named in c's error).
+ * the script set aside, and a last "k|..." names the first it passed
+ * (sealed with a key this client lacks, left ready: *held counts it, and it
+ * is named in c's error).
  * Fills msgs (the caller owns them: dq_msg_free) with at most max; returns
  * how many, or -1 if the reply is not of that shape. An entry this client
- * cannot decode, or whose sealed payload does not open, goes to the shard's
- * set-aside list (its lease acked) instead of into msgs. */
+ * cannot decode, or that is no envelope opening under c's keys when c has
+ * keys (dq__open_taken), goes to the shard's set-aside list (its lease
+ * acked) instead of into msgs. */
 int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request, dq_msg **msgs,
                           size_t max, int *held);
 

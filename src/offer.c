@@ -25,11 +25,11 @@ static int check_item(dq_client *c, const dq_item *item) {
         return dq__fail(c, DQ_EINVAL, "delay or due time out of range (0 to %" PRId64 " ms)",
                         DQ_DUE_MAX_MS);
     if (item->flags & ~DQ_OFFER_KEEP) return dq__fail(c, DQ_EINVAL, "unknown offer flags");
-    /* A payload that looks sealed but is not would be taken for one: a
-     * client without keys may not offer it (its first byte is NUL, so no
-     * text payload is refused). */
-    if (!c->keyring && item->payload_len && dq__sealed(item->payload, item->payload_len, NULL))
-        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs1): offer it "
+    /* A payload that looks sealed but is not would be taken for one (and
+     * set aside by every consumer with keys): a client without keys may not
+     * offer it (its first byte is NUL, so no text payload is refused). */
+    if (!c->keyring && item->payload_len && dq__looks_sealed(item->payload, item->payload_len))
+        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs): offer it "
                                       "with a key file, or change its first bytes");
     return 0;
 }

@@ -15,7 +15,14 @@
  * item is safe without a counter, which many producer processes could not
  * share. The associated data, "delayq-seal-1\0<queue>\0<id>", binds the
  * format version, the queue and the item id: an envelope copied to another
- * item or queue fails to open. 53 bytes of overhead.
+ * item or queue fails to open. 53 bytes of overhead. <queue> is the queue's
+ * own name whichever of its shards holds the item (seal_binding), so the
+ * offer, the take, the listings and a change of shard count agree on it.
+ *
+ * A client that holds keys takes only envelopes that open (dq__open_taken):
+ * a payload that is not one (plaintext, an envelope cut short, another
+ * format) is refused with its reason, as a forged one is, unless the client
+ * allows plaintext (dq_options.allow_plaintext) during a move to sealing.
  *
  * Keys live in sodium_malloc'ed memory (guarded, locked where the system
  * allows, wiped when freed), read-only while in use and no-access between
@@ -219,10 +226,18 @@ int dq__sealed(const void *payload, size_t len, unsigned char id[DQ__KEY_ID_LEN]
     return 1;
 }
 
+/* What a sealed item is bound to: the length of the queue name within
+ * name, which is the queue's own name or one of its shards' ("q~T", T a
+ * tag: shard.c; no queue name holds '~'). Sealing and every opener go
+ * through make_ad, so none can bind an item to a shard, which an item
+ * leaves when the shard count changes and which an offer and a take may
+ * name differently. */
+static size_t seal_binding(const char *name) { return strcspn(name, "~"); }
+
 /* "delayq-seal-1\0<queue>\0<id>" into ad (sized for the longest). */
 static size_t make_ad(unsigned char *ad, const char *queue, const char *id, size_t id_len) {
     static const char version[] = "delayq-seal-1";
-    size_t ql = strlen(queue), n = 0;
+    size_t ql = seal_binding(queue), n = 0;
     memcpy(ad, version, sizeof version), n += sizeof version; /* with its NUL */
     memcpy(ad + n, queue, ql), n += ql;
     ad[n++] = '\0';
@@ -276,6 +291,46 @@ int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
     *out = pt;
     *out_len = (size_t)plen;
     return 0;
+}
+
+int dq__looks_sealed(const void *payload, size_t len) {
+    return len >= DQ__SEAL_MAGIC_LEN - 1 && memcmp(payload, magic, DQ__SEAL_MAGIC_LEN - 1) == 0;
+}
+
+/* Why a payload that is no whole envelope is refused (see dq__open_taken):
+ * DQ_EINVAL with why, or 1 when it may go as it is (a client without keys
+ * reads every payload as it is; one that allows plaintext, one that does
+ * not look sealed). */
+static int not_envelope(const dq__keyring *kr, int allow_plain, const unsigned char *p, size_t len, char *why,
+                        size_t whylen) {
+    int looks = dq__looks_sealed(p, len);
+    /* "\0dqs" then the version, '1', or nothing: an envelope cut short. */
+    int cut = len < DQ__SEAL_MAGIC_LEN || p[DQ__SEAL_MAGIC_LEN - 1] == magic[DQ__SEAL_MAGIC_LEN - 1];
+    if (!kr || (allow_plain && !looks)) return 1;
+    if (!looks)
+        snprintf(why, whylen, "payload not sealed, taken by a client that holds keys");
+    else if (cut)
+        snprintf(why, whylen, "sealed payload cut short (%zu bytes, an envelope has at least %d)", len,
+                 DQ__SEAL_OVERHEAD);
+    else
+        snprintf(why, whylen, "sealed payload of an unknown format (not \\0dqs1)");
+    return DQ_EINVAL;
+}
+
+int dq__open_taken(dq__keyring *kr, int allow_plain, const char *queue, const char *id, size_t id_len,
+                   const void *payload, size_t len, unsigned char **out, size_t *out_len, char *why,
+                   size_t whylen) {
+    unsigned char kid[DQ__KEY_ID_LEN];
+    char hex[DQ__KEY_ID_LEN * 2 + 1];
+    *out = NULL;
+    if (!dq__sealed(payload, len, kid)) return not_envelope(kr, allow_plain, payload, len, why, whylen);
+    int rc = dq__open(kr, queue, id, id_len, payload, len, out, out_len);
+    if (rc == 0) return 0;
+    dq__key_id_hex(kid, hex);
+    if (rc == DQ_EKEY) snprintf(why, whylen, "sealed with key %s, which the taking client lacked", hex);
+    else if (rc == DQ_EPROTO) snprintf(why, whylen, "sealed payload failed authentication (key %s)", hex);
+    else snprintf(why, whylen, "sealed payload (key %s): out of memory", hex);
+    return rc;
 }
 
 size_t dq__keyring_ids_hex(const dq__keyring *kr, char *buf, size_t size) {

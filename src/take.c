@@ -74,6 +74,9 @@ struct dq_take_req {
     take_token *token;      /* the script run in flight, if any           */
     int wait_out;           /* a BLPOP wait is out on conn                */
     int woke;               /* the last wait popped a token (tell the script) */
+    int passed;             /* a shard gave only items sealed for a key this
+                               client lacks: when no other shard has any,
+                               the take ends with DQ_EKEY, not a wait     */
     unsigned result_slot;   /* which of the client's result keys is ours  */
     char result_key[DQ__KEY_MAX + DQ_ID_GENERATED_LEN + 16]; /* dq:{Q}:t:<client tag>.<slot> */
     char request[DQ_ID_GENERATED_LEN + 1]; /* the request out, "" when none:
@@ -221,12 +224,18 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     if (held > 0 && n > 0) dq__log(t->c, "queue %s: %s", t->queue, t->c->errstr);
     if (n > 0) finish(t, 1, msgs, (size_t)n);
-    else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
+    else if (held > 0 && t->shards > 1 && !t->ending && ++t->tried < t->shards) {
+        /* They stay for the holders of that key, and stop nothing: the
+         * other shards may have items for this client. */
+        t->passed = 1;
+        next_shard(t);
+    } else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
     else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
     else {
         note_empty(t);
         if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
+        else if (t->passed) finish(t, DQ_EKEY, NULL, 0);
         else wait_for_entries(t);
     }
 }
@@ -350,7 +359,8 @@ static void next_shard(dq_take_req *t) {
         else j = i;
     }
     if (j == t->shards) {
-        wait_for_entries(t);
+        if (t->passed) finish(t, DQ_EKEY, NULL, 0); /* see passed */
+        else wait_for_entries(t);
         return;
     }
     if (set_shard(t, j) != 0) {

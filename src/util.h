@@ -250,8 +250,13 @@ void dq__key_id_hex(const unsigned char id[DQ__KEY_ID_LEN], char hex[DQ__KEY_ID_
 int dq__key_line(char *line, size_t size);
 /* 1 if payload is an envelope (then *id, unless NULL, gets its key id). */
 int dq__sealed(const void *payload, size_t len, unsigned char id[DQ__KEY_ID_LEN]);
+/* 1 if payload starts as every envelope does ("\0dqs", a whole one or not):
+ * no client without keys may offer it, no client with keys take it as plain. */
+int dq__looks_sealed(const void *payload, size_t len);
 /* Seals pt for item id of queue with kr's first key: *out (malloc'ed) gets
- * the envelope, DQ__SEAL_OVERHEAD bytes longer. 0 or DQ_ENOMEM. */
+ * the envelope, DQ__SEAL_OVERHEAD bytes longer. 0 or DQ_ENOMEM. queue may
+ * name the queue or any of its shards: either binds the item to the queue
+ * (as every opener does). */
 int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
              unsigned char **out, size_t *out_len);
 /* Opens an envelope of item id (id_len bytes) of queue: *out (malloc'ed,
@@ -260,5 +265,14 @@ int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt,
  * or moved from another item or queue), DQ_EINVAL (no envelope), DQ_ENOMEM. */
 int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
              const void *env, size_t len, unsigned char **out, size_t *out_len);
+/* What a client holding kr (NULL: none) makes of the payload of item id of
+ * queue it took (allow_plain: dq_options.allow_plaintext). Returns 0 (*out
+ * as dq__open's), 1 (deliver the payload as it is: a client without keys, or
+ * plaintext allowed; *out NULL), or a refusal with its reason in why (the
+ * item's set-aside reason; never key material): DQ_EINVAL (no envelope:
+ * not sealed, cut short, another format), DQ_EKEY, DQ_EPROTO, DQ_ENOMEM. */
+int dq__open_taken(dq__keyring *kr, int allow_plain, const char *queue, const char *id, size_t id_len,
+                   const void *payload, size_t len, unsigned char **out, size_t *out_len, char *why,
+                   size_t whylen);
 
 #endif

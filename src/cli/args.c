@@ -39,7 +39,8 @@ int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***val
                    {"wait-timeout", &env->wait_timeout},
                    {"key-file", &env->key_file},
                    {"password-file", &env->password_file},
-                   {"sentinel-password-file", &env->sentinel_password_file}};
+                   {"sentinel-password-file", &env->sentinel_password_file},
+                   {"plaintext", &env->plaintext}};
 
     for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++) {
         if (strlen(globals[k].name) == len && memcmp(globals[k].name, name, len) == 0) {

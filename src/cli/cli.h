@@ -39,6 +39,7 @@ typedef struct cli_env {
     const char *wait_replicas; /* --wait-replicas N, or NULL (0)           */
     const char *wait_timeout;  /* --wait-timeout DUR, or NULL (1s)         */
     const char *key_file;      /* --key-file FILE or $DELAYQ_KEY_FILE, or NULL */
+    const char *plaintext;     /* --plaintext allow|refuse or $DELAYQ_PLAINTEXT, or NULL */
     const char *password_file; /* --password-file FILE or $DELAYQ_PASSWORD_FILE,
                                   or NULL: the data nodes' password        */
     const char *sentinel_password_file; /* --sentinel-password-file FILE or
@@ -47,7 +48,7 @@ typedef struct cli_env {
 
 /* The options every command takes, before or after its name: --redis,
  * --wait-replicas, --wait-timeout, --key-file, --password-file,
- * --sentinel-password-file. Returns 1 and where the value goes in
+ * --sentinel-password-file, --plaintext. Returns 1 and where the value goes in
  * *value when name (len bytes) is one of them, else 0. */
 int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
 

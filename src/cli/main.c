@@ -86,6 +86,11 @@ static const char usage_main[] =
     "                 the same for the sentinels of a redis-sentinel:// URL (in\n"
     "                 place of sentinel_password); default\n"
     "                 $DELAYQ_SENTINEL_PASSWORD_FILE\n"
+    "  --plaintext allow|refuse\n"
+    "                 with --key-file, what becomes of a payload taken that is\n"
+    "                 not sealed: refuse (default) sets it aside with its reason,\n"
+    "                 as a forged one; allow delivers it as it is (while\n"
+    "                 producers move to sealing); default $DELAYQ_PLAINTEXT\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
@@ -185,8 +190,11 @@ static int global_options(cli_env *env, int argc, char **argv)
 static int dispatch(int argc, char **argv)
 {
     const char *url = getenv("DELAYQ_REDIS");
-    cli_env env = {url && *url ? url : DEFAULT_URL, NULL, NULL, getenv("DELAYQ_KEY_FILE"),
-                   getenv("DELAYQ_PASSWORD_FILE"), getenv("DELAYQ_SENTINEL_PASSWORD_FILE")};
+    cli_env env = {.redis_url = url && *url ? url : DEFAULT_URL,
+                   .key_file = getenv("DELAYQ_KEY_FILE"),
+                   .plaintext = getenv("DELAYQ_PLAINTEXT"),
+                   .password_file = getenv("DELAYQ_PASSWORD_FILE"),
+                   .sentinel_password_file = getenv("DELAYQ_SENTINEL_PASSWORD_FILE")};
 
     int i = global_options(&env, argc, argv);
     if (i < 0)

@@ -53,6 +53,21 @@ static int durability_options(const cli_env *env, dq_options *opts)
     return 0;
 }
 
+/* --plaintext into opts. Returns 0 or CLI_USAGE. */
+static int plaintext_option(const cli_env *env, dq_options *opts)
+{
+    const char *v = env->plaintext;
+
+    if (!v || !*v || strcmp(v, "refuse") == 0)
+        return 0;
+    if (strcmp(v, "allow") != 0) {
+        cli_err("--plaintext: expected allow or refuse, not '%s'", cli_quote(v));
+        return CLI_USAGE;
+    }
+    opts->allow_plaintext = 1;
+    return 0;
+}
+
 /* The best words for a failure: the client's message, else the code's. */
 static const char *cause(const dq_client *c, int code)
 {
@@ -116,7 +131,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
     char pw[256], spw[256];
 
     dq_options_init(&opts);
-    if (durability_options(env, &opts) != 0)
+    if (durability_options(env, &opts) != 0 || plaintext_option(env, &opts) != 0)
         return CLI_USAGE;
     opts.key_file = env->key_file && *env->key_file ? env->key_file : NULL;
     if (read_password("--password-file", env->password_file, pw, sizeof pw, &opts.password) ||

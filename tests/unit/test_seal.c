@@ -3,7 +3,11 @@
  * errors by line and without key material, refused permissions), the
  * envelope round trip with every byte value, and what must not open: another
  * item, another queue, a flipped byte anywhere, a key the ring lacks. Also
- * rotation: a ring of [new, old] seals with new and opens both.
+ * rotation: a ring of [new, old] seals with new and opens both. The binding
+ * is the queue whichever shard names it, and what a client with keys takes
+ * (dq__open_taken) is an envelope that opens, or refused with its reason:
+ * plaintext (unless allowed), every cut length, another format, an unknown
+ * key id, a forged body.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -176,12 +180,103 @@ static void test_rotation(void **state) {
     dq__keyring_free(rotated);
 }
 
+static void test_bound_to_queue(void **state) {
+    (void)state;
+    char line[128];
+    new_line(line, sizeof line);
+    dq__keyring *kr = ring_of(line);
+    unsigned char *env, *out;
+    size_t el, ol;
+    /* An offer names the queue, a take the shard it runs on ("q~T"). */
+    assert_int_equal(dq__seal(kr, "orders", "o-1", "pay", 3, &env, &el), 0);
+    assert_int_equal(dq__open(kr, "orders~3f", "o-1", 3, env, el, &out, &ol), 0);
+    free(out);
+    assert_int_equal(dq__open(kr, "orders~0", "o-1", 3, env, el, &out, &ol), 0);
+    free(out);
+    assert_int_equal(dq__open(kr, "orders2", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);
+    assert_int_equal(dq__open(kr, "order", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);
+    assert_int_equal(dq__open(kr, "refunds~3f", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);
+    free(env);
+    assert_int_equal(dq__seal(kr, "orders~1", "o-2", "pay", 3, &env, &el), 0);
+    assert_int_equal(dq__open(kr, "orders", "o-2", 3, env, el, &out, &ol), 0);
+    free(out);
+    free(env);
+    dq__keyring_free(kr);
+}
+
+/* dq__open_taken of len bytes of p by kr on item "o-1" of "orders": its
+ * return, *out checked against it, and why checked to hold want (NULL:
+ * not refused). */
+static int taken(dq__keyring *kr, int allow, const void *p, size_t len, const char *want) {
+    unsigned char *out = (unsigned char *)1;
+    size_t ol = 0;
+    char why[128] = "";
+    int rc = dq__open_taken(kr, allow, "orders~2", "o-1", 3, p, len, &out, &ol, why, sizeof why);
+    if (rc == 0) assert_non_null(out);
+    else assert_null(out);
+    if (rc < 0 && (!want || !strstr(why, want))) fail_msg("len %zu: refused as '%s', want '%s'", len, why, want);
+    if (rc >= 0 && want) fail_msg("len %zu: not refused (%d), want '%s'", len, rc, want);
+    free(out);
+    return rc;
+}
+
+static void test_open_taken_strict(void **state) {
+    (void)state;
+    char a[128], b[128];
+    new_line(a, sizeof a);
+    new_line(b, sizeof b);
+    dq__keyring *ka = ring_of(a), *kb = ring_of(b);
+    unsigned char *env, fake[DQ__SEAL_OVERHEAD + 8];
+    size_t el;
+    assert_int_equal(dq__seal(ka, "orders", "o-1", "pay me", 6, &env, &el), 0);
+    assert_int_equal(taken(ka, 0, env, el, NULL), 0);
+    assert_int_equal(taken(ka, 1, env, el, NULL), 0);
+    /* Plaintext: refused by default, delivered as it is when allowed, and
+     * always by a client without keys. */
+    assert_int_equal(taken(ka, 0, "pay me", 6, "not sealed"), DQ_EINVAL);
+    assert_int_equal(taken(ka, 0, "", 0, "not sealed"), DQ_EINVAL);
+    assert_int_equal(taken(ka, 1, "pay me", 6, NULL), 1);
+    assert_int_equal(taken(NULL, 0, "pay me", 6, NULL), 1);
+    /* Every cut: shorter than an envelope is never delivered to a client with
+     * keys (the first 4 bytes alone cannot be told from binary plaintext); a
+     * byte short of the whole fails authentication. */
+    for (size_t len = 0; len < el; len++) {
+        const char *want = len < DQ__SEAL_MAGIC_LEN - 1 ? "not sealed"
+                           : len < DQ__SEAL_OVERHEAD   ? "cut short"
+                                                       : "failed authentication";
+        assert_int_equal(taken(ka, 0, env, len, want), len < DQ__SEAL_OVERHEAD ? DQ_EINVAL : DQ_EPROTO);
+        if (len >= DQ__SEAL_MAGIC_LEN - 1)
+            assert_true(taken(ka, 1, env, len, len < DQ__SEAL_OVERHEAD ? "cut short" : "failed") < 0);
+        else
+            assert_int_equal(taken(ka, 1, env, len, NULL), 1);
+        assert_true(dq__looks_sealed(env, len) == (len >= DQ__SEAL_MAGIC_LEN - 1));
+    }
+    /* Another format version: refused even when plaintext is allowed. */
+    memset(fake, 'x', sizeof fake);
+    memcpy(fake, env, el); /* 6 bytes of payload: el < sizeof fake */
+    fake[DQ__SEAL_MAGIC_LEN - 1] = '2';
+    assert_int_equal(taken(ka, 1, fake, sizeof fake, "unknown format"), DQ_EINVAL);
+    assert_int_equal(taken(ka, 0, fake, DQ__SEAL_MAGIC_LEN, "unknown format"), DQ_EINVAL);
+    /* Forged: a key id nobody here holds, or ka's id over another body. */
+    assert_int_equal(taken(kb, 0, env, el, "which the taking client lacked"), DQ_EKEY);
+    assert_int_equal(taken(NULL, 0, env, el, "which the taking client lacked"), DQ_EKEY);
+    memcpy(fake, env, DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN);
+    randombytes_buf(fake + DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN, sizeof fake - DQ__SEAL_MAGIC_LEN - DQ__KEY_ID_LEN);
+    assert_int_equal(taken(ka, 1, fake, sizeof fake, "failed authentication"), DQ_EPROTO);
+    randombytes_buf(fake + DQ__SEAL_MAGIC_LEN, DQ__KEY_ID_LEN);
+    assert_int_equal(taken(ka, 1, fake, sizeof fake, "lacked"), DQ_EKEY);
+    free(env);
+    dq__keyring_free(ka);
+    dq__keyring_free(kb);
+}
+
 int main(void) {
     if (sodium_init() < 0) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_lines),       cmocka_unit_test(test_key_errors),
         cmocka_unit_test(test_key_file_mode),   cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_what_does_not_open), cmocka_unit_test(test_rotation),
+        cmocka_unit_test(test_bound_to_queue),  cmocka_unit_test(test_open_taken_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
