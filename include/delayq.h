@@ -434,13 +434,17 @@ typedef struct dq_finding {
 
 /* Checks dq_doctor makes, one finding each. */
 #define DQ_DOCTOR_CHECKS 8
-/* dq_doctor's flags: examine the masters only, not their replicas (a
- * long-running program's start, which should not wait on a replica). */
-#define DQ_DOCTOR_MASTERS_ONLY (1u << 0)
+/* dq_doctor's flags. DQ_DOCTOR_QUICK: what a long-running program needs
+ * at its start, which should neither wait on a replica nor run commands
+ * beyond reads: the masters only, and only the checks that can find the
+ * ground unsafe. function-library and acl (whose probes send FCALL, EVAL
+ * and FUNCTION LOAD) are then not examined: DQ_FINDING_OK, and their
+ * detail says so. */
+#define DQ_DOCTOR_QUICK (1u << 0)
 
 /* Examines the deployment c is connected to (the node, the Sentinel
  * group's master, or every cluster master) and, unless flags has
- * DQ_DOCTOR_MASTERS_ONLY, the replicas the masters list (ROLE), over
+ * DQ_DOCTOR_QUICK, the replicas the masters list (ROLE), over
  * connections of its own, waiting up to connect_timeout_ms for each node
  * and command_timeout_ms for its answers. Every check that cannot be read
  * (CONFIG, INFO or ACL refused to this user, a replica unreachable) is a

@@ -35,6 +35,8 @@ enum query { Q_TIME, Q_ROLE, Q_HELLO, Q_POLICY, Q_APPENDONLY, Q_FSYNC, Q_SAVE, Q
              Q_MINLAG, Q_INFO, Q_FUNCTIONS, Q_WHOAMI, Q_EVAL, Q_LOAD, Q_FCALL, Q_FCALL_RO,
              Q_COUNT };
 
+/* The last ones (from Q_FUNCTIONS) only for the checks DQ_DOCTOR_QUICK skips. */
+#define Q_QUICK Q_FUNCTIONS
 static const struct {
     int argc;
     const char *argv[4];
@@ -198,14 +200,15 @@ static void on_role(dq__conn *conn, redisReply *reply, int code, void *privdata)
     node *nd = ref->nd;
     on_answer(conn, reply, code, privdata);
     char role[16];
-    if (!(nd->ex->flags & DQ_DOCTOR_MASTERS_ONLY) && !nd->is_replica &&
+    if (!(nd->ex->flags & DQ_DOCTOR_QUICK) && !nd->is_replica &&
         line_of(value(nd, Q_ROLE), 0, role, sizeof role) == 0 && strcmp(role, "master") == 0)
         discover(nd);
 }
 
 static void node_up(dq__conn *conn, void *privdata) {
     node *nd = privdata;
-    for (int q = 0; q < Q_COUNT; q++) {
+    int n = nd->ex->flags & DQ_DOCTOR_QUICK ? Q_QUICK : Q_COUNT;
+    for (int q = 0; q < n; q++) {
         const char *argv[4];
         size_t lens[4];
         for (int i = 0; i < queries[q].argc; i++) argv[i] = queries[q].argv[i], lens[i] = strlen(argv[i]);
@@ -591,19 +594,24 @@ static const struct {
     void (*node)(const node *nd, const char *name, report *r);
     int failed_too;                              /* nodes never up too */
     void (*after)(const exam *ex, report *r);    /* across nodes, or NULL */
+    int full;                                    /* skipped by DQ_DOCTOR_QUICK */
 } checks[DQ_DOCTOR_CHECKS] = {
-    {"maxmemory-policy", check_policy, 0, NULL},
-    {"persistence", check_persistence, 0, NULL},
-    {"replicas", check_replicas, 1, NULL},
-    {"min-replicas-to-write", check_min_replicas, 0, NULL},
-    {"clock", check_clock, 0, clock_spread},
-    {"redis-version", check_version, 0, NULL},
-    {"function-library", check_library, 0, NULL},
-    {"acl", check_acl, 0, NULL},
+    {"maxmemory-policy", check_policy, 0, NULL, 0},
+    {"persistence", check_persistence, 0, NULL, 0},
+    {"replicas", check_replicas, 1, NULL, 0},
+    {"min-replicas-to-write", check_min_replicas, 0, NULL, 0},
+    {"clock", check_clock, 0, clock_spread, 0},
+    {"redis-version", check_version, 0, NULL, 0},
+    {"function-library", check_library, 0, NULL, 1},
+    {"acl", check_acl, 0, NULL, 1},
 };
 
 static void run_check(const exam *ex, int k, report *r) {
     char name[160];
+    if (checks[k].full && (ex->flags & DQ_DOCTOR_QUICK)) {
+        fine(r, "not examined at the start (see 'delayq doctor')");
+        return;
+    }
     for (int i = 0; i < ex->n; i++)
         if (!ex->nodes[i]->failed || checks[k].failed_too)
             checks[k].node(ex->nodes[i], label(ex->nodes[i], name, sizeof name), r);

@@ -271,12 +271,13 @@ int cli_print_lookup(const char *id, const dq_item_info *info, int json);
 /* ------------------------------------------------------------ doctor (doctor.c) */
 
 /* At the start of a long-running command (take, work, schedule, serve):
- * examines the masters (dq_doctor, DQ_DOCTOR_MASTERS_ONLY) and prints each
- * unsafe finding as one "delayq: unsafe: CHECK: DETAIL" line on stderr.
+ * examines the deployment (dq_doctor with flags: DQ_DOCTOR_QUICK, or 0 for
+ * every finding) and prints each unsafe one as one "delayq: unsafe: CHECK:
+ * DETAIL" line on stderr.
  * Never fails the run: a doctor that cannot examine says nothing. out may
  * be NULL; else it receives the findings (free with dq_findings_free), or
  * NULL and *n = 0. */
-void cli_doctor_start(dq_client *c, dq_finding **out, size_t *n);
+void cli_doctor_start(dq_client *c, unsigned flags, dq_finding **out, size_t *n);
 
 /* ------------------------------------------------------------ commands */
 

@@ -101,7 +101,7 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
         rc = cli_connect(env, &conf.c);
     if (!rc) {
         dq_finding *findings;
-        cli_doctor_start(conf.c, &findings, &conf.nfindings);
+        cli_doctor_start(conf.c, 0, &findings, &conf.nfindings);
         conf.findings = findings;
         cli_log_start(conf.c);
         rc = run(&conf, addr, port);
