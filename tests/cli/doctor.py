@@ -207,6 +207,12 @@ try:
         lines = unsafe_lines(r.err)
         ok(len(lines) == 1 and lines[0].startswith("delayq: unsafe: clock: ") and " there, " in lines[0]
            and " here)" in lines[0], "take's one line at its start names both clocks", r)
+    p = Bg([BIN, "--redis", url(skew), "schedule", "dr-clock"], name="schedule")
+    time.sleep(1)
+    eq(p.stop(), 0, "schedule runs until SIGTERM")
+    lines = unsafe_lines(p.err)
+    ok(len(lines) == 1 and lines[0].startswith("delayq: unsafe: clock: "), "schedule prints the clock's line once",
+       p.err)
 
     section("nothing listening: exit 3")
     r = doctor(url(closed_port()))
