@@ -14,7 +14,9 @@
  * (arrays flattened, one element a line); the checks then read every
  * node's. A refused read (an application user's rule allows no CONFIG or
  * INFO) is a warning naming the refusal, never a failure. Nothing is
- * written anywhere.
+ * written anywhere. DQ_DOCTOR_QUICK (a long-running command's start) asks
+ * the masters only, and only the reads before FUNCTION LIST: the checks
+ * that can find the ground unsafe.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -266,8 +268,6 @@ static void nodes_free(exam *ex) {
 
 /* ------------------------------------------------------------ reports */
 
-/* What one check found: per-node notes (the worst status counts), each
- * advice once, and the summary used when all is well. */
 #define GROUPS_MAX 16
 
 /* What one check found: its problems, each with the nodes it was found on
