@@ -214,6 +214,21 @@ try:
     ok(len(lines) == 1 and lines[0].startswith("delayq: unsafe: clock: "), "schedule prints the clock's line once",
        p.err)
 
+    section("a replica whose clock is 60 s ahead of its master's")
+    rep = server("--appendonly", "yes", "--save", "", "--replicaof", "127.0.0.1", str(good), shift_ms=60000)
+    ok(topology.wait_until(lambda: topology.info(rep, "replication").get("master_link_status") == "up", 10),
+       "the replica is linked")
+    r = doctor(url(good), "--json")
+    eq(r.rc, 1, "doctor on the master's URL exits 1")
+    f = findings(r)
+    st, detail = f.get("clock", ("?", ""))
+    ok(st == "unsafe" and f"127.0.0.1:{rep} (replica): clock" in detail and "the nodes' clocks differ by 6" in detail,
+       "clock unsafe: the replica's, and the nodes differ (a failover would jump)", detail)
+    eq(f.get("persistence", ("?",))[0], "ok", "persistence ok on both")
+    ok("1 replica" in f.get("replicas", ("", ""))[1], "replicas: the master has one", f.get("replicas"))
+    r = dq("--redis", url(good), "take", "dr-rep", "--timeout", "300ms", redis=False)
+    eq(unsafe_lines(r.err), [], "take's quick look at the start examines the master only")
+
     section("nothing listening: exit 3")
     r = doctor(url(closed_port()))
     eq(r.rc, 3, "doctor exits 3")
