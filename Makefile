@@ -58,6 +58,9 @@ DQBENCH_SRC = $(wildcard bench/dqbench/*.c)
 # Helpers the tests run (tests/cli/*.py), not tests themselves: run.sh
 # executes every tests/unit binary, so they live apart.
 TOOL_SRC = $(wildcard tests/tools/*.c)
+# LD_PRELOAD shims the tests put under redis-server (a shifted clock):
+# shared objects, built without the sanitizers (the server has none).
+PRELOAD_SRC = $(wildcard tests/tools/preload/*.c)
 
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -66,6 +69,7 @@ ITEST_BIN = $(ITEST_SRC:tests/integration/%.c=$(BUILD)/tests/%)
 EX_BIN = $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 BENCH_BIN = $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%) $(BUILD)/bench/dqbench
 TOOL_BIN = $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
+PRELOAD_SO = $(PRELOAD_SRC:tests/tools/preload/%.c=$(BUILD)/tests/tools/%.so)
 
 STATIC = $(BUILD)/libdelayq.a
 SHARED = $(BUILD)/libdelayq.so
@@ -80,7 +84,7 @@ DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev lib
 TEST_PKGS = chromium chromium-driver python3-selenium
 
 .PHONY: all deps deps-test demo test test-asan valgrind bench fuzz fuzz-objs check install clean
-all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
+all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(PRELOAD_SO) $(EX_BIN) $(BENCH_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
@@ -123,6 +127,10 @@ $(BUILD)/tests/%: tests/integration/%.c $(STATIC) $(wildcard tests/*.h)
 $(BUILD)/tests/tools/%: tests/tools/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+
+$(BUILD)/tests/tools/%.so: tests/tools/preload/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -shared $(CFLAGS) -o $@ $< -ldl
 
 $(BUILD)/examples/%: examples/%.c $(STATIC) $(wildcard examples/*.h)
 	@mkdir -p $(dir $@)

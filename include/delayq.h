@@ -470,6 +470,54 @@ DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cu
                       dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
 DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
 
+/* ------------------------------------------------------------------ doctor */
+
+/* What dq_doctor found for one check. */
+enum dq_finding_status {
+    DQ_FINDING_OK = 0,
+    DQ_FINDING_WARN = 1,   /* worth a look, or could not be read          */
+    DQ_FINDING_UNSAFE = 2  /* breaks a promise: items lost, early or late */
+};
+
+typedef struct dq_finding {
+    const char *check;  /* static: "maxmemory-policy", "persistence",
+                           "replicas", "min-replicas-to-write", "clock",
+                           "redis-version", "function-library", "acl"      */
+    int status;         /* enum dq_finding_status                         */
+    char *detail;       /* what was found on which node, and what to
+                           change; one line of printable ASCII. Owned by
+                           the array                                      */
+} dq_finding;
+
+/* Checks dq_doctor makes, one finding each. */
+#define DQ_DOCTOR_CHECKS 8
+/* dq_doctor's flags. DQ_DOCTOR_QUICK: what a long-running program needs
+ * at its start, which should neither wait on a replica nor run commands
+ * beyond reads: the masters only, and only the checks that can find the
+ * ground unsafe. function-library and acl (whose probes send FCALL, EVAL
+ * and FUNCTION LOAD) are then not examined: DQ_FINDING_OK, and their
+ * detail says so. */
+#define DQ_DOCTOR_QUICK (1u << 0)
+
+/* Examines the deployment c is connected to (the node, the Sentinel
+ * group's master, or every cluster master) and, unless flags has
+ * DQ_DOCTOR_QUICK, the replicas the masters list (ROLE), over
+ * connections of its own, waiting up to connect_timeout_ms for each node
+ * and command_timeout_ms for its answers. Every check that cannot be read
+ * (CONFIG, INFO or ACL refused to this user, a replica unreachable) is a
+ * DQ_FINDING_WARN saying why. The clock check compares each node's TIME
+ * with this host's clock: more than 1 s apart is DQ_FINDING_UNSAFE (see
+ * README, "Clocks"). Fills *out with a new array of *n (DQ_DOCTOR_CHECKS)
+ * findings in a fixed order; free it with dq_findings_free. Returns 0, or a
+ * negative code (nothing in *out): DQ_ECONNECT when no node could be
+ * examined, DQ_ENOMEM, DQ_EBUSY from a callback of c. Runs the client's
+ * loop meanwhile. */
+DQ_EXPORT int dq_doctor(dq_client *c, unsigned flags, dq_finding **out, size_t *n) DQ_NODISCARD;
+DQ_EXPORT void dq_findings_free(dq_finding *findings, size_t n);
+
+/* "ok", "warn" or "unsafe" for an enum dq_finding_status; "?" otherwise. */
+DQ_EXPORT const char *dq_finding_status_name(int status);
+
 /* ------------------------------------------------------------------ scheduling */
 
 /* Starts moving due items of queue to its ready list, on the client's loop:

@@ -218,6 +218,10 @@ dq__conn *dq__route_blocking(dq_client *c, unsigned slot);
 void dq__route_blocking_release(dq_client *c, dq__conn *conn);
 /* 1 if conn belongs to the node that serves slot now. */
 int dq__route_owns(dq_client *c, const dq__conn *conn, unsigned slot);
+/* The endpoints of the masters served now (masters.c): the one node, the
+ * Sentinel's master, or each cluster node owning a slot; at most max into
+ * eps, without db or ROLE check. Returns how many (0: none known now). */
+int dq__route_masters(dq_client *c, dq__endpoint *eps, int max);
 
 /* Sharded pub/sub: fn hears READY each time the subscription is (again)
  * confirmed, at whichever node serves the channel's slot, and MESSAGE for

@@ -278,6 +278,17 @@ struct json_t *cli_json_lookup(const char *id, const dq_item_info *info);
  * apply), "attempts N" lines, or one JSON object. Returns 0 or CLI_FAIL. */
 int cli_print_lookup(const char *id, const dq_item_info *info, int json);
 
+/* ------------------------------------------------------------ doctor (doctor.c) */
+
+/* At the start of a long-running command (take, work, schedule, serve):
+ * examines the deployment (dq_doctor with flags: DQ_DOCTOR_QUICK, or 0 for
+ * every finding) and prints each unsafe one as one "delayq: unsafe: CHECK:
+ * DETAIL" line on stderr.
+ * Never fails the run: a doctor that cannot examine says nothing. out may
+ * be NULL; else it receives the findings (free with dq_findings_free), or
+ * NULL and *n = 0. */
+void cli_doctor_start(dq_client *c, unsigned flags, dq_finding **out, size_t *n);
+
 /* ------------------------------------------------------------ commands */
 
 /* Each takes the arguments after its name and returns an exit code. */
@@ -298,6 +309,7 @@ int cli_cmd_keygen(cli_env *env, int argc, char **argv);   /* cmd_keygen.c */
 int cli_cmd_lookup(cli_env *env, int argc, char **argv);   /* cmd_browse.c */
 int cli_cmd_list(cli_env *env, int argc, char **argv);     /* cmd_browse.c */
 int cli_cmd_serve(cli_env *env, int argc, char **argv);    /* cmd_serve.c */
+int cli_cmd_doctor(cli_env *env, int argc, char **argv);   /* cmd_doctor.c */
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -317,6 +329,7 @@ extern const char cli_usage_keygen[];
 extern const char cli_usage_lookup[];
 extern const char cli_usage_list[];
 extern const char cli_usage_serve[];
+extern const char cli_usage_doctor[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

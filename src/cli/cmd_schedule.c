@@ -59,6 +59,7 @@ static int schedule_all(dq_client *c, int n, char **queues)
 
 static int run(sched_run *s, int n, char **queues)
 {
+    cli_doctor_start(s->c, DQ_DOCTOR_QUICK, NULL, NULL);
     int rc = schedule_all(s->c, n, queues);
     if (rc)
         return rc;

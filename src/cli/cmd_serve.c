@@ -96,13 +96,17 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
         rc = parse_listen(listen, addr, sizeof addr, &port);
     if (!rc && token_file)
         rc = cli_read_secret("serve", "token", token_file, token, sizeof token);
-    cli_serve_conf conf = {NULL, token_file ? token : NULL, argv, npos};
+    cli_serve_conf conf = {NULL, token_file ? token : NULL, argv, npos, NULL, 0};
     if (!rc)
         rc = cli_connect(env, &conf.c);
     if (!rc) {
+        dq_finding *findings;
+        cli_doctor_start(conf.c, 0, &findings, &conf.nfindings);
+        conf.findings = findings;
         cli_log_start(conf.c);
         rc = run(&conf, addr, port);
         cli_close(conf.c);
+        dq_findings_free(findings, conf.nfindings);
     }
     sodium_memzero(token, sizeof token);
     return rc;

@@ -145,6 +145,7 @@ static void on_signal(void *data, int signum)
 static int run(take_run *t, int64_t timeout_ms, int scheduler)
 {
     struct ev_loop *loop = dq_client_loop(t->c);
+    cli_doctor_start(t->c, DQ_DOCTOR_QUICK, NULL, NULL);
     int rc = scheduler ? dq_schedule(t->c, t->queue) : 0;
 
     cli_log_start(t->c);

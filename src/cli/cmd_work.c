@@ -451,6 +451,7 @@ static void drop_jobs(work_run *r)
 
 static int run(work_run *r, int concurrency, const dq_take_opts *opts)
 {
+    cli_doctor_start(r->c, DQ_DOCTOR_QUICK, NULL, NULL);
     r->w = dq_worker_start_ex(r->c, r->queue, concurrency, 0, opts, on_msg, r);
     if (!r->w) {
         cli_err("work: %s", dq_client_errstr(r->c));

@@ -59,6 +59,8 @@ static const char usage_main[] =
     "                       inflight, dead)\n"
     "  serve [--listen ADDR:PORT] [--token-file FILE] [QUEUE...]\n"
     "                       HTTP: Prometheus /metrics, a dashboard at /, a JSON API\n"
+    "  doctor [--json]      what in the Redis deployment breaks delayq's promises\n"
+    "                       (eviction, persistence, replicas, clocks, version, ACL)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -124,6 +126,7 @@ static const command commands[] = {
     {"lookup", cli_cmd_lookup, cli_usage_lookup},
     {"list", cli_cmd_list, cli_usage_list},
     {"serve", cli_cmd_serve, cli_usage_serve},
+    {"doctor", cli_cmd_doctor, cli_usage_doctor},
     {NULL, NULL, NULL},
 };
 

@@ -23,6 +23,9 @@ typedef struct cli_serve_conf {
                           NULL: read-only, mutations answer 403          */
     char **queues;     /* shown besides the registry's                    */
     int nqueues;
+    const dq_finding *findings; /* the doctor's at the start (cli_doctor_start),
+                                   shown by /metrics and /api/queues      */
+    size_t nfindings;
 } cli_serve_conf;
 
 /* A response: status, content type (static) and a malloc'ed body. */

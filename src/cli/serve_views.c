@@ -201,6 +201,30 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
                            seconds(m[i].stats.next_due_in_ms));
 }
 
+/* The doctor's findings at the start: one sample per check, its status a
+ * label (Prometheus text). */
+static void render_findings(dq__buf *b, const cli_serve_conf *conf)
+{
+    if (!conf->nfindings)
+        return;
+    dq__buf_printf(b, "# HELP delayq_doctor_finding The checks of 'delayq doctor' at the start "
+                      "(1 for the status found).\n# TYPE delayq_doctor_finding gauge\n");
+    for (size_t i = 0; i < conf->nfindings; i++)
+        dq__buf_printf(b, "delayq_doctor_finding{check=\"%s\",status=\"%s\"} 1\n",
+                       conf->findings[i].check, dq_finding_status_name(conf->findings[i].status));
+}
+
+/* The unsafe findings, for the dashboard. */
+static json_t *unsafe_json(const cli_serve_conf *conf)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < conf->nfindings; i++)
+        if (conf->findings[i].status == DQ_FINDING_UNSAFE)
+            json_array_append_new(list, json_pack("{s:s, s:s}", "check", conf->findings[i].check,
+                                                  "detail", conf->findings[i].detail));
+    return list;
+}
+
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
 {
     dq__buf b = {0};
@@ -224,6 +248,7 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
                    errors);
     if (up)
         render_metrics(&b, names, m, okq, n);
+    render_findings(&b, conf);
     free(m);
     free(okq);
     dq_queues_free(names, n);
@@ -264,6 +289,7 @@ void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
     json_t *body = json_object(), *list = json_array();
     int rc = shown_queues(conf, &names, &n);
     json_object_set_new(body, "redis_up", json_boolean(rc == 0));
+    json_object_set_new(body, "unsafe", unsafe_json(conf));
     if (rc) {
         const char *msg = dq_client_errstr(conf->c);
         json_object_set_new(body, "error", json_string(msg[0] ? msg : dq_strerror(rc)));

@@ -81,6 +81,8 @@ run(1, "cancel", Q, "l1")
 run(0, "config", Q, "--lease", "20s", "--max-attempts", "1")
 run(0, "config", Q, "--json")
 run(0, "config", Q, "--reset")
+run(0, "doctor")
+run(0, "doctor", "--json")
 
 section("dead letters")
 run(0, "config", Q, "--max-attempts", "1")
