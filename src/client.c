@@ -120,6 +120,7 @@ void dq_client_free(dq_client *c) {
     dq__registry_free(c);
     dq__shards_free(c);
     dq__keyring_free(c->keyring);
+    dq__errlog_free(c);
     free(c);
 }
 
