@@ -375,6 +375,14 @@ DQ_EXPORT int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) DQ_
 DQ_EXPORT int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_metrics *m,
                                   int *status) DQ_NODISCARD;
 
+/* Whether the node serving queue (NULL: the master outside a cluster, or
+ * the one serving slot 0) takes writes: one PING, which a master refuses
+ * with MISCONF exactly while it refuses writes because an RDB save or an
+ * AOF write failed (stop-writes-on-bgsave-error; reads keep working).
+ * Returns 1 if it takes them, 0 if it refuses them (the message on c is
+ * Redis's), or a negative code when it could not be asked. */
+DQ_EXPORT int dq_redis_writable(dq_client *c, const char *queue) DQ_NODISCARD;
+
 /* The names of every queue ever offered to, from the registry the offers
  * keep (the set dq:queues: a client adds a queue the first time it offers
  * to it, pipelined with that offer; no SCAN, no KEYS). Returns 0 and a new
