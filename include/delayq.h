@@ -234,7 +234,11 @@ DQ_EXPORT const char *dq_client_errstr(const dq_client *c);
 
 /* Receives what the client's background work (schedulers, reconnects,
  * set-aside entries) has to report, one line without a newline; msg is valid
- * during the call. Default: nothing is reported. */
+ * during the call. Default: nothing is reported. Errors Redis gives while a
+ * condition lasts (OOM, MISCONF, NOREPLICAS, READONLY, LOADING, BUSY: known
+ * by that first word) are retried with a backoff of up to 1 s and reported
+ * per kind: the first as it is, then one line at most every 10 s counting
+ * the repeats, and "<KIND> errors cleared after ..." when one succeeds. */
 typedef void dq_log_fn(void *privdata, const char *msg);
 DQ_EXPORT void dq_set_log(dq_client *c, dq_log_fn *fn, void *privdata);
 
@@ -427,6 +431,14 @@ DQ_EXPORT int dq_get_metrics(dq_client *c, const char *queue, dq_metrics *m) DQ_
  * every call has ended, or a negative code (nothing was sent). */
 DQ_EXPORT int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_metrics *m,
                                   int *status) DQ_NODISCARD;
+
+/* Whether the node serving queue (NULL: the master outside a cluster, or
+ * the one serving slot 0) takes writes: one PING, which a master refuses
+ * with MISCONF exactly while it refuses writes because an RDB save or an
+ * AOF write failed (stop-writes-on-bgsave-error; reads keep working).
+ * Returns 1 if it takes them, 0 if it refuses them (the message on c is
+ * Redis's), or a negative code when it could not be asked. */
+DQ_EXPORT int dq_redis_writable(dq_client *c, const char *queue) DQ_NODISCARD;
 
 /* The names of every queue ever offered to, from the registry the offers
  * keep (the set dq:queues: a client adds a queue the first time it offers
@@ -639,7 +651,9 @@ DQ_EXPORT int dq_queue_config_reset(dq_client *c, const char *queue) DQ_NODISCAR
 typedef void dq_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata);
 
 /* Starts waiting for one item of queue on a connection of its own; cb runs
- * on the loop. timeout_ms < 0 waits forever. Survives reconnects. *req (may
+ * on the loop. timeout_ms < 0 waits forever. Survives reconnects, and waits
+ * out the errors that persist (see dq_set_log): a timeout that comes while
+ * Redis still gives one reports that error (status < 0), not 0. *req (may
  * be NULL) receives a handle for dq_take_cancel, valid until cb runs.
  * Returns 0, DQ_EINVAL or DQ_ENOMEM. */
 DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms,

@@ -150,6 +150,7 @@ void dq_client_free(dq_client *c) {
     dq__registry_free(c);
     dq__shards_free(c);
     dq__keyring_free(c->keyring);
+    dq__errlog_free(c);
     explicit_bzero(&c->url, sizeof c->url); /* its passwords */
     free(c);
 }

@@ -212,12 +212,20 @@ static int role_is_master(const redisReply *reply) {
            strcmp(reply->element[0]->str, "master") == 0;
 }
 
+/* A master that refuses writes (stop-writes-on-bgsave-error with a failing
+ * RDB save, or an AOF write error) answers PING with MISCONF, but it is up
+ * and serves reads: the connection is made, and each write gets the MISCONF
+ * itself. */
+static int refuses_writes_only(const char *what, const redisReply *reply) {
+    return strcmp(what, "PING") == 0 && strncmp(reply->str, "MISCONF ", 8) == 0;
+}
+
 static void handshake_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     const char *what = privdata;
     if (!conn) return;
     if (!reply) return; /* the connection went down: drop() handles it */
     (void)code;
-    if (reply->type == REDIS_REPLY_ERROR) {
+    if (reply->type == REDIS_REPLY_ERROR && !refuses_writes_only(what, reply)) {
         int auth = strcmp(what, "AUTH") == 0 || strcmp(what, "SELECT") == 0;
         set_err(conn, auth ? DQ_EAUTH : DQ_EREDIS, "%s refused by Redis at %s: %s", what,
                 conn->name, reply->str);

@@ -308,6 +308,7 @@ struct dq_client {
     struct dq__waiter *waiters;  /* armed waits on shards (waiter.c)    */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
+    struct dq__errlog *errlog;   /* errors that persist, by kind (backoff.c) */
     char errstr[DQ__ERRSTR_MAX];
 };
 
@@ -433,6 +434,45 @@ void dq__refused(dq_client *c, const char *fmt, ...) __attribute__((format(print
 
 /* Records the client's last failure message and returns code. */
 int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------ errors that persist (backoff.c) */
+
+#define DQ__ERRKIND_MAX 16 /* an error's code word ("NOREPLICAS"), with its NUL */
+
+/* The state of something that retries on its own (a scheduler's transfers,
+ * a take, a worker's takes): zeroed is "nothing failed". */
+typedef struct dq__backoff {
+    int failures;                /* in a row                                 */
+    double until;                /* ev_now() before which it does not retry  */
+    char kind[DQ__ERRKIND_MAX];  /* the last failure's code word, or ""      */
+} dq__backoff;
+
+/* 1 if text (an error reply, or a message that starts with one) starts with
+ * a code Redis answers while a condition lasts: OOM, MISCONF, NOREPLICAS,
+ * READONLY, LOADING, BUSY. */
+int dq__error_persists(const char *text);
+/* A failure of what b retries, with error (the Redis error text, or a
+ * message): returns the seconds to wait before the next try (20 ms doubling
+ * to 1 s, times a random factor in [1/2, 1]), which dq__backoff_left then
+ * counts down. */
+double dq__backoff_next(dq_client *c, dq__backoff *b, const char *error);
+/* The same, after logging the line fmt makes as dq__log_error does. */
+double dq__backoff_failed(dq_client *c, dq__backoff *b, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* A success: b starts over, and if b's last failure was of a persisting
+ * kind that was reported, the log says the kind cleared. */
+void dq__backoff_ok(dq_client *c, dq__backoff *b);
+/* Lets the next try go at once (what refused may be gone: a reconnect),
+ * the failures still counted. */
+void dq__backoff_retry_now(dq__backoff *b);
+/* Seconds before b allows the next try; 0 when it does. */
+double dq__backoff_left(const dq_client *c, const dq__backoff *b);
+/* Logs a line about error (the Redis error text): one of a persisting kind
+ * is coalesced with the client's others of that kind (the first said, the
+ * rest counted in a line at most every 10 s); any other, as dq__log. */
+void dq__log_error(dq_client *c, const char *error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Frees the client's record of the kinds (dq_client_free). */
+void dq__errlog_free(dq_client *c);
 
 void dq__keys_init(dq__keys *k, const char *queue);
 /* The keys of queue from the client's one-queue cache (the hot paths use

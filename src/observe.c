@@ -1,7 +1,7 @@
 /*
  * observe.c - what an operator reads of a queue: its metrics (counts,
- * totals and the lateness histogram, one script) and paged listings of
- * each state. Reads only: the scripts are no-writes functions, so a
+ * totals and the lateness histogram, one script), paged listings of each
+ * state, and whether its node takes writes. Reads only: the scripts are no-writes functions, so a
  * read-only ACL user may run them, and they never change what they show.
  */
 #include <inttypes.h>
@@ -181,6 +181,38 @@ int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_me
     }
     free(calls);
     return 0;
+}
+
+/* ------------------------------------------------------------ writability */
+
+typedef struct ping_call {
+    dq_client *c;
+    int done, status;
+} ping_call;
+
+/* PING is refused with MISCONF exactly while a master refuses writes for a
+ * failing RDB or AOF write (and answered, unlike a write, otherwise). */
+static void ping_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    ping_call *p = privdata;
+    p->done = 1;
+    if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "MISCONF ", 8) == 0)
+        p->status = dq__fail(p->c, 0, "%s", reply->str);
+    else if (reply && reply->type != REDIS_REPLY_ERROR) p->status = 1;
+    else p->status = dq__reply_failure(p->c, conn, reply, code, "(none)");
+}
+
+int dq_redis_writable(dq_client *c, const char *queue) {
+    int rc = dq__not_in_callback(c);
+    if (!rc && queue) rc = dq__check_queue(c, queue);
+    if (rc) return rc;
+    if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
+    ping_call p = {c, 0, 0};
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    rc = dq__route_argv(c, queue ? dq__queue_slot(queue) : 0, 0, 1, argv, lens, ping_reply, &p);
+    if (rc) return rc;
+    dq__wait(c, &p.done);
+    return p.status;
 }
 
 /* ------------------------------------------------------------ listing */

@@ -9,7 +9,9 @@
  * once while the server says more items are due. A catch-up run happens on
  * every (re)subscription and on every reconnect of a command connection,
  * so a lost announcement delays nothing for longer than the safety
- * interval.
+ * interval. A run that failed delays the next one (backoff.c), whatever
+ * asks for it: Redis refusing with OOM or MISCONF would otherwise be asked
+ * again at once, as the due time it failed for has passed.
  *
  * A sharded queue has one of these per shard, each with the queue as its
  * owner: dq_schedule starts them by the shard count the client knows (1
@@ -38,6 +40,7 @@ struct dq__sched {
     dq__sched_core core;
     ev_timer due_timer, safety_timer;
     dq__sub *sub;        /* the wake channel's subscription          */
+    dq__backoff backoff; /* failed runs in a row: the next waits      */
     int closing;
     double sent_at;      /* ev_time when the in-flight run was sent  */
 };
@@ -128,13 +131,14 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
+        if (reply) dq__backoff_next(c, &s->backoff, reply->type == REDIS_REPLY_ERROR ? reply->str : "");
         if (dq__reply_is_refusal(reply) && dq__text_is_no_library(reply->str))
             dq__refused(c, "queue %s: transfer refused: %s", s->queue, reply->str);
         else if (dq__reply_is_refusal(reply))
             dq__refused(c, "queue %s: transfer refused: %s (queue %s needs keys dq:{%s}:* and channel "
                         "dq:{%s}:w: see 'delayq acl')", s->queue, reply->str, s->queue, s->queue, s->queue);
         else if (reply && reply->type == REDIS_REPLY_ERROR)
-            dq__log(c, "queue %s: transfer failed: %s", s->queue, reply->str);
+            dq__log_error(c, reply->str, "queue %s: transfer failed: %s", s->queue, reply->str);
         else if (!reply && code != DQ_ECLOSED)
             dq__log(c, "queue %s: transfer interrupted: %s", s->queue, dq_strerror(code));
         if (s->closing) {
@@ -142,9 +146,13 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
             return;
         }
         arm_safety_timer(s);
-        arm_due_timer(s);
+        /* An error reply tells nothing of what is due: run again once the
+         * backoff allows (transfer waits it out). */
+        if (reply) transfer(s, DQ__NONE);
+        else arm_due_timer(s);
         return;
     }
+    dq__backoff_ok(c, &s->backoff);
     int64_t moved = dq__reply_int(reply->element[0]);
     int64_t aside = dq__reply_int(reply->element[1]);
     int64_t next_due = dq__reply_int(reply->element[2]);
@@ -178,6 +186,12 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     dq_client *c = s->c;
     if (s->closing || s->core.in_flight) return;
     ev_timer_stop(c->loop, &s->due_timer);
+    double wait = dq__backoff_left(c, &s->backoff);
+    if (wait > 0) { /* the due timer runs it then */
+        ev_timer_set(&s->due_timer, wait, 0);
+        ev_timer_start(c->loop, &s->due_timer);
+        return;
+    }
     char batch[16], budget[16];
     const dq__keys *k = &s->keys;
     /* Runs not fired by a due time (catch-up, safety) also top up the wake
@@ -199,10 +213,14 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     }
 }
 
-/* A command connection came (back) up: catch up on every queue. */
+/* A command connection came (back) up: catch up on every queue, at once
+ * (a new node, or a failover's, is not the one that refused). */
 static void on_node_up(dq_client *c, void *privdata) {
     (void)privdata;
-    for (dq__sched *s = c->scheds; s; s = s->next) transfer(s, DQ__NONE);
+    for (dq__sched *s = c->scheds; s; s = s->next) {
+        dq__backoff_retry_now(&s->backoff);
+        transfer(s, DQ__NONE);
+    }
 }
 
 /* ------------------------------------------------------------ subscription */

@@ -29,6 +29,12 @@
  * (on a sharded queue: on every shard not known to be quiet; a quiet
  * shard's items, if any came, are another consumer's to take, as its
  * token went there).
+ *
+ * An error Redis gives while a condition lasts (OOM, MISCONF, NOREPLICAS,
+ * BUSY: backoff.c) does not end a take that has time left: it looks again
+ * after a growing pause, until the condition clears or the timeout, which
+ * then reports that error rather than "nothing". (READONLY and LOADING say
+ * the topology moved: the router retries them, then the take as above.)
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -86,7 +92,9 @@ struct dq_take_req {
     int ending;             /* timeout or cancel: finish at the next step */
     int retrying;           /* the timer is a retry, not the timeout      */
     double deadline;        /* ev_now() time of the timeout; < 0: none    */
-    int end_status;         /* 0 (timeout) or DQ_ECLOSED (cancel)         */
+    int end_status;         /* 0 (timeout), DQ_ECLOSED (cancel), or the code
+                               of an error that persists, while it does  */
+    dq__backoff backoff;    /* errors that persist, in a row              */
     int done;
 };
 
@@ -100,6 +108,8 @@ static int shard_quiet(const dq_take_req *t, unsigned j);
 static void wait_on_shards(dq_take_req *t);
 static void on_conn_up(dq__conn *conn, void *privdata);
 static void on_retry(dq_take_req *t);
+static void retry_after(dq_take_req *t, double in);
+static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *reply, int code);
 
 void dq_take_opts_init(dq_take_opts *o) {
     o->lease_ms = DQ_QUEUE_SETTING;
@@ -186,7 +196,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
          * taking long; a cluster says CLUSTERDOWN for every slot while one
          * master is replaced). The script did not run: try again shortly,
          * as while disconnected, until the take's own timeout. */
-        dq__log(t->c, "queue %s: take waits for the cluster: %s", t->queue, reply->str);
+        dq__log_error(t->c, reply->str, "queue %s: take waits for the cluster: %s", t->queue, reply->str);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t);
         return;
@@ -201,6 +211,9 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         else run_script(t);
         return;
     }
+    if (wait_out_error(t, conn, reply, code)) return;
+    dq__backoff_ok(t->c, &t->backoff);
+    if (!t->ending) t->end_status = 0;
     /* A reply came: the request is settled, and its token counted. */
     if (t->woke && t->tokens[t->cur]) t->tokens[t->cur]--;
     t->woke = 0;
@@ -240,13 +253,31 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
 }
 
+/* An error that persists, with time left: remembered for the timeout to
+ * report, logged (coalesced), and looked at again after the backoff's
+ * pause. The script did not run (Redis refuses these before it starts), so
+ * the request and its wake token are kept for the next try. Returns 1 if
+ * so, 0 for any other reply. */
+static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *reply, int code) {
+    double now = ev_now(t->c->loop);
+    if (t->ending || reply->type != REDIS_REPLY_ERROR || !dq__error_persists(reply->str) ||
+        (t->deadline >= 0 && t->deadline <= now))
+        return 0;
+    t->end_status = dq__reply_failure(t->c, conn, reply, code, t->queue);
+    retry_after(t, dq__backoff_failed(t->c, &t->backoff, reply->str, "queue %s: take failed: %s", t->queue,
+                                      t->c->errstr));
+    return 1;
+}
+
 /* Arms the timer for whichever comes first: a retry or the timeout. */
-static void on_retry(dq_take_req *t) {
+static void on_retry(dq_take_req *t) { retry_after(t, RETRY_S); }
+
+/* The same, for a retry in `in` seconds. */
+static void retry_after(dq_take_req *t, double in) {
     struct ev_loop *loop = t->c->loop;
-    double in = RETRY_S;
     t->found_empty = 0; /* what was seen before a failure is old news */
     t->retrying = 1;
-    if (t->deadline >= 0 && t->deadline - ev_now(loop) <= RETRY_S) {
+    if (t->deadline >= 0 && t->deadline - ev_now(loop) <= in) {
         in = t->deadline - ev_now(loop);
         t->retrying = 0;
     }
@@ -443,7 +474,6 @@ static void wait_on_shards(dq_take_req *t) {
 
 static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dq_take_req *t = privdata;
-    (void)conn, (void)code;
     if (t->done) return;
     t->wait_out = 0;
     if (t->ending) {
@@ -460,6 +490,7 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         run_script(t);
         return;
     }
+    if (wait_out_error(t, conn, reply, code)) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         finish(t, dq__fail(t->c, dq__reply_error_code(reply), "%s (key %s)", reply->str, t->keys.signal),
                NULL, 0);

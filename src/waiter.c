@@ -120,8 +120,8 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     /* A failover, a slot move or an error ended the wait: this connection
      * is done; the take looks again and waits where the shard is now. */
-    dq__log(w->c, "shard %s: wait ended by %s: %s", w->shard, conn->name,
-            reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply");
+    const char *why = reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply";
+    dq__log_error(w->c, why, "shard %s: wait ended by %s: %s", w->shard, conn->name, why);
     waiter_ended(w, conn);
 }
 

@@ -37,7 +37,6 @@
 
 #define WORKER_TAKES 2      /* takes out at once: one can wait while one returns */
 #define TAKE_BATCH 64       /* messages one take asks for at most                */
-#define RETRY_AFTER_S 0.5   /* after a take failed (not a stop), before the next */
 #define AHEAD_BATCH DQ__TAKE_BATCH_MAX /* messages a take ahead asks for at most */
 #define QUICK_ROUND_S 0.010 /* the time a take ahead's messages take to handle, at most */
 #define AHEAD_BYTES (1 << 20) /* the payload bytes a take ahead brings, about */
@@ -73,6 +72,7 @@ struct dq_worker {
     size_t nacks;
     ev_prepare flush;   /* sends the acks and refills before the loop polls */
     ev_timer retry;     /* a pause after a failed take                  */
+    dq__backoff backoff; /* takes failed in a row: the pause grows      */
     dq_worker_counters counters;
 };
 
@@ -132,13 +132,14 @@ static void on_retry(struct ev_loop *loop, ev_timer *t, int revents) {
 
 /* ------------------------------------------------------------ taking */
 
-/* Pauses the takes for RETRY_AFTER_S after a failed one. The timer is set
- * again each time: a libev timer that has fired keeps only what was left of
- * its time (nothing), so restarting it alone would retry at once, in a busy
- * loop for as long as Redis refuses. */
-static void pause_takes(dq_worker *w) {
+/* Pauses the takes for wait s after a failed one (the backoff's: the
+ * take itself waits out the errors that persist, so this is for the rest).
+ * The timer is set again each time: a libev timer that has fired keeps
+ * only what was left of its time (nothing), so restarting it alone would
+ * retry at once, in a busy loop for as long as Redis refuses. */
+static void pause_takes(dq_worker *w, double wait) {
     if (w->stopping || w->orphaned || ev_is_active(&w->retry)) return;
-    ev_timer_set(&w->retry, RETRY_AFTER_S, 0);
+    ev_timer_set(&w->retry, wait, 0);
     ev_timer_start(w->c->loop, &w->retry);
 }
 
@@ -212,13 +213,14 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
     w->busy++;
     if (status == 1) {
         w->counters.taken += n;
+        dq__backoff_ok(c, &w->backoff);
         hand_out(w, msgs, n);
     } else if (status == DQ_EAUTH && dq__text_is_refusal(c->errstr)) {
         dq__refused(c, "worker %s: take refused: %s", w->queue, c->errstr);
-        pause_takes(w);
-    } else if (status != DQ_ECLOSED) {
-        dq__log(c, "worker %s: take failed: %s", w->queue, c->errstr);
-        pause_takes(w);
+        pause_takes(w, dq__backoff_next(c, &w->backoff, c->errstr));
+    } else if (status != DQ_ECLOSED && !ev_is_active(&w->retry)) {
+        pause_takes(w, dq__backoff_failed(c, &w->backoff, c->errstr, "worker %s: take failed: %s", w->queue,
+                                          c->errstr));
     }
     w->busy--;
     if (w->stopping || w->orphaned) maybe_free(w);
@@ -276,7 +278,7 @@ dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, 
     w->privdata = privdata;
     ev_prepare_init(&w->flush, on_prepare);
     w->flush.data = w;
-    ev_timer_init(&w->retry, on_retry, RETRY_AFTER_S, 0);
+    ev_timer_init(&w->retry, on_retry, 0, 0);
     w->retry.data = w;
     w->next = c->workers;
     c->workers = w;
@@ -300,8 +302,8 @@ static void log_settle_failure(dq_worker *w, int status) {
         dq__log(w->c, "worker %s: ack/nack made but not confirmed by the replicas: %s", w->queue,
                 w->c->errstr);
     } else if (status < 0 && status != DQ_ECLOSED) {
-        dq__log(w->c, "worker %s: ack/nack failed (%s); the lease will run out and the item "
-                      "come back", w->queue, w->c->errstr);
+        dq__log_error(w->c, w->c->errstr, "worker %s: ack/nack failed (%s); the lease will run out and "
+                      "the item come back", w->queue, w->c->errstr);
     }
 }
 

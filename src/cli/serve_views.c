@@ -243,6 +243,10 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
     dq__buf_printf(&b, "# HELP delayq_up Whether Redis answered this scrape (1) or not (0).\n"
                        "# TYPE delayq_up gauge\ndelayq_up %d\n",
                    up);
+    dq__buf_printf(&b, "# HELP delayq_redis_writable Whether Redis takes writes (1) or refuses them, "
+                       "as after a failed RDB save or AOF write (MISCONF), or did not answer (0).\n"
+                       "# TYPE delayq_redis_writable gauge\ndelayq_redis_writable %d\n",
+                   up && dq_redis_writable(conf->c, n ? names[0] : NULL) == 1);
     dq__buf_printf(&b, "# HELP delayq_queue_read_errors Queues whose metrics could not be read.\n"
                        "# TYPE delayq_queue_read_errors gauge\ndelayq_queue_read_errors %d\n",
                    errors);
