@@ -191,6 +191,28 @@ typedef struct dq_options {
                                 redis-sentinel:// URL, in place of its
                                 sentinel_password (sentinel_user stays);
                                 DQ_EINVAL with any other URL               */
+    /* TLS (rediss://, rediss-sentinel://, rediss-cluster:// URLs). The files
+     * are read by dq_connect (DQ_EINVAL when one is unreadable or the key
+     * does not match the certificate); the strings must stay valid until it
+     * returns. Ignored with a plain URL. */
+    const char *tls_ca;      /* PEM file of the CAs trusted to sign the
+                                servers' certificates; NULL (default): the
+                                system's CA store                          */
+    const char *tls_cert;    /* client certificate (PEM, with its chain) for
+                                servers that ask for one (tls-auth-clients);
+                                NULL (default): none. Needs tls_key        */
+    const char *tls_key;     /* its private key (PEM); with tls_cert        */
+    const char *tls_server_name; /* the name sent as SNI and required in the
+                                servers' certificates; NULL (default): each
+                                node's host as the URL or the topology gives
+                                it (an IP address is checked against the
+                                certificate's IP entries)                  */
+    int tls_insecure_skip_verify; /* 1: accept any server certificate and
+                                name (encrypts, but anyone in the path can
+                                read and change the traffic). 0 (default):
+                                verify the chain and the name; a failure is
+                                DQ_ECONNECT from dq_connect, with the cause
+                                in dq_client_errstr                        */
 } dq_options;
 
 /* Fills *opts with the defaults above. */

@@ -5,8 +5,9 @@
  * Ownership in one place:
  *   dq_client owns its connections (cmd, sub, blocking pool), its schedulers,
  *   takes and workers, and frees them all in dq_client_free.
- *   A dq__conn owns its hiredis context; hiredis frees the context after the
- *   connect-failure and disconnect callbacks, so conn->ac is cleared there.
+ *   A dq__conn and a dq__push each own their link (link.c: the socket, its
+ *   TLS session, the output buffer and reply parser) and close it when it
+ *   reports DOWN or they drop it.
  */
 #ifndef DQ_INTERNAL_H
 #define DQ_INTERNAL_H
@@ -39,6 +40,7 @@ typedef struct dq__endpoint {
     const char *user, *password; /* "" or NULL: no AUTH                 */
     int db;                      /* SELECT when > 0                     */
     int check_master;            /* ROLE must say "master" (Sentinel)   */
+    int tls;                     /* TLS over TCP (the client's settings) */
     char name[128];              /* "host:port" / "unix:path", messages
                                     (cut to fit)                        */
 } dq__endpoint;
@@ -63,7 +65,7 @@ struct dq__conn {
     enum dq__conn_state state;
     dq__endpoint ep;
     const char *name;            /* ep.name                              */
-    redisAsyncContext *ac;       /* NULL unless CONNECTING..UP            */
+    struct dq__link *link;       /* NULL unless CONNECTING..UP            */
     int auto_reconnect;          /* retry with backoff after a loss      */
     int backoff_ms;
     int handshake_left;          /* handshake replies still to come      */
@@ -129,6 +131,49 @@ int dq__text_is_refusal(const char *text);
 /* Arms timer for the next reconnect attempt: *backoff_ms doubles from
  * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */
 void dq__retry_later(dq_client *c, ev_timer *timer, int *backoff_ms);
+
+/* ------------------------------------------------------------ TLS (tls.c) */
+
+typedef struct dq__tls_ctx dq__tls_ctx;
+typedef struct dq__tls dq__tls;
+enum { DQ__TLS_DONE = 0, DQ__TLS_WANT_READ = 1, DQ__TLS_WANT_WRITE = 2, DQ__TLS_ERR = -1 };
+
+/* A client's TLS settings from o's tls_* fields (files read now). Returns 0
+ * and *out (freed with dq__tls_ctx_free), or DQ_EINVAL / DQ_ENOMEM with the
+ * cause in err. */
+int dq__tls_ctx_new(dq__tls_ctx **out, const dq_options *o, char *err, size_t errlen);
+void dq__tls_ctx_free(dq__tls_ctx *t);
+/* A TLS session over the connected socket fd to host (the name verified
+ * unless the settings name one). NULL with the cause in err. */
+dq__tls *dq__tls_new(dq__tls_ctx *t, int fd, const char *host, char *err, size_t errlen);
+void dq__tls_free(dq__tls *s);
+/* A handshake step: DQ__TLS_DONE, WANT_READ / WANT_WRITE (call again when
+ * the socket is so), or DQ__TLS_ERR with the cause in err. */
+int dq__tls_handshake(dq__tls *s, char *err, size_t errlen);
+/* Bytes read / written (> 0), or 0 with *st a WANT_* or DQ__TLS_ERR (err). */
+long dq__tls_read(dq__tls *s, void *buf, size_t len, int *st, char *err, size_t errlen);
+long dq__tls_write(dq__tls *s, const void *buf, size_t len, int *st, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ links (link.c) */
+
+typedef struct dq__link dq__link;
+enum { DQ__LINK_UP, DQ__LINK_REPLY, DQ__LINK_DOWN };
+/* Events of a link: UP (connected, TLS handshake done: send now), REPLY
+ * (each reply in order; freed after the call), DOWN (why: the stream is
+ * dead, the owner closes the link). The owner may close the link in any
+ * of them. */
+typedef void dq__link_fn(dq__link *l, int event, redisReply *reply, const char *why,
+                         void *privdata);
+/* Starts connecting to ep (plain, or TLS when ep->tls). NULL with the cause
+ * in err when it cannot even start (fn never runs). */
+dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata,
+                        char *err, size_t errlen);
+/* Queues a command in RESP (len bytes, copied): 0, DQ_ECONNECT or DQ_ENOMEM. */
+int dq__link_send(dq__link *l, const char *cmd, size_t len);
+/* Writes what is queued now, without waiting for the loop. */
+void dq__link_flush(dq__link *l);
+/* Closes and frees (later, when inside its callback); fn never runs again. */
+void dq__link_close(dq__link *l);
 
 /* ------------------------------------------------------------ push connections (push.c) */
 
@@ -279,6 +324,7 @@ struct dq_client {
     dq__keyring *keyring;        /* sealing keys (opt.key_file), or NULL */
     dq__url url;
     dq__router *router;          /* the connections, after dq_connect   */
+    dq__tls_ctx *tls;            /* TLS settings; NULL: no TLS URL       */
     dq__conn *retired;           /* closed, to be freed by the reaper   */
     ev_timer reaper;
     dq__sched *scheds;

@@ -82,6 +82,7 @@ static dq__endpoint data_endpoint(const dq__router *rt, const char *host, int po
     ep.password = u->password;
     ep.db = u->topology == DQ__TOPO_CLUSTER ? 0 : u->db;
     ep.check_master = u->topology == DQ__TOPO_SENTINEL;
+    ep.tls = u->tls;
     return ep;
 }
 

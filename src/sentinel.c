@@ -20,6 +20,7 @@ static dq__endpoint sentinel_endpoint(const dq__router *rt, int i) {
     dq__endpoint_set(&ep, u->nodes[i].host, u->nodes[i].port, NULL);
     ep.user = u->sentinel_user;
     ep.password = u->sentinel_password;
+    ep.tls = u->sentinel_tls;
     return ep;
 }
 

@@ -123,6 +123,20 @@ static int read_password(const char *option, const char *path, char *buf, size_t
     return 0;
 }
 
+/* The TLS options into opts ("" is unset, as an empty environment variable
+ * is); warns when verification is off. */
+static void tls_options(const cli_env *env, dq_options *opts)
+{
+    opts->tls_ca = env->tls_ca && *env->tls_ca ? env->tls_ca : NULL;
+    opts->tls_cert = env->tls_cert && *env->tls_cert ? env->tls_cert : NULL;
+    opts->tls_key = env->tls_key && *env->tls_key ? env->tls_key : NULL;
+    opts->tls_server_name = env->tls_server_name && *env->tls_server_name ? env->tls_server_name : NULL;
+    opts->tls_insecure_skip_verify = env->tls_insecure && strcmp(env->tls_insecure, "1") == 0;
+    if (opts->tls_insecure_skip_verify)
+        cli_err("warning: --tls-insecure-skip-verify: the servers' certificates and names are "
+                "not verified; anyone in the path can read and change the traffic");
+}
+
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
 {
     dq_options opts;
@@ -140,6 +154,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
         sodium_memzero(pw, sizeof pw);
         return CLI_USAGE;
     }
+    tls_options(env, &opts);
     dq_client *c = dq_client_new(loop, &opts);
     int rc = c ? dq_connect(c, env->redis_url) : DQ_ENOMEM;
     sodium_memzero(pw, sizeof pw);
