@@ -151,8 +151,13 @@ static int status(dq__tls *s, int rc, char *err, size_t errlen) {
     }
     long v = SSL_get_verify_result(s->ssl);
     if (v != X509_V_OK && !SSL_is_init_finished(s->ssl)) {
-        snprintf(err, errlen, "TLS handshake failed: the server's certificate is not accepted: %s",
-                 X509_verify_cert_error_string(v));
+        int unknown_ca = v == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
+                         v == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT ||
+                         v == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
+                         v == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE;
+        snprintf(err, errlen, "TLS handshake failed: the server's certificate is not accepted: %s%s",
+                 X509_verify_cert_error_string(v),
+                 unknown_ca ? " (no CA trusted here signed it: --tls-ca FILE)" : "");
         ERR_clear_error();
         return DQ__TLS_ERR;
     }

@@ -57,11 +57,13 @@ def _encode(args):
     return out
 
 
-def call(port, *args, timeout=5, auth=None):
+def call(port, *args, timeout=5, auth=None, tls=None):
     """One command over a fresh connection; returns the decoded reply (str,
     int, list, None) or raises RuntimeError for an error reply. auth: the
-    arguments of an AUTH sent first ((password,) or (user, password))."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    arguments of an AUTH sent first ((password,) or (user, password)). tls:
+    an ssl.SSLContext to speak TLS with (TLS-only servers)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls else raw
         sock.sendall((_encode(("AUTH",) + tuple(auth)) if auth else b"") + _encode(args))
         f = sock.makefile("rb")
         if auth:
@@ -92,9 +94,9 @@ def _read(f):
     raise RuntimeError(f"bad reply {line!r}")
 
 
-def try_call(port, *args, timeout=2, auth=None):
+def try_call(port, *args, timeout=2, auth=None, tls=None):
     try:
-        return call(port, *args, timeout=timeout, auth=auth)
+        return call(port, *args, timeout=timeout, auth=auth, tls=tls)
     except (OSError, RuntimeError, ConnectionError):
         return None
 
@@ -120,6 +122,7 @@ class _Group:
         self.dir = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TMPDIR", "/tmp"))
         self.procs = {}  # port -> Popen
         self.args = {}   # port -> argv, to restart
+        self.tls = None  # ssl.SSLContext: the servers speak only TLS
         _live.append(self)
 
     def _spawn(self, port, argv):
@@ -138,7 +141,8 @@ class _Group:
         return None
 
     def wait_ping(self, ports, timeout=10):
-        return wait_until(lambda: all(try_call(p, "PING", auth=self._auth(p)) == "PONG" for p in ports), timeout)
+        return wait_until(lambda: all(try_call(p, "PING", auth=self._auth(p), tls=self.tls) == "PONG"
+                                      for p in ports), timeout)
 
     def kill(self, port, sig=signal.SIGKILL):
         """Stops one process by its pid; returns once it is gone."""
