@@ -66,6 +66,22 @@ def worked(path):
     return out
 
 
+def kill_master_under_load(g, prod):
+    """SIGKILLs the master of SentinelGroup g while prod offers: checks that
+    a replica is promoted and that 10 offers started after the promotion
+    succeed. Returns (kill time, promotion time)."""
+    old = g.master_port()
+    t_kill = time.time()
+    g.kill_master()
+    note(f"master {old} SIGKILLed")
+    ok(g.wait_new_master(old), "sentinels promote a replica", g.master_port())
+    t_promoted = time.time()
+    note(f"new master {g.master_port()} after {t_promoted - t_kill:.2f} s")
+    ok(wait_for(lambda: sum(1 for r in prod.results if r[2] == 0 and r[3] > t_promoted) >= 10, 30),
+       "offers after the failover succeed (exit 0)")
+    return t_kill, t_promoted
+
+
 def check_delivered(prod, take, take_queue, wpath, label):
     """Every offer prod had confirmed durable reached its consumer (take_queue's
     `take --json`, the other queues' `work`), none before its due time: on
