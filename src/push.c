@@ -4,11 +4,12 @@
  * a sentinel. Every reply after the handshake goes to one callback, in
  * order; the owner (router.c) matches them up.
  *
- * Why not hiredis's async API, as conn.c uses: hiredis 0.14 knows only
- * SUBSCRIBE and PSUBSCRIBE. A reply it did not ask for outside those modes
- * (an smessage) trips an assertion and aborts the process. So this file
- * drives a link (link.c: the socket, plain or TLS, and the RESP parser) and
- * uses hiredis only to format commands and parse replies.
+ * Why not a dq__conn: a conn matches each reply to the request that asked
+ * for it, and pushed messages (an smessage) were asked for by nobody. (Nor
+ * hiredis's async API: 0.14 knows only SUBSCRIBE and PSUBSCRIBE, and a
+ * reply it did not ask for trips an assertion that aborts the process.) So
+ * this file drives a link of its own (link.c: the socket, plain or TLS, and
+ * the RESP parser) and hands every reply to its owner.
  *
  * Reconnects by itself with conn.c's jittered backoff until freed; the owner hears DOWN and UP and
  * subscribes again after each UP.
