@@ -19,39 +19,25 @@ import shutil
 import sys
 import tempfile
 import threading
-import urllib.request
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
+from browser import chromium, serve_up  # noqa: E402
+
 try:
-    from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 except ImportError:
-    webdriver = None
-ok(webdriver is not None, "python3-selenium is installed (make deps)")
-ok(shutil.which("chromium") and shutil.which("chromedriver"), "chromium and chromedriver are installed (make deps)")
-if webdriver is None or not shutil.which("chromedriver"):
-    finish()
+    pass
 
 tmp = tempfile.mkdtemp(prefix="delayq-browser.")
 Q = "secretq"
 eq(dq("offer", Q, "1h", "the-payload-to-steal", "--id", "s0").rc, 0, "an item to steal")
 
 
-def answers(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/queues", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 port = closed_port()
 serve = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "shown")
-ok(wait_for(lambda: answers(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
+ok(wait_for(lambda: serve_up(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
 
 # The foreign origin's page: it frames the dashboard.
 FRAME = f'<!DOCTYPE html><title>foreign</title><iframe id="f" src="http://127.0.0.1:{port}/"></iframe>'.encode()
@@ -73,20 +59,8 @@ foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
 fport = foreign.server_address[1]
 threading.Thread(target=foreign.serve_forever, daemon=True).start()
 
-opts = webdriver.ChromeOptions()
-opts.binary_location = shutil.which("chromium")
-for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-          "--no-first-run", "--disable-extensions", "--disable-background-networking",
-          "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP foreign.test 127.0.0.1",
-          f"--user-data-dir={tmp}/chromium", "--window-size=1200,900"):
-    opts.add_argument(a)
-opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-service = Service(executable_path=shutil.which("chromedriver"), log_path=os.path.join(tmp, "chromedriver.log"))
-driver = None
-try:
-    driver = webdriver.Chrome(service=service, options=opts)
-except WebDriverException as e:
-    ok(False, "chromium starts under chromedriver", str(e)[:500])
+driver = chromium(tmp, "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP foreign.test 127.0.0.1",
+                  "--window-size=1200,900")
 if driver is None:
     serve.stop()
     foreign.shutdown()
