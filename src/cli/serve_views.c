@@ -348,33 +348,37 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
 /* ------------------------------------------------------------ items */
 
 /* A page of items shows at most PAGE_PAYLOAD_MAX bytes of payload in all:
- * each payload is cut to PAGE_PAYLOAD_MAX / limit bytes (4 MiB for one
- * item a page, 4 KiB for a thousand), so a page's answer stays a few MB
- * whatever the payloads hold. */
-#define PAGE_PAYLOAD_MAX ((size_t)4 << 20)
+ * each payload is cut to PAGE_PAYLOAD_MAX / limit bytes (1 MiB, the
+ * default largest payload, for one item a page; 20 KiB for 50; 1 KiB for
+ * a thousand), so a page's answer stays a few MB (each byte shows as text
+ * and in base64) whatever the payloads hold. */
+#define PAGE_PAYLOAD_MAX ((size_t)1 << 20)
 
-/* How many of the len bytes of p to show within max: at most max, and not
- * inside a UTF-8 character if p is text, so a cut text stays text. */
-static size_t cut_length(const unsigned char *p, size_t len, size_t max)
+/* How many of the len bytes of p to show: all, or if the payload was cut
+ * and is text but for a character the cut split, up to that character, so
+ * that a cut text still shows as text. */
+static size_t shown_length(const unsigned char *p, size_t len, int cut)
 {
-    if (len <= max)
+    if (!cut || len == 0)
         return len;
-    size_t k = max;
-    if (dq__utf8_valid(p, len))
-        while (k > 0 && (p[k] & 0xC0) == 0x80)
-            k--;
-    return k;
+    size_t lead = len - 1, back = 0;
+    while (lead > 0 && back < 3 && (p[lead] & 0xC0) == 0x80)
+        lead--, back++;
+    size_t need = p[lead] >= 0xF0 ? 4 : p[lead] >= 0xE0 ? 3 : p[lead] >= 0xC0 ? 2 : 1;
+    size_t k = len - lead < need ? lead : len;
+    return dq__utf8_valid(p, k) ? k : len;
 }
 
-/* The JSON of an item with its payload cut to max bytes: then
- * "payload_truncated" is true and "payload_bytes" the whole size. */
-static json_t *listed_json(const dq_listed *it, size_t max)
+/* The JSON of an item whose payload the list cut: then "payload_truncated"
+ * is true and "payload_bytes" the whole size. */
+static json_t *listed_json(const dq_listed *it)
 {
-    dq_listed cut = *it;
-    cut.payload_len = cut_length(it->payload, it->payload_len, max);
-    json_t *o = cli_json_listed(&cut);
-    if (o && (json_object_set_new(o, "payload_truncated", json_boolean(cut.payload_len < it->payload_len)) ||
-              json_object_set_new(o, "payload_bytes", json_integer((json_int_t)it->payload_len)))) {
+    dq_listed shown = *it;
+    int cut = it->payload_full_len > it->payload_len;
+    shown.payload_len = shown_length(it->payload, it->payload_len, cut);
+    json_t *o = cli_json_listed(&shown);
+    if (o && (json_object_set_new(o, "payload_truncated", json_boolean(cut)) ||
+              json_object_set_new(o, "payload_bytes", json_integer((json_int_t)it->payload_full_len)))) {
         json_decref(o);
         o = NULL;
     }
@@ -387,7 +391,7 @@ void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, co
     dq_listed *items;
     size_t n;
     char next[DQ_CURSOR_MAX + 1];
-    int rc = dq_list(conf->c, queue, state, cursor, limit, &items, &n, next);
+    int rc = dq_list_cut(conf->c, queue, state, cursor, limit, PAGE_PAYLOAD_MAX / limit, &items, &n, next);
     if (rc) {
         view_failure(v, conf->c, rc);
         return;
@@ -395,7 +399,7 @@ void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, co
     json_t *list = json_array(), *body = json_object();
     for (size_t i = 0; i < n; i++) {
         /* Each payload is freed once its cut is in the JSON. */
-        json_array_append_new(list, listed_json(&items[i], PAGE_PAYLOAD_MAX / limit));
+        json_array_append_new(list, listed_json(&items[i]));
         free(items[i].payload);
         items[i].payload = NULL;
     }

@@ -56,9 +56,9 @@ def body_json(b):
         return None
 
 
-def start(*extra, listen=None):
+def start(*extra, listen=None, key=None):
     port = closed_port()
-    p = bg_dq("serve", "--listen", listen or f"127.0.0.1:{port}", *extra)
+    p = bg_dq(*(["--key-file", key] if key else []), "serve", "--listen", listen or f"127.0.0.1:{port}", *extra)
     up = wait_for(lambda: request(port, "/api/queues", timeout=2)[0] == 200, 10 * SLOW)
     ok(up, f"serve {' '.join(extra)} answers", p.err if not up else None)
     return p, port
@@ -149,20 +149,30 @@ section("a page of 1 MB payloads is bounded; one item a page shows it whole")
 BIG, N = 1_000_000, 40
 batch = b"".join(b"1h\tb%02d\t" % i + (b"%c" % (97 + i % 26)) * BIG + b"\n" for i in range(N))
 eq(dq("offer", Q, "--batch", "-", stdin=batch, timeout=60).rc, 0, f"{N} items of {BIG} bytes pending")
-t0 = time.monotonic()
-st, b, _ = request(port, f"/api/queues/{Q}/items?state=pending&limit={N + 1}", timeout=30)
-took = time.monotonic() - t0
-j = body_json(b) or {}
-items = [i for i in j.get("items", []) if i["id"].startswith("b")]
-note(f"a page of {N} items of 1 MB: {len(b)} bytes in {took:.2f} s")
-ok(st == 200 and len(items) == N, f"the page holds the {N} items", (st, b[:200]))
-ok(len(b) < 4_000_000, f"its answer is {len(b)} bytes (< 4 MB)", len(b))
+# Pages of limit N + 1: each payload cut to 1 MiB / (N + 1) in the script,
+# and a page ends after reading 4 MiB of records, with a next cursor.
+items, sizes, pages, cursor, took, first = [], [], 0, "", 0.0, None
+while pages < 3 * N:
+    t0 = time.monotonic()
+    st, b, _ = request(port, f"/api/queues/{Q}/items?state=pending&limit={N + 1}&cursor={cursor}", timeout=30)
+    took = max(took, time.monotonic() - t0)
+    j = body_json(b) or {}
+    first = first or j
+    pages, cursor = pages + 1, j.get("next_cursor") or ""
+    sizes.append(len(b))
+    items += [i for i in j.get("items", []) if i["id"].startswith("b")]
+    if st != 200 or not cursor:
+        break
+note(f"{N} items of 1 MB in pages of {N + 1}: {pages} pages, the largest {max(sizes)} bytes, the slowest {took:.2f} s")
+eq(sorted(i["id"] for i in items), [f"b{i:02d}" for i in range(N)], f"the pages hold the {N} items, each once")
+ok(max(sizes) < 1_000_000 and pages > 1, f"each answer under 1 MB ({max(sizes)}), over {pages} pages", sizes)
 ok(all(i.get("payload_truncated") is True and i.get("payload_bytes") == BIG for i in items),
    "each says payload_truncated and its whole size", items[:1] and {k: v for k, v in items[0].items()
                                                                if not k.startswith("payload")})
 cut = (1 << 20) // (N + 1)
 ok(all(len(i.get("payload") or "") == cut for i in items), f"each payload cut to 1 MiB / {N + 1} = {cut} bytes",
    sorted({len(i.get("payload") or "") for i in items}))
+j = first
 small = [i for i in j.get("items", []) if i["id"] == "s0"]
 ok(small and small[0]["payload"] == "small" and small[0].get("payload_truncated") is False,
    "a short payload is whole, payload_truncated false", small)
@@ -183,6 +193,38 @@ ok(hwm < 200_000, f"serve's peak RSS {hwm // 1024} MB < 200 MB", hwm)
 t0 = time.monotonic()
 st, _, _ = request(port, "/metrics")
 ok(st == 200 and time.monotonic() - t0 < 2 * SLOW, "/metrics still answers at once", st)
+
+section("ready and dead pages are cut too; a cut sealed payload stays sealed")
+R = "expo2"
+eq(dq("config", R, "--max-attempts", "1").rc, 0, "expo2: max attempts 1")
+batch = b"".join(b"0\tr%d\t" % i + b"\xc3\xa9" * 150_000 + b"\n" for i in range(3))
+eq(dq("offer", R, "--batch", "-", stdin=batch).rc, 0, "3 ready items of 300,000 bytes of text (e-acute)")
+r = dq("take", R, "--ack", "manual", "--json", "--timeout", "5s")
+m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
+eq(dq("nack", R, m.get("id", "?"), m.get("token", "?"), "--error", "x").rc, 0, "one nacked to the dead letters")
+for state, want in (("ready", 2), ("dead", 1)):
+    st, b, _ = request(port, f"/api/queues/{R}/items?state={state}&limit=999")
+    its = (body_json(b) or {}).get("items", [])
+    ok(st == 200 and len(its) == want and all(
+        i["payload_truncated"] is True and i["payload_bytes"] == 300_000 and len(i["payload"]) == 524
+        and set(i["payload"]) == {"\u00e9"} for i in its),
+       f"{state}: cut to 1 MiB / 999 = 1049 bytes, shown to the last whole character (524), whole size",
+       (st, b[:300]))
+eq(server.stop(), 0, "serve exits 0 on SIGTERM")
+keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
+S = "expo3"
+secret = "s" * 5000
+eq(dq("--key-file", keyf, "offer", S, "1h", secret, "--id", "k0").rc, 0, "a sealed item of 5000 bytes")
+server, port = start("--token-file", tokfile, "shown", key=keyf)
+st, b, _ = request(port, f"/api/queues/{S}/items?limit=1000")
+it = ((body_json(b) or {}).get("items") or [{}])[0]
+ok(it.get("sealed") is True and it.get("payload_truncated") is True and it.get("payload_bytes", 0) > 5000 and
+   b"sssss" not in b, "cut, the envelope is not opened: sealed, truncated, its whole size", it)
+st, b, _ = request(port, f"/api/queues/{S}/items?limit=1")
+it = ((body_json(b) or {}).get("items") or [{}])[0]
+ok(it.get("sealed") is False and it.get("payload") == secret and it.get("payload_truncated") is False and
+   it.get("payload_bytes") == 5000, "whole (a page of one), serve's key opens it", {k: it.get(k) for k in
+                                                                                  ("sealed", "payload_bytes")})
 
 section("a registry of the wrong type is a problem, not Redis down")
 redis("DEL", "dq:queues")
@@ -241,7 +283,7 @@ ok(wait_for(lambda: request(lp, "/api/queues", addr="::1", host=f"[::1]:{lp}", t
 st, _, _ = request(lp, "/api/queues", addr="::1", host=f"rebind.test:{lp}")
 eq(st, 421, "and checks Host there too")
 srv.stop()
-for f in ("token", "short"):
+for f in ("token", "short", "key"):
     os.remove(os.path.join(tmp, f))
 os.rmdir(tmp)
 finish()
