@@ -128,8 +128,7 @@ static int take_allow_hosts(int *argc, char **argv, const char **names, int *n)
 static int check_exposure(const char *addr, const char *token, int public_read)
 {
     if (token && strlen(token) < TOKEN_MIN) {
-        cli_err("serve: the token is %zu characters long; it needs at least %d (e.g. 'delayq keygen' output, "
-                "or 32 random characters)",
+        cli_err("serve: the token is %zu characters long; it needs at least %d (e.g. 'openssl rand -hex 16')",
                 strlen(token), TOKEN_MIN);
         return CLI_USAGE;
     }
