@@ -144,6 +144,31 @@ int cli_guard_wait(cli_guard *g, const void *addr, size_t len, int64_t now_ms);
 /* Records how a token try of addr ended (ok 1: it was right). */
 void cli_guard_result(cli_guard *g, const void *addr, size_t len, int64_t now_ms, int ok);
 
+/* Open connections, so that a new one can push out a waiting one (no
+ * request in progress: a slow client's, or one idle between requests):
+ * slow clients cannot fill the server, not even from the one address every
+ * local client shares. A new connection closes the connection that has
+ * waited longest among its address's if that address has CLI_WAIT_PER_IP
+ * waiting, else among all if the server holds CLI_CONN_SOFT_MAX. Used by
+ * one thread; times are the caller's monotonic ms. */
+#define CLI_WAIT_PER_IP 32
+#define CLI_CONN_SOFT_MAX 224
+typedef struct cli_conn cli_conn;
+typedef struct cli_conns cli_conns;
+cli_conns *cli_conns_new(void);
+void cli_conns_free(cli_conns *t);
+/* Records a new connection from addr (its IP address bytes) with handle
+ * (the caller's, given back by cli_conn_handle). Returns its entry, NULL if
+ * out of memory; *evict gets a waiting connection's entry to close (it
+ * stays listed, never chosen again, until cli_conn_end), or NULL. */
+cli_conn *cli_conn_start(cli_conns *t, const void *addr, size_t len, void *handle, int64_t now_ms,
+                         cli_conn **evict);
+/* A request began (busy 1) or ended (0) on c. */
+void cli_conn_busy(cli_conn *c, int busy, int64_t now_ms);
+/* c closed: forgets and frees it (NULL: nothing). */
+void cli_conn_end(cli_conns *t, cli_conn *c);
+void *cli_conn_handle(const cli_conn *c);
+
 /* ------------------------------------------------------------ server (serve_http.c) */
 
 typedef struct cli_server cli_server;

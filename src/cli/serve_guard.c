@@ -1,11 +1,13 @@
 /*
  * serve_guard.c - what 'delayq serve' checks before it routes a request:
- * whether its Host header names this server (DNS rebinding), and whether
- * its client must wait after failed tokens (guessing).
+ * whether its Host header names this server (DNS rebinding), whether its
+ * client must wait after failed tokens (guessing), and which waiting
+ * connection a new one pushes out (slow clients).
  *
- * Owns the Host rule and the backoff table. No HTTP library and no Redis:
- * serve_http.c hands in the header's value, the client's address and a
- * monotonic clock, and answers 421 or 429 from what these say.
+ * Owns the Host rule, the backoff table and the connection table. No HTTP
+ * library and no Redis: serve_http.c hands in the header's value, the
+ * client's address and a monotonic clock, answers 421 or 429 from what
+ * these say, and closes the connections named here.
  */
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -186,4 +188,109 @@ void cli_guard_result(cli_guard *g, const void *addr, size_t len, int64_t now_ms
     for (int i = FREE_TRIES + 1; i < s->failures && delay < DELAY_MAX_MS; i++)
         delay *= 2;
     s->until_ms = now_ms + (delay < DELAY_MAX_MS ? delay : DELAY_MAX_MS);
+}
+
+/* ------------------------------------------------------------ connections */
+
+struct cli_conn {
+    cli_conn *prev, *next;
+    unsigned char addr[ADDR_MAX];
+    size_t len;
+    void *handle;
+    int busy, closing;
+    int64_t since_ms; /* waiting since */
+};
+
+struct cli_conns {
+    cli_conn *head;
+    int n;
+};
+
+cli_conns *cli_conns_new(void)
+{
+    return calloc(1, sizeof(cli_conns));
+}
+
+void cli_conns_free(cli_conns *t)
+{
+    while (t && t->head)
+        cli_conn_end(t, t->head);
+    free(t);
+}
+
+static int same_addr(const cli_conn *c, const void *addr, size_t len)
+{
+    return c->len == len && memcmp(c->addr, addr, len) == 0;
+}
+
+/* The connection waiting longest, of addr (len 0: of any address), or
+ * NULL; *waiting gets how many wait. */
+static cli_conn *longest_waiting(const cli_conns *t, const void *addr, size_t len, int *waiting)
+{
+    cli_conn *best = NULL;
+    *waiting = 0;
+    for (cli_conn *c = t->head; c; c = c->next) {
+        if (c->busy || c->closing || (len && !same_addr(c, addr, len)))
+            continue;
+        ++*waiting;
+        if (!best || c->since_ms < best->since_ms)
+            best = c;
+    }
+    return best;
+}
+
+cli_conn *cli_conn_start(cli_conns *t, const void *addr, size_t len, void *handle, int64_t now_ms,
+                         cli_conn **evict)
+{
+    int waiting;
+    *evict = NULL;
+    if (len > ADDR_MAX)
+        len = ADDR_MAX;
+    cli_conn *old = len ? longest_waiting(t, addr, len, &waiting) : NULL;
+    if (old && waiting >= CLI_WAIT_PER_IP)
+        *evict = old;
+    else if (t->n >= CLI_CONN_SOFT_MAX)
+        *evict = longest_waiting(t, NULL, 0, &waiting);
+    if (*evict)
+        (*evict)->closing = 1;
+    cli_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    memcpy(c->addr, addr, len);
+    c->len = len;
+    c->handle = handle;
+    c->since_ms = now_ms;
+    c->next = t->head;
+    if (t->head)
+        t->head->prev = c;
+    t->head = c;
+    t->n++;
+    return c;
+}
+
+void cli_conn_busy(cli_conn *c, int busy, int64_t now_ms)
+{
+    if (!c)
+        return;
+    c->busy = busy;
+    c->since_ms = now_ms;
+}
+
+void cli_conn_end(cli_conns *t, cli_conn *c)
+{
+    if (!c)
+        return;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        t->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    t->n--;
+    free(c);
+}
+
+void *cli_conn_handle(const cli_conn *c)
+{
+    return c->handle;
 }

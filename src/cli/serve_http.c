@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -21,6 +22,8 @@
 
 struct cli_server {
     struct MHD_Daemon *d;
+    const cli_serve_conf *conf;
+    cli_conns *conns; /* the daemon's thread's */
 };
 
 /* Per request: how many bytes of body it has brought so far. */
@@ -200,16 +203,24 @@ static enum MHD_Result guard(const cli_serve_conf *conf, struct MHD_Connection *
     return MHD_YES;
 }
 
+/* conn's entry in the connection table, or NULL. */
+static cli_conn *conn_entry(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    const cli_serve_conf *conf = cls;
+    const cli_serve_conf *conf = ((const cli_server *)cls)->conf;
     request *rq = *con_cls;
     (void)version, (void)upload_data;
     if (!rq) {
         /* First call: the headers only. Bodies come in the calls after. */
         int sent;
+        cli_conn_busy(conn_entry(conn), 1, now_ms());
         enum MHD_Result g = guard(conf, conn, &sent);
         if (sent)
             return g;
@@ -248,20 +259,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)conn, (void)toe;
+    (void)cls, (void)toe;
+    cli_conn_busy(conn_entry(conn), 0, now_ms());
     free(*con_cls);
     *con_cls = NULL;
 }
 
+/* Keeps the connection table, and closes the waiting connection a new one
+ * pushes out: shutdown() makes the daemon see its end and close it, in
+ * this same thread, so the descriptor is still that connection's. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    cli_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        cli_conn_end(s->conns, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    unsigned char ip[16];
+    cli_conn *evict;
+    *socket_context = cli_conn_start(s->conns, ip, client_ip(conn, ip), conn, now_ms(), &evict);
+    const union MHD_ConnectionInfo *fd =
+        evict ? MHD_get_connection_info(cli_conn_handle(evict), MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (fd)
+        shutdown(fd->connect_fd, SHUT_RDWR);
+}
+
 /* ------------------------------------------------------------ the daemon */
 
-/* Connections: at most CONN_MAX in all and CONN_PER_IP from one address
- * (a browser opens about six), each closed after CONN_IDLE_S seconds
- * without a byte, in its headers, its body or while it reads the answer.
- * One polling thread (epoll) reads and writes every connection without
- * blocking, so a slow client holds only its own connections. */
+/* Connections: at most CONN_MAX in all and CONN_PER_IP from one address,
+ * each closed after CONN_IDLE_S seconds without a byte, in its headers,
+ * its body or while it reads the answer; below those bounds a new
+ * connection pushes out a waiting one (see cli_conn_start), so these are
+ * never reached by waiting connections alone. One polling thread (epoll)
+ * reads and writes every connection without blocking, so a slow client
+ * holds only its own connections. */
 #define CONN_MAX 256
-#define CONN_PER_IP 16
+#define CONN_PER_IP 64
 #define CONN_IDLE_S 10
 
 cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int port)
@@ -282,17 +317,21 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
         return NULL;
     }
     cli_server *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (!s || !(s->conns = cli_conns_new())) {
         cli_err("serve: out of memory");
+        free(s);
         return NULL;
     }
-    s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, (void *)conf, MHD_OPTION_SOCK_ADDR,
+    s->conf = conf;
+    s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                             (unsigned)CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S,
                             MHD_OPTION_END);
     if (!s->d) {
         cli_err("serve: cannot listen on %s port %d (in use, or not an address of this machine)", addr, port);
+        cli_conns_free(s->conns);
         free(s);
         return NULL;
     }
@@ -304,5 +343,6 @@ void cli_serve_stop(cli_server *s)
     if (!s)
         return;
     MHD_stop_daemon(s->d);
+    cli_conns_free(s->conns);
     free(s);
 }
