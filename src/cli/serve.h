@@ -1,13 +1,15 @@
 /*
  * serve.h - the parts of 'delayq serve': the command (cmd_serve.c) starts
- * the HTTP server (serve_http.c), which has each request routed and checked
- * (serve_route.c, no HTTP library and no Redis, so it can be fuzzed) and
- * answered by a view (serve_views.c), which reads through the library.
- * Each layer calls only the ones below.
+ * the HTTP server (serve_http.c), which has each request guarded (its Host,
+ * failed tokens, and connections: serve_guard.c), routed and checked
+ * (serve_route.c; both with no HTTP library and no Redis, so they can be
+ * fuzzed) and answered by a view (serve_views.c), which reads through the
+ * library. Each layer calls only the ones below.
  *
  * One thread: libmicrohttpd's own polling thread runs every request, one
  * at a time, and is the only user of the client (a dq_client is not
- * thread-safe; its synchronous calls run its private loop).
+ * thread-safe; its synchronous calls run its private loop), of the backoff
+ * table and of the connection table.
  */
 #ifndef DELAYQ_CLI_SERVE_H
 #define DELAYQ_CLI_SERVE_H
