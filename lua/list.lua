@@ -16,6 +16,7 @@
 local zs, P, want = KEYS[1], ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[4])
 local cut = ARGV[5] and tonumber(ARGV[5])
+local cutting = cut and cut > 0
 if (want ~= 'pending' and want ~= 'inflight') or not limit or limit < 1 or limit > 1000 or
    (ARGV[5] and (not cut or cut < 0 or cut ~= math.floor(cut))) then
   return redis.error_reply('ERR delayq: malformed list arguments')
@@ -33,10 +34,6 @@ if ARGV[3] ~= '' then
 end
 local now = server_now_ms()
 
--- What a record lists, one element per item (false for one that does not
--- decode), in a fixed order: a record holds one item, a lease record one
--- per block left (see lib/40_leases.lua). The cursor counts
--- these items, so a page may end inside a lease record.
 -- With a cut, a record of one item (version 1 or 2) is read without a copy
 -- of its whole payload: copying a string of megabytes costs Redis more
 -- than reading it. The item is as parse_record's, its payload cut, with
@@ -61,9 +58,13 @@ local function item_cut(rec, score)
   return nil
 end
 
+-- What a record lists, one element per item (false for one that does not
+-- decode), in a fixed order: a record holds one item, a lease record one
+-- per block left (see lib/40_leases.lua). The cursor counts
+-- these items, so a page may end inside a lease record.
 local function items_of(rec, score)
   if not is_lease_record(rec) then
-    return {(cut and cut > 0 and item_cut(rec, score)) or parse_record(rec, score) or false}
+    return {(cutting and item_cut(rec, score)) or parse_record(rec, score) or false}
   end
   local b = batch_parse(rec)
   if not b then return {false} end
@@ -80,7 +81,6 @@ local last, last_run = nil, 0 -- the last score read, and how many records of it
 -- that grow from 4 records, so a page of large payloads costs Redis a few
 -- MB, not limit times their size.
 local SCAN_BYTES = 4 * 1024 * 1024
-local cutting = cut and cut > 0
 local bytes, bytes_max, batch, off = 0, cutting and SCAN_BYTES or math.huge, cutting and 4 or 500, 0
 -- The slot holding start, or the first one.
 local name = start >= 0 and slot_at(zs, fmt(start)) or redis.call('ZRANGE', zs, '0', '0')[1]
@@ -104,7 +104,7 @@ for _ = 1, 1000 do
       if score == last then last_run = last_run + 1 else last, last_run = score, 1 end
       if (score ~= start or last_run > skip) and r and (r.token ~= '') == (want == 'inflight') then
         local k, whole = #out, r.whole or #r.payload
-        if cut and cut > 0 and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
+        if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
         out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
         if cut then out[k + 4] = whole end
         n = n + 1
