@@ -213,6 +213,10 @@ eq(dq("offer", R, "--batch", "-", stdin=batch).rc, 0, "3 ready items of 300,000 
 r = dq("take", R, "--ack", "manual", "--json", "--timeout", "5s")
 m = r.json_lines()[0] if r.rc == 0 and r.json_lines() else {}
 eq(dq("nack", R, m.get("id", "?"), m.get("token", "?"), "--error", "x").rc, 0, "one nacked to the dead letters")
+L = "expo4"
+eq(dq("offer", L, "--batch", "-", stdin=batch).rc, 0, "expo4: 3 items of 300,000 bytes")
+r = dq("take", L, "--count", "3", "--ack", "manual", "--lease", "1h", "--json", "--timeout", "5s")
+ok(r.rc == 0 and len(r.json_lines()) == 3, "taken at once with a lease (one lease record)", r)
 for state, want in (("ready", 2), ("dead", 1)):
     st, b, _ = request(port, f"/api/queues/{R}/items?state={state}&limit=999")
     its = (body_json(b) or {}).get("items", [])
@@ -221,6 +225,11 @@ for state, want in (("ready", 2), ("dead", 1)):
         and set(i["payload"]) == {"\u00e9"} for i in its),
        f"{state}: cut to 1 MiB / 999 = 1049 bytes, shown to the last whole character (524), whole size",
        (st, b[:300]))
+st, b, _ = request(port, f"/api/queues/{L}/items?state=inflight&limit=999")
+its = (body_json(b) or {}).get("items", [])
+ok(st == 200 and len(its) == 3 and all(i["payload_truncated"] is True and i["payload_bytes"] == 300_000 and
+                                       len(i["payload"]) == 524 for i in its),
+   "in flight in a lease record: cut the same way", (st, b[:300]))
 eq(server.stop(), 0, "serve exits 0 on SIGTERM")
 keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
 S = "expo3"
