@@ -155,10 +155,10 @@ static int run(cli_serve_conf *conf, const char *addr, int port)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return CLI_FAIL;
     }
-    cli_err(strchr(addr, ':') ? "serving http://[%s]:%d/ (%s) until SIGINT or SIGTERM"
-                              : "serving http://%s:%d/ (%s) until SIGINT or SIGTERM",
-            addr, port,
-            conf->token ? "changes need the token" : "read-only");
+    cli_err(strchr(addr, ':') ? "serving http://[%s]:%d/ (%s%s) until SIGINT or SIGTERM"
+                              : "serving http://%s:%d/ (%s%s) until SIGINT or SIGTERM",
+            addr, port, conf->token ? "changes need the token" : "read-only",
+            cli_addr_loopback(addr) ? "" : "; reads are open to anyone who reaches the port");
     int sig = 0;
     sigwait(&stop, &sig);
     cli_serve_stop(s);
