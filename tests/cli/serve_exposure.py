@@ -221,14 +221,14 @@ for state, want in (("ready", 2), ("dead", 1)):
     st, b, _ = request(port, f"/api/queues/{R}/items?state={state}&limit=999")
     its = (body_json(b) or {}).get("items", [])
     ok(st == 200 and len(its) == want and all(
-        i["payload_truncated"] is True and i["payload_bytes"] == 300_000 and len(i["payload"]) == 524
-        and set(i["payload"]) == {"\u00e9"} for i in its),
+        i.get("payload_truncated") is True and i.get("payload_bytes") == 300_000 and len(i.get("payload") or "") == 524
+        and set(i.get("payload") or "") == {"\u00e9"} for i in its),
        f"{state}: cut to 1 MiB / 999 = 1049 bytes, shown to the last whole character (524), whole size",
        (st, b[:300]))
 st, b, _ = request(port, f"/api/queues/{L}/items?state=inflight&limit=999")
 its = (body_json(b) or {}).get("items", [])
-ok(st == 200 and len(its) == 3 and all(i["payload_truncated"] is True and i["payload_bytes"] == 300_000 and
-                                       len(i["payload"]) == 524 for i in its),
+ok(st == 200 and len(its) == 3 and all(i.get("payload_truncated") is True and i.get("payload_bytes") == 300_000 and
+                                       len(i.get("payload") or "") == 524 for i in its),
    "in flight in a lease record: cut the same way", (st, b[:300]))
 eq(server.stop(), 0, "serve exits 0 on SIGTERM")
 keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
@@ -271,24 +271,25 @@ ok(b"\ndelayq_registry_errors 0\n" in b, "delayq_registry_errors 0", b[:300])
 eq(server.stop(), 0, "serve exits 0 on SIGTERM")
 
 section("the start refuses short tokens and unguarded network addresses")
+# (timeout=5: a server that wrongly starts is stopped soon)
 short = private_file(tmp, "short", "abc\n")
 p = closed_port()
-r = dq("serve", "--listen", f"127.0.0.1:{p}", "--token-file", short)
+r = dq("serve", "--listen", f"127.0.0.1:{p}", "--token-file", short, timeout=5)
 ok(r.rc == 2 and "at least 16" in r.errtext, "a 3-character token: exit 2, says at least 16", r)
-r = dq("serve", "--listen", f"0.0.0.0:{p}")
+r = dq("serve", "--listen", f"0.0.0.0:{p}", timeout=5)
 ok(r.rc == 2 and "loopback" in r.errtext and "--public-read" in r.errtext and "--token-file" in r.errtext,
    "0.0.0.0 without --token-file: exit 2, names both options", r)
-r = dq("serve", "--listen", f"[::]:{p}")
+r = dq("serve", "--listen", f"[::]:{p}", timeout=5)
 eq(r.rc, 2, "[::] without --token-file: exit 2")
 # 192.0.2.1 (TEST-NET) passes the rule, then cannot be bound: exit 3.
-r = dq("serve", "--listen", f"192.0.2.1:{p}", "--public-read")
+r = dq("serve", "--listen", f"192.0.2.1:{p}", "--public-read", timeout=5)
 ok(r.rc == 3 and "cannot listen" in r.errtext, "with --public-read the rule passes (then no such address)", r)
-r = dq("serve", "--listen", f"192.0.2.1:{p}", "--token-file", tokfile)
+r = dq("serve", "--listen", f"192.0.2.1:{p}", "--token-file", tokfile, timeout=5)
 ok(r.rc == 3 and "cannot listen" in r.errtext, "with --token-file too", r)
 for bad in ("nowhere:80", "::1:80", "[::1]", "localhost", "[nope]:80"):
-    r = dq("serve", "--listen", bad)
+    r = dq("serve", "--listen", bad, timeout=5)
     ok(r.rc == 2 and "--listen" in r.errtext, f"--listen {bad}: exit 2", r)
-r = dq("serve", "--listen", f"127.0.0.1:{p}", "--allow-host", "bad/name")
+r = dq("serve", "--listen", f"127.0.0.1:{p}", "--allow-host", "bad/name", timeout=5)
 ok(r.rc == 2 and "--allow-host" in r.errtext, "--allow-host bad/name: exit 2", r)
 
 section("--listen localhost:PORT and [::1]:PORT")
