@@ -463,6 +463,8 @@ typedef struct dq_listed {
                              shown opened; one they do not open stays
                              sealed (it starts "\0dqs1")                */
     size_t payload_len;
+    size_t payload_full_len; /* the payload's whole size: payload_len, or
+                                more when dq_list_cut cut it             */
 } dq_listed;
 
 /* Longest cursor of dq_list, without its NUL. */
@@ -480,6 +482,14 @@ typedef struct dq_listed {
  * a negative code. */
 DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
                       dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
+/* As dq_list, with each payload cut to at most payload_max bytes (0:
+ * whole), for views that must stay small whatever the payloads hold.
+ * Pending and in-flight payloads are cut in the script, so the rest never
+ * leaves Redis; ready and dead ones after they arrive. payload_full_len
+ * gets each whole size. A sealed payload that was cut is not opened (it
+ * stays a cut envelope). Returns as dq_list. */
+DQ_EXPORT int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
+                          size_t payload_max, dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
 DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
 
 /* ------------------------------------------------------------------ doctor */
