@@ -333,8 +333,10 @@ static int single_done(const dq__router *rt) {
 
 static int sentinel_done(const dq__router *rt) {
     if (rt->discover_rounds > 0) return 1;
-    if (!rt->master && ev_time() > rt->connect_deadline) return 1; /* a failover lasts */
-    return rt->master && single_done(rt);
+    /* No master named yet, or held off the old one: a failover lasts. */
+    int held = rt->master && !rt->master->cmd->auto_reconnect;
+    if (!rt->master || held) return ev_time() > rt->connect_deadline;
+    return single_done(rt);
 }
 
 static int cluster_done(const dq__router *rt) {
