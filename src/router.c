@@ -158,7 +158,7 @@ static void node_cmd_down(dq__conn *conn, void *privdata) {
     (void)conn;
     dq__node *n = privdata;
     dq__log(n->rt->c, "%s; %s", n->cmd->errstr,
-            n->cmd->auto_reconnect ? "reconnecting" : "waiting for the sentinels");
+            n->on_hold ? "waiting for the sentinels" : "reconnecting");
     node_lost(n);
 }
 
@@ -197,8 +197,8 @@ static void node_drop_blocking(dq__node *n) {
  * held node's command connection starts again (dq__rt_node_hold). */
 void dq__rt_node_move(dq__node *n, const char *host, int port) {
     dq__router *rt = n->rt;
-    int held = !n->cmd->auto_reconnect;
-    n->cmd->auto_reconnect = 1;
+    int held = n->on_hold;
+    if (held) n->on_hold = 0, n->cmd->auto_reconnect = 1;
     if (n->ep.port == port && strcmp(n->ep.host, host) == 0) {
         if (held && n->cmd->state == DQ__DOWN) dq__conn_start(n->cmd);
         return;
@@ -225,12 +225,13 @@ void dq__rt_node_move(dq__node *n, const char *host, int port) {
 /* Stops using node n until dq__rt_node_move names where the master is. */
 void dq__rt_node_hold(dq__node *n, const char *why) {
     dq__router *rt = n->rt;
-    if (!n->cmd->auto_reconnect) return; /* held already */
+    if (n->on_hold) return;
     dq__log(rt->c, "master %s at %s: %s; not using it until the sentinels name the master",
             rt->c->url.master, n->ep.name, why);
     /* Its wake-ups (push) may go on: they only make takes look, and the
      * looks go through the command connection, held down. */
     node_drop_blocking(n);
+    n->on_hold = 1;
     n->cmd->auto_reconnect = 0;
     ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
     if (n->cmd->state != DQ__DOWN) dq__conn_abort(n->cmd, DQ_ECONNECT, why);
@@ -244,7 +245,7 @@ dq__conn *dq__route_blocking(dq_client *c, unsigned slot) {
         dq__fail(c, DQ_ECONNECT, "no node serves slot %u", slot);
         return NULL;
     }
-    if (!n->cmd->auto_reconnect && n->cmd->state == DQ__DOWN) {
+    if (n->on_hold) {
         dq__fail(c, DQ_ECONNECT, "%s is held: a failover is under way", n->ep.name);
         return NULL;
     }
@@ -334,8 +335,7 @@ static int single_done(const dq__router *rt) {
 static int sentinel_done(const dq__router *rt) {
     if (rt->discover_rounds > 0) return 1;
     /* No master named yet, or held off the old one: a failover lasts. */
-    int held = rt->master && !rt->master->cmd->auto_reconnect;
-    if (!rt->master || held) return ev_time() > rt->connect_deadline;
+    if (!rt->master || rt->master->on_hold) return ev_time() > rt->connect_deadline;
     return single_done(rt);
 }
 

@@ -24,6 +24,8 @@ struct dq__node {
                                 their waits too                         */
     dq__push *push;          /* sharded subscriptions on this node      */
     dq__rreq *held, *held_tail; /* waiting for cmd to come up           */
+    int on_hold;             /* Sentinel: a failover is replacing it, cmd
+                                stays down (dq__rt_node_hold)           */
 };
 
 struct dq__sub {
