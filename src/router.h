@@ -66,6 +66,7 @@ struct dq__router {
     dq__conn *asking[DQ__URL_NODES_MAX];   /* this round's, by URL index */
     dq__sentinel_answer answers[DQ__URL_NODES_MAX];
     int pending;             /* sentinels of the round yet to answer      */
+    int answered;            /* and those that named a master            */
     ev_timer round_timer;    /* the round ends then with what it has      */
     int failover_logged;     /* "failover in progress" said, once a wait  */
     dq__push *watch[DQ__URL_NODES_MAX]; /* each sentinel's announcements */

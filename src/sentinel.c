@@ -3,7 +3,9 @@
  * asks every sentinel of the URL at once (SENTINEL MASTER for its flags and
  * config epoch, then SENTINEL get-master-addr-by-name, pipelined) and
  * follows the answer with the newest config epoch: a sentinel that has not
- * heard of a failover yet names the old master with an older epoch. While
+ * heard of a failover yet names the old master with an older epoch. A
+ * round ends when all have answered or failed, 0.2 s after a majority
+ * answered, or at the connect timeout, whichever comes first. While
  * any sentinel that answers runs a failover not yet past the promotion,
  * the round names nothing and another follows shortly. Every sentinel is
  * also watched: +promoted-slave and +switch-master move a running client
@@ -16,6 +18,8 @@
 #include <string.h>
 
 #include "router.h"
+
+#define ROUND_GRACE_S 0.2 /* for the rest once a majority has answered */
 
 /* ------------------------------------------------------------ sentinel */
 
@@ -53,7 +57,17 @@ static void answer_done(dq__router *rt, int i, const char *why) {
     a->state = why ? DQ__ASK_FAILED : DQ__ASK_ANSWERED;
     if (rt->asking[i]) dq__conn_retire(rt->asking[i]);
     rt->asking[i] = NULL;
-    if (--rt->pending == 0) round_end(rt);
+    if (--rt->pending == 0) {
+        round_end(rt);
+        return;
+    }
+    if (!why && ++rt->answered == rt->c->url.nnodes / 2 + 1) {
+        /* A majority answered: the rest get a moment, not the connect
+         * timeout (a sentinel cut off from us would hold every round). */
+        ev_timer_stop(rt->c->loop, &rt->round_timer);
+        ev_timer_set(&rt->round_timer, ROUND_GRACE_S, 0);
+        ev_timer_start(rt->c->loop, &rt->round_timer);
+    }
 }
 
 /* SENTINEL MASTER's flags: while this sentinel runs a failover, the master
@@ -120,7 +134,8 @@ static void sentinel_fail(dq__conn *conn, void *privdata) {
     answer_done(rt, asked_index(rt, conn), conn->errstr[0] ? conn->errstr : "unreachable");
 }
 
-/* The round's time is up: it ends with the answers it has. */
+/* The round's time is up (the connect timeout, or the grace after a
+ * majority): it ends with the answers it has. */
 static void on_round_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__router *rt = w->data;
@@ -181,6 +196,7 @@ void dq__rt_discover(dq__router *rt) {
     ev_timer_stop(c->loop, &rt->heal_timer);
     rt->discovering = 1;
     rt->pending = c->url.nnodes;
+    rt->answered = 0;
     memset(rt->answers, 0, sizeof rt->answers);
     ev_timer_init(&rt->round_timer, on_round_timer, c->opt.connect_timeout_ms / 1000.0, 0);
     rt->round_timer.data = rt;

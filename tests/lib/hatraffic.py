@@ -115,7 +115,7 @@ def check_delivered(prod, take, take_queue, wpath, label):
 
     wait_for(lambda: not missing(), 20)
     m = missing()
-    ok(not m, f"{label}: every durable offer delivered", m[:20])
+    ok(not m, f"{label}: every durable offer delivered", (f"{len(m)} missing", m[:20]))
     got = taken(take)
     early = [(r[0], e) for r in confirmed if r[1] == take_queue for recv, e in got.get(r[0], [])
              if e["ready_ms"] < e["due_ms"] or recv + 0.005 < r[3] + r[4] / 1000.0]
