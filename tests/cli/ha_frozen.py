@@ -7,10 +7,12 @@ closes anything. Checks: both running consumers follow the promoted replica
 by themselves and deliver an item offered there within a bound of the
 promotion (a BLPOP already sent to the frozen node must not hold them for
 the 30 s), none is lost or early, and once the old master is resumed (it
-rejoins as a replica) everything still works.
+rejoins as a replica) everything still works. Also: a silent sentinel in the
+URL does not hold discovery for the connect timeout.
 """
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -39,6 +41,19 @@ def offer_until_ok(queue, id_, limit_s=10):
 
 
 g, URL, wpath = sentinel_group()
+
+section("a silent sentinel in the URL (accepts, never answers) does not hold discovery")
+silent = socket.socket()
+silent.bind(("127.0.0.1", 0))
+silent.listen(16)
+silent_url = URL.replace("redis-sentinel://", f"redis-sentinel://127.0.0.1:{silent.getsockname()[1]},")
+t0 = time.monotonic()
+r = dq("--redis", silent_url, "stats", QP, redis=False)
+took = time.monotonic() - t0
+ok(r.rc == 0, "stats through a URL with a silent sentinel first works", r)
+ok(took < 1.5 * SLOW, "in well under the connect timeout (2 s): the others are a majority", took)
+silent.close()
+
 take, work = consumers(URL, QP, QW, wpath)
 ok(offer_until_ok(QP, "before-p") and offer_until_ok(QW, "before-w"), "offers before the freeze")
 ok(wait_for(lambda: "before-p" in taken(take) and "before-w" in worked(wpath), 10),
