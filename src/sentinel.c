@@ -140,12 +140,13 @@ static void on_round_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__router *rt = w->data;
     for (int i = 0; i < rt->c->url.nnodes && rt->discovering; i++)
-        answer_done(rt, i, "no answer within the connect timeout");
+        answer_done(rt, i, "no answer in time (the others answered, or the connect timeout)");
 }
 
 static void watch_all(dq__router *rt);
 
-/* Every sentinel has answered or failed: follow the newest answer. */
+/* The round is over (every sentinel answered or failed, or its time is
+ * up): follow the newest answer. */
 static void round_end(dq__router *rt) {
     ev_timer_stop(rt->c->loop, &rt->round_timer);
     rt->discovering = 0;
