@@ -128,6 +128,9 @@ DQ_EXPORT int dq_parse_duration(const char *text, int64_t *ms) DQ_NODISCARD;
 
 typedef struct dq_client dq_client;
 
+/* dq_options.wait_replicas: wait for every replica the master has. */
+#define DQ_WAIT_ALL (-1)
+
 typedef struct dq_options {
     int connect_timeout_ms;  /* per connection attempt; default 2000         */
     int command_timeout_ms;  /* reply deadline of each non-blocking command;
@@ -155,7 +158,11 @@ typedef struct dq_options {
                                 purge) is followed by WAIT wait_replicas
                                 wait_timeout_ms on the same connection; the
                                 call returns DQ_ENOTDURABLE when fewer
-                                confirm. 0 (default): no WAIT               */
+                                confirm. 0 (default): no WAIT.
+                                DQ_WAIT_ALL: every replica the master lists
+                                (ROLE, sent just before each write; at
+                                least one), one round trip more a write;
+                                needs ROLE in the user's ACL                */
     int wait_timeout_ms;     /* default 1000; 0 waits forever (WAIT's rule) */
     const char *key_file;    /* sealed payloads: a file of key lines ('delayq
                                 keygen'), read by dq_connect (DQ_EINVAL when
