@@ -128,6 +128,9 @@ DQ_EXPORT int dq_parse_duration(const char *text, int64_t *ms) DQ_NODISCARD;
 
 typedef struct dq_client dq_client;
 
+/* dq_options.wait_replicas: wait for every replica the master has. */
+#define DQ_WAIT_ALL (-1)
+
 typedef struct dq_options {
     int connect_timeout_ms;  /* per connection attempt; default 2000         */
     int command_timeout_ms;  /* reply deadline of each non-blocking command;
@@ -155,7 +158,11 @@ typedef struct dq_options {
                                 purge) is followed by WAIT wait_replicas
                                 wait_timeout_ms on the same connection; the
                                 call returns DQ_ENOTDURABLE when fewer
-                                confirm. 0 (default): no WAIT               */
+                                confirm. 0 (default): no WAIT.
+                                DQ_WAIT_ALL: every replica the master lists
+                                (ROLE, sent just before each write; at
+                                least one), one round trip more a write;
+                                needs ROLE in the user's ACL                */
     int wait_timeout_ms;     /* default 1000; 0 waits forever (WAIT's rule) */
     const char *key_file;    /* sealed payloads: a file of key lines ('delayq
                                 keygen'), read by dq_connect (DQ_EINVAL when
@@ -485,6 +492,8 @@ typedef struct dq_listed {
                              shown opened; one they do not open stays
                              sealed (it starts "\0dqs1")                */
     size_t payload_len;
+    size_t payload_full_len; /* the payload's whole size: payload_len, or
+                                more when dq_list_cut cut it             */
 } dq_listed;
 
 /* Longest cursor of dq_list, without its NUL. */
@@ -502,6 +511,14 @@ typedef struct dq_listed {
  * a negative code. */
 DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
                       dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
+/* As dq_list, with each payload cut to at most payload_max bytes (0:
+ * whole), for views that must stay small whatever the payloads hold.
+ * Pending and in-flight payloads are cut in the script, so the rest never
+ * leaves Redis; ready and dead ones after they arrive. payload_full_len
+ * gets each whole size. A sealed payload that was cut is not opened (it
+ * stays a cut envelope). Returns as dq_list. */
+DQ_EXPORT int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
+                          size_t payload_max, dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
 DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
 
 /* ------------------------------------------------------------------ doctor */

@@ -34,7 +34,7 @@ static int options_valid(const dq_options *o) {
            o->backoff_base_ms >= -1 && o->backoff_max_ms >= -1 &&
            (o->backoff_base_ms < 0) == (o->backoff_max_ms < 0) &&
            o->backoff_max_ms >= o->backoff_base_ms && o->backoff_max_ms <= DQ_DUE_MAX_MS &&
-           o->wait_replicas >= 0 && o->wait_timeout_ms >= 0;
+           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {

@@ -27,6 +27,7 @@ struct dq__req {
     dq__reply_fn *fn;
     void *privdata;
     double deadline;         /* ev_now seconds; 0 = none                  */
+    int timeout_ms;          /* what the deadline was set from (messages) */
 };
 
 static void set_err(dq__conn *conn, int code, const char *fmt, ...)
@@ -135,8 +136,9 @@ void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdat
     (void)conn, (void)reply, (void)code, (void)privdata;
 }
 
-int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
-                      dq__reply_fn *fn, void *privdata) {
+/* Sends cmd with a reply deadline of timeout_ms (0: none). */
+static int send_within(dq__conn *conn, int timeout_ms, const char *cmd, size_t len,
+                       dq__reply_fn *fn, void *privdata) {
     if (!conn->link || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
@@ -148,12 +150,13 @@ int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t le
     r->fn = fn;
     r->privdata = privdata;
     r->conn = conn;
-    if (!(flags & DQ__SEND_NO_TIMEOUT) && conn->client->opt.command_timeout_ms > 0) {
+    if (timeout_ms > 0) {
         /* The loop's cached time is stale after a while outside the loop
          * (a synchronous caller's own work): refresh it, or the deadline
          * could be in the past already. */
         ev_now_update(conn->client->loop);
-        r->deadline = ev_now(conn->client->loop) + conn->client->opt.command_timeout_ms / 1000.0;
+        r->deadline = ev_now(conn->client->loop) + timeout_ms / 1000.0;
+        r->timeout_ms = timeout_ms;
     }
     /* The link copies the command into its output buffer. */
     int rc = dq__link_send(conn->link, cmd, len);
@@ -168,11 +171,23 @@ int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t le
     return 0;
 }
 
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
+                      dq__reply_fn *fn, void *privdata) {
+    int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
+    return send_within(conn, ms, cmd, len, fn, privdata);
+}
+
 int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
                   const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
+    int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
+    return dq__conn_send_within(conn, ms, argc, argv, argvlen, fn, privdata);
+}
+
+int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **argv,
+                         const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
     char *cmd = NULL;
     long len = dq__format_command(&cmd, 0, NULL, NULL, argc, argv, argvlen);
-    int rc = len < 0 ? DQ_ENOMEM : dq__conn_send_raw(conn, flags, cmd, (size_t)len, fn, privdata);
+    int rc = len < 0 ? DQ_ENOMEM : send_within(conn, timeout_ms, cmd, (size_t)len, fn, privdata);
     free(cmd);
     return rc;
 }
@@ -333,8 +348,13 @@ static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
 static void on_cmd_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__conn *conn = w->data;
-    set_err(conn, DQ_ETIMEDOUT, "Redis at %s did not reply within %d ms",
-            conn->name, conn->client->opt.command_timeout_ms);
+    int ms = conn->client->opt.command_timeout_ms;
+    for (const dq__req *r = conn->head; r; r = r->next)
+        if (r->deadline > 0) {
+            ms = r->timeout_ms; /* the one that expired: the oldest */
+            break;
+        }
+    set_err(conn, DQ_ETIMEDOUT, "Redis at %s did not reply within %d ms", conn->name, ms);
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
@@ -442,8 +462,25 @@ dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind, const dq__endpoint
     return conn;
 }
 
+void dq__conn_list_add(dq__conn **head, dq__conn *conn) {
+    dq__conn_unlist(conn);
+    conn->list_next = *head;
+    if (*head) (*head)->list_pprev = &conn->list_next;
+    conn->list_pprev = head;
+    *head = conn;
+}
+
+void dq__conn_unlist(dq__conn *conn) {
+    if (!conn->list_pprev) return;
+    *conn->list_pprev = conn->list_next;
+    if (conn->list_next) conn->list_next->list_pprev = conn->list_pprev;
+    conn->list_next = NULL;
+    conn->list_pprev = NULL;
+}
+
 void dq__conn_free(dq__conn *conn) {
     if (!conn) return;
+    dq__conn_unlist(conn);
     struct ev_loop *loop = conn->client->loop;
     conn->state = DQ__CLOSED;
     conn->auto_reconnect = 0;
@@ -469,6 +506,7 @@ static void on_reaper(struct ev_loop *loop, ev_timer *w, int revents) {
 
 void dq__conn_retire(dq__conn *conn) {
     dq_client *c = conn->client;
+    dq__conn_unlist(conn);
     conn->on_up = conn->on_down = conn->on_fail = NULL;
     conn->event_privdata = NULL;
     conn->auto_reconnect = 0;

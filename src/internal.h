@@ -76,6 +76,7 @@ struct dq__conn {
     dq__conn_event_fn *on_fail;  /* a connect attempt ended before UP    */
     void *event_privdata;
     dq__conn *next_in_pool;      /* blocking pool / retired list link     */
+    dq__conn *list_next, **list_pprev; /* an owner's list (dq__conn_list_add) */
     void *node;                  /* the router's node it belongs to      */
     int ups;                     /* times the handshake completed        */
     int last_code;
@@ -101,6 +102,10 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 /* The same with a command already in RESP (len bytes, copied). */
 int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
                       dq__reply_fn *fn, void *privdata);
+/* The same with a reply deadline of timeout_ms (0: none) instead of
+ * command_timeout_ms: a blocking command that must end by then. */
+int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **argv,
+                         const size_t *argvlen, dq__reply_fn *fn, void *privdata);
 /* A dq__reply_fn for commands whose reply nobody needs. */
 void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
@@ -116,6 +121,12 @@ void dq__conn_write_now(dq__conn *conn);
 /* Closes a connection that may be inside one of its own callbacks: fails
  * what is pending now, frees the struct later from the loop. */
 void dq__conn_retire(dq__conn *conn);
+
+/* Puts conn in an owner's list at *head (out of any other first), so the
+ * owner can reach every connection it handed out; retiring or freeing
+ * conn takes it out again, so the list never holds a freed one. */
+void dq__conn_list_add(dq__conn **head, dq__conn *conn);
+void dq__conn_unlist(dq__conn *conn);
 
 /* Frees retired connections now (dq_client_free). */
 void dq__reap_retired(dq_client *c);
@@ -430,6 +441,12 @@ int dq__waiter_arm(dq__waiter *w, int found_empty);
 int dq__waiters_quiet(const dq_client *c, const char *owner, unsigned shards, unsigned j);
 /* Shard j of owner's queue was found empty: the waits out on it are quiet. */
 void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, unsigned j);
+/* Sends "BLPOP key" on conn, a blocking connection, for a take or a
+ * waiter: Redis ends it with nil after half of safety_check_ms (the caller
+ * waits again), and the connection is dropped (DQ_ETIMEDOUT, its on_down)
+ * when no reply came within safety_check_ms: no wait outlasts the safety
+ * interval on a node that went silent. Returns as dq__conn_send. */
+int dq__blpop(dq_client *c, dq__conn *conn, const char *key, dq__reply_fn *fn, void *privdata);
 /* Gives n wake tokens back to the shard named shard (no reply awaited). */
 void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
 

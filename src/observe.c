@@ -223,6 +223,7 @@ typedef struct page {
     size_t n;
     char *next; /* DQ_CURSOR_MAX + 1 */
     size_t offset, limit; /* ready and dead: the page's place */
+    size_t cut;           /* the most payload bytes an item keeps; 0: whole */
 } page;
 
 static char *dup_n(const char *s, size_t n) {
@@ -249,19 +250,21 @@ static int item_of_entry(dq_listed *it, const char *buf, size_t len) {
     return it->id && it->error && it->reason && it->payload ? 0 : DQ_ENOMEM;
 }
 
-/* list.lua's reply: {next cursor, (time, attempts, entry)...}. */
+/* list.lua's reply: {next cursor, (time, attempts, entry[, whole payload
+ * length when cut])...}. */
 static int decode_slots_page(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     (void)queue;
     page *p = out;
-    if (reply->elements < 1 || (reply->elements - 1) % 3 != 0 || reply->element[0]->type != REDIS_REPLY_STRING ||
-        reply->element[0]->len > DQ_CURSOR_MAX)
+    size_t stride = p->cut ? 4 : 3;
+    if (reply->elements < 1 || (reply->elements - 1) % stride != 0 ||
+        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len > DQ_CURSOR_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected list reply");
     memcpy(p->next, reply->element[0]->str, reply->element[0]->len + 1);
-    size_t n = (reply->elements - 1) / 3;
+    size_t n = (reply->elements - 1) / stride;
     p->items = calloc(n ? n : 1, sizeof *p->items);
     if (!p->items) return dq__fail(c, DQ_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        redisReply *const *e = reply->element + 1 + 3 * i;
+        redisReply *const *e = reply->element + 1 + stride * i;
         dq_listed *it = &p->items[p->n];
         if (e[2]->type != REDIS_REPLY_STRING) return dq__fail(c, DQ_EPROTO, "unexpected list reply");
         int rc = item_of_entry(it, e[2]->str, e[2]->len);
@@ -272,6 +275,10 @@ static int decode_slots_page(dq_client *c, const char *queue, const redisReply *
         it->attempts = (int)dq__reply_int(e[1]);
         it->ready_ms = 0;
         if (p->state == DQ_STATE_IN_FLIGHT) it->lease_end_ms = dq__reply_int(e[0]);
+        if (p->cut) {
+            int64_t whole = dq__reply_int(e[3]);
+            it->payload_full_len = whole > (int64_t)it->payload_len ? (size_t)whole : it->payload_len;
+        }
     }
     return 0;
 }
@@ -341,10 +348,11 @@ static int list_keys(dq_client *c, const char *queue, const char *name, const ch
     (void)queue;
     if (slots) {
         snprintf(num[0], sizeof num[0], "%zu", p->limit);
-        const char *argv[5] = {k.z, k.prefix, p->state == DQ_STATE_PENDING ? "pending" : "inflight", cursor,
-                               num[0]};
+        snprintf(num[1], sizeof num[1], "%zu", p->cut);
+        const char *argv[6] = {k.z, k.prefix, p->state == DQ_STATE_PENDING ? "pending" : "inflight", cursor,
+                               num[0], num[1]};
         s.decode = decode_slots_page;
-        return run_sync(&s, DQ__LUA_LIST, 1, 4, argv);
+        return run_sync(&s, DQ__LUA_LIST, 1, p->cut ? 5 : 4, argv);
     }
     snprintf(num[0], sizeof num[0], "%zu", p->offset);
     snprintf(num[1], sizeof num[1], "%zu", p->offset + p->limit - 1);
@@ -381,8 +389,25 @@ static int list_shards(dq_client *c, const char *queue, unsigned shards, const c
     return 0;
 }
 
+/* Cuts an item's payload that came whole to p->cut bytes, and gives every
+ * item its whole size. */
+static void cut_payload(const page *p, dq_listed *it) {
+    if (!it->payload_full_len) it->payload_full_len = it->payload_len;
+    if (p->cut && it->payload_len > p->cut) {
+        it->payload_len = p->cut;
+        char *less = realloc(it->payload, p->cut + 1);
+        if (less) it->payload = less; /* else the larger block stays: still valid */
+        ((char *)it->payload)[p->cut] = '\0';
+    }
+}
+
 int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, dq_listed **out,
             size_t *n, char *next_cursor) {
+    return dq_list_cut(c, queue, state, cursor, limit, 0, out, n, next_cursor);
+}
+
+int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, size_t payload_max,
+                dq_listed **out, size_t *n, char *next_cursor) {
     *out = NULL;
     *n = 0;
     next_cursor[0] = '\0';
@@ -390,7 +415,7 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
     if (rc) return rc;
     if (limit < 1 || limit > 1000) return dq__fail(c, DQ_EINVAL, "list between 1 and 1000 items a page");
     if (!cursor) cursor = "";
-    page p = {state, NULL, 0, next_cursor, 0, limit};
+    page p = {state, NULL, 0, next_cursor, 0, limit, payload_max};
     int slots = state == DQ_STATE_PENDING || state == DQ_STATE_IN_FLIGHT;
     if (state != DQ_STATE_READY && state != DQ_STATE_DEAD && !slots)
         return dq__fail(c, DQ_EINVAL, "no such state %d", state);
@@ -410,9 +435,16 @@ int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size
         next_cursor[0] = '\0';
         return rc;
     }
-    for (size_t i = 0; i < p.n; i++)
-        if (state != DQ_STATE_DEAD) /* dq_dead_list opened those */
-            dq__open_shown(c, queue, p.items[i].id, &p.items[i].payload, &p.items[i].payload_len);
+    for (size_t i = 0; i < p.n; i++) {
+        dq_listed *it = &p.items[i];
+        /* A cut envelope cannot be opened; a whole one gets the size of
+         * what it opens to. dq_dead_list opened the dead. */
+        if (!it->payload_full_len || it->payload_full_len == it->payload_len) {
+            it->payload_full_len = 0;
+            if (state != DQ_STATE_DEAD) dq__open_shown(c, queue, it->id, &it->payload, &it->payload_len);
+        }
+        cut_payload(&p, it);
+    }
     *out = p.items;
     *n = p.n;
     return 0;

@@ -1,19 +1,22 @@
 /*
  * serve.h - the parts of 'delayq serve': the command (cmd_serve.c) starts
- * the HTTP server (serve_http.c), which has each request routed and checked
- * (serve_route.c, no HTTP library and no Redis, so it can be fuzzed) and
- * answered by a view (serve_views.c), which reads through the library.
- * Each layer calls only the ones below.
+ * the HTTP server (serve_http.c), which has each request guarded (its Host,
+ * failed tokens, and connections: serve_guard.c), routed and checked
+ * (serve_route.c; both with no HTTP library and no Redis, so they can be
+ * fuzzed) and answered by a view (serve_views.c), which reads through the
+ * library. Each layer calls only the ones below.
  *
  * One thread: libmicrohttpd's own polling thread runs every request, one
  * at a time, and is the only user of the client (a dq_client is not
- * thread-safe; its synchronous calls run its private loop).
+ * thread-safe; its synchronous calls run its private loop), of the backoff
+ * table and of the connection table.
  */
 #ifndef DELAYQ_CLI_SERVE_H
 #define DELAYQ_CLI_SERVE_H
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "delayq.h"
 
@@ -26,6 +29,8 @@ typedef struct cli_serve_conf {
     const dq_finding *findings; /* the doctor's at the start (cli_doctor_start),
                                    shown by /metrics and /api/queues      */
     size_t nfindings;
+    const struct cli_hosts *hosts; /* the Host headers answered (serve_guard.c) */
+    struct cli_guard *guard;       /* failed-token backoff; the server's thread's */
 } cli_serve_conf;
 
 /* A response: status, content type (static) and a malloc'ed body. */
@@ -105,11 +110,75 @@ typedef struct cli_route {
  * NULL: read-only, mutations get 403. Never fails otherwise. */
 void cli_route_request(const char *token, const cli_request *rq, cli_route *r);
 
+/* ------------------------------------------------------------ guards (serve_guard.c) */
+
+/* The names a request's Host header may give (DNS rebinding: a page of a
+ * foreign origin whose name now points here still sends its own name). */
+typedef struct cli_hosts {
+    const char *listen;       /* the listen address: an IPv4 or IPv6 literal  */
+    const char *const *names; /* --allow-host names, compared without case    */
+    int nnames;
+} cli_hosts;
+
+/* 1 if host (the Host header's value, NULL when absent) may be answered:
+ * its name is the listen address, any IP literal if that is a wildcard
+ * (0.0.0.0, ::), "localhost", or one of names; a port after it, if any,
+ * is not checked (forwarded ports change it; the name is what rebinding
+ * cannot fake). An absent Host passes: browsers always send one, and
+ * libmicrohttpd itself refuses HTTP/1.1 requests without it. Pure. */
+int cli_host_allowed(const cli_hosts *h, const char *host);
+
+/* 1 if addr (an IPv4 or IPv6 literal) is a loopback address. */
+int cli_addr_loopback(const char *addr);
+
+/* Failed-token backoff, per client address and for the whole process:
+ * past an address's third failed token, its next try is refused (429)
+ * for a delay that doubles with each failure, from 250 ms to 60 s (an
+ * address quiet for 10 minutes, or right once, starts afresh); and past 20
+ * failures in 10 s from all addresses, every try is refused until the
+ * window ends. Refusals answer at once: no thread waits. Times are the
+ * caller's monotonic clock in ms (this is about the server's own pace, not
+ * queue time). Bounded: a fixed table; the oldest address is forgotten
+ * when full. Used by one thread. */
+typedef struct cli_guard cli_guard;
+cli_guard *cli_guard_new(void);
+void cli_guard_free(cli_guard *g);
+/* 0 if a client at addr (its IP address: 4 or 16 bytes) may try a
+ * token at now_ms; else the seconds to wait (>= 1). */
+int cli_guard_wait(cli_guard *g, const void *addr, size_t len, int64_t now_ms);
+/* Records how a token try of addr ended (ok 1: it was right). */
+void cli_guard_result(cli_guard *g, const void *addr, size_t len, int64_t now_ms, int ok);
+
+/* Open connections, so that a new one can push out a waiting one (no
+ * request in progress: a slow client's, or one idle between requests):
+ * slow clients cannot fill the server, not even from the one address every
+ * local client shares. A new connection closes the connection that has
+ * waited longest among its address's if that address has CLI_WAIT_PER_IP
+ * waiting, else among all if the server holds CLI_CONN_SOFT_MAX. Used by
+ * one thread; times are the caller's monotonic ms. */
+#define CLI_WAIT_PER_IP 32
+#define CLI_CONN_SOFT_MAX 224
+typedef struct cli_conn cli_conn;
+typedef struct cli_conns cli_conns;
+cli_conns *cli_conns_new(void);
+void cli_conns_free(cli_conns *t);
+/* Records a new connection from addr (its IP address bytes) with handle
+ * (the caller's, given back by cli_conn_handle). Returns its entry, NULL if
+ * out of memory; *evict gets a waiting connection's entry to close (it
+ * stays listed, never chosen again, until cli_conn_end), or NULL. */
+cli_conn *cli_conn_start(cli_conns *t, const void *addr, size_t len, void *handle, int64_t now_ms,
+                         cli_conn **evict);
+/* A request began (busy 1) or ended (0) on c. */
+void cli_conn_busy(cli_conn *c, int busy, int64_t now_ms);
+/* c closed: forgets and frees it (NULL: nothing). */
+void cli_conn_end(cli_conns *t, cli_conn *c);
+void *cli_conn_handle(const cli_conn *c);
+
 /* ------------------------------------------------------------ server (serve_http.c) */
 
 typedef struct cli_server cli_server;
 
-/* Starts serving on addr:port (IPv4) in a thread of its own. NULL after
+/* Starts serving on addr:port (an IPv4 or IPv6 literal) in a thread of its own. NULL after
  * printing why. conf must outlive the server. */
 cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int port);
 void cli_serve_stop(cli_server *s);

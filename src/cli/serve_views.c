@@ -61,15 +61,30 @@ static void view_failure(cli_view *v, dq_client *c, int rc)
 
 /* ------------------------------------------------------------ the queues shown */
 
-/* The registry's queues and those of the command line, sorted, without
- * repeats, into a new array (free with dq_queues_free). */
-static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n)
+/* Whether rc, from reading the registry, means Redis answered but the
+ * registry cannot be read (a key of another type, a refusal): a problem to
+ * report, while the queues named on the command line are still shown. */
+static int registry_problem(int rc)
 {
-    char **reg;
-    size_t nreg;
+    return rc == DQ_EWRONGTYPE || rc == DQ_EAUTH || rc == DQ_EREDIS || rc == DQ_EPROTO;
+}
+
+/* The registry's queues and those of the command line, sorted, without
+ * repeats, into a new array (free with dq_queues_free). problem (size
+ * bytes): "" or, when the registry could not be read though Redis
+ * answered, why (the command line's queues are given then). */
+static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char *problem, size_t size)
+{
+    char **reg = NULL;
+    size_t nreg = 0;
+    problem[0] = '\0';
     int rc = dq_queues(conf->c, &reg, &nreg);
-    if (rc)
+    if (rc && !registry_problem(rc))
         return rc;
+    if (rc)
+        snprintf(problem, size, "%s; only the queues named on the command line are shown (if the key was "
+                                "overwritten, delete it: clients register their queues again as they offer)",
+                 dq_client_errstr(conf->c));
     char **all = calloc(nreg + (size_t)conf->nqueues + 1, sizeof *all);
     if (!all) {
         dq_queues_free(reg, nreg);
@@ -95,10 +110,10 @@ static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n)
 
 int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known)
 {
-    char **names;
+    char **names, problem[512];
     size_t n;
     *known = 0;
-    int rc = shown_queues(conf, &names, &n);
+    int rc = shown_queues(conf, &names, &n, problem, sizeof problem);
     for (size_t i = 0; !rc && i < n; i++)
         if (strcmp(names[i], queue) == 0)
             *known = 1;
@@ -228,9 +243,9 @@ static json_t *unsafe_json(const cli_serve_conf *conf)
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
 {
     dq__buf b = {0};
-    char **names = NULL;
+    char **names = NULL, problem[512];
     size_t n = 0;
-    int up = shown_queues(conf, &names, &n) == 0;
+    int up = shown_queues(conf, &names, &n, problem, sizeof problem) == 0;
     dq_metrics *m = up ? calloc(n ? n : 1, sizeof *m) : NULL;
     int *okq = up ? calloc(n ? n : 1, sizeof *okq) : NULL;
     int errors = 0;
@@ -250,6 +265,10 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
     dq__buf_printf(&b, "# HELP delayq_queue_read_errors Queues whose metrics could not be read.\n"
                        "# TYPE delayq_queue_read_errors gauge\ndelayq_queue_read_errors %d\n",
                    errors);
+    dq__buf_printf(&b, "# HELP delayq_registry_errors Whether the queue registry (dq:queues) could not be read "
+                       "though Redis answered (1: a key of another type, or refused).\n"
+                       "# TYPE delayq_registry_errors gauge\ndelayq_registry_errors %d\n",
+                   up && problem[0] != '\0');
     if (up)
         render_metrics(&b, names, m, okq, n);
     render_findings(&b, conf);
@@ -288,12 +307,13 @@ static json_t *queue_json(const char *name, const dq_metrics *m)
 
 void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
 {
-    char **names;
+    char **names, problem[512];
     size_t n;
     json_t *body = json_object(), *list = json_array();
-    int rc = shown_queues(conf, &names, &n);
+    int rc = shown_queues(conf, &names, &n, problem, sizeof problem);
     json_object_set_new(body, "redis_up", json_boolean(rc == 0));
     json_object_set_new(body, "unsafe", unsafe_json(conf));
+    json_object_set_new(body, "registry_error", rc == 0 && problem[0] ? json_string(problem) : json_null());
     if (rc) {
         const char *msg = dq_client_errstr(conf->c);
         json_object_set_new(body, "error", json_string(msg[0] ? msg : dq_strerror(rc)));
@@ -357,20 +377,62 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
 
 /* ------------------------------------------------------------ items */
 
+/* A page of items shows at most PAGE_PAYLOAD_MAX bytes of payload in all:
+ * each payload is cut to PAGE_PAYLOAD_MAX / limit bytes (1 MiB, the
+ * default largest payload, for one item a page; 20 KiB for 50; 1 KiB for
+ * a thousand), so a page's answer stays a few MB (each byte shows as text
+ * and in base64) whatever the payloads hold. */
+#define PAGE_PAYLOAD_MAX ((size_t)1 << 20)
+
+/* How many of the len bytes of p to show: all, or if the payload was cut
+ * and is text but for a character the cut split, up to that character, so
+ * that a cut text still shows as text. */
+static size_t shown_length(const unsigned char *p, size_t len, int cut)
+{
+    if (!cut || len == 0)
+        return len;
+    size_t lead = len - 1, back = 0;
+    while (lead > 0 && back < 3 && (p[lead] & 0xC0) == 0x80)
+        lead--, back++;
+    size_t need = p[lead] >= 0xF0 ? 4 : p[lead] >= 0xE0 ? 3 : p[lead] >= 0xC0 ? 2 : 1;
+    size_t k = len - lead < need ? lead : len;
+    return dq__utf8_valid(p, k) ? k : len;
+}
+
+/* The JSON of an item whose payload the list cut: then "payload_truncated"
+ * is true and "payload_bytes" the whole size. */
+static json_t *listed_json(const dq_listed *it)
+{
+    dq_listed shown = *it;
+    int cut = it->payload_full_len > it->payload_len;
+    shown.payload_len = shown_length(it->payload, it->payload_len, cut);
+    json_t *o = cli_json_listed(&shown);
+    if (o && (json_object_set_new(o, "payload_truncated", json_boolean(cut)) ||
+              json_object_set_new(o, "payload_bytes", json_integer((json_int_t)it->payload_full_len)))) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
 void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
                     cli_view *v)
 {
     dq_listed *items;
     size_t n;
     char next[DQ_CURSOR_MAX + 1];
-    int rc = dq_list(conf->c, queue, state, cursor, limit, &items, &n, next);
+    int rc = dq_list_cut(conf->c, queue, state, cursor, limit, PAGE_PAYLOAD_MAX / limit, &items, &n, next);
     if (rc) {
         view_failure(v, conf->c, rc);
         return;
     }
     json_t *list = json_array(), *body = json_object();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, cli_json_listed(&items[i]));
+    for (size_t i = 0; i < n; i++) {
+        /* Each payload is freed once its cut is in the JSON. */
+        json_array_append_new(list, listed_json(&items[i]));
+        free(items[i].payload);
+        items[i].payload = NULL;
+    }
     dq_listed_free(items, n);
     json_object_set_new(body, "items", list);
     json_object_set_new(body, "next_cursor", next[0] ? json_string(next) : json_null());

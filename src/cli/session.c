@@ -33,11 +33,13 @@ int cli_exit_code(int dq_code)
 /* --wait-replicas and --wait-timeout into opts. Returns 0 or CLI_USAGE. */
 static int durability_options(const cli_env *env, dq_options *opts)
 {
-    if (env->wait_replicas) {
+    if (env->wait_replicas && strcmp(env->wait_replicas, "all") == 0) {
+        opts->wait_replicas = DQ_WAIT_ALL;
+    } else if (env->wait_replicas) {
         char *end;
         long n = strtol(env->wait_replicas, &end, 10);
         if (!*env->wait_replicas || *end || n < 0 || n > 1000 || env->wait_replicas[0] == '-') {
-            cli_err("--wait-replicas: expected a number of replicas from 0 to 1000");
+            cli_err("--wait-replicas: expected a number of replicas from 0 to 1000, or all");
             return CLI_USAGE;
         }
         opts->wait_replicas = (int)n;

@@ -15,35 +15,22 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
+from browser import chromium, serve_up  # noqa: E402
+
 try:
-    from selenium import webdriver
-    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-    from selenium.webdriver.chrome.service import Service
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 except ImportError:
-    webdriver = None
-ok(webdriver is not None, "python3-selenium is installed (make deps)")
-ok(shutil.which("chromium") and shutil.which("chromedriver"), "chromium and chromedriver are installed (make deps)")
-if webdriver is None or not shutil.which("chromedriver"):
-    finish()
+    pass
 
 TOKEN = "t0ken-of-dashboard-py"
 tmp = tempfile.mkdtemp(prefix="delayq-dash.")
 tokfile = private_file(tmp, "token", TOKEN + "\n")
-
-
-def answers(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/queues", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 # ------------------------------------------------------------------ state
@@ -85,23 +72,11 @@ sched.stop()
 
 port = closed_port()
 serve = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile)
-ok(wait_for(lambda: answers(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
+ok(wait_for(lambda: serve_up(port), 10 * SLOW), f"serve answers on 127.0.0.1:{port}", serve.err)
 
 # ------------------------------------------------------------------ browser
 section("the page in headless Chromium")
-opts = webdriver.ChromeOptions()
-opts.binary_location = shutil.which("chromium")
-for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-          "--no-first-run", "--disable-extensions", "--disable-background-networking",
-          f"--user-data-dir={tmp}/chromium", "--window-size=1400,1000"):
-    opts.add_argument(a)
-opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-service = Service(executable_path=shutil.which("chromedriver"), log_path=os.path.join(tmp, "chromedriver.log"))
-driver = None
-try:
-    driver = webdriver.Chrome(service=service, options=opts)
-except WebDriverException as e:
-    ok(False, "chromium starts under chromedriver", str(e)[:500])
+driver = chromium(tmp, "--window-size=1400,1000")
 if driver is None:
     serve.stop()
     finish()
