@@ -44,7 +44,7 @@ def main():
        "offers confirmed and delivered before the failover")
     # Offers after the failover work: some succeed, and once the other
     # replica follows the new master, every one is confirmed again.
-    t_kill, t_promoted = kill_master_under_load(g, prod)
+    old, t_kill, t_promoted = kill_master_under_load(g, prod)
     # The replica that follows the new master may resync once more (a full
     # sync after its partial one, Sentinel's reconfiguration): WAIT then
     # misses its 1 s for a few offers (exit 4, written). Durability must

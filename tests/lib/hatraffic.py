@@ -104,7 +104,7 @@ def worked(path):
 def kill_master_under_load(g, prod):
     """SIGKILLs the master of SentinelGroup g while prod offers: checks that
     a replica is promoted and that 10 offers started after the promotion
-    succeed. Returns (kill time, promotion time)."""
+    succeed. Returns (the old master's port, kill time, promotion time)."""
     old = g.master_port()
     t_kill = time.time()
     g.kill_master()
@@ -114,7 +114,7 @@ def kill_master_under_load(g, prod):
     note(f"new master {g.master_port()} after {t_promoted - t_kill:.2f} s")
     ok(wait_for(lambda: sum(1 for r in prod.results if r[2] == 0 and r[3] > t_promoted) >= 10, 30),
        "offers after the failover succeed (exit 0)")
-    return t_kill, t_promoted
+    return old, t_kill, t_promoted
 
 
 def check_delivered(prod, take, take_queue, wpath, label):
