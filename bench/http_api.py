@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import topology  # noqa: E402
-from cli_server import Server, out  # noqa: E402
+from cli_server import Serve, Server, out  # noqa: E402
 
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 DELAYQ = os.path.join(BUILD, "delayq")
@@ -63,9 +63,7 @@ def main():
     os.chmod(tokfile, stat.S_IRUSR | stat.S_IWUSR)
     with Server("http") as srv:
         port = topology.free_port()
-        serve = subprocess.Popen([DELAYQ, "--redis", srv.url, "serve", "--listen", f"127.0.0.1:{port}",
-                                  "--token-file", tokfile], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
+        with Serve(DELAYQ, srv.url, port, "--token-file", tokfile):
             deadline = time.time() + 10
             while True:
                 try:
@@ -104,14 +102,6 @@ def main():
             subprocess.run([DELAYQ, "--redis", srv.url, "offer", "h3", "--batch", "-"], input=lines,
                            capture_output=True, timeout=120, check=True)
             out(f"   (CLI `offer --batch -`, same items: {rate(N_BATCHES * 1000, t0):10.0f} items/s)")
-        finally:
-            serve.terminate()
-            try:
-                serve.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-                serve.wait()
-
 
 if __name__ == "__main__":
     main()
