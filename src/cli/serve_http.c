@@ -284,8 +284,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!(rq = calloc(1, sizeof *rq)))
             return MHD_NO;
         rq->conn = conn;
-        /* Only an offer's body may be big (the router checks the rest). */
-        rq->keep = strcmp(method, "POST") == 0 ? CLI_BODY_MAX + 1 : CLI_BODY_SMALL + 1;
+        /* Only an offer's body may be big (the router checks the rest):
+         * others keep no more than the router takes from them. */
+        size_t ul = strlen(url);
+        int offer = strcmp(method, "POST") == 0 && ul > 6 && strcmp(url + ul - 6, "/items") == 0;
+        rq->keep = (offer ? CLI_BODY_MAX : CLI_BODY_SMALL) + 1;
         *con_cls = rq;
         return MHD_YES;
     }
