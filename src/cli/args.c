@@ -251,14 +251,19 @@ int cli_parse_count(const char *text, int64_t *count)
     return 0;
 }
 
-int cli_check_token(const char *token)
+int cli_token_valid(const char *token)
 {
     size_t len = strlen(token);
     int ok = len >= 1 && len <= 64;
 
     for (size_t i = 0; ok && i < len; i++)
         ok = token[i] > 0x20 && token[i] < 0x7f;
-    if (ok)
+    return ok;
+}
+
+int cli_check_token(const char *token)
+{
+    if (cli_token_valid(token))
         return 0;
     cli_err("invalid lease token '%s': expected 1 to 64 printable ASCII characters, "
             "as 'delayq take --ack manual' prints them", cli_quote(token));

@@ -136,6 +136,8 @@ int cli_parse_count(const char *text, int64_t *count);
 /* A lease token as ack, nack and extend take it: 1 to 64 printable ASCII
  * characters (what a take hands out always is). */
 int cli_check_token(const char *token);
+/* 1 if token is such a token, saying nothing. */
+int cli_token_valid(const char *token);
 
 /* ------------------------------------------------------------ input (input.c) */
 
@@ -262,6 +264,9 @@ int cli_print_dead(const dq_dead_letter *d, int json);
  * after "cmd: ". A file that group or others may read is refused. Returns
  * 0, or CLI_USAGE after saying why (secret.c). */
 int cli_read_secret(const char *cmd, const char *what, const char *path, char *out, size_t size);
+/* All of such a file into buf (size bytes, NUL-terminated; *len its
+ * length). 0, or CLI_USAGE after saying why. The caller wipes buf. */
+int cli_read_secret_file(const char *cmd, const char *what, const char *path, char *buf, size_t size, size_t *len);
 
 /* "pending", "ready", "inflight", "dead" or "unknown" for an enum dq_state. */
 const char *cli_state_name(int state);

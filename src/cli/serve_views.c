@@ -59,6 +59,16 @@ static void view_failure(cli_view *v, dq_client *c, int rc)
     cli_view_error(v, status, "%s", msg[0] ? msg : dq_strerror(rc));
 }
 
+void cli_view_json(cli_view *v, int status, json_t *body)
+{
+    view_json(v, status, body);
+}
+
+void cli_view_failure(cli_view *v, dq_client *c, int rc)
+{
+    view_failure(v, c, rc);
+}
+
 /* ------------------------------------------------------------ the queues shown */
 
 /* Whether rc, from reading the registry, means Redis answered but the
