@@ -58,6 +58,10 @@ DQBENCH_SRC = $(wildcard bench/dqbench/*.c)
 # Helpers the tests run (tests/cli/*.py), not tests themselves: run.sh
 # executes every tests/unit binary, so they live apart.
 TOOL_SRC = $(wildcard tests/tools/*.c)
+# LD_PRELOAD shims the tests put under a redis-server: shared objects, not tools.
+SHIM_SRC = tests/tools/clockshift.c
+TOOL_SRC := $(filter-out $(SHIM_SRC),$(TOOL_SRC))
+SHIM_BIN = $(SHIM_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%.so)
 
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ = $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -81,6 +85,7 @@ TEST_PKGS = chromium chromium-driver python3-selenium
 
 .PHONY: all deps deps-test demo test test-asan valgrind bench fuzz fuzz-objs check install clean
 all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(EX_BIN) $(BENCH_BIN)
+all: $(SHIM_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
@@ -119,6 +124,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(STATIC) $(wildcard tests/*.h)
 $(BUILD)/tests/%: tests/integration/%.c $(STATIC) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -Itests $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS) -lcmocka
+
+# A shim runs inside redis-server: no sanitizer (its runtime would have to
+# load first), only libc.
+$(BUILD)/tests/tools/%.so: tests/tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -shared -fPIC -o $@ $< -ldl
 
 $(BUILD)/tests/tools/%: tests/tools/%.c $(STATIC)
 	@mkdir -p $(dir $@)

@@ -2,13 +2,14 @@
 -- Keys of the wrong type ------------------------------------------------------
 
 local renamed = 0 -- keys this call renamed (their new names must differ)
+local qmeta = {} -- the queue's marks this call read (see lib/20_counters.lua)
 
 -- Per-call state back to its start. As EVAL, every call runs this file
 -- afresh; in the function library (tools/embed-lua.sh) the file runs once
 -- and every function calls this first, so nothing leaks from call to call
 -- (the number caches would otherwise grow with whatever Redis holds).
 local function call_begin()
-  renamed, small_num, small_int = 0, {}, {}
+  renamed, small_num, small_int, qmeta = 0, {}, {}, {}
 end
 
 -- Renames key (which holds the type got, not the one the layout wants) out
