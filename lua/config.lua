@@ -64,7 +64,7 @@ if KEYS[2] and qmeta.cfg_repair then
   -- loss is noticed; and the queue's epoch, as settings make a queue.
   local set = redis.call('HLEN', cfg)
   if set > 0 then redis.call('HSET', KEYS[2], 'cfgset', nstr(set)) else redis.call('HDEL', KEYS[2], 'cfgset') end
-  if set > 0 and qmeta.epoch == 0 then redis.call('HSET', KEYS[2], 'epoch', fmt(new_epoch())) end
+  if set > 0 and not qmeta.epoch then redis.call('HSET', KEYS[2], 'epoch', new_epoch()) end
 end
 local out = {}
 for i, field in ipairs(FIELDS) do out[i] = fmt(new[field]) end

@@ -34,5 +34,5 @@ local out = {math.max(c[1], 0), ready, fmt(next_in), redis.call('LLEN', KEYS[3])
 local v = redis.call('HMGET', KEYS[4], unpack(fields))
 for i = 1, #fields do out[#out + 1] = v[i] or false end
 out[#out + 1] = c[4]
-out[#out + 1] = qmeta.epoch
+out[#out + 1] = queue_epoch()
 return out

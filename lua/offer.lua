@@ -134,8 +134,9 @@ for i = 1, n do
   out[k + 1], out[k + 2], out[k + 3] = status, due, state
 end
 flush()
-if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
 metric_add(counters, 'offered', offered)
-clock_save(counters, true) -- the clock's mark; a new queue's epoch
+-- The pending count, the clock's mark and a new queue's epoch: one HSET.
+if added ~= 0 then clock_save(counters, true, 'pending', fmt(counts[1] + added))
+else clock_save(counters, true) end
 if announce then redis.call('SPUBLISH', chan, fmt(announce)) end
 return out

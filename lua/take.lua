@@ -96,7 +96,7 @@ local tag = tprefix .. '\n'
 -- Every reply ends with the queue's epoch (see qmeta; 0: none), an integer
 -- after the entries: a consumer notices the queue's keys vanish.
 local function with_epoch(t)
-  t[#t + 1] = qmeta.epoch
+  t[#t + 1] = queue_epoch()
   return t
 end
 -- The reply of the leased take whose lease record is at score ss (see
@@ -224,8 +224,7 @@ for i = 1, #unindex, 2 do
   if s and math.floor(s / ORD) == due and not slot_find(P, zs, id, s) then id_del(P, ik, id) end
 end
 if leased > 0 then
-  redis.call('HINCRBY', counters, 'inflight', nstr(leased))
-  clock_save(counters, false)
+  clock_save(counters, false, 'inflight', fmt(counts[2] + leased)) -- with the clock's mark
   announce_if_first(chan, first, bound)
 end
 -- For a repeat (see the result key above): every entry leased, the record's

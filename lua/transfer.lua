@@ -265,4 +265,4 @@ if done > 0 then
   -- Tells the other schedulers of this queue that this deadline is served.
   redis.call('SPUBLISH', chan, fmt(next_due))
 end
-return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried, qmeta.epoch}
+return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried, queue_epoch()}

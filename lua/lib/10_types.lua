@@ -9,7 +9,11 @@ local qmeta = {} -- the queue's marks this call read (see lib/20_counters.lua)
 -- and every function calls this first, so nothing leaks from call to call
 -- (the number caches would otherwise grow with whatever Redis holds).
 local function call_begin()
-  renamed, small_num, small_int, qmeta = 0, {}, {}, {}
+  renamed, small_num, small_int = 0, {}, {}
+  -- Emptied, not replaced: a table a call is garbage, and on a one-item
+  -- offer the collector's share shows (BENCHMARKS.md, issue 36).
+  qmeta.clock, qmeta.epoch, qmeta.cfgset, qmeta.counters = nil, nil, nil, nil
+  qmeta.shards, qmeta.used, qmeta.cfg_repair = nil, nil, nil
 end
 
 -- Renames key (which holds the type got, not the one the layout wants) out

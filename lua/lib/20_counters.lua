@@ -7,29 +7,37 @@
 --   clock   the queue's clock's high-water mark: the latest server time (ms)
 --           a script used for the queue (see queue_now_ms); nil: none yet
 --   epoch   the queue's creation mark: the server time (us) when an offer
---           or a setting first made the queue's keys; 0: none. A client that
+--           or a setting first made the queue's keys, as a digit string; nil:
+--           none (queue_epoch: 0). A client that
 --           saw epoch E and later reads none, or another, knows the keys
 --           vanished (a restart without persistence, an eviction, a flush)
 --   cfgset  how many settings the settings hash held when config.lua last
---           wrote it (0: none): a settings hash gone while this says some
+--           wrote it (nil, '0': none), a digit string: a settings hash gone while this says some
 --           were set is an error, never a silent fallback to defaults
 -- (qmeta itself is declared in 10_types.lua, so call_begin can reset it.)
 
 -- The meta fields of an HMGET reply v from index i (clock, epoch, cfgset),
--- checked: nil, or an error reply naming the field.
+-- checked: nil, or an error reply naming the field. On every call's path:
+-- the fewest Lua steps (digit strings of a bounded length: the epoch stays
+-- a string until a reply carries it, see queue_epoch).
 local function meta_parse(counters, v, i)
   local c, e, k = v[i], v[i + 1], v[i + 2]
-  local cn = c and uint_of(c, 16, DUE_MAX)
-  local en = e and uint_of(e, 16, 9007199254740991)
-  local kn = k and uint_of(k, 2, 99)
-  local bad = (c and not cn and 'clock') or (e and not en and 'epoch') or (k and not kn and 'cfgset')
+  local bad = (c and (#c > 13 or string.find(c, '%D') or (#c == 13 and c > DUE_MAX_S)) and 'clock') or
+              (e and (#e > 16 or string.find(e, '%D')) and 'epoch') or
+              (k and (#k > 2 or string.find(k, '%D')) and 'cfgset')
   if bad then
     local val = bad == 'clock' and c or bad == 'epoch' and e or k
     return redis.error_reply('ERR delayq: field ' .. bad .. ' in ' .. counters .. ' is ' .. quoted(val) ..
                              ': expected an integer (HDEL it to reset it)')
   end
-  qmeta.clock, qmeta.epoch, qmeta.cfgset, qmeta.counters = cn, en or 0, kn or 0, counters
+  qmeta.clock, qmeta.epoch, qmeta.cfgset, qmeta.counters = c and tonumber(c), e, k, counters
   return nil
+end
+
+-- The queue's epoch as a number for a reply (0: none).
+local function queue_epoch()
+  local e = qmeta.epoch
+  return e and tonumber(e) or 0
 end
 
 -- The queue's shard count as the counters hash holds it (sh, from an HMGET:
@@ -53,7 +61,7 @@ end
 local function read_counters(counters)
   local v = redis.pcall('HMGET', counters, 'pending', 'inflight', 'slots', 'shards', 'clock', 'epoch', 'cfgset')
   if v.err then
-    qmeta.shards, qmeta.epoch = 1, 0 -- no count there (see read_shard_count)
+    qmeta.shards = 1 -- no count there (see read_shard_count)
     return nil, redis.error_reply('WRONGTYPE delayq: counters key ' .. counters ..
                                   ' holds a ' .. redis.call('TYPE', counters)['ok'] .. ', expected a hash')
   end
@@ -86,10 +94,7 @@ end
 -- the same call.
 local function read_shard_count(counters)
   local v = redis.pcall('HMGET', counters, 'shards', 'clock', 'epoch', 'cfgset')
-  if v.err then
-    qmeta.epoch = 0
-    return 1
-  end
+  if v.err then return 1 end
   local merr = meta_parse(counters, v, 2)
   if merr then return nil, merr end
   return shard_count_of(counters, v[1])
@@ -117,27 +122,33 @@ end
 
 -- The epoch a new queue gets (see qmeta): the server's time in us.
 local function new_epoch()
-  return server_now_us()
+  return fmt(server_now_us())
 end
 
 -- Writes the mark (the latest time this call used, if later than the one
--- read) and, with make_epoch, an epoch for a queue that has none: one HSET
--- of the counters hash the script read, only when something changed. For
--- the scripts that write the queue's timed state (offer, a take with a
--- lease, nack, extend, transfer); after their checks, with their writes.
-local function clock_save(counters, make_epoch)
+-- read) and, with make_epoch, an epoch for a queue that has none, with
+-- field = value if field is given (a counter's new value, computed from
+-- the one read_counters read: the call is atomic): one HSET of the
+-- counters hash the script read, so the mark costs the scripts that write
+-- a counter anyway no call of its own. For the scripts that write the
+-- queue's timed state (offer, a take with a lease, nack, extend, transfer);
+-- after their checks, with their writes.
+local function clock_save(counters, make_epoch, field, value)
   local used = qmeta.used
-  local write_clock = used and (not qmeta.clock or used > qmeta.clock)
-  local write_epoch = make_epoch and qmeta.epoch == 0
-  if write_epoch then qmeta.epoch = new_epoch() end
-  if write_clock and write_epoch then
-    redis.call('HSET', counters, 'clock', fmt(used), 'epoch', fmt(qmeta.epoch))
-  elseif write_clock then
-    redis.call('HSET', counters, 'clock', fmt(used))
-  elseif write_epoch then
-    redis.call('HSET', counters, 'epoch', fmt(qmeta.epoch))
+  local clock = used and (not qmeta.clock or used > qmeta.clock) and fmt(used)
+  if clock then qmeta.clock = used end
+  if make_epoch and not qmeta.epoch then
+    -- A new queue (rare): everything in one call.
+    qmeta.epoch = new_epoch()
+    local args = {'epoch', qmeta.epoch}
+    if field then args[3], args[4] = field, value end
+    if clock then args[#args + 1], args[#args + 2] = 'clock', clock end
+    redis.call('HSET', counters, unpack(args))
+  elseif field and clock then
+    redis.call('HSET', counters, field, value, 'clock', clock)
+  elseif field or clock then
+    redis.call('HSET', counters, field or 'clock', field and value or clock)
   end
-  if write_clock then qmeta.clock = used end
 end
 
 -- Refuses a call made for another shard count than the queue's: the
@@ -218,9 +229,10 @@ local function stored_setting(cfg, field)
   if not v then
     -- Absent: the default, unless the settings hash is gone while the
     -- counters say settings were set (an eviction of that key alone, a DEL).
-    if qmeta.cfgset and qmeta.cfgset > 0 and not qmeta.cfg_repair and redis.call('EXISTS', cfg) == 0 then
+    local set = qmeta.cfgset
+    if set and set ~= '0' and not qmeta.cfg_repair and redis.call('EXISTS', cfg) == 0 then
       return nil, redis.error_reply('ERR delayq: settings key ' .. cfg .. ' is gone (evicted or deleted) while ' ..
-                                    qmeta.counters .. ' says ' .. nstr(qmeta.cfgset) .. ' setting(s) were set: ' ..
+                                    qmeta.counters .. ' says ' .. set .. ' setting(s) were set: ' ..
                                     'refused rather than run on the defaults (set them again with delayq config)')
     end
     return CFG_DEFAULTS[field]
