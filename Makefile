@@ -128,6 +128,8 @@ $(BUILD)/tests/tools/%: tests/tools/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
+# A shim runs inside redis-server: no sanitizer (its runtime would have to
+# load first), only libc.
 $(BUILD)/tests/tools/%.so: tests/tools/preload/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -shared $(CFLAGS) -o $@ $< -ldl

@@ -448,6 +448,9 @@ typedef struct dq_metrics {
     int64_t lateness[DQ_LATENESS_BUCKETS + 1]; /* moves per bucket, not
                                                   cumulative               */
     int64_t lateness_sum_ms;
+    uint64_t wiped; /* times this client saw the queue's keys vanish (a
+                       restart without persistence, an eviction, a flush:
+                       see dq_queues_seen); kept by the client, not Redis */
 } dq_metrics;
 
 /* Counts and totals of one queue, in one round trip. Returns 0 and fills
@@ -476,6 +479,17 @@ DQ_EXPORT int dq_redis_writable(dq_client *c, const char *queue) DQ_NODISCARD;
  * negative code. */
 DQ_EXPORT int dq_queues(dq_client *c, char ***names, size_t *n) DQ_NODISCARD;
 DQ_EXPORT void dq_queues_free(char **names, size_t n);
+
+/* The queues this client has seen an epoch of (the mark a queue's first
+ * offer or setting makes) in a take, scheduler run or metrics read,
+ * including those whose keys vanished since: a restart without
+ * persistence, an eviction or a flush loses a queue's items, settings and
+ * registry entry, so dq_queues forgets it, while this list keeps it. Each
+ * such loss is logged once (dq_set_log) and counted (dq_metrics.wiped,
+ * when the queue's metrics are read). Returns 0 and a new array *names of
+ * *n strings (free with dq_queues_free), or DQ_EINVAL, DQ_ENOMEM. Needs no
+ * round trip. */
+DQ_EXPORT int dq_queues_seen(dq_client *c, char ***names, size_t *n) DQ_NODISCARD;
 
 /* One item of a listing (dq_list). Strings are owned by the array. */
 typedef struct dq_listed {

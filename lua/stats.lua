@@ -16,5 +16,5 @@ local aside = redis.call('LLEN', KEYS[3])
 local dead = redis.call('ZCARD', KEYS[5])
 local next_due = earliest_due(ARGV[1], KEYS[1], true) -- read only: a no-writes function
 local next_in = -1
-if next_due >= 0 then next_in = math.max(0, next_due - server_now_ms()) end
+if next_due >= 0 then next_in = math.max(0, next_due - queue_now_ms()) end
 return {math.max(c[1], 0), ready, fmt(next_in), aside, math.max(c[2], 0), dead, c[4]}

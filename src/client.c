@@ -159,6 +159,7 @@ void dq_client_free(dq_client *c) {
     if (c->own_loop && c->loop) ev_loop_destroy(c->loop);
     dq__registry_free(c);
     dq__shards_free(c);
+    dq__epochs_free(c);
     dq__keyring_free(c->keyring);
     dq__tls_ctx_free(c->tls);
     dq__errlog_free(c);

@@ -362,6 +362,7 @@ struct dq_client {
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
     struct dq__shardcount *shardcounts; /* shard counts learned (shardcount.c) */
+    struct dq__epoch *epochs;    /* queues' epochs seen (epochs.c)      */
     struct dq__waiter *waiters;  /* armed waits on shards (waiter.c)    */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
@@ -479,6 +480,16 @@ void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
 /* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
 int dq__shards_refused(const redisReply *r, unsigned *n);
 void dq__shards_free(dq_client *c);
+
+/* Queues' epochs (epochs.c): a script's reply carried queue's (a shard's
+ * keys' name) epoch, 0 for none; one that differs from the last seen
+ * non-zero one means the keys vanished: logged once, counted. */
+void dq__epoch_seen(dq_client *c, const char *queue, int64_t epoch);
+/* The same from a reply element: 0, or -1 if r is no epoch (no integer >= 0). */
+int dq__epoch_reply(dq_client *c, const char *queue, const redisReply *r);
+/* Times the client saw queue's keys vanish. */
+uint64_t dq__epoch_wipes(dq_client *c, const char *queue);
+void dq__epochs_free(dq_client *c);
 /* Reads queue's shard count from its own keys, learns it and puts it in
  * *n (ops.c): one round trip, for calls that route by no item. */
 int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);

@@ -245,7 +245,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         next_shard(t);
     } else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
-    else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
+    else if (reply->elements > 1) run_script(t); /* all popped were set aside: look again */
     else {
         note_empty(t);
         if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
