@@ -1,0 +1,150 @@
+-- lua/lib/80_recurring.lua: recurring schedules (part of the scripts'
+-- shared code: see 00_base.lua). recurring.lua sets, changes, pauses and
+-- removes them; transfer.lua runs recurring_advance at its start, which is
+-- what makes each tick's item, exactly once whatever the number of
+-- schedulers.
+--
+-- Keys of queue Q (its own keys: schedules need a queue of one shard):
+--   P..'sched'  HASH  schedule name -> its spec (cmsgpack map, see below)
+--   P..'ticks'  ZSET  schedule name -> its next tick (ms), for the schedules
+--                     neither paused nor ended
+-- The invariant: a schedule in P..'ticks' at tick T has its tick's item,
+-- an ordinary item with id NAME@T and due time T, pending in the slots (or
+-- cancelled by hand). That item is what wakes the schedulers at T, as any
+-- item does. The first transfer that runs at or after T (any scheduler:
+-- the call is atomic) makes the next tick's item and moves the tick in
+-- P..'ticks' in the same call, so each tick makes one item however many
+-- schedulers run, crash or restart, and whatever their clocks say: the
+-- time is the server's (TIME).
+--
+-- Spec fields: v (1), kind ('every'), every (interval ms, >= 1000),
+-- start (ms, the first tick's anchor), stop (ms; 0: never), missed
+-- ('skip', 'one' or 'all'), paused (0 or 1), next (ms, or -1 once ended),
+-- last (the latest tick whose item was made, or -1), text (the spec as
+-- given, for listings), zone (''), payload.
+-- Ticks of 'every' are start + k * every. Ticks found late (the schedulers
+-- were all down, or the schedule was paused):
+--   one   the pending item (the first missed tick's) is delivered, the
+--         others make none; then on schedule
+--   all   an item for each missed tick (at most RECUR_BURST per call; the
+--         next transfer goes on), each with its own tick as due time
+--   skip  none: the pending item is removed when another tick is also due
+--         or it is more than RECUR_LATE_MS late
+local RECUR_BURST = 1000
+local RECUR_LATE_MS = 60000
+local RECUR_SCAN = 100 -- schedules advanced per transfer at most
+
+local function sched_key(P) return P .. 'sched' end
+local function ticks_key(P) return P .. 'ticks' end
+local function tick_id(name, tick) return name .. '@' .. fmt(tick) end
+
+-- A schedule's spec, or nil for one that does not decode (anything may be
+-- in the hash: see 00_base.lua).
+local function spec_read(P, name)
+  local raw = redis.pcall('HGET', sched_key(P), name)
+  if type(raw) ~= 'string' then return nil end
+  local ok, s = pcall(cmsgpack.unpack, raw)
+  if not ok or type(s) ~= 'table' or s.v ~= 1 or s.kind ~= 'every' then return nil end
+  for _, f in ipairs({'every', 'start', 'stop', 'paused', 'next', 'last'}) do
+    if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < -1 or s[f] > DUE_MAX then return nil end
+  end
+  if s.every < 1000 or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
+     type(s.payload) ~= 'string' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
+    return nil
+  end
+  return s
+end
+
+local function spec_write(P, name, s)
+  redis.call('HSET', sched_key(P), name, cmsgpack.pack(s))
+end
+
+-- The first tick of s after ms (start itself when start > ms), or -1 past
+-- its stop time.
+local function recur_after(s, ms)
+  local t = s.start
+  if t <= ms then t = s.start + (math.floor((ms - s.start) / s.every) + 1) * s.every end
+  if t > DUE_MAX or (s.stop > 0 and t > s.stop) then return -1 end
+  return t
+end
+
+-- Makes the item of name's tick (pending, due at tick), unless the id is
+-- already held (then the queue has it: never twice). Returns its score, or
+-- nil when it was already there.
+local function recur_insert(P, zs, counters, name, s, tick)
+  local id = tick_id(name, tick)
+  local ik = id_key(P, id)
+  if id_score_in(P, ik, id) then return nil end
+  local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, s.payload), true, nil)
+  id_set(P, ik, id, ss)
+  redis.call('HINCRBY', counters, 'pending', 1)
+  return score
+end
+
+-- Removes the pending item of name's tick, if it is still pending.
+local function recur_uninsert(P, zs, counters, name, tick)
+  if tick < 0 then return end
+  local id = tick_id(name, tick)
+  local score, ik = id_score(P, id)
+  if not score then return end
+  local key, rec = slot_find(P, zs, id, score)
+  if not key then return end -- ready or taken: it is its consumer's now
+  local r = parse_record(rec, score, id)
+  if r and r.token ~= '' then return end
+  kcall(P, 'ZREM', key, rec)
+  id_del(P, ik, id)
+  if r then redis.call('HINCRBY', counters, 'pending', -1) end
+end
+
+-- Enters s's tick t (or ends s when t is -1): its item, its place in the
+-- ticks set, its spec. Returns the item's score (nil if none was made).
+local function recur_arm(P, zs, counters, name, s, t)
+  s.next = t
+  local score
+  if t < 0 then
+    redis.call('ZREM', ticks_key(P), name)
+  else
+    score = recur_insert(P, zs, counters, name, s, t)
+    redis.call('ZADD', ticks_key(P), fmt(t), name)
+  end
+  spec_write(P, name, s)
+  return score
+end
+
+-- Advances the schedules whose tick T has come (now >= T): the missed
+-- policy for the ticks between T and now, then the next tick's item.
+local function recur_advance_one(P, zs, counters, name, T, now)
+  local s = spec_read(P, name)
+  if not s or s.paused == 1 then
+    redis.call('ZREM', ticks_key(P), name)
+    return
+  end
+  local nt = recur_after(s, T)
+  local late = nt >= 0 and nt <= now
+  if s.missed == 'skip' and (late or now - T > RECUR_LATE_MS) then
+    recur_uninsert(P, zs, counters, name, T)
+  else
+    s.last = T
+  end
+  if late and s.missed == 'all' then
+    for _ = 1, RECUR_BURST do
+      if nt < 0 or nt > now then break end
+      recur_insert(P, zs, counters, name, s, nt)
+      s.last = nt
+      nt = recur_after(s, nt)
+    end
+  elseif late then
+    nt = recur_after(s, now)
+  end
+  recur_arm(P, zs, counters, name, s, nt)
+end
+
+-- transfer.lua's first step: every schedule whose tick has come.
+local function recurring_advance(P, zs, counters, now)
+  local due = redis.pcall('ZRANGEBYSCORE', ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
+                          nstr(RECUR_SCAN))
+  if type(due) ~= 'table' then return end -- a key of another type: no schedules run
+  for i = 1, #due, 2 do
+    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now)
+  end
+end
