@@ -591,14 +591,26 @@ typedef struct dq_recurring_spec {
     int missed;          /* enum dq_missed                                  */
     const void *payload; /* every tick's item's payload (copied)            */
     size_t payload_len;
+    const char *cron;    /* NULL: every every_ms. Else a cron expression
+                            (five fields: minute hour day-of-month month
+                            day-of-week, with lists, ranges, steps, names; or
+                            @hourly, @daily, @weekly, @monthly, @yearly),
+                            and every_ms is not used; start_ms, if set, is
+                            the earliest tick                               */
+    const char *zone;    /* cron's IANA zone (read from the system's tz
+                            database); NULL: "UTC". A wall time a DST change
+                            skips runs at the end of the gap, once; one that
+                            comes twice runs at its first occurrence         */
 } dq_recurring_spec;
 
 /* Creates schedule name of queue, or replaces it (its pending tick goes, the
  * first tick is computed anew: a change moves the next tick at once; a
  * paused schedule replaced runs again). *next_ms (may be NULL) gets the
  * first tick, -1 when none comes before end_ms. Returns 0 or a negative code:
- * DQ_EINVAL for a bad name, interval, time or missed policy, or a client with
- * keys; DQ_ETOOBIG for a payload over max_payload. */
+ * DQ_EINVAL for a bad name, interval, cron expression (the message names the
+ * field), zone, time or missed policy, or a client with keys; DQ_ETOOBIG for
+ * a payload over max_payload. A cron schedule's ticks are computed by the
+ * clients (this call, then the schedulers, 64 at a time). */
 DQ_EXPORT int dq_recurring_set(dq_client *c, const char *queue, const char *name,
                                const dq_recurring_spec *spec, int64_t *next_ms) DQ_NODISCARD;
 
@@ -614,12 +626,14 @@ DQ_EXPORT int dq_recurring_resume(dq_client *c, const char *queue, const char *n
 /* A schedule as dq_recurring_list reports it. */
 typedef struct dq_recurring {
     char *name;
-    char *spec;          /* "every 1s": what the schedule runs by            */
-    char *zone;          /* "" for every                                    */
+    char *spec;          /* "every 1s", or the cron expression              */
+    char *zone;          /* "" for every, the zone for cron                 */
     int64_t every_ms, start_ms, end_ms; /* as set (end_ms 0: never)          */
     int missed;          /* enum dq_missed                                  */
     int paused;          /* 1 while paused                                  */
-    int64_t next_ms;     /* its next tick (server epoch ms), -1 once ended   */
+    int64_t next_ms;     /* its next tick (server epoch ms), -1 once ended,
+                            -2 for cron waiting for its ticks (the refill
+                            by a scheduler failed: set it again)            */
     int64_t last_ms;     /* the latest tick that made an item, -1 if none    */
     size_t payload_len;
     int bad;             /* 1: its spec in Redis does not decode (remove it) */

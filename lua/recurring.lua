@@ -3,11 +3,17 @@
 -- spec and how ticks become items).
 -- KEYS[1] slot index, KEYS[2] counters
 -- ARGV[1] key prefix, ARGV[2] wake channel, ARGV[3] the operation, then:
---   set NAME EVERY_MS START_MS STOP_MS MISSED TEXT PAYLOAD
+--   set NAME EVERY_MS START_MS STOP_MS MISSED TEXT PAYLOAD [cron ZONE]
 --       START_MS 0: the first tick is one interval from now; STOP_MS 0:
 --       never. Replaces a schedule of that name (its pending tick's item
 --       goes; the new first tick is computed from now). Returns the first
---       tick (-1: none before STOP_MS).
+--       tick (-1: none before STOP_MS). With 'cron ZONE' (EVERY_MS 0, TEXT
+--       the expression), the schedule waits for its ticks: returns the
+--       server's time, after which the client computes them (refill).
+--   refill NAME WLAST TICK...
+--       A cron schedule's next ticks (ascending, after WLAST; none: no more
+--       will come), added if its window still ends at WLAST (else another
+--       client added them first). Returns its next tick (-2: still waiting).
 --   remove NAME | pause NAME | resume NAME
 --       Returns 1, or 0 for a name the queue has no schedule of.
 --   list
@@ -66,9 +72,11 @@ end
 if op == 'set' then
   local every, start, stop = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local missed, text, payload = ARGV[8], ARGV[9], ARGV[10]
-  if not every or every < 1000 or every > DUE_MAX or every % 1 ~= 0 or not start or start < 0 or
+  if not every or every < 0 or every > DUE_MAX or every % 1 ~= 0 or not start or start < 0 or
      start > DUE_MAX or start % 1 ~= 0 or not stop or stop < 0 or stop > DUE_MAX or stop % 1 ~= 0 or
-     (missed ~= 'skip' and missed ~= 'one' and missed ~= 'all') or not text or not payload then
+     (missed ~= 'skip' and missed ~= 'one' and missed ~= 'all') or not text or not payload or
+     (ARGV[11] and (ARGV[11] ~= 'cron' or not ARGV[12] or #ARGV[12] > 200)) or
+     (not ARGV[11] and every < 1000) then
     return redis.error_reply('ERR delayq: malformed schedule arguments')
   end
   local old = spec_read(P, name)
@@ -76,6 +84,11 @@ if op == 'set' then
   local s = {v = 1, kind = 'every', every = every, start = start > 0 and start or now, stop = stop,
              missed = missed, paused = 0, next = -1, last = old and old.last or -1, text = text,
              zone = '', payload = payload}
+  if ARGV[11] then
+    s.kind, s.every, s.start, s.zone, s.win, s.wlast = 'cron', 0, start, ARGV[12], {}, -1
+    recur_arm(P, zs, counters, name, s, -2)
+    return now
+  end
   local bound = first_bound(P, zs)
   local t = recur_after(s, now)
   announce(recur_arm(P, zs, counters, name, s, t), bound)
@@ -95,6 +108,31 @@ if not s then
     return redis.error_reply('ERR delayq: schedule ' .. quoted(name) .. ' does not decode: remove it')
   end
   return 0
+end
+if op == 'refill' then
+  local wlast, ticks, prev = tonumber(ARGV[5]), {}, tonumber(ARGV[5])
+  if not wlast or s.kind ~= 'cron' or #ARGV - 5 > RECUR_WIN then
+    return redis.error_reply('ERR delayq: malformed refill arguments')
+  end
+  for i = 6, #ARGV do
+    local t = tonumber(ARGV[i])
+    if not t or t % 1 ~= 0 or t <= prev or t > DUE_MAX then
+      return redis.error_reply('ERR delayq: malformed refill arguments')
+    end
+    ticks[#ticks + 1], prev = t, t
+  end
+  if s.wlast ~= wlast then return s.next end -- another client was first
+  for _, t in ipairs(ticks) do
+    if #s.win < RECUR_WIN then s.win[#s.win + 1] = t end
+  end
+  s.wlast = #ticks > 0 and s.win[#s.win] or -3
+  if s.next == -2 and s.paused == 0 then
+    local bound = first_bound(P, zs)
+    announce(recur_arm(P, zs, counters, name, s, recur_after(s, now)), bound)
+  else
+    spec_write(P, name, s)
+  end
+  return s.next
 end
 if op == 'pause' then
   if s.paused == 0 then

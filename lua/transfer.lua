@@ -26,8 +26,10 @@
 -- refuse the call before it writes.
 -- Can fail after writing only on an OOM.
 -- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
--- buried}: start_us is the server's clock when the run began, which clients
--- use to map due times onto their own clocks.
+-- buried[, refills]}: refills, only when there are any, lists the cron
+-- schedules whose windows of ticks run low (lib/80_recurring.lua);
+-- start_us is the server's clock when the run began, which clients use to
+-- map due times onto their own clocks.
 local zs, ready, aside, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sig = KEYS[7]
 local P, chan = ARGV[1], ARGV[2]
@@ -48,7 +50,7 @@ local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 -- The recurring schedules whose tick has come make their items first (see
 -- lib/80_recurring.lua), so a tick's item moves in the call that made it.
-recurring_advance(P, zs, counters, now)
+local refills = recurring_advance(P, zs, counters, now)
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false
@@ -264,4 +266,7 @@ if done > 0 then
   -- Tells the other schedulers of this queue that this deadline is served.
   redis.call('SPUBLISH', chan, fmt(next_due))
 end
-return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried}
+local out = {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried}
+-- Cron schedules short of ticks (see lib/80_recurring.lua), when any.
+if #refills > 0 then out[8] = refills end
+return out

@@ -621,5 +621,10 @@ int64_t dq__reply_int(const redisReply *r);
 /* A string reply's bytes as a malloc'ed C string (the caller frees), or
  * NULL without memory (dead.c). */
 char *dq__reply_dup(const redisReply *r);
+/* A transfer's list of cron schedules short of ticks (name, expression,
+ * zone, last tick, per schedule): computes the next ticks of each and sends
+ * them, without waiting for the reply; a failure is logged, and the next
+ * transfer asks again (recurring.c). */
+void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *list);
 
 #endif

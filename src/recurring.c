@@ -1,18 +1,24 @@
 /*
  * recurring.c - recurring schedules: dq_recurring_set, _remove, _pause,
- * _resume and _list, each one call of recurring.lua on the queue's node.
+ * _resume and _list, each one call of recurring.lua on the queue's node,
+ * and the refills of cron schedules' ticks.
  *
- * Owns checking a schedule before it is sent (name, interval, times,
- * missed policy, payload) and reading the listing back. The schedules
- * themselves are data in Redis (lua/lib/80_recurring.lua): this file keeps
- * nothing between calls, and the ticks are turned into items by the
- * transfers any scheduler runs, not here.
+ * Owns checking a schedule before it is sent (name, interval, cron
+ * expression and zone, times, missed policy, payload) and reading the
+ * listing back. The schedules themselves are data in Redis
+ * (lua/lib/80_recurring.lua): this file keeps nothing between calls, and
+ * the ticks are turned into items by the transfers any scheduler runs, not
+ * here. Scripts cannot read the tz database, so a cron schedule's ticks are
+ * computed here (cron.c), REFILL_TICKS at a time: by dq_recurring_set for
+ * the first ones, then by the scheduler whose transfer reports the window
+ * running low (dq__recurring_refill).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cron.h"
 #include "internal.h"
 
 static const char *const missed_names[3] = {"one", "skip", "all"};
@@ -136,7 +142,7 @@ static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *s
         return dq__fail(c, DQ_EINVAL, "invalid schedule name '%s': use 1 to %d of A-Z a-z 0-9 _ . : -",
                         name ? name : "(null)", DQ_RECURRING_NAME_MAX);
     if (!sp) return dq__fail(c, DQ_EINVAL, "no schedule");
-    if (sp->every_ms < DQ_RECURRING_EVERY_MIN_MS || sp->every_ms > DQ_DUE_MAX_MS)
+    if (!sp->cron && (sp->every_ms < DQ_RECURRING_EVERY_MIN_MS || sp->every_ms > DQ_DUE_MAX_MS))
         return dq__fail(c, DQ_EINVAL, "invalid interval %" PRId64 " ms: at least %d ms", sp->every_ms,
                         DQ_RECURRING_EVERY_MIN_MS);
     if (sp->start_ms < 0 || sp->start_ms > DQ_DUE_MAX_MS || sp->end_ms < 0 || sp->end_ms > DQ_DUE_MAX_MS)
@@ -155,10 +161,129 @@ static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *s
     return 0;
 }
 
+/* ------------------------------------------------------------ cron ticks */
+
+#define REFILL_TICKS 64
+
+/* A cron expression and its zone, checked; *z to free with dq__zone_free. */
+static int cron_load(dq_client *c, const char *expr, const char *zone, dq__cron *cr, dq__zone *z) {
+    char err[256];
+    memset(z, 0, sizeof *z);
+    if (dq__cron_parse(expr, cr, err, sizeof err) != 0)
+        return dq__fail(c, DQ_EINVAL, "invalid cron expression '%.100s': %s", expr, err);
+    if (dq__zone_load(NULL, zone, z, err, sizeof err) != 0) return dq__fail(c, DQ_EINVAL, "%s", err);
+    return 0;
+}
+
+/* Up to max ticks after after (none past stop, if stop > 0) into out. */
+static size_t cron_ticks(const dq__cron *cr, const dq__zone *z, int64_t after, int64_t stop, int64_t *out,
+                         size_t max) {
+    size_t n = 0;
+    while (n < max) {
+        int64_t t = dq__cron_next(cr, z, after);
+        if (t < 0 || t > DQ_DUE_MAX_MS || (stop > 0 && t > stop)) break;
+        out[n++] = after = t;
+    }
+    return n;
+}
+
+/* Sends 'refill NAME WLAST ticks...' (see recurring.lua). */
+static int send_refill(dq_client *c, const char *queue, const char *name, int64_t wlast,
+                       const int64_t *ticks, size_t n, dq__reply_fn *fn, void *privdata) {
+    dq__keys keys;
+    dq__keys_init(&keys, queue);
+    char text[REFILL_TICKS + 1][24];
+    const char *argv[7 + REFILL_TICKS] = {keys.z, keys.counters, keys.prefix, keys.chan, "refill", name, text[0]};
+    size_t lens[7 + REFILL_TICKS];
+    snprintf(text[0], sizeof text[0], "%" PRId64, wlast);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(text[i + 1], sizeof text[i + 1], "%" PRId64, ticks[i]);
+        argv[7 + i] = text[i + 1];
+    }
+    for (size_t i = 0; i < 7 + n; i++) lens[i] = strlen(argv[i]);
+    return dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_RECURRING, 2, (int)(5 + n), argv, lens, fn, privdata);
+}
+
+/* One schedule of a transfer's refill list (4 strings). */
+static void refill_one(dq_client *c, const char *queue, redisReply **f) {
+    char name[DQ_RECURRING_NAME_MAX + 1], expr[256], zone[256];
+    if (f[0]->len >= sizeof name || f[1]->len >= sizeof expr || f[2]->len >= sizeof zone) return;
+    memcpy(name, f[0]->str, f[0]->len), name[f[0]->len] = '\0';
+    memcpy(expr, f[1]->str, f[1]->len), expr[f[1]->len] = '\0';
+    memcpy(zone, f[2]->str, f[2]->len), zone[f[2]->len] = '\0';
+    dq__cron cr;
+    dq__zone z;
+    int64_t ticks[REFILL_TICKS], wlast = dq__reply_int(f[3]);
+    if (cron_load(c, expr, zone, &cr, &z) != 0) {
+        dq__log(c, "queue %s: schedule %s: %s", queue, name, c->errstr);
+        return;
+    }
+    size_t n = cron_ticks(&cr, &z, wlast, 0, ticks, REFILL_TICKS);
+    dq__zone_free(&z);
+    if (send_refill(c, queue, name, wlast, ticks, n, dq__ignore_reply, NULL) != 0)
+        dq__log(c, "queue %s: schedule %s: cannot send its next ticks: %s", queue, name, c->errstr);
+}
+
+void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *list) {
+    if (!list || list->type != REDIS_REPLY_ARRAY || list->elements % 4) return;
+    for (size_t i = 0; i < list->elements; i++)
+        if (list->element[i]->type != REDIS_REPLY_STRING) return;
+    for (size_t i = 0; i + 4 <= list->elements && i < 4 * 100; i += 4) refill_one(c, queue, list->element + i);
+}
+
+/* The first ticks of a cron schedule just set (the server's time now). */
+static int cron_first(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
+                      int64_t now, int64_t *next_ms) {
+    dq__cron cr;
+    dq__zone z;
+    int64_t ticks[REFILL_TICKS];
+    int rc = cron_load(c, sp->cron, sp->zone ? sp->zone : "UTC", &cr, &z);
+    if (rc) return rc;
+    int64_t after = sp->start_ms > now ? sp->start_ms - 1 : now;
+    size_t n = cron_ticks(&cr, &z, after, sp->end_ms, ticks, REFILL_TICKS);
+    dq__zone_free(&z);
+    recur_call k;
+    memset(&k, 0, sizeof k);
+    k.c = c;
+    k.queue = queue;
+    rc = send_refill(c, queue, name, -1, ticks, n, recur_reply, &k);
+    if (rc) return rc;
+    dq__wait(c, &k.done);
+    if ((k.status == 0 || k.status == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
+    return k.status;
+}
+
+/* 'set' with 'cron ZONE', then the first ticks. */
+static int set_cron(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
+                    int64_t *next_ms) {
+    char start[24], end[24];
+    const char *zone = sp->zone ? sp->zone : "UTC";
+    snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
+    snprintf(end, sizeof end, "%" PRId64, sp->end_ms);
+    const char *args[9] = {name, "0", start, end, missed_names[sp->missed], sp->cron,
+                           sp->payload_len ? sp->payload : "", "cron", zone};
+    size_t lens[9] = {strlen(name), 1, strlen(start), strlen(end), strlen(missed_names[sp->missed]),
+                      strlen(sp->cron), sp->payload_len, 4, strlen(zone)};
+    recur_call k;
+    int rc = recur_run(c, queue, "set", 9, args, lens, &k);
+    if (rc && rc != DQ_ENOTDURABLE) return rc;
+    return cron_first(c, queue, name, sp, k.value, next_ms);
+}
+
+/* ------------------------------------------------------------ the calls */
+
 int dq_recurring_set(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *spec,
                      int64_t *next_ms) {
     int rc = check_spec(c, name, spec);
+    if (!rc && spec->cron) {
+        /* Checked before anything is written. */
+        dq__cron cr;
+        dq__zone z;
+        rc = cron_load(c, spec->cron, spec->zone ? spec->zone : "UTC", &cr, &z);
+        dq__zone_free(&z);
+    }
     if (rc) return rc;
+    if (spec->cron) return set_cron(c, queue, name, spec, next_ms);
     char every[24], start[24], end[24], text[48];
     snprintf(every, sizeof every, "%" PRId64, spec->every_ms);
     snprintf(start, sizeof start, "%" PRId64, spec->start_ms);

@@ -17,12 +17,22 @@
 -- schedulers run, crash or restart, and whatever their clocks say: the
 -- time is the server's (TIME).
 --
--- Spec fields: v (1), kind ('every'), every (interval ms, >= 1000),
--- start (ms, the first tick's anchor), stop (ms; 0: never), missed
--- ('skip', 'one' or 'all'), paused (0 or 1), next (ms, or -1 once ended),
--- last (the latest tick whose item was made, or -1), text (the spec as
--- given, for listings), zone (''), payload.
--- Ticks of 'every' are start + k * every. Ticks found late (the schedulers
+-- Spec fields: v (1), kind ('every' or 'cron'), every (interval ms, >=
+-- 1000; 0 for cron), start (ms, the first tick's anchor), stop (ms; 0:
+-- never), missed ('skip', 'one' or 'all'), paused (0 or 1), next (ms; -1
+-- once ended; -2 for a cron schedule waiting for its ticks), last (the
+-- latest tick whose item was made, or -1), text (the spec as given: the
+-- cron expression), zone ('' for every, the IANA zone for cron), payload;
+-- for cron also win (its next ticks, ascending, at most RECUR_WIN) and
+-- wlast (the last tick ever put in win; -1 none yet; -3 no more to come).
+-- Ticks of 'every' are start + k * every. Ticks of 'cron' need the tz
+-- database, which scripts cannot read: the client computes them
+-- (src/cron.c) and puts them in win, RECUR_WIN at a time; when fewer than
+-- RECUR_LOW are left, the transfer asks its scheduler for more (its reply's
+-- 8th element), which sends them with recurring.lua's 'refill' (applied
+-- only if wlast is still what it computed from, so concurrent schedulers
+-- add them once). A window that runs dry leaves the schedule waiting
+-- (next -2, out of the ticks set) until a refill. Ticks found late (the schedulers
 -- were all down, or the schedule was paused):
 --   one   the pending item (the first missed tick's) is delivered, the
 --         others make none; then on schedule
@@ -33,6 +43,8 @@
 local RECUR_BURST = 1000
 local RECUR_LATE_MS = 60000
 local RECUR_SCAN = 100 -- schedules advanced per transfer at most
+local RECUR_WIN = 256
+local RECUR_LOW = 32
 
 local function sched_key(P) return P .. 'sched' end
 local function ticks_key(P) return P .. 'ticks' end
@@ -44,13 +56,24 @@ local function spec_read(P, name)
   local raw = redis.pcall('HGET', sched_key(P), name)
   if type(raw) ~= 'string' then return nil end
   local ok, s = pcall(cmsgpack.unpack, raw)
-  if not ok or type(s) ~= 'table' or s.v ~= 1 or s.kind ~= 'every' then return nil end
+  if not ok or type(s) ~= 'table' or s.v ~= 1 or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
   for _, f in ipairs({'every', 'start', 'stop', 'paused', 'next', 'last'}) do
-    if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < -1 or s[f] > DUE_MAX then return nil end
+    if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < -2 or s[f] > DUE_MAX then return nil end
   end
-  if s.every < 1000 or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
+  if (s.kind == 'every' and s.every < 1000) or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
      type(s.payload) ~= 'string' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
     return nil
+  end
+  if s.kind == 'cron' then
+    if type(s.win) ~= 'table' or #s.win > RECUR_WIN or type(s.wlast) ~= 'number' or s.wlast < -3 or
+       s.wlast > DUE_MAX then
+      return nil
+    end
+    for i, t in ipairs(s.win) do
+      if type(t) ~= 'number' or t % 1 ~= 0 or t < 0 or t > DUE_MAX or (i > 1 and t <= s.win[i - 1]) then
+        return nil
+      end
+    end
   end
   return s
 end
@@ -61,9 +84,22 @@ end
 
 -- The first tick of s after ms (start itself when start > ms), or -1 past
 -- its stop time.
+-- A cron schedule's window holds no tick after ms: -2 (waiting for ticks),
+-- or -1 when no more will come.
 local function recur_after(s, ms)
   local t = s.start
-  if t <= ms then t = s.start + (math.floor((ms - s.start) / s.every) + 1) * s.every end
+  if s.kind == 'cron' then
+    t = nil
+    for _, w in ipairs(s.win) do
+      if w > ms then
+        t = w
+        break
+      end
+    end
+    if not t then return s.wlast == -3 and -1 or -2 end
+  elseif t <= ms then
+    t = s.start + (math.floor((ms - s.start) / s.every) + 1) * s.every
+  end
   if t > DUE_MAX or (s.stop > 0 and t > s.stop) then return -1 end
   return t
 end
@@ -96,10 +132,23 @@ local function recur_uninsert(P, zs, counters, name, tick)
   if r then redis.call('HINCRBY', counters, 'pending', -1) end
 end
 
--- Enters s's tick t (or ends s when t is -1): its item, its place in the
--- ticks set, its spec. Returns the item's score (nil if none was made).
-local function recur_arm(P, zs, counters, name, s, t)
+-- Enters s's tick t (or ends s when t is -1, or leaves it waiting for
+-- ticks when -2): its item, its place in the ticks set, its spec. A cron
+-- window drops the ticks up to t; one running low adds the schedule to
+-- refills (a table, or nil: not asked for) as name, expression, zone, wlast.
+-- Returns the item's score (nil if none was made).
+local function recur_arm(P, zs, counters, name, s, t, refills)
   s.next = t
+  if s.kind == 'cron' then
+    local keep = {}
+    for _, w in ipairs(s.win) do
+      if t >= 0 and w > t then keep[#keep + 1] = w end
+    end
+    s.win = keep
+    if refills and t ~= -1 and s.wlast >= 0 and #keep < RECUR_LOW then
+      for _, v in ipairs({name, s.text, s.zone, fmt(s.wlast)}) do refills[#refills + 1] = v end
+    end
+  end
   local score
   if t < 0 then
     redis.call('ZREM', ticks_key(P), name)
@@ -113,7 +162,7 @@ end
 
 -- Advances the schedules whose tick T has come (now >= T): the missed
 -- policy for the ticks between T and now, then the next tick's item.
-local function recur_advance_one(P, zs, counters, name, T, now)
+local function recur_advance_one(P, zs, counters, name, T, now, refills)
   local s = spec_read(P, name)
   if not s or s.paused == 1 then
     redis.call('ZREM', ticks_key(P), name)
@@ -136,15 +185,18 @@ local function recur_advance_one(P, zs, counters, name, T, now)
   elseif late then
     nt = recur_after(s, now)
   end
-  recur_arm(P, zs, counters, name, s, nt)
+  recur_arm(P, zs, counters, name, s, nt, refills)
 end
 
--- transfer.lua's first step: every schedule whose tick has come.
+-- transfer.lua's first step: every schedule whose tick has come. Returns
+-- the cron schedules whose windows run low (see recur_arm), a flat list.
 local function recurring_advance(P, zs, counters, now)
+  local refills = {}
   local due = redis.pcall('ZRANGEBYSCORE', ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
                           nstr(RECUR_SCAN))
-  if type(due) ~= 'table' then return end -- a key of another type: no schedules run
+  if type(due) ~= 'table' then return refills end -- a key of another type: no schedules run
   for i = 1, #due, 2 do
-    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now)
+    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, refills)
   end
+  return refills
 end

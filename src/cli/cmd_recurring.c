@@ -1,6 +1,6 @@
 /*
- * cmd_recurring.c - recurring schedules: "delayq every" sets one,
- * "delayq schedules" lists them and removes, pauses or resumes one.
+ * cmd_recurring.c - recurring schedules: "delayq every" and "delayq cron"
+ * set one, "delayq schedules" lists them and removes, pauses or resumes one.
  *
  * Owns parsing a schedule's arguments (interval, --start/--end times,
  * --missed), reading its payload (the argument, else stdin, as offer),
@@ -45,6 +45,27 @@ const char cli_usage_every[] =
     "Exit codes: 0 ok, 2 usage error or bad input, 3 Redis unreachable or\n"
     "erroring, or stdout could not be written.\n";
 
+const char cli_usage_cron[] =
+    "usage: delayq cron QUEUE NAME EXPR [PAYLOAD] [--tz ZONE] [--missed skip|one|all]\n"
+    "                   [--start TIME] [--end TIME]\n"
+    "\n"
+    "Sets the recurring schedule NAME of QUEUE by a cron expression, as 'every'\n"
+    "does by an interval (see 'delayq every --help' for NAME, PAYLOAD, --missed,\n"
+    "TIME). Prints the first tick (epoch ms).\n"
+    "\n"
+    "  EXPR        five fields: minute (0-59) hour (0-23) day-of-month (1-31)\n"
+    "              month (1-12, jan-dec) day-of-week (0-7, sun-sat; 0 and 7\n"
+    "              are Sunday), each *, a value, a range a-b, a list a,b,c,\n"
+    "              with /step; a day matches either day field when both are\n"
+    "              restricted. Or @hourly, @daily, @weekly, @monthly, @yearly.\n"
+    "  --tz ZONE   the IANA zone of the expression's wall clock; default UTC.\n"
+    "              A time a DST change skips runs at the end of the gap, once;\n"
+    "              a time that comes twice runs at its first occurrence.\n"
+    "  --start TIME  no tick before TIME\n"
+    "\n"
+    "Exit codes: 0 ok, 2 usage error or bad input (a bad expression names its\n"
+    "field), 3 Redis unreachable or erroring, or stdout could not be written.\n";
+
 const char cli_usage_schedules[] =
     "usage: delayq schedules QUEUE [--json]\n"
     "       delayq schedules QUEUE remove|pause|resume NAME\n"
@@ -52,7 +73,8 @@ const char cli_usage_schedules[] =
     "Lists QUEUE's recurring schedules, one line each:\n"
     "NAME<TAB>SPEC<TAB>ZONE<TAB>NEXT<TAB>LAST<TAB>STATE<TAB>MISSED, where NEXT and\n"
     "LAST are ticks in epoch ms (-1: none), ZONE is - for 'every', STATE is\n"
-    "active, paused or ended. --json prints one object per line.\n"
+    "active, paused, ended or waiting (a cron schedule short of ticks: set it\n"
+    "again). --json prints one object per line.\n"
     "remove deletes a schedule and its pending tick's item; pause makes no\n"
     "items until resume, whose --missed policy then applies to the ticks that\n"
     "passed.\n"
@@ -60,7 +82,7 @@ const char cli_usage_schedules[] =
     "or erroring, or stdout could not be written.\n";
 
 /* TIME: epoch ms, or "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
-static int parse_time(const char *what, const char *text, int64_t *ms)
+static int parse_time(const char *cmd, const char *what, const char *text, int64_t *ms)
 {
     struct tm tm;
     char *end;
@@ -82,12 +104,12 @@ static int parse_time(const char *what, const char *text, int64_t *ms)
             }
         }
     }
-    cli_err("every: invalid %s time '%s': expected epoch ms or UTC as 2026-11-27T10:00:00Z", what,
+    cli_err("%s: invalid %s time '%s': expected epoch ms or UTC as 2026-11-27T10:00:00Z", cmd, what,
             cli_quote(text));
     return CLI_USAGE;
 }
 
-static int parse_missed(const char *text, int *missed)
+static int parse_missed(const char *cmd, const char *text, int *missed)
 {
     static const char *const names[] = {"one", "skip", "all"};
     for (int i = 0; i < 3; i++)
@@ -95,7 +117,7 @@ static int parse_missed(const char *text, int *missed)
             *missed = i;
             return 0;
         }
-    cli_err("every: invalid --missed '%s': expected skip, one or all", cli_quote(text));
+    cli_err("%s: invalid --missed '%s': expected skip, one or all", cmd, cli_quote(text));
     return CLI_USAGE;
 }
 
@@ -110,29 +132,63 @@ static int check_name(const char *cmd, const char *name)
     return CLI_USAGE;
 }
 
-/* The options and arguments of 'every' into *sp (payload aside). */
-static int parse_every(char **argv, const char *missed, const char *start, const char *end,
-                       dq_recurring_spec *sp)
+/* The options of every and cron (cmd), and QUEUE and NAME, into *sp. */
+static int parse_common(const char *cmd, char **argv, const char *missed, const char *start, const char *end,
+                        dq_recurring_spec *sp)
 {
     int rc = cli_check_queue(argv[0]);
     if (!rc)
-        rc = check_name("every", argv[1]);
-    if (!rc)
-        rc = cli_parse_delay("every: ", "interval", argv[2], &sp->every_ms);
-    if (!rc && sp->every_ms < DQ_RECURRING_EVERY_MIN_MS) {
-        cli_err("every: invalid interval '%s': it must be at least 1s", cli_quote(argv[2]));
-        rc = CLI_USAGE;
-    }
+        rc = check_name(cmd, argv[1]);
     if (!rc && missed)
-        rc = parse_missed(missed, &sp->missed);
+        rc = parse_missed(cmd, missed, &sp->missed);
     if (!rc && start)
-        rc = parse_time("--start", start, &sp->start_ms);
+        rc = parse_time(cmd, "--start", start, &sp->start_ms);
     if (!rc && end)
-        rc = parse_time("--end", end, &sp->end_ms);
+        rc = parse_time(cmd, "--end", end, &sp->end_ms);
     if (!rc && sp->end_ms && sp->start_ms > sp->end_ms) {
-        cli_err("every: --start is after --end");
+        cli_err("%s: --start is after --end", cmd);
         rc = CLI_USAGE;
     }
+    return rc;
+}
+
+/* Reads the payload (argv[at] when given, else stdin), sets the schedule
+ * and prints its first tick. */
+static int set_schedule(const cli_env *env, const char *cmd, char **argv, int npos, int at,
+                        dq_recurring_spec *sp)
+{
+    char *owned = NULL;
+    char where[24];
+
+    if (npos > at) {
+        sp->payload = argv[at];
+        sp->payload_len = strlen(argv[at]);
+    } else if (cli_read_all(0, DQ_PAYLOAD_DEFAULT_MAX, &owned, &sp->payload_len) != 0) {
+        cli_err("%s: cannot read the payload from stdin: %s", cmd, strerror(errno));
+        return CLI_USAGE;
+    } else {
+        sp->payload = owned;
+    }
+    snprintf(where, sizeof where, "%s: ", cmd);
+    int rc = cli_check_payload(where, sp->payload_len, DQ_PAYLOAD_DEFAULT_MAX);
+    dq_client *c = NULL;
+    if (!rc)
+        rc = cli_connect(env, &c);
+    if (!rc) {
+        int64_t next = -1;
+        int code = dq_recurring_set(c, argv[0], argv[1], sp, &next);
+        if (code < 0 && code != DQ_ENOTDURABLE) {
+            rc = cli_fail(c, code, cmd);
+        } else {
+            char line[32];
+            int n = snprintf(line, sizeof line, "%" PRId64 "\n", next);
+            rc = cli_write_out(line, (size_t)n);
+            if (!rc && code == DQ_ENOTDURABLE)
+                rc = cli_fail(c, code, cmd);
+        }
+        dq_client_free(c);
+    }
+    free(owned);
     return rc;
 }
 
@@ -143,7 +199,6 @@ int cli_cmd_every(cli_env *env, int argc, char **argv)
     const cli_opt opts[] = {{"missed", &missed, NULL}, {"start", &start, NULL}, {"end", &end, NULL},
                             {NULL, NULL, NULL}};
     dq_recurring_spec sp = {.missed = DQ_MISSED_ONE};
-    char *owned = NULL;
     int npos;
 
     int rc = cli_parse(env, "every", argc, argv, opts, &npos);
@@ -152,45 +207,48 @@ int cli_cmd_every(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_want_args("every", npos, 3, 4, names, argv);
     if (!rc)
-        rc = parse_every(argv, missed, start, end, &sp);
-    if (!rc && npos > 3) {
-        sp.payload = argv[3];
-        sp.payload_len = strlen(argv[3]);
-    } else if (!rc) {
-        if (cli_read_all(0, DQ_PAYLOAD_DEFAULT_MAX, &owned, &sp.payload_len) != 0) {
-            cli_err("every: cannot read the payload from stdin: %s", strerror(errno));
-            rc = CLI_USAGE;
-        }
-        sp.payload = owned;
-    }
+        rc = parse_common("every", argv, missed, start, end, &sp);
     if (!rc)
-        rc = cli_check_payload("every: ", sp.payload_len, DQ_PAYLOAD_DEFAULT_MAX);
-    dq_client *c = NULL;
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (!rc) {
-        int64_t next = -1;
-        int code = dq_recurring_set(c, argv[0], argv[1], &sp, &next);
-        if (code < 0 && code != DQ_ENOTDURABLE) {
-            rc = cli_fail(c, code, "every");
-        } else {
-            char line[32];
-            int n = snprintf(line, sizeof line, "%" PRId64 "\n", next);
-            rc = cli_write_out(line, (size_t)n);
-            if (!rc && code == DQ_ENOTDURABLE)
-                rc = cli_fail(c, code, "every");
-        }
-        dq_client_free(c);
+        rc = cli_parse_delay("every: ", "interval", argv[2], &sp.every_ms);
+    if (!rc && sp.every_ms < DQ_RECURRING_EVERY_MIN_MS) {
+        cli_err("every: invalid interval '%s': it must be at least 1s", cli_quote(argv[2]));
+        rc = CLI_USAGE;
     }
-    free(owned);
-    return rc;
+    return rc ? rc : set_schedule(env, "every", argv, npos, 3, &sp);
+}
+
+int cli_cmd_cron(cli_env *env, int argc, char **argv)
+{
+    static const char *const names[] = {"QUEUE", "NAME", "EXPR"};
+    const char *missed = NULL, *start = NULL, *end = NULL, *tz = NULL;
+    const cli_opt opts[] = {{"missed", &missed, NULL}, {"start", &start, NULL}, {"end", &end, NULL},
+                            {"tz", &tz, NULL},         {NULL, NULL, NULL}};
+    dq_recurring_spec sp = {.missed = DQ_MISSED_ONE};
+    int npos;
+
+    int rc = cli_parse(env, "cron", argc, argv, opts, &npos);
+    if (rc == CLI_HELP)
+        return cli_help(cli_usage_cron);
+    if (!rc)
+        rc = cli_want_args("cron", npos, 3, 4, names, argv);
+    if (!rc)
+        rc = parse_common("cron", argv, missed, start, end, &sp);
+    if (rc)
+        return rc;
+    sp.cron = argv[2];
+    sp.zone = tz;
+    return set_schedule(env, "cron", argv, npos, 3, &sp);
 }
 
 /* ------------------------------------------------------------ listing */
 
 static const char *state_of(const dq_recurring *s)
 {
-    return s->bad ? "bad" : s->paused ? "paused" : s->next_ms < 0 ? "ended" : "active";
+    return s->bad               ? "bad"
+           : s->paused          ? "paused"
+           : s->next_ms == -2   ? "waiting"
+           : s->next_ms < 0     ? "ended"
+                                : "active";
 }
 
 static const char *missed_name(int missed)
@@ -200,8 +258,9 @@ static const char *missed_name(int missed)
 
 static json_t *schedule_json(const dq_recurring *s)
 {
-    json_t *o = json_pack("{s:s, s:s, s:n, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:s, s:I}", "name", s->name,
-                          "spec", s->spec, "zone", "every_ms", (json_int_t)s->every_ms, "start_ms",
+    /* zone: null for 'every' (no zone applies). */
+    json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:s, s:I}", "name", s->name,
+                          "spec", s->spec, "zone", s->zone[0] ? json_string(s->zone) : json_null(), "every_ms", (json_int_t)s->every_ms, "start_ms",
                           (json_int_t)s->start_ms, "end_ms", (json_int_t)s->end_ms, "missed",
                           missed_name(s->missed), "paused", s->paused, "next_ms", (json_int_t)s->next_ms,
                           "last_ms", (json_int_t)s->last_ms, "state", state_of(s), "payload_bytes",

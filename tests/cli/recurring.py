@@ -9,7 +9,12 @@ with real scheduler processes:
   - changing, pausing, resuming and removing under a running scheduler:
     the next tick moves at once, no item while paused, one after resume,
     nothing left behind by remove;
-  - bad names, intervals, policies and times exit 2 and change nothing.
+  - cron: the first tick of '*/5 * * * *' in a zone, listed with its zone;
+    planted near ticks (through the library's own functions) made into one
+    item each by two schedulers, whose transfer then asks for more ticks and
+    one of them computes and adds them (the window refill);
+  - bad names, intervals, expressions, zones, policies and times exit 2 and
+    change nothing.
 """
 import json
 import os
@@ -131,6 +136,62 @@ r = dq("schedules", Q, "remove", "chg")
 eq(r.rc, 1, "remove of an unknown schedule exits 1")
 sched.stop()
 
+
+# ------------------------------------------------------------------ cron
+section("cron: first tick, planted near ticks, the window refilled by a scheduler")
+Q = "rec5"
+
+
+def lib_lua():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lua", "lib")
+    return b"".join(open(os.path.join(root, n), "rb").read() for n in sorted(os.listdir(root)) if n.endswith(".lua"))
+
+
+def window(queue, name):
+    """(window length, wlast, next) of a cron schedule, read with cmsgpack."""
+    return redis("EVAL", "local s = cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])) "
+                 "return {#s.win, s.wlast, s.next}", 1, f"dq:{{{queue}}}:sched", name)
+
+
+before = server_ms()
+r = dq("cron", Q, "c", "*/5 * * * *", "cronp", "--tz", "Asia/Tokyo")
+after = server_ms()
+firsts = {(before // 300000 + 1) * 300000, (after // 300000 + 1) * 300000}
+ok(r.rc == 0 and int(r.text.strip() or 0) in firsts, "cron prints the next 5-minute boundary", r)
+s = listing(Q).get("c", {})
+eq((s.get("spec"), s.get("zone"), s.get("state")), ("*/5 * * * *", "Asia/Tokyo", "active"), "listed with its zone")
+eq(window(Q, "c")[0], 63, "64 ticks computed, the first armed")
+# Plant three ticks 1.5, 2.5 and 3.5 s ahead as the window (the schedule's
+# pending item moved to the first), with the library's own functions.
+t0 = server_ms() + 1500
+plant = lib_lua() + b"""
+call_begin()
+local P, name = ARGV[1], ARGV[2]
+local zs, counters = P .. 'zs', P .. 'n'
+local s = spec_read(P, name)
+recur_uninsert(P, zs, counters, name, s.next)
+s.win = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
+s.wlast = s.win[3]
+recur_arm(P, zs, counters, name, s, s.win[1])
+return s.next
+"""
+eq(redis("EVAL", plant, 0, f"dq:{{{Q}}}:", "c", t0, t0 + 1000, t0 + 2000), t0, "planted")
+consumer = bg_dq("take", Q, "--count", "3", "--json", "--timeout", "8s", "--no-scheduler")
+scheds = [bg_dq("schedule", Q) for _ in range(2)]
+eq(consumer.wait(10), 0, "the consumer got 3 items")
+items = tick_items(taken(consumer), "c")
+eq(items, [(t0, t0), (t0 + 1000, t0 + 1000), (t0 + 2000, t0 + 2000)], "one item per planted tick, due at it")
+nxt = ((t0 + 2000) // 300000 + 1) * 300000
+ok(wait_for(lambda: (listing(Q).get("c") or {}).get("next_ms") == nxt, 5),
+   "a scheduler refilled the window: next is the 5-minute boundary after the planted ticks",
+   listing(Q).get("c"))
+w = window(Q, "c")
+ok(w[0] >= 32, "the window holds ticks again", w)
+for p in scheds:
+    p.stop()
+r = dq("take", Q, "--count", "0", "--json", "--timeout", "300ms", "--no-scheduler")
+eq(tick_items(r.json_lines(), "c"), [], "no tick delivered twice")
+
 # ------------------------------------------------------------------ bad input
 section("bad input exits 2 and changes nothing")
 Q = "rec4"
@@ -142,7 +203,14 @@ for args, what, word in [
         (("every", Q, "x", "1s", "p", "--start", "tomorrow"), "a bad --start", "--start"),
         (("every", Q, "x", "1s", "p", "--start", "2000", "--end", "1000"), "--start after --end", "--start"),
         (("schedules", Q, "stop", "x"), "an unknown operation", "operation"),
-        (("schedules", Q, "pause"), "an operation without NAME", "NAME")]:
+        (("schedules", Q, "pause"), "an operation without NAME", "NAME"),
+        (("cron", Q, "x", "61 * * * *", "p"), "a minute of 61", "field 1 (minute)"),
+        (("cron", Q, "x", "* * 0 * *", "p"), "a day of month of 0", "field 3 (day of month)"),
+        (("cron", Q, "x", "* * * * mon-xyz", "p"), "a bad day name", "field 5 (day of week)"),
+        (("cron", Q, "x", "* * * *", "p"), "four fields", "5 fields"),
+        (("cron", Q, "x", "@often", "p"), "an unknown macro", "@often"),
+        (("cron", Q, "x", "* * * * *", "p", "--tz", "Mars/Base"), "an unknown zone", "zone"),
+        (("cron", Q, "x", "* * * * *", "p", "--tz", "../etc/passwd"), "a zone path", "zone")]:
     r = dq(*args)
     ok(r.rc == 2 and word in r.errtext, f"{what}: exit 2, naming {word}", r)
 key = private_file(RDIR, "rec.key", dq("keygen").text)
