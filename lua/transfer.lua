@@ -50,7 +50,7 @@ local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 -- The recurring schedules whose tick has come make their items first (see
 -- lib/80_recurring.lua), so a tick's item moves in the call that made it.
-local refills = recurring_advance(P, zs, counters, now)
+local refills, ticks_left = recurring_advance(P, zs, counters, now)
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false
@@ -262,6 +262,7 @@ end
 local next_due = earliest_due(P, zs)
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
+if ticks_left then more = 1 end
 if done > 0 then
   -- Tells the other schedulers of this queue that this deadline is served.
   redis.call('SPUBLISH', chan, fmt(next_due))

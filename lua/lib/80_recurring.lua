@@ -188,15 +188,18 @@ local function recur_advance_one(P, zs, counters, name, T, now, refills)
   recur_arm(P, zs, counters, name, s, nt, refills)
 end
 
--- transfer.lua's first step: every schedule whose tick has come. Returns
--- the cron schedules whose windows run low (see recur_arm), a flat list.
+-- transfer.lua's first step: the schedules whose tick has come, RECUR_SCAN
+-- at most. Returns the cron schedules whose windows run low (see
+-- recur_arm), a flat list, and whether more ticks may be due (the caller
+-- then says 'more', so its scheduler runs again at once: a tick advanced
+-- late would count as missed).
 local function recurring_advance(P, zs, counters, now)
   local refills = {}
   local due = redis.pcall('ZRANGEBYSCORE', ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
                           nstr(RECUR_SCAN))
-  if type(due) ~= 'table' then return refills end -- a key of another type: no schedules run
+  if type(due) ~= 'table' then return refills, false end -- a key of another type: no schedules run
   for i = 1, #due, 2 do
     recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, refills)
   end
-  return refills
+  return refills, #due >= 2 * RECUR_SCAN
 end

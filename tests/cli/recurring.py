@@ -69,7 +69,7 @@ eq([b - a for a, b in zip(ticks, ticks[1:])], [1000] * (len(ticks) - 1), "ticks 
 ok(all(t == d for t, d in items), "each item's due_ms is its tick", items[:3])
 ok(len(ticks) >= 10, "at least 10 ticks", len(ticks))
 for s in scheds[1:]:
-    s.stop()
+    ok(s.stop() == 0 and b"Sanitizer" not in s.err, "a scheduler stops cleanly on SIGTERM", s.err[-300:])
 consumer.stop()
 eq(stats(Q)["pending"], 0, "paused: no tick's item left pending")
 
@@ -188,9 +188,34 @@ ok(wait_for(lambda: (listing(Q).get("c") or {}).get("next_ms") == nxt, 5),
 w = window(Q, "c")
 ok(w[0] >= 32, "the window holds ticks again", w)
 for p in scheds:
-    p.stop()
+    ok(p.stop() == 0 and b"Sanitizer" not in p.err, "a scheduler that refilled stops cleanly", p.err[-300:])
 r = dq("take", Q, "--count", "0", "--json", "--timeout", "300ms", "--no-scheduler")
 eq(tick_items(r.json_lines(), "c"), [], "no tick delivered twice")
+
+# ------------------------------------------------------------------ many at once
+section("250 schedules due in the same millisecond: each tick once")
+Q = "rec6"
+N = 250
+start = server_ms() + 1500
+many = lib_lua() + b"""
+call_begin()
+local P, n, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local zs, counters = P .. 'zs', P .. 'n'
+for i = 1, n do
+  local s = {v = 1, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
+             next = -1, last = -1, text = 'every 1s', zone = '', payload = 'm'}
+  recur_arm(P, zs, counters, 'm' .. i, s, start)
+end
+return n
+"""
+eq(redis("EVAL", many, 0, f"dq:{{{Q}}}:", N, start), N, f"{N} schedules planted, first tick at one time")
+consumer = bg_dq("take", Q, "--count", str(2 * N), "--json", "--timeout", "8s", "--no-scheduler")
+sched = bg_dq("schedule", Q)
+eq(consumer.wait(12), 0, f"{2 * N} items: two ticks of each")
+ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
+got = sorted(m["id"] for m in taken(consumer))
+want = sorted(f"m{i}@{t}" for i in range(1, N + 1) for t in (start, start + 1000))
+eq(got == want, True, "each schedule's two ticks, once each")
 
 # ------------------------------------------------------------------ bad input
 section("bad input exits 2 and changes nothing")
