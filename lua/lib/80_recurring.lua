@@ -104,22 +104,42 @@ local function recur_after(s, ms)
   return t
 end
 
+-- A transfer's advance makes many items, most often of one due time: b (a
+-- batch, or nil for one item at once) holds their records back to be
+-- written with one ZADD a slot (see slot_insert's hint), and their id index
+-- entries and pending count until the records are written (recur_flush).
+local function recur_batch() return {hint = {}, idx = {}, added = 0, refills = {}} end
+
+local function recur_flush(P, counters, b)
+  if not b then return end
+  slot_flush(b.hint)
+  for i = 1, #b.idx, 3 do id_set(P, b.idx[i], b.idx[i + 1], b.idx[i + 2]) end
+  if b.added ~= 0 then redis.call('HINCRBY', counters, 'pending', b.added) end
+  b.idx, b.added = {}, 0
+end
+
 -- Makes the item of name's tick (pending, due at tick), unless the id is
 -- already held (then the queue has it: never twice). Returns its score, or
 -- nil when it was already there.
-local function recur_insert(P, zs, counters, name, s, tick)
+local function recur_insert(P, zs, counters, name, s, tick, b)
   local id = tick_id(name, tick)
   local ik = id_key(P, id)
   if id_score_in(P, ik, id) then return nil end
-  local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, s.payload), true, nil)
-  id_set(P, ik, id, ss)
-  redis.call('HINCRBY', counters, 'pending', 1)
+  local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, s.payload), true, b and b.hint)
+  if b then
+    local n = #b.idx
+    b.idx[n + 1], b.idx[n + 2], b.idx[n + 3], b.added = ik, id, ss, b.added + 1
+  else
+    id_set(P, ik, id, ss)
+    redis.call('HINCRBY', counters, 'pending', 1)
+  end
   return score
 end
 
 -- Removes the pending item of name's tick, if it is still pending.
-local function recur_uninsert(P, zs, counters, name, tick)
+local function recur_uninsert(P, zs, counters, name, tick, b)
   if tick < 0 then return end
+  recur_flush(P, counters, b) -- it reads the slots
   local id = tick_id(name, tick)
   local score, ik = id_score(P, id)
   if not score then return end
@@ -135,9 +155,9 @@ end
 -- Enters s's tick t (or ends s when t is -1, or leaves it waiting for
 -- ticks when -2): its item, its place in the ticks set, its spec. A cron
 -- window drops the ticks up to t; one running low adds the schedule to
--- refills (a table, or nil: not asked for) as name, expression, zone, wlast.
--- Returns the item's score (nil if none was made).
-local function recur_arm(P, zs, counters, name, s, t, refills)
+-- b.refills (b: a batch, or nil: not asked for) as name, expression, zone,
+-- wlast. Returns the item's score (nil if none was made).
+local function recur_arm(P, zs, counters, name, s, t, b)
   s.next = t
   if s.kind == 'cron' then
     local keep = {}
@@ -145,15 +165,15 @@ local function recur_arm(P, zs, counters, name, s, t, refills)
       if t >= 0 and w > t then keep[#keep + 1] = w end
     end
     s.win = keep
-    if refills and t ~= -1 and s.wlast >= 0 and #keep < RECUR_LOW then
-      for _, v in ipairs({name, s.text, s.zone, fmt(s.wlast)}) do refills[#refills + 1] = v end
+    if b and t ~= -1 and s.wlast >= 0 and #keep < RECUR_LOW then
+      for _, v in ipairs({name, s.text, s.zone, fmt(s.wlast)}) do b.refills[#b.refills + 1] = v end
     end
   end
   local score
   if t < 0 then
     redis.call('ZREM', ticks_key(P), name)
   else
-    score = recur_insert(P, zs, counters, name, s, t)
+    score = recur_insert(P, zs, counters, name, s, t, b)
     redis.call('ZADD', ticks_key(P), fmt(t), name)
   end
   spec_write(P, name, s)
@@ -162,7 +182,7 @@ end
 
 -- Advances the schedules whose tick T has come (now >= T): the missed
 -- policy for the ticks between T and now, then the next tick's item.
-local function recur_advance_one(P, zs, counters, name, T, now, refills)
+local function recur_advance_one(P, zs, counters, name, T, now, b)
   local s = spec_read(P, name)
   if not s or s.paused == 1 then
     redis.call('ZREM', ticks_key(P), name)
@@ -171,21 +191,21 @@ local function recur_advance_one(P, zs, counters, name, T, now, refills)
   local nt = recur_after(s, T)
   local late = nt >= 0 and nt <= now
   if s.missed == 'skip' and (late or now - T > RECUR_LATE_MS) then
-    recur_uninsert(P, zs, counters, name, T)
+    recur_uninsert(P, zs, counters, name, T, b)
   else
     s.last = T
   end
   if late and s.missed == 'all' then
     for _ = 1, RECUR_BURST do
       if nt < 0 or nt > now then break end
-      recur_insert(P, zs, counters, name, s, nt)
+      recur_insert(P, zs, counters, name, s, nt, b)
       s.last = nt
       nt = recur_after(s, nt)
     end
   elseif late then
     nt = recur_after(s, now)
   end
-  recur_arm(P, zs, counters, name, s, nt, refills)
+  recur_arm(P, zs, counters, name, s, nt, b)
 end
 
 -- transfer.lua's first step: the schedules whose tick has come, RECUR_SCAN
@@ -194,12 +214,13 @@ end
 -- then says 'more', so its scheduler runs again at once: a tick advanced
 -- late would count as missed).
 local function recurring_advance(P, zs, counters, now)
-  local refills = {}
   local due = redis.pcall('ZRANGEBYSCORE', ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
                           nstr(RECUR_SCAN))
-  if type(due) ~= 'table' then return refills, false end -- a key of another type: no schedules run
+  if type(due) ~= 'table' then return {}, false end -- a key of another type: no schedules run
+  local b = recur_batch()
   for i = 1, #due, 2 do
-    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, refills)
+    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, b)
   end
-  return refills, #due >= 2 * RECUR_SCAN
+  recur_flush(P, counters, b)
+  return b.refills, #due >= 2 * RECUR_SCAN
 end
