@@ -13,6 +13,8 @@ with real scheduler processes:
     planted near ticks (through the library's own functions) made into one
     item each by two schedulers, whose transfer then asks for more ticks and
     one of them computes and adds them (the window refill);
+  - a user with the rule 'delayq acl' prints sets, lists and removes
+    schedules, and its scheduler makes their items;
   - bad names, intervals, expressions, zones, policies and times exit 2 and
     change nothing.
 """
@@ -216,6 +218,23 @@ ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cle
 got = sorted(m["id"] for m in taken(consumer))
 want = sorted(f"m{i}@{t}" for i in range(1, N + 1) for t in (start, start + 1000))
 eq(got == want, True, "each schedule's two ticks, once each")
+
+# ------------------------------------------------------------------ ACL
+section("a user with the rule of 'delayq acl'")
+Q = "rec7"
+pw = private_file(RDIR, "rec.pw", "rec-s3cret\n")
+r = dq("acl", Q, "--user", "recuser", "--password-file", pw, redis=False)
+ok(r.rc == 0 and r.text.startswith("ACL SETUSER "), "acl prints the rule", r)
+ok(redis(*r.text.split()) in ("OK", b"OK"), "rule applied")
+dq("functions", "load")
+uurl = f"redis://recuser:rec-s3cret@127.0.0.1:{PORT}"
+r = dq("--redis", uurl, "every", Q, "u", "1s", "up", redis=False)
+ok(r.rc == 0, "every as the user", r)
+r = dq("--redis", uurl, "schedules", Q, redis=False)
+ok(r.rc == 0 and r.text.startswith("u\tevery 1s"), "schedules as the user", r)
+r = dq("--redis", uurl, "take", Q, "--json", "--timeout", "3s", redis=False)
+ok(r.rc == 0 and tick_items(r.json_lines(), "u"), "its scheduler makes the tick's item", r)
+eq(dq("--redis", uurl, "schedules", Q, "remove", "u", redis=False).rc, 0, "remove as the user")
 
 # ------------------------------------------------------------------ bad input
 section("bad input exits 2 and changes nothing")
