@@ -257,6 +257,9 @@ for args, what, word in [
         (("cron", Q, "x", "* * * * *", "p", "--tz", "../etc/passwd"), "a zone path", "zone")]:
     r = dq(*args)
     ok(r.rc == 2 and word in r.errtext, f"{what}: exit 2, naming {word}", r)
+eq(dq("config", "rec4s", "--shards", "2").rc, 0, "a queue of 2 shards")
+r = dq("every", "rec4s", "x", "1s", "p")
+ok(r.rc == 2 and "one shard" in r.errtext, "every on a sharded queue: exit 2, saying why", r)
 key = private_file(RDIR, "rec.key", dq("keygen").text)
 r = dq("--key-file", key, "every", Q, "x", "1s", "p")
 ok(r.rc == 2 and "seal" in r.errtext, "with a key file: exit 2 (sealed schedules not supported)", r)
