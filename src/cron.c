@@ -98,7 +98,8 @@ static int parse_item(int i, const char *s, const char *end, uint64_t *bits, cha
         p++;
         const char *q = p;
         step = read_value(&(field){"", 0, 0, NULL}, &p);
-        if (step < 1 || p == q) return field_error(err, size, i, s, (size_t)(end - s), "has a bad step");
+        if (step < 1 || step > f->hi - f->lo + 1 || p == q)
+            return field_error(err, size, i, s, (size_t)(end - s), "has a bad step");
     }
     if (p != end) return field_error(err, size, i, s, (size_t)(end - s), "is not understood");
     if (lo < f->lo || hi > f->hi || lo > hi) {

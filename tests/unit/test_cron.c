@@ -117,6 +117,7 @@ static void test_cron_parse_errors(void **state)
         {"1,,2 * * * *", "field 1"},             {"5-1 * * * *", "out of range"},
         {"* * * foo *", "field 4"},              {"@often", "unknown '@often'"},
         {"1- * * * *", "field 1"},               {"1, * * * *", "field 1"},
+        {"*/61 * * * *", "bad step"},            {"* */25 * * *", "field 2 (hour): '*/25' has a bad step"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
