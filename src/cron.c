@@ -7,9 +7,9 @@
  * state and setenv is not thread-safe, and a library must not change its
  * caller's environment. A TZif file (RFC 8536) is a list of transition
  * instants and the offsets they bring; the 64-bit (version 2+) block is all
- * this needs. Debian's tzdata ships "fat" files, with transitions written
- * out to 2037; the footer's POSIX rule for later years is not applied (the
- * last offset stays).
+ * this needs, with the footer's POSIX TZ rule ("EST5EDT,M3.2.0,M11.1.0")
+ * written out as transitions from the table's end to 2100: "fat" files list
+ * transitions to 2037, "slim" ones stop at the last change of rules.
  *
  * The next tick walks local wall-clock minutes forward from the local time
  * of the instant after which it looks, and maps each matching wall time
@@ -201,7 +201,142 @@ static long read_file(const char *path, unsigned char **buf) {
     return n;
 }
 
-/* The 64-bit block of a TZif file of len bytes into z. */
+/* ------------------------------------------------------------ the footer's rule */
+
+/* Floor division, for days and weekdays before 1970. */
+static int64_t floor_div(int64_t a, int64_t b) {
+    return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+/* The civil date of day d since 1970-01-01 (proleptic Gregorian). */
+static void civil(int64_t d, int *month, int *mday) {
+    d += 719468; /* from 0000-03-01 */
+    int64_t era = floor_div(d, 146097);
+    int64_t doe = d - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *mday = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *month = (int)(mp < 10 ? mp + 3 : mp - 9);
+}
+
+
+/* The days from 1970-01-01 to y-m-d (proleptic Gregorian). */
+static int64_t days_from_civil(int64_t y, int m, int d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* [+-]hh[:mm[:ss]] at *p into *secs; advances *p. -1 if none. */
+static int tz_time(const char **p, int64_t *secs) {
+    const char *s = *p;
+    int sign = 1;
+    if (*s == '+' || *s == '-') sign = *s++ == '-' ? -1 : 1;
+    if (*s < '0' || *s > '9') return -1;
+    int64_t part[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        if (i && *s != ':') break;
+        if (i) s++;
+        if (*s < '0' || *s > '9') return -1;
+        while (*s >= '0' && *s <= '9' && part[i] < 1000) part[i] = part[i] * 10 + (*s++ - '0');
+    }
+    *secs = sign * (part[0] * 3600 + part[1] * 60 + part[2]);
+    *p = s;
+    return 0;
+}
+
+static int tz_name(const char **p) {
+    const char *s = *p;
+    if (*s == '<') {
+        const char *e = strchr(s, '>');
+        if (!e) return -1;
+        *p = e + 1;
+        return 0;
+    }
+    while ((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')) s++;
+    if (s - *p < 3) return -1;
+    *p = s;
+    return 0;
+}
+
+/* A rule "Mm.w.d[/time]": its month, week (5: last), weekday, local time. */
+typedef struct tz_rule {
+    int month, week, wday;
+    int64_t time;
+} tz_rule;
+
+static int tz_rule_parse(const char **p, tz_rule *r) {
+    const char *s = *p;
+    if (sscanf(s, "M%d.%d.%d", &r->month, &r->week, &r->wday) != 3 || r->month < 1 || r->month > 12 ||
+        r->week < 1 || r->week > 5 || r->wday < 0 || r->wday > 6)
+        return -1; /* the Jn and n forms are not read: no zone of tzdata uses them */
+    s = strchr(s, '.') + 1;
+    s = strchr(s, '.') + 1;
+    while (*s >= '0' && *s <= '9') s++;
+    r->time = 7200;
+    if (*s == '/') {
+        s++;
+        if (tz_time(&s, &r->time) != 0) return -1;
+    }
+    *p = s;
+    return 0;
+}
+
+/* The day (since 1970-01-01) of rule r in year y. */
+static int64_t tz_rule_day(const tz_rule *r, int64_t y) {
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int64_t first = days_from_civil(y, r->month, 1);
+    int wday1 = (int)(first + 4 - floor_div(first + 4, 7) * 7);
+    int64_t d = first + (r->wday - wday1 + 7) % 7 + (r->week - 1) * 7;
+    int len = mdays[r->month - 1];
+    if (r->month == 2 && !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) len = 28;
+    while (d >= first + len) d -= 7;
+    return d;
+}
+
+/* The years the footer's rule is written out for, after the table's end. */
+#define FOOTER_YEAR_LAST 2100
+
+/* Appends the transitions of the POSIX TZ rule footer (len bytes) after
+ * the table's last one, up to FOOTER_YEAR_LAST, into z (room for cap
+ * transitions). A rule it cannot read adds nothing: the last offset stays. */
+static void footer_extend(dq__zone *z, const char *footer, size_t len, size_t cap) {
+    char tz[256];
+    if (len == 0 || len >= sizeof tz) return;
+    memcpy(tz, footer, len);
+    tz[len] = '\0';
+    const char *p = tz;
+    int64_t std, dst;
+    tz_rule start, end;
+    if (tz_name(&p) != 0 || tz_time(&p, &std) != 0 || *p == '\0' || tz_name(&p) != 0) return;
+    std = -std; /* POSIX offsets count west of Greenwich */
+    dst = std + 3600;
+    if (*p != ',' && tz_time(&p, &dst) == 0) dst = -dst;
+    if (*p++ != ',' || tz_rule_parse(&p, &start) != 0 || *p++ != ',' || tz_rule_parse(&p, &end) != 0 || *p)
+        return;
+    int64_t last = z->n ? z->at[z->n - 1] : INT64_MIN;
+    int64_t y0 = z->n ? 1970 + floor_div(last, 31556952) : 1970; /* about the year of the last one */
+    for (int64_t y = y0 - 1; y <= FOOTER_YEAR_LAST; y++) {
+        int64_t a = tz_rule_day(&start, y) * 86400 + start.time - std; /* into DST, in standard time */
+        int64_t b = tz_rule_day(&end, y) * 86400 + end.time - dst;     /* out of it, in DST */
+        int64_t t[2] = {a < b ? a : b, a < b ? b : a};
+        int32_t o[2] = {(int32_t)(a < b ? dst : std), (int32_t)(a < b ? std : dst)};
+        for (int i = 0; i < 2; i++) {
+            if (t[i] <= last || z->n >= cap) continue;
+            z->at[z->n] = last = t[i];
+            z->offset[z->n++] = o[i];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ TZif */
+
+/* The 64-bit block of a TZif file of len bytes into z, and its footer's
+ * rule after the table's end. */
 static int tzif_parse(const unsigned char *b, long len, dq__zone *z) {
     if (len < 44 || memcmp(b, "TZif", 4) != 0 || b[4] < '2') return -1;
     uint64_t c[6];
@@ -214,9 +349,11 @@ static int tzif_parse(const unsigned char *b, long len, dq__zone *z) {
     for (int i = 0; i < 6; i++) c[i] = be32(h + 20 + 4 * i);
     uint64_t timecnt = c[3], typecnt = c[4];
     const unsigned char *times = h + 44, *idx = times + timecnt * 8, *types = idx + timecnt;
-    if (typecnt < 1 || (uint64_t)(types + typecnt * 6 - b) > (uint64_t)len) return -1;
-    z->at = calloc(timecnt ? timecnt : 1, sizeof *z->at);
-    z->offset = calloc(timecnt ? timecnt : 1, sizeof *z->offset);
+    const unsigned char *foot = types + typecnt * 6 + c[5] + c[2] * 12 + c[1] + c[0];
+    if (typecnt < 1 || (uint64_t)(foot - b) > (uint64_t)len) return -1;
+    size_t cap = (size_t)timecnt + 2 * (FOOTER_YEAR_LAST - 1970 + 2);
+    z->at = calloc(cap, sizeof *z->at);
+    z->offset = calloc(cap, sizeof *z->offset);
     if (!z->at || !z->offset) return -1;
     z->initial = (int32_t)be32(types);
     for (uint64_t i = 0; i < timecnt; i++) {
@@ -226,6 +363,11 @@ static int tzif_parse(const unsigned char *b, long len, dq__zone *z) {
         if (i && z->at[i] <= z->at[i - 1]) return -1;
     }
     z->n = (size_t)timecnt;
+    long rest = len - (long)(foot - b);
+    if (rest >= 2 && foot[0] == '\n') {
+        const unsigned char *nl = memchr(foot + 1, '\n', (size_t)rest - 1);
+        if (nl) footer_extend(z, (const char *)foot + 1, (size_t)(nl - foot - 1), cap);
+    }
     return 0;
 }
 
@@ -272,23 +414,6 @@ int32_t dq__zone_offset(const dq__zone *z, int64_t t) {
 }
 
 /* ------------------------------------------------------------ next tick */
-
-/* Floor division, for days and weekdays before 1970. */
-static int64_t floor_div(int64_t a, int64_t b) {
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
-
-/* The civil date of day d since 1970-01-01 (proleptic Gregorian). */
-static void civil(int64_t d, int *month, int *mday) {
-    d += 719468; /* from 0000-03-01 */
-    int64_t era = floor_div(d, 146097);
-    int64_t doe = d - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *mday = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *month = (int)(mp < 10 ? mp + 3 : mp - 9);
-}
 
 static int day_matches(const dq__cron *c, int64_t d) {
     int month, mday;

@@ -1,8 +1,9 @@
 /*
  * test_cron.c - unit tests of src/cron.c: the next tick of cron expressions
  * against a table of expressions, zones and instants (UTC; America/New_York
- * and Europe/Berlin across both of their 2026 DST transitions; Asia/Tokyo,
- * which has none), the parser's errors (each names its field), and zone
+ * and Europe/Berlin across both of their 2026 DST transitions, and past
+ * 2037 where the TZif footer's rule applies, Sydney's southern seasons
+ * included; Asia/Tokyo, which has none), the parser's errors (each names its field), and zone
  * names refused or unknown. Needs the system's tz database (tzdata).
  */
 #include <setjmp.h>
@@ -66,6 +67,13 @@ static const next_case next_cases[] = {
     {"30 2 * * *", "Europe/Berlin", "2026-10-24T12:00Z", "2026-10-25T00:30Z"},
     {"30 2 * * *", "Europe/Berlin", "2026-10-25T00:30Z", "2026-10-26T01:30Z"},
     {"0 12 * * *", "Europe/Berlin", "2026-07-01T00:00Z", "2026-07-01T10:00Z"},
+    /* past the files' table (2037): the footer's rule, written out */
+    {"30 2 * * *", "America/New_York", "2040-03-10T08:00Z", "2040-03-11T07:00Z"},
+    {"30 1 * * *", "America/New_York", "2040-11-04T04:00Z", "2040-11-04T05:30Z"},
+    {"30 2 * * *", "Europe/Berlin", "2045-03-25T12:00Z", "2045-03-26T01:00Z"},
+    {"30 2 * * *", "Australia/Sydney", "2050-10-01T00:00Z", "2050-10-01T16:00Z"}, /* southern spring */
+    {"30 2 * * *", "Australia/Sydney", "2050-04-02T00:00Z", "2050-04-02T15:30Z"}, /* first 02:30 */
+    {"30 2 * * *", "Australia/Sydney", "2050-04-02T15:30Z", "2050-04-03T16:30Z"},
     /* Asia/Tokyo: no DST, UTC+9 all year */
     {"0 9 * * *", "Asia/Tokyo", "2026-03-07T23:00Z", "2026-03-08T00:00Z"},
     {"0 2 * * *", "Asia/Tokyo", "2026-11-01T00:00Z", "2026-11-01T17:00Z"},
