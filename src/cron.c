@@ -18,9 +18,10 @@
  * skips (02:30 on 2026-03-08 in America/New_York) runs at the first instant
  * after the gap (03:00 EDT), once however many of its times fall in the
  * gap; a wall time that comes twice (01:30 on 2026-11-01 there) runs at its
- * first occurrence only, as walking forward passes it once. (cronie also
- * runs jobs with '*' in their hour or minute again during a repeated hour;
- * here every schedule follows the one rule.) The day-of-month and
+ * first occurrence only, as walking forward passes it once. (cron(8) of
+ * ISC cron and cronie limits its rule to jobs at fixed times or less often
+ * than hourly, and runs the others "normally", so they also run in a
+ * repeated hour; here every schedule follows the one rule.) The day-of-month and
  * day-of-week fields combine as cron's do: when both are restricted (neither
  * starts with '*'), a day matching either runs.
  */
