@@ -34,6 +34,7 @@ if counts[4] ~= 1 then
 end
 ensure_type(P, sched_key(P), 'hash')
 ensure_type(P, ticks_key(P), 'zset')
+ensure_type(P, payload_key(P), 'hash')
 ensure_type(P, zs, 'zset')
 local now = server_now_ms()
 
@@ -55,7 +56,7 @@ if op == 'list' then
     local s = spec_read(P, n)
     if s then
       for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
-                          fmt(s.paused), fmt(s.next), fmt(s.last), fmt(#s.payload)}) do
+                          fmt(s.paused), fmt(s.next), fmt(s.last), fmt(s.plen)}) do
         out[#out + 1] = v
       end
     else
@@ -83,7 +84,8 @@ if op == 'set' then
   if old and old.paused == 0 then recur_uninsert(P, zs, counters, name, old.next) end
   local s = {v = 1, kind = 'every', every = every, start = start > 0 and start or now, stop = stop,
              missed = missed, paused = 0, next = -1, last = old and old.last or -1, text = text,
-             zone = '', payload = payload}
+             zone = '', plen = #payload}
+  redis.call('HSET', payload_key(P), name, payload)
   if ARGV[11] then
     s.kind, s.every, s.start, s.zone, s.win, s.wlast = 'cron', 0, start, ARGV[12], {}, -1
     recur_arm(P, zs, counters, name, s, -2)
@@ -101,6 +103,7 @@ if op == 'remove' then
   if s and s.paused == 0 then recur_uninsert(P, zs, counters, name, s.next) end
   redis.call('ZREM', ticks_key(P), name)
   redis.call('HDEL', sched_key(P), name)
+  redis.pcall('HDEL', payload_key(P), name)
   return 1
 end
 if not s then

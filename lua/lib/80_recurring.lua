@@ -8,6 +8,9 @@
 --   P..'sched'  HASH  schedule name -> its spec (cmsgpack map, see below)
 --   P..'ticks'  ZSET  schedule name -> its next tick (ms), for the schedules
 --                     neither paused nor ended
+--   P..'spay'   HASH  schedule name -> its ticks' payload (apart from the
+--                     spec, which each tick rewrites: a big payload is
+--                     written once, not once a tick)
 -- The invariant: a schedule in P..'ticks' at tick T has its tick's item,
 -- an ordinary item with id NAME@T and due time T, pending in the slots (or
 -- cancelled by hand). That item is what wakes the schedulers at T, as any
@@ -22,7 +25,8 @@
 -- never), missed ('skip', 'one' or 'all'), paused (0 or 1), next (ms; -1
 -- once ended; -2 for a cron schedule waiting for its ticks), last (the
 -- latest tick whose item was made, or -1), text (the spec as given: the
--- cron expression), zone ('' for every, the IANA zone for cron), payload;
+-- cron expression), zone ('' for every, the IANA zone for cron), plen (the
+-- payload's length, for listings);
 -- for cron also win (its next ticks, ascending, at most RECUR_WIN) and
 -- wlast (the last tick ever put in win; -1 none yet; -3 no more to come).
 -- Ticks of 'every' are start + k * every. Ticks of 'cron' need the tz
@@ -47,6 +51,7 @@ local RECUR_WIN = 256
 local RECUR_LOW = 32
 
 local function sched_key(P) return P .. 'sched' end
+local function payload_key(P) return P .. 'spay' end
 local function ticks_key(P) return P .. 'ticks' end
 local function tick_id(name, tick) return name .. '@' .. fmt(tick) end
 
@@ -61,7 +66,7 @@ local function spec_read(P, name)
     if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < -2 or s[f] > DUE_MAX then return nil end
   end
   if (s.kind == 'every' and s.every < 1000) or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
-     type(s.payload) ~= 'string' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
+     type(s.plen) ~= 'number' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
     return nil
   end
   if s.kind == 'cron' then
@@ -125,7 +130,9 @@ local function recur_insert(P, zs, counters, name, s, tick, b)
   local id = tick_id(name, tick)
   local ik = id_key(P, id)
   if id_score_in(P, ik, id) then return nil end
-  local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, s.payload), true, b and b.hint)
+  local payload = redis.pcall('HGET', payload_key(P), name)
+  if type(payload) ~= 'string' then payload = '' end -- lost or of another type: still the tick
+  local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, payload), true, b and b.hint)
   if b then
     local n = #b.idx
     b.idx[n + 1], b.idx[n + 2], b.idx[n + 3], b.added = ik, id, ss, b.added + 1

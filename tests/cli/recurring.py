@@ -125,6 +125,7 @@ eq(dq("schedules", Q, "resume", "chg").rc, 0, "resume exits 0")
 r = dq("take", Q, "--count", "1", "--json", "--timeout", "3s", "--no-scheduler")
 got = tick_items(r.json_lines(), "chg")
 eq(got, [(paused_next, paused_next)], "resume (--missed one): one item, the paused tick's")
+eq([m["payload"] for m in r.json_lines()], ["c"], "with the payload of the last change")
 ok(wait_for(lambda: (listing(Q).get("chg") or {}).get("next_ms", 0) > server_ms(), 3),
    "then on schedule: the next tick is ahead")
 eq(dq("schedules", Q, "remove", "chg").rc, 0, "remove exits 0")
@@ -205,7 +206,8 @@ local P, n, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local zs, counters = P .. 'zs', P .. 'n'
 for i = 1, n do
   local s = {v = 1, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
-             next = -1, last = -1, text = 'every 1s', zone = '', payload = 'm'}
+             next = -1, last = -1, text = 'every 1s', zone = '', plen = 1}
+  redis.call('HSET', payload_key(P), 'm' .. i, 'm')
   recur_arm(P, zs, counters, 'm' .. i, s, start)
 end
 return n
