@@ -568,9 +568,11 @@ DQ_EXPORT void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out)
  * (dq_scheduler_start, 'delayq schedule') turn each tick into one ordinary
  * item, whatever their number, crashes and clocks: id "NAME@<tick ms>",
  * due_ms the tick's time on the server clock, the schedule's payload.
- * Schedules need a queue of one shard (DQ_EINVAL from Redis otherwise), and
- * a client without keys: sealed payloads are bound to one item id, which a
- * schedule cannot know in advance (DQ_EINVAL with a key file). */
+ * Schedules need a queue of one shard (the script refuses another:
+ * DQ_EREDIS, its message saying so), and a client without keys: sealed
+ * payloads are bound to one item id, which a schedule cannot know in
+ * advance (DQ_EINVAL with a key file). Setting, changing and listing run a
+ * writing script: a read-only ACL user cannot list schedules. */
 
 /* What to do with the ticks that came while no scheduler ran, or while the
  * schedule was paused. */
