@@ -71,7 +71,7 @@ static const char *const commands_full[] = {
     "lrange", /* list's ready pages */
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
-    "hdel", "hexists", "hget", "hincrby", "hlen", "hmget", "hset",
+    "hdel", "hexists", "hget", "hincrby", "hkeys", "hlen", "hmget", "hset",
     "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrangestore", "zrem",
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore", "zrank",
     NULL,

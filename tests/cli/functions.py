@@ -36,7 +36,7 @@ lib = names[0] if names else "?"
 fns = libs.get(lib, {})
 eq(sorted(n[len(lib) + 1:] for n in fns),
    sorted(["ack", "cancel", "config", "dead", "dead_ro", "extend", "list", "lookup", "metrics", "nack", "offer",
-           "shards", "stats", "take", "transfer"]),
+           "recurring", "shards", "stats", "take", "transfer"]),
    "its functions: one per script, and dead.lua's reading half again")
 for name in ("stats", "lookup", "dead_ro", "metrics", "list"):
     eq(fns.get(lib + "_" + name), ["no-writes"], f"{name} is no-writes (FCALL_RO; runs while out of memory)")
