@@ -32,9 +32,9 @@ if counts[4] ~= 1 then
   return redis.error_reply('ERR delayq: recurring schedules need a queue of one shard (this one has ' ..
                            fmt(counts[4]) .. ')')
 end
-ensure_type(P, sched_key(P), 'hash')
-ensure_type(P, ticks_key(P), 'zset')
-ensure_type(P, payload_key(P), 'hash')
+ensure_type(P, recur.sched_key(P), 'hash')
+ensure_type(P, recur.ticks_key(P), 'zset')
+ensure_type(P, recur.payload_key(P), 'hash')
 ensure_type(P, zs, 'zset')
 local now = server_now_ms()
 
@@ -48,12 +48,12 @@ local function name_ok(n)
 end
 
 if op == 'list' then
-  local names = redis.call('HKEYS', sched_key(P))
+  local names = redis.call('HKEYS', recur.sched_key(P))
   table.sort(names)
   local out = {}
   for i = 1, math.min(#names, 10000) do
     local n = names[i]
-    local s = spec_read(P, n)
+    local s = recur.spec_read(P, n)
     if s then
       for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
                           fmt(s.paused), fmt(s.next), fmt(s.last), fmt(s.plen)}) do
@@ -80,41 +80,41 @@ if op == 'set' then
      (not ARGV[11] and every < 1000) then
     return redis.error_reply('ERR delayq: malformed schedule arguments')
   end
-  local old = spec_read(P, name)
-  if old and old.paused == 0 then recur_uninsert(P, zs, counters, name, old.next) end
+  local old = recur.spec_read(P, name)
+  if old and old.paused == 0 then recur.uninsert(P, zs, counters, name, old.next) end
   local s = {v = 1, kind = 'every', every = every, start = start > 0 and start or now, stop = stop,
              missed = missed, paused = 0, next = -1, last = old and old.last or -1, text = text,
              zone = '', plen = #payload}
-  redis.call('HSET', payload_key(P), name, payload)
+  redis.call('HSET', recur.payload_key(P), name, payload)
   if ARGV[11] then
     s.kind, s.every, s.start, s.zone, s.win, s.wlast = 'cron', 0, start, ARGV[12], {}, -1
-    recur_arm(P, zs, counters, name, s, -2)
+    recur.arm(P, zs, counters, name, s, -2)
     return now
   end
   local bound = first_bound(P, zs)
-  local t = recur_after(s, now)
-  announce(recur_arm(P, zs, counters, name, s, t), bound)
+  local t = recur.after(s, now)
+  announce(recur.arm(P, zs, counters, name, s, t), bound)
   return t
 end
 
-local s = spec_read(P, name)
+local s = recur.spec_read(P, name)
 if op == 'remove' then
-  if redis.call('HEXISTS', sched_key(P), name) == 0 then return 0 end
-  if s and s.paused == 0 then recur_uninsert(P, zs, counters, name, s.next) end
-  redis.call('ZREM', ticks_key(P), name)
-  redis.call('HDEL', sched_key(P), name)
-  redis.pcall('HDEL', payload_key(P), name)
+  if redis.call('HEXISTS', recur.sched_key(P), name) == 0 then return 0 end
+  if s and s.paused == 0 then recur.uninsert(P, zs, counters, name, s.next) end
+  redis.call('ZREM', recur.ticks_key(P), name)
+  redis.call('HDEL', recur.sched_key(P), name)
+  redis.pcall('HDEL', recur.payload_key(P), name)
   return 1
 end
 if not s then
-  if redis.call('HEXISTS', sched_key(P), name) == 1 then
+  if redis.call('HEXISTS', recur.sched_key(P), name) == 1 then
     return redis.error_reply('ERR delayq: schedule ' .. quoted(name) .. ' does not decode: remove it')
   end
   return 0
 end
 if op == 'refill' then
   local wlast, ticks, prev = tonumber(ARGV[5]), {}, tonumber(ARGV[5])
-  if not wlast or s.kind ~= 'cron' or #ARGV - 5 > RECUR_WIN then
+  if not wlast or s.kind ~= 'cron' or #ARGV - 5 > recur.WIN then
     return redis.error_reply('ERR delayq: malformed refill arguments')
   end
   for i = 6, #ARGV do
@@ -126,23 +126,23 @@ if op == 'refill' then
   end
   if s.wlast ~= wlast then return s.next end -- another client was first
   for _, t in ipairs(ticks) do
-    if #s.win < RECUR_WIN then s.win[#s.win + 1] = t end
+    if #s.win < recur.WIN then s.win[#s.win + 1] = t end
   end
   s.wlast = #ticks > 0 and s.win[#s.win] or -3
   if s.next == -2 and s.paused == 0 then
     local bound = first_bound(P, zs)
-    announce(recur_arm(P, zs, counters, name, s, recur_after(s, now)), bound)
+    announce(recur.arm(P, zs, counters, name, s, recur.after(s, now)), bound)
   else
-    spec_write(P, name, s)
+    recur.spec_write(P, name, s)
   end
   return s.next
 end
 if op == 'pause' then
   if s.paused == 0 then
-    recur_uninsert(P, zs, counters, name, s.next)
-    redis.call('ZREM', ticks_key(P), name)
+    recur.uninsert(P, zs, counters, name, s.next)
+    redis.call('ZREM', recur.ticks_key(P), name)
     s.paused = 1
-    spec_write(P, name, s)
+    recur.spec_write(P, name, s)
   end
   return 1
 end
@@ -152,7 +152,7 @@ if op == 'resume' then
     -- next transfer applies the missed policy to it and what followed.
     s.paused = 0
     local bound = first_bound(P, zs)
-    announce(recur_arm(P, zs, counters, name, s, s.next), bound)
+    announce(recur.arm(P, zs, counters, name, s, s.next), bound)
   end
   return 1
 end

@@ -53,7 +53,7 @@ local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 -- The recurring schedules whose tick has come make their items first (see
 -- lib/80_recurring.lua), so a tick's item moves in the call that made it.
-local refills, ticks_left = recurring_advance(P, zs, counters, now)
+local refills, ticks_left = recur.advance(P, zs, counters, now)
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false

@@ -1,6 +1,6 @@
 -- lua/lib/80_recurring.lua: recurring schedules (part of the scripts'
 -- shared code: see 00_base.lua). recurring.lua sets, changes, pauses and
--- removes them; transfer.lua runs recurring_advance at its start, which is
+-- removes them; transfer.lua runs recur.advance at its start, which is
 -- what makes each tick's item, exactly once whatever the number of
 -- schedulers.
 --
@@ -27,12 +27,12 @@
 -- latest tick whose item was made, or -1), text (the spec as given: the
 -- cron expression), zone ('' for every, the IANA zone for cron), plen (the
 -- payload's length, for listings);
--- for cron also win (its next ticks, ascending, at most RECUR_WIN) and
+-- for cron also win (its next ticks, ascending, at most recur.WIN) and
 -- wlast (the last tick ever put in win; -1 none yet; -3 no more to come).
 -- Ticks of 'every' are start + k * every. Ticks of 'cron' need the tz
 -- database, which scripts cannot read: the client computes them
--- (src/cron.c) and puts them in win, RECUR_WIN at a time; when fewer than
--- RECUR_LOW are left, the transfer asks its scheduler for more (its reply's
+-- (src/cron.c) and puts them in win, recur.WIN at a time; when fewer than
+-- recur.LOW are left, the transfer asks its scheduler for more (its reply's
 -- 8th element), which sends them with recurring.lua's 'refill' (applied
 -- only if wlast is still what it computed from, so concurrent schedulers
 -- add them once). A window that runs dry leaves the schedule waiting
@@ -40,25 +40,28 @@
 -- were all down, or the schedule was paused):
 --   one   the pending item (the first missed tick's) is delivered, the
 --         others make none; then on schedule
---   all   an item for each missed tick (at most RECUR_BURST per call; the
+--   all   an item for each missed tick (at most recur.BURST per call; the
 --         next transfer goes on), each with its own tick as due time
 --   skip  none: the pending item is removed when another tick is also due
---         or it is more than RECUR_LATE_MS late
-local RECUR_BURST = 1000
-local RECUR_LATE_MS = 60000
-local RECUR_SCAN = 100 -- schedules advanced per transfer at most
-local RECUR_WIN = 256
-local RECUR_LOW = 32
+--         or it is more than recur.LATE_MS late
+-- One local for all of this file (a script run by EVAL holds the shared
+-- code and its own in one chunk, and Lua 5.1 allows 200 locals a function).
+local recur = {}
+recur.BURST = 1000
+recur.LATE_MS = 60000
+recur.SCAN = 100 -- schedules advanced per transfer at most
+recur.WIN = 256
+recur.LOW = 32
 
-local function sched_key(P) return P .. 'sched' end
-local function payload_key(P) return P .. 'spay' end
-local function ticks_key(P) return P .. 'ticks' end
-local function tick_id(name, tick) return name .. '@' .. fmt(tick) end
+function recur.sched_key(P) return P .. 'sched' end
+function recur.payload_key(P) return P .. 'spay' end
+function recur.ticks_key(P) return P .. 'ticks' end
+function recur.tick_id(name, tick) return name .. '@' .. fmt(tick) end
 
 -- A schedule's spec, or nil for one that does not decode (anything may be
 -- in the hash: see 00_base.lua).
-local function spec_read(P, name)
-  local raw = redis.pcall('HGET', sched_key(P), name)
+function recur.spec_read(P, name)
+  local raw = redis.pcall('HGET', recur.sched_key(P), name)
   if type(raw) ~= 'string' then return nil end
   local ok, s = pcall(cmsgpack.unpack, raw)
   if not ok or type(s) ~= 'table' or s.v ~= 1 or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
@@ -70,7 +73,7 @@ local function spec_read(P, name)
     return nil
   end
   if s.kind == 'cron' then
-    if type(s.win) ~= 'table' or #s.win > RECUR_WIN or type(s.wlast) ~= 'number' or s.wlast < -3 or
+    if type(s.win) ~= 'table' or #s.win > recur.WIN or type(s.wlast) ~= 'number' or s.wlast < -3 or
        s.wlast > DUE_MAX then
       return nil
     end
@@ -83,15 +86,15 @@ local function spec_read(P, name)
   return s
 end
 
-local function spec_write(P, name, s)
-  redis.call('HSET', sched_key(P), name, cmsgpack.pack(s))
+function recur.spec_write(P, name, s)
+  redis.call('HSET', recur.sched_key(P), name, cmsgpack.pack(s))
 end
 
 -- The first tick of s after ms (start itself when start > ms), or -1 past
 -- its stop time.
 -- A cron schedule's window holds no tick after ms: -2 (waiting for ticks),
 -- or -1 when no more will come.
-local function recur_after(s, ms)
+function recur.after(s, ms)
   local t = s.start
   if s.kind == 'cron' then
     t = nil
@@ -112,10 +115,10 @@ end
 -- A transfer's advance makes many items, most often of one due time: b (a
 -- batch, or nil for one item at once) holds their records back to be
 -- written with one ZADD a slot (see slot_insert's hint), and their id index
--- entries and pending count until the records are written (recur_flush).
-local function recur_batch() return {hint = {}, idx = {}, added = 0, refills = {}} end
+-- entries and pending count until the records are written (recur.flush).
+function recur.batch() return {hint = {}, idx = {}, added = 0, refills = {}} end
 
-local function recur_flush(P, counters, b)
+function recur.flush(P, counters, b)
   if not b then return end
   slot_flush(b.hint)
   for i = 1, #b.idx, 3 do id_set(P, b.idx[i], b.idx[i + 1], b.idx[i + 2]) end
@@ -126,11 +129,11 @@ end
 -- Makes the item of name's tick (pending, due at tick), unless the id is
 -- already held (then the queue has it: never twice). Returns its score, or
 -- nil when it was already there.
-local function recur_insert(P, zs, counters, name, s, tick, b)
-  local id = tick_id(name, tick)
+function recur.insert(P, zs, counters, name, s, tick, b)
+  local id = recur.tick_id(name, tick)
   local ik = id_key(P, id)
   if id_score_in(P, ik, id) then return nil end
-  local payload = redis.pcall('HGET', payload_key(P), name)
+  local payload = redis.pcall('HGET', recur.payload_key(P), name)
   if type(payload) ~= 'string' then payload = '' end -- lost or of another type: still the tick
   local score, ss = slot_insert(P, zs, counters, tick * ORD, record_v1(id, payload), true, b and b.hint)
   if b then
@@ -144,10 +147,10 @@ local function recur_insert(P, zs, counters, name, s, tick, b)
 end
 
 -- Removes the pending item of name's tick, if it is still pending.
-local function recur_uninsert(P, zs, counters, name, tick, b)
+function recur.uninsert(P, zs, counters, name, tick, b)
   if tick < 0 then return end
-  recur_flush(P, counters, b) -- it reads the slots
-  local id = tick_id(name, tick)
+  recur.flush(P, counters, b) -- it reads the slots
+  local id = recur.tick_id(name, tick)
   local score, ik = id_score(P, id)
   if not score then return end
   local key, rec = slot_find(P, zs, id, score)
@@ -164,7 +167,7 @@ end
 -- window drops the ticks up to t; one running low adds the schedule to
 -- b.refills (b: a batch, or nil: not asked for) as name, expression, zone,
 -- wlast. Returns the item's score (nil if none was made).
-local function recur_arm(P, zs, counters, name, s, t, b)
+function recur.arm(P, zs, counters, name, s, t, b)
   s.next = t
   if s.kind == 'cron' then
     local keep = {}
@@ -172,62 +175,62 @@ local function recur_arm(P, zs, counters, name, s, t, b)
       if t >= 0 and w > t then keep[#keep + 1] = w end
     end
     s.win = keep
-    if b and t ~= -1 and s.wlast >= 0 and #keep < RECUR_LOW then
+    if b and t ~= -1 and s.wlast >= 0 and #keep < recur.LOW then
       for _, v in ipairs({name, s.text, s.zone, fmt(s.wlast)}) do b.refills[#b.refills + 1] = v end
     end
   end
   local score
   if t < 0 then
-    redis.call('ZREM', ticks_key(P), name)
+    redis.call('ZREM', recur.ticks_key(P), name)
   else
-    score = recur_insert(P, zs, counters, name, s, t, b)
-    redis.call('ZADD', ticks_key(P), fmt(t), name)
+    score = recur.insert(P, zs, counters, name, s, t, b)
+    redis.call('ZADD', recur.ticks_key(P), fmt(t), name)
   end
-  spec_write(P, name, s)
+  recur.spec_write(P, name, s)
   return score
 end
 
 -- Advances the schedules whose tick T has come (now >= T): the missed
 -- policy for the ticks between T and now, then the next tick's item.
-local function recur_advance_one(P, zs, counters, name, T, now, b)
-  local s = spec_read(P, name)
+function recur.advance_one(P, zs, counters, name, T, now, b)
+  local s = recur.spec_read(P, name)
   if not s or s.paused == 1 then
-    redis.call('ZREM', ticks_key(P), name)
+    redis.call('ZREM', recur.ticks_key(P), name)
     return
   end
-  local nt = recur_after(s, T)
+  local nt = recur.after(s, T)
   local late = nt >= 0 and nt <= now
-  if s.missed == 'skip' and (late or now - T > RECUR_LATE_MS) then
-    recur_uninsert(P, zs, counters, name, T, b)
+  if s.missed == 'skip' and (late or now - T > recur.LATE_MS) then
+    recur.uninsert(P, zs, counters, name, T, b)
   else
     s.last = T
   end
   if late and s.missed == 'all' then
-    for _ = 1, RECUR_BURST do
+    for _ = 1, recur.BURST do
       if nt < 0 or nt > now then break end
-      recur_insert(P, zs, counters, name, s, nt, b)
+      recur.insert(P, zs, counters, name, s, nt, b)
       s.last = nt
-      nt = recur_after(s, nt)
+      nt = recur.after(s, nt)
     end
   elseif late then
-    nt = recur_after(s, now)
+    nt = recur.after(s, now)
   end
-  recur_arm(P, zs, counters, name, s, nt, b)
+  recur.arm(P, zs, counters, name, s, nt, b)
 end
 
--- transfer.lua's first step: the schedules whose tick has come, RECUR_SCAN
+-- transfer.lua's first step: the schedules whose tick has come, recur.SCAN
 -- at most. Returns the cron schedules whose windows run low (see
--- recur_arm), a flat list, and whether more ticks may be due (the caller
+-- recur.arm), a flat list, and whether more ticks may be due (the caller
 -- then says 'more', so its scheduler runs again at once: a tick advanced
 -- late would count as missed).
-local function recurring_advance(P, zs, counters, now)
-  local due = redis.pcall('ZRANGEBYSCORE', ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
-                          nstr(RECUR_SCAN))
+function recur.advance(P, zs, counters, now)
+  local due = redis.pcall('ZRANGEBYSCORE', recur.ticks_key(P), '-inf', fmt(now), 'WITHSCORES', 'LIMIT', '0',
+                          nstr(recur.SCAN))
   if type(due) ~= 'table' then return {}, false end -- a key of another type: no schedules run
-  local b = recur_batch()
+  local b = recur.batch()
   for i = 1, #due, 2 do
-    recur_advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, b)
+    recur.advance_one(P, zs, counters, due[i], tonumber(due[i + 1]), now, b)
   end
-  recur_flush(P, counters, b)
-  return b.refills, #due >= 2 * RECUR_SCAN
+  recur.flush(P, counters, b)
+  return b.refills, #due >= 2 * recur.SCAN
 end

@@ -171,11 +171,11 @@ plant = lib_lua() + b"""
 call_begin()
 local P, name = ARGV[1], ARGV[2]
 local zs, counters = P .. 'zs', P .. 'n'
-local s = spec_read(P, name)
-recur_uninsert(P, zs, counters, name, s.next)
+local s = recur.spec_read(P, name)
+recur.uninsert(P, zs, counters, name, s.next)
 s.win = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 s.wlast = s.win[3]
-recur_arm(P, zs, counters, name, s, s.win[1])
+recur.arm(P, zs, counters, name, s, s.win[1])
 return s.next
 """
 eq(redis("EVAL", plant, 0, f"dq:{{{Q}}}:", "c", t0, t0 + 1000, t0 + 2000), t0, "planted")
@@ -207,8 +207,8 @@ local zs, counters = P .. 'zs', P .. 'n'
 for i = 1, n do
   local s = {v = 1, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
              next = -1, last = -1, text = 'every 1s', zone = '', plen = 1}
-  redis.call('HSET', payload_key(P), 'm' .. i, 'm')
-  recur_arm(P, zs, counters, 'm' .. i, s, start)
+  redis.call('HSET', recur.payload_key(P), 'm' .. i, 'm')
+  recur.arm(P, zs, counters, 'm' .. i, s, start)
 end
 return n
 """
