@@ -210,7 +210,7 @@ w0 = time.monotonic()
 got = client.take("pv", 1, wait_ms=5000, lease_ms=2000)
 el = time.monotonic() - w0
 ok(len(got) == 1 and got[0].id == "soon-1" and got[0].token, "a leased take waits for a delayed item", got)
-ok(0.3 <= el < 1.5 * SLOW, "... and gets it when due (about 400 ms)", el)
+ok(0.3 <= el < 3 * SLOW, "... and gets it when due (about 400 ms), not before", el)
 if got:
     m = got[0]
     st = client.lookup("pv", "soon-1")
