@@ -267,6 +267,35 @@ eq(dq("functions", "load").rc, 0, "delayq functions load again")
 ok(client.offer("pv", "x").status == "added", "a client whose library went finds the new one")
 client.take("pv", 10)
 
+section("a least-privilege user (delayq acl): the library named")
+pw = os.path.join(RDIR, "py_client_pw")
+with open(pw, "w") as f:
+    f.write("py-client-password-1\n")
+os.chmod(pw, 0o600)
+r = dq("acl", "pa", "--user", "pyapp", "--password-file", pw, redis=False)
+ok(r.rc == 0 and r.text.startswith("ACL SETUSER "), "delayq acl pa --user pyapp", r)
+eq(client.redis.execute_command(*r.text.split()), b"OK", "ACL SETUSER pyapp")
+user_url = URL.replace("redis://", "redis://pyapp:py-client-password-1@")
+try:
+    delayq.Client(user_url).offer("pa", "x")
+    ok(False, "without FUNCTION LIST: NoLibraryError")
+except delayq.NoLibraryError as e:
+    ok("+function|list" in str(e) and "library=" in str(e), "without FUNCTION LIST: NoLibraryError says what to do",
+       str(e))
+app = delayq.Client(user_url, library=client.library())
+o = app.offer("pa", "x", id="pa-1")
+got = app.take("pa", 1, wait_ms=1000, lease_ms=5000)
+ok(o.status == "added" and len(got) == 1 and app.ack("pa", "pa-1", got[0].token),
+   "with library= the user offers, takes and acks", got)
+eq(app.lookup("pa", "pa-1").state, "unknown", "... and looks up (FCALL_RO)")
+try:
+    app.offer("pv", "x")
+    ok(False, "the user may not offer to another queue")
+except delayq.DelayqError as e:
+    ok("NOPERM" in str(e) or "permission" in str(e).lower(), "the user may not offer to another queue", str(e))
+app.close()
+client.redis.execute_command("ACL", "DELUSER", "pyapp")  # users outlive the FLUSHALL between tests
+
 # ------------------------------------------------------------ mixed runs
 
 

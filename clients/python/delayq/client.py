@@ -217,12 +217,16 @@ class Client:
 
     url: a redis:// (or rediss://, unix://) URL as redis-py reads it; extra
     keyword arguments go to redis.Redis.from_url. The library is found on
-    first use (see library()). Errors: DelayqError (and its kinds below),
-    and redis-py's ConnectionError and TimeoutError when Redis is away.
+    first use (see library()), or named: library (what `delayq functions
+    status` prints), for a user who may not run FUNCTION LIST (the rule
+    `delayq acl` prints grants FCALL, not that). Errors: DelayqError (and
+    its kinds below), and redis-py's ConnectionError and TimeoutError when
+    Redis is away.
     """
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379", **kwargs):
+    def __init__(self, url: str = "redis://127.0.0.1:6379", library: Optional[str] = None, **kwargs):
         self.redis = redis.Redis.from_url(url, **kwargs)
+        self._named = library
         self._library: Optional[str] = None
         self._registered: set = set()
         self._lock = threading.Lock()
@@ -245,13 +249,24 @@ class Client:
         ones, the first name). Raises NoLibraryError if there is none."""
         if self._library and not refresh:
             return self._library
+        if self._named:
+            names = [self._named]
+        else:
+            try:
+                libs = self.redis.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "delayq_*") or []
+            except redis.ResponseError as e:
+                raise NoLibraryError(f"cannot list the server's libraries ({e}): grant the user "
+                                     "+function|list, or name the library: Client(url, library=...) "
+                                     "(`delayq functions status` prints it)") from None
+            names = []
+            for lib in libs:
+                info = dict(zip(lib[::2], lib[1::2]))
+                name = _text(info.get(b"library_name", b""))
+                fns = {_text(dict(zip(f[::2], f[1::2])).get(b"name", b"")) for f in info.get(b"functions", [])}
+                if name.startswith("delayq_") and name + "_protocol" in fns:
+                    names.append(name)
         best: Optional[Tuple[int, str]] = None
-        for lib in self.redis.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "delayq_*") or []:
-            info = dict(zip(lib[::2], lib[1::2]))
-            name = _text(info.get(b"library_name", b""))
-            fns = {_text(dict(zip(f[::2], f[1::2])).get(b"name", b"")) for f in info.get(b"functions", [])}
-            if not name.startswith("delayq_") or name + "_protocol" not in fns:
-                continue
+        for name in names:
             try:
                 major, minor = self.redis.execute_command("FCALL_RO", name + "_protocol", 0)[:2]
             except (redis.ResponseError, ValueError):
