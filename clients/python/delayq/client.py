@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ CHUNK_BYTES = 512 * 1024
 REGISTRY_KEY = "dq:queues"
 
 Payload = Union[bytes, str]
+_ID_RE = re.compile(r"[!-~]{1,%d}" % ID_MAX)
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,%d}" % QUEUE_MAX)
 
 
 class DelayqError(Exception):
@@ -142,16 +145,14 @@ def id_bucket(item_id: str) -> int:
 
 def check_queue(queue: str) -> None:
     """Raises DelayqError unless queue is 1..128 characters of [A-Za-z0-9_.:-]."""
-    if (not isinstance(queue, str) or not 1 <= len(queue) <= QUEUE_MAX or
-            any(not (c.isascii() and (c.isalnum() or c in "_.:-")) for c in queue)):
+    if not isinstance(queue, str) or not _QUEUE_RE.fullmatch(queue):
         raise DelayqError(f"bad queue name {queue!r}: 1 to {QUEUE_MAX} characters of A-Z a-z 0-9 _ . : -")
 
 
 def check_id(item_id: str) -> None:
     """Raises DelayqError unless item_id is 1..128 printable ASCII characters
     without spaces (0x21..0x7e)."""
-    if (not isinstance(item_id, str) or not 1 <= len(item_id) <= ID_MAX or
-            any(not 0x21 <= ord(c) <= 0x7E for c in item_id)):
+    if not isinstance(item_id, str) or not _ID_RE.fullmatch(item_id):
         raise DelayqError(f"bad id {item_id!r}: 1 to {ID_MAX} printable ASCII characters, no spaces")
 
 
@@ -319,10 +320,9 @@ class Client:
                 cur, size = [], 0
             cur.append(a)
             size += len(a[1])
-        if cur:
-            chunks.append(cur)
-        if not chunks:
+        if not cur:
             return []
+        chunks.append(cur)
         replies = self._send_offers(keys, chunks)
         out: List[Offered] = []
         for chunk, reply in zip(chunks, replies):
@@ -333,31 +333,29 @@ class Client:
                 out.append(Offered(a[0], _STATUS[st], int(due), _STATES[state]))
         return out
 
-    def _send_offers(self, keys: Keys, chunks: List[List[list]]) -> list:
-        """One offer call per chunk, pipelined, and the queue's name into the
-        registry (dq:queues) with the first; the calls a missing library
-        refused go again once, to the library found anew. Returns the replies
-        (an exception for a call refused)."""
-        head = [keys.slots, keys.ready, keys.counters, keys.wake]
+    def _send_offers(self, keys: Keys, chunks: List[List[Tuple[str, bytes]]]) -> list:
+        """One offer call per chunk, pipelined on one connection, and the
+        queue's name into the registry (dq:queues) before the first (once
+        per client and queue; a registry an ACL refuses never fails an
+        offer). The calls a missing library refused go again once, to the
+        library found anew. Returns the replies (an exception for a call
+        refused). The commands are packed here, not by redis-py: its
+        per-argument packing was a third of a batch's time."""
+        if keys.queue not in self._registered:
+            try:
+                self.redis.sadd(REGISTRY_KEY, keys.queue)
+            except redis.ResponseError:
+                pass
+            self._registered.add(keys.queue)
+        head = [keys.slots, keys.ready, keys.counters, keys.wake, keys.prefix, keys.channel, "1"]
         replies: list = [None] * len(chunks)
         todo = list(range(len(chunks)))
         for attempt in (0, 1):
             name = self.library(refresh=attempt == 1) + "_offer"
-            pipe = self.redis.pipeline(transaction=False)
-            register = keys.queue not in self._registered
-            if register:
-                pipe.sadd(REGISTRY_KEY, keys.queue)
-            for j in todo:
-                flat: list = [keys.prefix, keys.channel, "1"]
-                for a in chunks[j]:
-                    flat.extend(a)
-                pipe.execute_command("FCALL", name, 4, *head, *flat)
-            got = pipe.execute(raise_on_error=False)
-            if register:
-                # A registry an ACL refuses never fails an offer.
-                self._registered.add(keys.queue)
-                got = got[1:]
-            for j, r in zip(todo, got):
+            fixed = _bulk(["FCALL", name, "4"] + head)
+            cmds = [b"*%d\r\n%s%s" % (3 + len(head) + 5 * len(chunks[j]), fixed,
+                                       b"".join(a[1] for a in chunks[j])) for j in todo]
+            for j, r in zip(todo, self._pipeline_raw(cmds)):
                 replies[j] = r
             todo = [j for j in todo if isinstance(replies[j], redis.ResponseError) and
                     str(replies[j]).startswith("Function not found")]
@@ -365,8 +363,29 @@ class Client:
                 break
         return replies
 
+    def _pipeline_raw(self, cmds: List[bytes]) -> list:
+        """Sends packed commands on one pooled connection and reads their
+        replies (an error reply as its ResponseError)."""
+        pool = self.redis.connection_pool
+        conn = pool.get_connection("FCALL")
+        try:
+            conn.send_packed_command(cmds)
+            out: list = []
+            for _ in cmds:
+                try:
+                    out.append(conn.read_response())
+                except redis.ResponseError as e:
+                    out.append(e)
+            return out
+        except BaseException:
+            conn.disconnect()  # replies may be left unread: never reuse it
+            raise
+        finally:
+            pool.release(conn)
+
     @staticmethod
-    def _offer_args(it: Item) -> List[Union[str, bytes]]:
+    def _offer_args(it: Item) -> Tuple[str, bytes]:
+        """An item's id and its five arguments, packed (RESP bulk strings)."""
         payload = it.payload.encode() if isinstance(it.payload, str) else bytes(it.payload)
         if len(payload) > PAYLOAD_MAX:
             raise DelayqError(f"payload is {len(payload)} bytes, limit is {PAYLOAD_MAX}")
@@ -374,13 +393,17 @@ class Client:
             raise DelayqError("the payload starts as a sealed payload does (\\0dqs): change its first bytes")
         fresh = it.id is None
         item_id = new_id() if fresh else it.id
-        check_id(item_id)
+        if not fresh:
+            check_id(item_id)
         if it.due_ms is not None:
             ms, flags = _ms(it.due_ms, "due_ms"), 1
         else:
             ms, flags = _ms(it.delay_ms, "delay_ms"), 0
         flags |= (2 if it.nx else 0) | (4 if fresh else 0)
-        return [item_id, payload, str(ms), str(flags), str(id_bucket(item_id))]
+        b = item_id.encode()
+        ms_b, bucket = b"%d" % ms, b"%d" % id_bucket(item_id)
+        return item_id, b"$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$1\r\n%d\r\n$%d\r\n%s\r\n" % (
+            len(b), b, len(payload), payload, len(ms_b), ms_b, flags, len(bucket), bucket)
 
     # ------------------------------------------------------------ takes
 
@@ -471,14 +494,29 @@ class Client:
         """Finishes an item taken with a lease: it leaves the queue. False when
         the token is stale (the lease ran out, the item was acked or nacked)
         or the id unknown."""
+        return self.ack_many(queue, [(id, token)])[0]
+
+    def ack_many(self, queue: str, items: Sequence[Tuple[str, str]]) -> List[bool]:
+        """Acks (id, token) pairs in one call (at most 1000 items a group of
+        one take, as a worker acks a batch it took). One bool per item, in
+        order, as ack answers."""
         keys = Keys(queue)
-        check_id(id)
-        prefix, middle, suffix = split_token(_token(token))
-        args = [keys.prefix, "1", prefix, suffix, "1", middle, id, str(id_bucket(id))]
-        status = self.fcall("ack", [keys.slots, keys.counters], args, queue)[0]
-        if status < 0:
-            raise DelayqError(f"malformed ack of id {id!r}")
-        return status == 1
+        args: List[str] = [keys.prefix, "1"]
+        group_at, last = -1, None
+        for item_id, token in items:
+            check_id(item_id)
+            prefix, middle, suffix = split_token(_token(token))
+            if (prefix, suffix) != last or args[group_at + 2] == "1000":
+                group_at, last = len(args), (prefix, suffix)
+                args += [prefix, suffix, "0"]
+            args[group_at + 2] = str(int(args[group_at + 2]) + 1)
+            args += [middle, item_id, str(id_bucket(item_id))]
+        if not items:
+            return []
+        statuses = self.fcall("ack", [keys.slots, keys.counters], args, queue)
+        if any(s < 0 for s in statuses):
+            raise DelayqError(f"queue {queue}: a malformed ack (id, token or bucket)")
+        return [s == 1 for s in statuses]
 
     def nack(self, queue: str, id: str, token: str, delay_ms: Optional[int] = None,
              error: Payload = b"") -> Optional[Nacked]:
@@ -524,6 +562,11 @@ class Client:
         state, due, attempts = self.fcall("lookup", [keys.slots, keys.dead, keys.counters],
                                           [keys.prefix, id, "1"], queue, read_only=True)[:3]
         return Lookup(_LOOKUP.get(int(state), "unknown"), int(due), int(attempts))
+
+
+def _bulk(args: Sequence[str]) -> bytes:
+    """Text arguments as RESP bulk strings."""
+    return b"".join(b"$%d\r\n%s\r\n" % (len(e), e) for e in (a.encode() for a in args))
 
 
 def _text(b) -> str:
