@@ -19,7 +19,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
-import delayq  # noqa: E402
+try:
+    import delayq  # noqa: E402
+except ImportError as exc:  # a failure, not a skip: the client is part of the project
+    print(f"python_client.py: {exc}: install python3-redis (make deps)", file=sys.stderr)
+    sys.exit(1)
 
 
 # ------------------------------------------------------------ the processes
