@@ -293,7 +293,8 @@ static void settle(rreq *r) {
 /* What an error reply means for r: a redirect, a retry, or the answer. */
 static enum outcome judge_error(rreq *r, const redisReply *reply) {
     dq__router *rt = r->rt;
-    int moved = dq__rt_error_is(reply, "MOVED"), ask = dq__rt_error_is(reply, "ASK");
+    enum dq__errclass class = dq__reply_class(reply);
+    int moved = class == DQ__ERR_MOVED, ask = class == DQ__ERR_ASK;
     if ((moved || ask) && r->redirects < REDIRECTS_MAX) {
         char host[256];
         int port;
@@ -309,12 +310,11 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
         }
         return RESEND;
     }
-    int busy = dq__rt_error_is(reply, "TRYAGAIN") || dq__rt_error_is(reply, "CLUSTERDOWN") ||
-               dq__rt_error_is(reply, "LOADING") || dq__rt_error_is(reply, "READONLY") ||
-               dq__rt_error_is(reply, "MASTERDOWN");
+    int busy = class == DQ__ERR_TRYAGAIN || class == DQ__ERR_CLUSTERDOWN || class == DQ__ERR_LOADING ||
+               class == DQ__ERR_READONLY || class == DQ__ERR_MASTERDOWN;
     if (busy && r->retries < RETRIES_MAX) {
         r->retries++;
-        if (rt->topology == DQ__TOPO_CLUSTER && !dq__rt_error_is(reply, "TRYAGAIN")) dq__rt_refresh(rt);
+        if (rt->topology == DQ__TOPO_CLUSTER && class != DQ__ERR_TRYAGAIN) dq__rt_refresh(rt);
         if (rt->topology == DQ__TOPO_SENTINEL) dq__rt_discover(rt);
         return RETRY_LATER;
     }

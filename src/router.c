@@ -43,16 +43,14 @@
 
 /* ------------------------------------------------------------ replies */
 
-int dq__rt_error_is(const redisReply *r, const char *prefix) {
-    size_t n = strlen(prefix);
-    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, prefix, n) == 0 &&
-           (r->str[n] == ' ' || r->str[n] == '\0');
-}
-
 int dq__reply_is_topology(const redisReply *r) {
-    return dq__rt_error_is(r, "MOVED") || dq__rt_error_is(r, "ASK") || dq__rt_error_is(r, "TRYAGAIN") ||
-           dq__rt_error_is(r, "CLUSTERDOWN") || dq__rt_error_is(r, "READONLY") || dq__rt_error_is(r, "LOADING") ||
-           dq__rt_error_is(r, "MASTERDOWN") || dq__rt_error_is(r, "UNBLOCKED");
+    switch (dq__reply_class(r)) {
+    case DQ__ERR_MOVED: case DQ__ERR_ASK: case DQ__ERR_TRYAGAIN: case DQ__ERR_CLUSTERDOWN:
+    case DQ__ERR_READONLY: case DQ__ERR_LOADING: case DQ__ERR_MASTERDOWN: case DQ__ERR_UNBLOCKED:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* "MOVED <slot> <host>:<port>" or ASK: the address, split. Returns 0. */

@@ -95,8 +95,6 @@ void dq__rt_node_hold(dq__node *n, const char *why);
 /* Reads the topology again after a backoff that grows while it stays
  * broken (reset when it reads whole). */
 void dq__rt_heal_later(dq__router *rt);
-/* 1 if r is an error reply whose first word is prefix. */
-int dq__rt_error_is(const redisReply *r, const char *prefix);
 /* The address of "MOVED <slot> <host>:<port>" or ASK, split. Returns 0. */
 int dq__rt_redirect_addr(const redisReply *r, char *host, size_t hostlen, int *port);
 
