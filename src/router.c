@@ -210,6 +210,29 @@ static void node_drop_blocking(dq__node *n) {
     end_busy(n);
 }
 
+/* Makes all of n's connections again (each connect resolves the name
+ * again): blocking ones dropped, subscriptions moved, the command
+ * connection aborted (why) and started again: at once if it was down or
+ * now is set, else after its reconnect backoff. */
+static void node_renew(dq__node *n, const char *why, int now) {
+    dq__router *rt = n->rt;
+    node_drop_blocking(n);
+    if (n->push) {
+        dq__push_free(n->push);
+        n->push = NULL;
+        for (dq__sub *s = rt->subs; s; s = s->next)
+            if (s->node == n) s->node = NULL, s->confirmed = 0;
+    }
+    int was_down = n->cmd->state == DQ__DOWN;
+    if (!was_down) dq__conn_abort(n->cmd, DQ_ECONNECT, why);
+    if ((was_down || now) && n->cmd->state == DQ__DOWN) {
+        ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
+        dq__conn_start(n->cmd);
+    }
+    for (dq__sub *s = rt->subs; s; s = s->next)
+        if (!s->node) dq__rt_attach_sub(s);
+}
+
 /* Points node n (single or Sentinel master) at another address: its
  * connections are dropped and made again there. At the same address, a
  * held node's command connection starts again (dq__rt_node_hold). */
@@ -225,20 +248,20 @@ void dq__rt_node_move(dq__node *n, const char *host, int port) {
             n->ep.name);
     dq__endpoint_set(&n->ep, host, port, NULL);
     dq__endpoint_set(&n->cmd->ep, host, port, NULL);
-    node_drop_blocking(n);
-    if (n->push) {
-        dq__push_free(n->push);
-        n->push = NULL;
-        for (dq__sub *s = rt->subs; s; s = s->next)
-            if (s->node == n) s->node = NULL, s->confirmed = 0;
-    }
-    if (n->cmd->state != DQ__DOWN) dq__conn_abort(n->cmd, DQ_ECONNECT, "the master moved");
-    else {
-        ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
-        dq__conn_start(n->cmd);
-    }
-    for (dq__sub *s = rt->subs; s; s = s->next)
-        if (!s->node) dq__rt_attach_sub(s);
+    node_renew(n, "the master moved", 0);
+}
+
+void dq__rt_node_demoted(dq__node *n) {
+    n->demoted = 1;
+}
+
+int dq__rt_node_renew_demoted(dq__node *n) {
+    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head) return 0;
+    n->demoted = 0;
+    dq__log(n->rt->c, "Redis at %s answered READONLY (no longer a master): connecting to it again, "
+            "its name resolved again", n->ep.name);
+    node_renew(n, "answered READONLY", 1);
+    return 1;
 }
 
 /* Stops using node n until dq__rt_node_move names where the master is. */

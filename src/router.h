@@ -26,6 +26,8 @@ struct dq__node {
     dq__rreq *held, *held_tail; /* waiting for cmd to come up           */
     int on_hold;             /* Sentinel: a failover is replacing it, cmd
                                 stays down (dq__rt_node_hold)           */
+    int demoted;             /* single: answered READONLY, to be made
+                                again (dq__rt_node_renew_demoted)      */
 };
 
 struct dq__sub {
@@ -92,6 +94,15 @@ void dq__rt_node_move(dq__node *n, const char *host, int port);
  * connection to it is dropped, blocking ones included, and its command
  * connection stays down until dq__rt_node_move names where it is. */
 void dq__rt_node_hold(dq__node *n, const char *why);
+/* A single-node URL's node answered READONLY: a replica now, maybe under a
+ * DNS name (a managed service's primary endpoint) that names the new
+ * master. Marks it for dq__rt_node_renew_demoted. */
+void dq__rt_node_demoted(dq__node *n);
+/* If n is marked demoted and no reply is owed on its command connection
+ * (the commands pipelined behind the refused one get their own answers
+ * first), makes all its connections again, resolving its name again, and
+ * clears the mark: returns 1. Else 0. */
+int dq__rt_node_renew_demoted(dq__node *n);
 /* Reads the topology again after a backoff that grows while it stays
  * broken (reset when it reads whole). */
 void dq__rt_heal_later(dq__router *rt);
