@@ -40,6 +40,7 @@
 
 #define HEAL_MIN_S 0.05      /* topology re-reads while a node is broken */
 #define HEAL_MAX_S 1.0
+#define RENEW_MIN_S 2.0      /* a demoted single node's renewals, apart  */
 
 /* ------------------------------------------------------------ replies */
 
@@ -256,11 +257,12 @@ void dq__rt_node_demoted(dq__node *n) {
 }
 
 int dq__rt_node_renew_demoted(dq__node *n) {
-    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head) return 0;
+    double now = ev_now(n->rt->c->loop);
+    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head || now - n->renewed_at < RENEW_MIN_S) return 0;
     n->demoted = 0;
-    dq__log(n->rt->c, "Redis at %s answered READONLY (no longer a master): connecting to it again, "
-            "its name resolved again", n->ep.name);
-    node_renew(n, "answered READONLY", 1);
+    n->renewed_at = now;
+    /* node_cmd_down logs it, with "reconnecting". */
+    node_renew(n, "answered READONLY: no longer a master (a failover?); its name is resolved again", 1);
     return 1;
 }
 

@@ -28,6 +28,7 @@ struct dq__node {
                                 stays down (dq__rt_node_hold)           */
     int demoted;             /* single: answered READONLY, to be made
                                 again (dq__rt_node_renew_demoted)      */
+    double renewed_at;       /* ev_now() of the last such renewal       */
 };
 
 struct dq__sub {
@@ -100,8 +101,9 @@ void dq__rt_node_hold(dq__node *n, const char *why);
 void dq__rt_node_demoted(dq__node *n);
 /* If n is marked demoted and no reply is owed on its command connection
  * (the commands pipelined behind the refused one get their own answers
- * first), makes all its connections again, resolving its name again, and
- * clears the mark: returns 1. Else 0. */
+ * first) and none was made again in the last 2 s, makes all its
+ * connections again, resolving its name again, and clears the mark:
+ * returns 1. Else 0. */
 int dq__rt_node_renew_demoted(dq__node *n);
 /* Reads the topology again after a backoff that grows while it stays
  * broken (reset when it reads whole). */
