@@ -534,6 +534,19 @@ DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cu
 DQ_EXPORT int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
                           size_t payload_max, dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
 DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
+/* As dq_lookup, with the item's payload: *out gets a new item (free with
+ * dq_listed_free(*out, 1)) with its state, id, due_ms (PENDING),
+ * lease_end_ms (IN_FLIGHT), attempts and payload, in every state. The
+ * payload is cut to at most payload_max bytes (0: whole) in the script, so
+ * the rest never leaves Redis; payload_full_len gets its whole size. A
+ * sealed payload the client's keys open is shown opened (when what it seals
+ * fits payload_max), else it stays sealed. payload is NULL when it was not
+ * read: an UNKNOWN state, a record that does not decode, a READY item of a
+ * ready list too long to scan (over 10,000 entries). error and reason are
+ * "", ready_ms and died_ms 0 (not read). Returns 0 or as dq_lookup (*out
+ * NULL then). */
+DQ_EXPORT int dq_lookup_item(dq_client *c, const char *queue, const char *id, size_t payload_max,
+                             dq_listed **out) DQ_NODISCARD;
 
 /* ------------------------------------------------------------------ doctor */
 

@@ -1,7 +1,8 @@
 -- lookup.lua: the state of one id.
 -- KEYS[1] slot index, KEYS[2] dead letters, KEYS[3] counters; ARGV[1] key
 -- prefix, ARGV[2] id, ARGV[3] the shard count the client routed by (see
--- shards_refusal)
+-- shards_refusal), ARGV[4] (optional) the most payload bytes the reply
+-- brings
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
 -- end), 4 dead. An id whose index entry is in no slot is ready unless a
@@ -10,11 +11,37 @@
 -- unknown: see in_ready). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
 -- scheduler sets it aside when it falls due).
+-- With ARGV[4], two more elements end the reply: the item's payload cut to
+-- ARGV[4] bytes here (so the rest never leaves Redis; 0: whole) and its whole length,
+-- or '' and -1 when it was not read (an unknown id, a record that does not
+-- decode, a ready list too long to scan).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local shards, err = read_shard_count(KEYS[3])
 err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
       require_type(dead, 'hash') or require_type(lease_registry(P), 'zset') or require_type(P .. 'r', 'list')
 if err then return err end
+local cut = ARGV[4] and tonumber(ARGV[4])
+if ARGV[4] and (not cut or cut < 0 or cut ~= math.floor(cut)) then
+  return redis.error_reply('ERR delayq: malformed lookup arguments')
+end
+-- The reply t, with the payload when ARGV[4] asks for it (r.bad: a lease
+-- record's item whose entry does not decode has none).
+local function answer(t, payload)
+  if not cut then return t end
+  t[#t + 1] = payload and (cut > 0 and string.sub(payload, 1, cut) or payload) or ''
+  t[#t + 1] = payload and #payload or -1
+  return t
+end
+-- The payload of a ready entry or dead letter, or nil if it does not decode.
+local function entry_payload(e)
+  local _, _, il, el, pos = entry_head(e)
+  return il and string.sub(e, pos + il + el)
+end
+local function dead_payload(d)
+  local rl, el, pos = string.match(d, '^1|%d+|%d+|%d+|(%d+)|(%d+)|()')
+  if not rl or #rl > 4 or #el > 9 or pos + tonumber(rl) + tonumber(el) - 1 > #d then return nil end
+  return string.sub(d, pos + tonumber(rl) + tonumber(el))
+end
 -- Whether the ready list holds an entry of id (the id index says so, but
 -- the list may have gone: evicted, deleted). A list longer than READY_SCAN
 -- is not read (too long for a look-up to block Redis): the index is
@@ -27,7 +54,7 @@ local function in_ready(ready, id)
     for _, e in ipairs(redis.call('LRANGE', ready, fmt(at), fmt(at + 499))) do
       if string.find(e, id, 1, true) then
         local _, _, _, _, _, eid = entry_head(e)
-        if eid == id then return true end
+        if eid == id then return true, e end
       end
     end
   end
@@ -44,13 +71,16 @@ if score then
     -- Ready, or in flight under a take's lease (see
     -- lib/70_registry.lua).
     local r, rs = registry_find(P, zs, id)
-    if r then return {3, fmt(math.floor(rs / ORD)), r.attempts} end
-    if in_ready(P .. 'r', id) then return {2, 0, 0} end
-    return {0, 0, 0} -- its entry is gone (an evicted or deleted ready list)
+    if r then return answer({3, fmt(math.floor(rs / ORD)), r.attempts}, not r.bad and r.payload) end
+    local found, e = in_ready(P .. 'r', id)
+    if found then return answer({2, 0, 0}, e and entry_payload(e)) end
+    return answer({0, 0, 0}) -- its entry is gone (an evicted or deleted ready list)
   end
   local r = parse_record(rec, score, id)
-  if r and r.token ~= '' then return {3, at, r.attempts} end
-  return {1, at, r and r.attempts or 0}
+  if r and r.token ~= '' then return answer({3, at, r.attempts}, not r.bad and r.payload) end
+  return answer({1, at, r and r.attempts or 0}, r and r.payload)
 end
-if redis.call('HEXISTS', dead, id) == 1 then return {4, 0, 0} end
-return {0, 0, 0}
+if redis.call('HEXISTS', dead, id) == 1 then
+  return answer({4, 0, 0}, cut and dead_payload(redis.call('HGET', dead, id)))
+end
+return answer({0, 0, 0})

@@ -2,7 +2,7 @@
  * serve_views.c - what 'delayq serve' answers, built from the library's
  * reads: the Prometheus text of /metrics and the JSON bodies of /api/.
  *
- * Owns turning dq_get_metrics, dq_list, dq_lookup and the dead-letter and
+ * Owns turning dq_get_metrics, dq_list, dq_lookup_item and the dead-letter and
  * cancel calls into a status and a body. Knows nothing of HTTP beyond the
  * status codes: serve_http.c routes the requests here and sends the bodies.
  * The queues shown are the registry's (dq_queues), those named on the
@@ -411,7 +411,8 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
  * each payload is cut to PAGE_PAYLOAD_MAX / limit bytes (1 MiB, the
  * default largest payload, for one item a page; 20 KiB for 50; 1 KiB for
  * a thousand), so a page's answer stays a few MB (each byte shows as text
- * and in base64) whatever the payloads hold. */
+ * and in base64) whatever the payloads hold. The single-item look-up shows
+ * one payload up to the same bound. */
 #define PAGE_PAYLOAD_MAX ((size_t)1 << 20)
 
 /* How many of the len bytes of p to show: all, or if the payload was cut
@@ -471,17 +472,22 @@ void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, co
 
 void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
 {
-    dq_item_info info;
-    int rc = dq_lookup(conf->c, queue, id, &info);
+    dq_listed *it;
+    int rc = dq_lookup_item(conf->c, queue, id, PAGE_PAYLOAD_MAX, &it);
     if (rc) {
         view_failure(v, conf->c, rc);
         return;
     }
-    if (info.state == DQ_STATE_UNKNOWN) {
+    if (it->state == DQ_STATE_UNKNOWN) {
         cli_view_error(v, 404, "no such item");
-        return;
+    } else if (!it->payload) { /* not read: the look-up's answer without it */
+        dq_item_info info = {it->state, it->state == DQ_STATE_IN_FLIGHT ? it->lease_end_ms : it->due_ms,
+                             it->attempts};
+        view_json(v, 200, cli_json_lookup(id, &info));
+    } else {
+        view_json(v, 200, listed_json(it));
     }
-    view_json(v, 200, cli_json_lookup(id, &info));
+    dq_listed_free(it, 1);
 }
 
 /* ------------------------------------------------------------ changes */

@@ -6,7 +6,10 @@ answered; any other name gets 421 before any work (DNS rebinding), and an
 HTTP/1.0 request without Host is answered. Every answer forbids framing
 (X-Frame-Options and CSP frame-ancestors). A page of 1 MB payloads carries
 at most 1 MiB of payload (cut, with payload_truncated and the whole size),
-a page of one item the whole payload, and serve's peak RSS stays low. 100
+a page of one item the whole payload, and serve's peak RSS stays low. The
+single-item look-up answers the payload whole (pending, ready, in flight
+alone or in a lease record, dead; sealed, opened with serve's key or shown
+sealed without), and a 2 MB one cut to 1 MiB with its whole size. 100
 slow connections from 127.0.0.1 and 64 from 127.0.0.2 do not keep /metrics
 from a new connection from 127.0.0.1: the longest waiting are pushed out. A token under 16 characters and a non-loopback
 --listen without --token-file or --public-read are refused at the start
@@ -230,6 +233,67 @@ its = (body_json(b) or {}).get("items", [])
 ok(st == 200 and len(its) == 3 and all(i.get("payload_truncated") is True and i.get("payload_bytes") == 300_000 and
                                        len(i.get("payload") or "") == 524 for i in its),
    "in flight in a lease record: cut the same way", (st, b[:300]))
+
+section("the single-item look-up answers the payload, whole up to 1 MiB, in every state")
+
+
+def item(queue, id_):
+    st, b, _ = request(port, f"/api/queues/{queue}/items/{id_}", timeout=30)
+    return st, body_json(b) or {}, b
+
+
+def whole(j, payload, state):
+    return (j.get("state") == state and j.get("payload") == payload and j.get("payload_truncated") is False and
+            j.get("payload_bytes") == len(payload.encode()) and j.get("sealed") is False)
+
+
+P5 = "".join(chr(97 + i % 26) for i in range(5000))
+eq(dq("offer", Q, "1h", P5, "--id", "p5").rc, 0, "a pending item of 5,000 bytes")
+st, j, b = item(Q, "p5")
+ok(st == 200 and whole(j, P5, "pending") and j.get("due_ms"), "pending: the whole 5,000 bytes and its due time",
+   b[:200])
+E = "\u00e9" * 150_000
+dead_id = m.get("id", "?")
+for rid in ("r0", "r1", "r2"):
+    st, j, b = item(R, rid)
+    want = "dead" if rid == dead_id else "ready"
+    ok(st == 200 and whole(j, E, want), f"{want} ({rid}): the whole 300,000 bytes", b[:200])
+for rid in ("r0", "r1", "r2"):
+    st, j, b = item(L, rid)
+    ok(st == 200 and whole(j, E, "inflight") and j.get("lease_end_ms"),
+       f"in flight in a lease record ({rid}): the whole 300,000 bytes and its lease's end", b[:200])
+F = "expo6"
+eq(dq("offer", F, "0", P5, "--id", "f1").rc, 0, "expo6: a ready item of 5,000 bytes")
+r = dq("take", F, "--ack", "manual", "--lease", "1h", "--json", "--timeout", "5s")
+ok(r.rc == 0 and len(r.json_lines()) == 1, "taken alone with a lease", r)
+st, j, b = item(F, "f1")
+ok(st == 200 and whole(j, P5, "inflight"), "in flight alone: the whole 5,000 bytes", b[:200])
+# A 2 MB payload (past the largest a client offers): a 1 MB item's record
+# in its slot made twice as long.
+eq(dq("offer", Q, "--batch", "-", stdin=b"1h\tbig2\t" + b"x" * BIG + b"\n", timeout=60).rc, 0,
+   "a pending item of 1 MB")
+planted = False
+for name in redis("ZRANGE", f"dq:{{{Q}}}:zs", 0, -1):
+    key = f"dq:{{{Q}}}:q:{name.decode()}"
+    got = redis("ZRANGE", key, 0, -1, "WITHSCORES")
+    for rec, score in zip(got[::2], got[1::2]):
+        if rec.startswith(b"1|4|big2"):
+            redis("ZREM", key, rec)
+            redis("ZADD", key, score, rec + b"y" * BIG)
+            planted = True
+ok(planted, "its record made 2,000,000 bytes long")
+t0 = time.monotonic()
+st, j, b = item(Q, "big2")
+took = time.monotonic() - t0
+ok(st == 200 and j.get("payload_truncated") is True and j.get("payload_bytes") == 2 * BIG and
+   j.get("payload") == "x" * BIG + "y" * ((1 << 20) - BIG), "2,000,000 bytes: cut to 1 MiB, its whole size shown",
+   {k: v for k, v in j.items() if k != "payload" and k != "payload_base64"})
+note(f"a 2 MB item's look-up: {len(b)} bytes in {took:.2f} s")
+with open(f"/proc/{server.pid}/status") as f:
+    hwm = [int(line.split()[1]) for line in f if line.startswith("VmHWM:")][0]
+ok(hwm < 200_000, f"serve's peak RSS still {hwm // 1024} MB < 200 MB", hwm)
+st, j, _ = item(Q, "nosuch")
+eq(st, 404, "an unknown id: 404")
 eq(server.stop(), 0, "serve exits 0 on SIGTERM")
 keyf = private_file(tmp, "key", dq("keygen", redis=False).text)
 S = "expo3"
@@ -245,6 +309,17 @@ it = ((body_json(b) or {}).get("items") or [{}])[0]
 ok(it.get("sealed") is False and it.get("payload") == secret and it.get("payload_truncated") is False and
    it.get("payload_bytes") == 5000, "whole (a page of one), serve's key opens it", {k: it.get(k) for k in
                                                                                   ("sealed", "payload_bytes")})
+st, b, _ = request(port, f"/api/queues/{S}/items/k0")
+it = body_json(b) or {}
+ok(st == 200 and it.get("sealed") is False and it.get("payload") == secret and it.get("payload_truncated") is False
+   and it.get("payload_bytes") == 5000, "the look-up: serve's key opens it, whole", b[:200])
+srv, sport = start("--token-file", tokfile, "shown")
+st, b, _ = request(sport, f"/api/queues/{S}/items/k0")
+it = body_json(b) or {}
+ok(st == 200 and it.get("sealed") is True and len(it.get("payload_sealed_with") or "") == 16 and
+   it.get("payload_truncated") is False and it.get("payload_bytes", 0) > 5000 and b"sssss" not in b,
+   "the look-up without a key: sealed, the whole envelope, not opened", b[:200])
+eq(srv.stop(), 0, "the keyless serve exits 0 on SIGTERM")
 
 section("a registry of the wrong type is a problem, not Redis down")
 redis("DEL", "dq:queues")

@@ -522,6 +522,45 @@ static void test_cancel_lookup(void **state)
     dq_client_free(c);
 }
 
+/* dq_lookup_item: the payload whole (payload_max 0) or cut with its whole
+ * size, binary bytes kept; an unknown id has none; bad input fills nothing. */
+static void test_lookup_item(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "lookupitem");
+    dq_client *c = dqt_client(NULL);
+    dq_item it = {.id = "p1", .payload = "ab\0cd", .payload_len = 5, .delay_ms = 30000};
+    dq_offer_result res;
+    DQT_EXPECT(c, dq_offer(c, q, &it, &res), 0);
+
+    dq_listed *l = NULL;
+    DQT_EXPECT(c, dq_lookup_item(c, q, "p1", 0, &l), 0);
+    assert_int_equal(l->state, DQ_STATE_PENDING);
+    assert_int_equal(l->due_ms, res.due_ms);
+    assert_string_equal(l->id, "p1");
+    assert_int_equal(l->payload_len, 5);
+    assert_int_equal(l->payload_full_len, 5);
+    assert_memory_equal(l->payload, "ab\0cd", 5);
+    dq_listed_free(l, 1);
+
+    DQT_EXPECT(c, dq_lookup_item(c, q, "p1", 3, &l), 0);
+    assert_int_equal(l->payload_len, 3);
+    assert_int_equal(l->payload_full_len, 5);
+    assert_memory_equal(l->payload, "ab\0", 3);
+    dq_listed_free(l, 1);
+
+    DQT_EXPECT(c, dq_lookup_item(c, q, "never", 0, &l), 0);
+    assert_int_equal(l->state, DQ_STATE_UNKNOWN);
+    assert_null(l->payload);
+    dq_listed_free(l, 1);
+
+    l = (dq_listed *)1;
+    DQT_EXPECT(c, dq_lookup_item(c, q, "has space", 0, &l), DQ_EINVAL);
+    assert_null(l);
+    dq_client_free(c);
+}
+
 static void test_stats(void **state)
 {
     (void)state;
@@ -873,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_offer_many),
         cmocka_unit_test(test_one_millisecond),
         cmocka_unit_test(test_cancel_lookup),
+        cmocka_unit_test(test_lookup_item),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_metrics_many),
         cmocka_unit_test(test_keep_replace),
