@@ -95,8 +95,13 @@ def said(p, what=VANISHED, queue=b"wq"):
 
 
 def scrape(sport):
-    with urllib.request.urlopen(f"http://127.0.0.1:{sport}/metrics", timeout=10) as f:
-        return f.read().decode()
+    """serve's /metrics, or "" while it does not answer yet (a slow start:
+    serve examines the deployment first, slower under a sanitizer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{sport}/metrics", timeout=10) as f:
+            return f.read().decode()
+    except OSError:
+        return ""
 
 
 def metric(text, name, queue):
