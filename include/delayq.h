@@ -720,6 +720,15 @@ DQ_EXPORT int dq_ack(dq_client *c, const char *queue, const char *id, const char
 DQ_EXPORT int dq_nack(dq_client *c, const char *queue, const char *id, const char *token,
                       int64_t delay_ms, const char *error) DQ_NODISCARD;
 
+/* Not failed, only given back (a resource of a pool, work left for another
+ * consumer): back to the queue, due after delay_ms (<= 0: ready at once),
+ * as it was before this take: the take counts as no attempt (the next
+ * take of the item carries this one's attempt number), so a release never
+ * makes a dead letter, and the item keeps its last error. Returns 1 if
+ * released, 0 if stale (see above). */
+DQ_EXPORT int dq_release(dq_client *c, const char *queue, const char *id, const char *token,
+                         int64_t delay_ms) DQ_NODISCARD;
+
 /* Still working: the lease ends lease_ms from now instead. */
 DQ_EXPORT int dq_extend(dq_client *c, const char *queue, const char *id, const char *token,
                         int64_t lease_ms) DQ_NODISCARD;

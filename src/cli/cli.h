@@ -299,6 +299,7 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv); /* cmd_schedule.c */
 int cli_cmd_stats(cli_env *env, int argc, char **argv);    /* cmd_stats.c */
 int cli_cmd_ack(cli_env *env, int argc, char **argv);      /* cmd_lease.c */
 int cli_cmd_nack(cli_env *env, int argc, char **argv);     /* cmd_lease.c */
+int cli_cmd_release(cli_env *env, int argc, char **argv);  /* cmd_lease.c */
 int cli_cmd_extend(cli_env *env, int argc, char **argv);   /* cmd_lease.c */
 int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
 int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
@@ -319,6 +320,7 @@ extern const char cli_usage_schedule[];
 extern const char cli_usage_stats[];
 extern const char cli_usage_ack[];
 extern const char cli_usage_nack[];
+extern const char cli_usage_release[];
 extern const char cli_usage_extend[];
 extern const char cli_usage_dead[];
 extern const char cli_usage_work[];

@@ -33,6 +33,8 @@ static const char usage_main[] =
     "  ack QUEUE ID TOKEN   done with a delivery of 'take --ack manual'\n"
     "  nack QUEUE ID TOKEN [--delay DUR] [--error TEXT]\n"
     "                       failed it: retry later, or bury it after its last attempt\n"
+    "  release QUEUE ID TOKEN [--delay DUR]\n"
+    "                       give it back unfailed: ready again, no attempt counted\n"
     "  extend QUEUE ID TOKEN DUR\n"
     "                       still working on it: the lease ends DUR from now\n"
     "  work QUEUE --exec CMD [--concurrency N] [--lease DUR] [--max-attempts N]\n"
@@ -116,6 +118,7 @@ static const command commands[] = {
     {"stats", cli_cmd_stats, cli_usage_stats},
     {"ack", cli_cmd_ack, cli_usage_ack},
     {"nack", cli_cmd_nack, cli_usage_nack},
+    {"release", cli_cmd_release, cli_usage_release},
     {"extend", cli_cmd_extend, cli_usage_extend},
     {"work", cli_cmd_work, cli_usage_work},
     {"dead", cli_cmd_dead, cli_usage_dead},

@@ -1,0 +1,76 @@
+"""pool.py - a queue used as a pool of resources (issue 39): `release` gives
+a leased item back without counting a failure. 50 take/release cycles of one
+resource with default settings: each take is attempt 1, it never becomes a
+dead letter; a release after a failed attempt keeps that attempt number for
+the next take; a stale token exits
+1, an invalid one 2; `release --delay` makes the item pending for that
+long."""
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+from workers import *  # noqa: E402,F403
+
+
+def take_one(queue, what, *args):
+    """One leased take of queue (a message dict, {} if none)."""
+    r, msgs = take_manual(queue, "--timeout", "5s", *args)
+    ok(r.rc == 0 and len(msgs) == 1, f"{what}: one delivery", r)
+    return msgs[0] if msgs else {}
+
+
+def release(queue, m, *rest):
+    return dq("release", *rest, "--", queue, m.get("id", "x"), m.get("token", "x"))
+
+
+section("50 take/release cycles of one resource: always attempt 1, never a dead letter")
+Q = "pool-res"
+eq(dq("offer", Q, "0", "gpu-0", "--id", "gpu0").rc, 0, "offer gpu0")
+attempts, rcs = [], []
+for i in range(50):
+    m = take_one(Q, f"take {i + 1}")
+    attempts.append(m.get("attempt"))
+    rcs.append(release(Q, m).rc)
+eq(sorted(set(attempts)), [1], "every take is attempt 1")
+eq(sorted(set(rcs)), [0], "every release exits 0")
+s = stats(Q) or {}
+# Due at once: pending (due now) or ready, as a scheduler has moved it.
+eq({"waiting": s.get("pending", 0) + s.get("ready", 0), "inflight": s.get("inflight"), "dead": s.get("dead")},
+   {"waiting": 1, "inflight": 0, "dead": 0}, "stats after 50 releases: 1 waiting, none in flight, dead 0")
+m = take_one(Q, "take 51")
+eq(m.get("attempt"), 1, "take 51: still attempt 1")
+r = release(Q, m)
+eq((r.rc, r.out, r.err), (0, b"", b""), "release: exit 0, nothing printed")
+r = release(Q, m)
+eq(r.rc, 1, "release with the same (now stale) token again: exit 1")
+ok(r.errtext.startswith("delayq: ") and "not in flight" in r.errtext, "... saying why", r)
+eq(dq("release", Q, "gpu0", "not-the-token").rc, 1, "release with another token: exit 1")
+eq(dq("release", Q, "gpu0", "bad token").rc, 2, "release with a token holding a space: exit 2")
+eq(dq("release", Q, "gpu0").rc, 2, "release without a token: exit 2")
+eq(dq("release", Q, "gpu0", "t", "--delay", "soon").rc, 2, "release --delay soon: exit 2")
+r = dq("dead", Q, "count")
+eq(r.out.strip(), b"0", "dead count 0")
+
+section("a release after a failed attempt: the next take carries the same attempt and error")
+Q = "pool-fail"
+eq(dq("offer", Q, "0", "x", "--id", "f1").rc, 0, "offer f1")
+m = take_one(Q, "first take")
+eq(dq("nack", "--delay", "0", "--error", "disk full", "--", Q, "f1", m.get("token", "x")).rc, 0, "nack")
+m = take_one(Q, "second take")
+eq(m.get("attempt"), 2, "second take: attempt 2")
+eq(release(Q, m).rc, 0, "release")
+m = take_one(Q, "third take")
+eq(m.get("attempt"), 2, "third take (after the release): attempt 2 again")
+eq(release(Q, m).rc, 0, "release")
+
+section("release --delay: pending for that long, then ready")
+m = take_one(Q, "take")
+eq(release(Q, m, "--delay", "1s").rc, 0, "release --delay 1s")
+r = dq("lookup", Q, "f1", "--json")
+ok(r.rc == 0 and b'"pending"' in r.out, "lookup: pending", r)
+m = take_one(Q, "take after the delay")
+eq(m.get("attempt"), 2, "attempt 2 still")
+
+finish()
