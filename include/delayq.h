@@ -78,6 +78,7 @@ struct ev_loop;
  * (0x21..0x7e). */
 #define DQ_QUEUE_MAX 128
 #define DQ_ID_MAX 128
+#define DQ_HOLDER_MAX 64 /* longest dq_take_opts.holder, in bytes */
 /* Length of a generated id: 128 random bits, base64url without padding,
  * never starting with '-'. */
 #define DQ_ID_GENERATED_LEN 22
@@ -373,6 +374,9 @@ typedef struct dq_item_info {
     int64_t due_ms; /* PENDING: its due time; IN_FLIGHT: its lease's end;
                        else 0                                               */
     int attempts;   /* deliveries so far (PENDING and IN_FLIGHT)            */
+    char holder[DQ_HOLDER_MAX + 1]; /* IN_FLIGHT: the take's holder
+                                       (dq_take_opts.holder) while its lease
+                                       lasts; else ""                     */
 } dq_item_info;
 
 /* Looks an id up. Returns 0 and fills *info, or a negative code. O(1). */
@@ -465,6 +469,9 @@ typedef struct dq_listed {
     size_t payload_len;
     size_t payload_full_len; /* the payload's whole size: payload_len, or
                                 more when dq_list_cut cut it             */
+    char holder[DQ_HOLDER_MAX + 1]; /* IN_FLIGHT: its take's holder
+                                       (dq_take_opts.holder) while the
+                                       lease lasts; else ""               */
 } dq_listed;
 
 /* Longest cursor of dq_list, without its NUL. */
@@ -613,6 +620,12 @@ typedef struct dq_take_opts {
     int max_attempts;  /* with a lease: deliveries before an item that keeps
                           failing or timing out becomes a dead letter;
                           0 = no limit; DQ_QUEUE_SETTING: the queue's       */
+    const char *holder; /* with a lease: who holds the items (a name, 1 to
+                          DQ_HOLDER_MAX bytes of UTF-8, no control
+                          character; else DQ_EINVAL), shown
+                          by dq_lookup while the lease lasts; NULL: none.
+                          Copied by the take calls; a worker keeps the
+                          pointer, which must outlive it                   */
 } dq_take_opts;
 
 #define DQ_LEASE_DEFAULT_MS 30000

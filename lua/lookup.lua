@@ -4,7 +4,8 @@
 -- shards_refusal)
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
--- end), 4 dead. An id whose index entry is in no slot is ready unless a
+-- end, and a 4th element the holder its take named, '' for none: see
+-- lib/75_holders.lua), 4 dead. An id whose index entry is in no slot is ready unless a
 -- lease record the lease registry names holds it (see
 -- lib/70_registry.lua). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
@@ -24,11 +25,11 @@ if score then
     -- Ready, or in flight under a take's lease (see
     -- lib/70_registry.lua).
     local r, rs = registry_find(P, zs, id)
-    if r then return {3, fmt(math.floor(rs / ORD)), r.attempts} end
+    if r then return {3, fmt(math.floor(rs / ORD)), r.attempts, holder_of(P, r.token)} end
     return {2, 0, 0}
   end
   local r = parse_record(rec, score, id)
-  if r and r.token ~= '' then return {3, at, r.attempts} end
+  if r and r.token ~= '' then return {3, at, r.attempts, holder_of(P, r.token)} end
   return {1, at, r and r.attempts or 0}
 end
 if redis.call('HEXISTS', dead, id) == 1 then return {4, 0, 0} end

@@ -251,11 +251,12 @@ static int item_of_entry(dq_listed *it, const char *buf, size_t len) {
 }
 
 /* list.lua's reply: {next cursor, (time, attempts, entry[, whole payload
- * length when cut])...}. */
+ * length when cut or in flight][, holder when in flight])...}. */
 static int decode_slots_page(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     (void)queue;
     page *p = out;
-    size_t stride = p->cut ? 4 : 3;
+    int inflight = p->state == DQ_STATE_IN_FLIGHT;
+    size_t stride = inflight ? 5 : p->cut ? 4 : 3;
     if (reply->elements < 1 || (reply->elements - 1) % stride != 0 ||
         reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len > DQ_CURSOR_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected list reply");
@@ -275,10 +276,12 @@ static int decode_slots_page(dq_client *c, const char *queue, const redisReply *
         it->attempts = (int)dq__reply_int(e[1]);
         it->ready_ms = 0;
         if (p->state == DQ_STATE_IN_FLIGHT) it->lease_end_ms = dq__reply_int(e[0]);
-        if (p->cut) {
+        if (stride > 3) {
             int64_t whole = dq__reply_int(e[3]);
             it->payload_full_len = whole > (int64_t)it->payload_len ? (size_t)whole : it->payload_len;
         }
+        if (inflight && e[4]->type == REDIS_REPLY_STRING && e[4]->len < sizeof it->holder)
+            memcpy(it->holder, e[4]->str, e[4]->len); /* calloc'd: NUL-ended */
     }
     return 0;
 }
@@ -349,10 +352,11 @@ static int list_keys(dq_client *c, const char *queue, const char *name, const ch
     if (slots) {
         snprintf(num[0], sizeof num[0], "%zu", p->limit);
         snprintf(num[1], sizeof num[1], "%zu", p->cut);
-        const char *argv[6] = {k.z, k.prefix, p->state == DQ_STATE_PENDING ? "pending" : "inflight", cursor,
-                               num[0], num[1]};
+        /* In flight: with the holders, so with the whole lengths too. */
+        int inflight = p->state == DQ_STATE_IN_FLIGHT;
+        const char *argv[7] = {k.z, k.prefix, inflight ? "inflight" : "pending", cursor, num[0], num[1], "1"};
         s.decode = decode_slots_page;
-        return run_sync(&s, DQ__LUA_LIST, 1, p->cut ? 5 : 4, argv);
+        return run_sync(&s, DQ__LUA_LIST, 1, inflight ? 6 : p->cut ? 5 : 4, argv);
     }
     snprintf(num[0], sizeof num[0], "%zu", p->offset);
     snprintf(num[1], sizeof num[1], "%zu", p->offset + p->limit - 1);

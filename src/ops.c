@@ -125,6 +125,8 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 8) {
         for (size_t i = 0; i < reply->elements; i++) s->v[i] = dq__reply_int(reply->element[i]);
         s->count = (int)reply->elements;
+        const redisReply *t = reply->elements > 3 ? reply->element[3] : NULL;
+        if (t && t->type == REDIS_REPLY_STRING && t->len < sizeof s->text) memcpy(s->text, t->str, t->len);
     } else {
         s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }
@@ -200,11 +202,12 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
         if (rc == 0) break;
         if (rc != DQ__ESHARDS) return rc;
     }
-    if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
+    if (s.count < 3 || s.count > 4 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
         return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
     info->state = (int)s.v[0];
     info->due_ms = s.v[1];
     info->attempts = (int)s.v[2];
+    memcpy(info->holder, s.text, sizeof info->holder); /* "" unless the reply had one */
     return 0;
 }
 

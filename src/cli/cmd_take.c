@@ -28,7 +28,7 @@
 
 const char cli_usage_take[] =
     "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
-    "                   [--ack manual [--lease DUR]]\n"
+    "                   [--ack manual [--lease DUR] [--holder NAME]]\n"
     "\n"
     "Waits for N due items of QUEUE and prints them as they arrive, taking up to\n"
     "64 a round trip. Taking removes the item from the queue, unless --ack manual\n"
@@ -53,6 +53,9 @@ const char cli_usage_take[] =
     "                  object adds \"attempt\" (1 on first delivery) and \"token\"\n"
     "  --lease DUR     with --ack manual: how long the lease lasts; default: the\n"
     "                  queue's (delayq config), else 30s\n"
+    "  --holder NAME   with --ack manual: who holds the items (1 to 64 bytes of\n"
+    "                  UTF-8, no control character), shown by 'delayq lookup'\n"
+    "                  while the lease lasts\n"
     "  --redis URL     the Redis server (see 'delayq --help')\n"
     "\n"
     "Without --json each item is printed as its raw payload bytes followed by a\n"
@@ -168,16 +171,16 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
     return CLI_OK;
 }
 
-/* Checks --ack and --lease; *out gets opts filled in for a leased take, or
- * NULL. Returns 0 or CLI_USAGE. */
-static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
+/* Checks --ack, --lease and --holder; *out gets opts filled in for a
+ * leased take, or NULL. Returns 0 or CLI_USAGE. */
+static int parse_ack(const char *ack, const char *lease, const char *holder, dq_take_opts *opts,
                      const dq_take_opts **out)
 {
     *out = NULL;
     if (!ack) {
-        if (!lease)
+        if (!lease && !holder)
             return 0;
-        cli_err("take: --lease needs --ack manual");
+        cli_err("take: --%s needs --ack manual", lease ? "lease" : "holder");
         return CLI_USAGE;
     }
     if (strcmp(ack, "manual") != 0) {
@@ -191,6 +194,7 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
         cli_err("take: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
+    opts->holder = holder; /* checked by the library's take (exit 2) */
     *out = opts;
     return 0;
 }
@@ -198,12 +202,12 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
 int cli_cmd_take(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL;
+    const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL, *holder = NULL;
     int json = 0, no_sched = 0, npos;
     const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
                             {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
                             {"ack", &ack, NULL},        {"lease", &lease, NULL},
-                            {NULL, NULL, NULL}};
+                            {"holder", &holder, NULL},  {NULL, NULL, NULL}};
     take_run t = {.want = 1};
     dq_take_opts take_opts;
     int64_t timeout_ms = -1;
@@ -220,7 +224,7 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
     if (!rc && timeout)
         rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
     if (!rc)
-        rc = parse_ack(ack, lease, &take_opts, &t.opts);
+        rc = parse_ack(ack, lease, holder, &take_opts, &t.opts);
     if (!rc)
         rc = cli_connect(env, &t.c);
     if (rc)

@@ -459,7 +459,9 @@ json_t *cli_json_listed(const dq_listed *it)
         json_object_set_new(o, "payload_sealed_with", sealed ? json_string(kid) : json_null()) ||
         (it->reason[0] ? json_words(o, "reason", it->reason)
                        : json_object_set_new(o, "reason", json_null())) ||
-        (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null()))) {
+        (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null())) ||
+        (it->holder[0] ? json_bytes(o, "holder", it->holder, strlen(it->holder))
+                       : json_object_set_new(o, "holder", json_null()))) {
         json_decref(o);
         o = NULL;
     }
@@ -503,7 +505,9 @@ json_t *cli_json_lookup(const char *id, const dq_item_info *info)
         json_object_set_new(o, "state", json_string(cli_state_name(info->state))) ||
         json_time(o, "due_ms", info->state == DQ_STATE_PENDING ? info->due_ms : 0) ||
         json_time(o, "lease_end_ms", info->state == DQ_STATE_IN_FLIGHT ? info->due_ms : 0) ||
-        json_int(o, "attempts", info->attempts)) {
+        json_int(o, "attempts", info->attempts) ||
+        (info->holder[0] ? json_bytes(o, "holder", info->holder, strlen(info->holder))
+                         : json_object_set_new(o, "holder", json_null()))) {
         json_decref(o);
         return NULL;
     }
@@ -523,5 +527,7 @@ int cli_print_lookup(const char *id, const dq_item_info *info, int json)
         rc = dq__buf_printf(&b, "lease_end_ms %" PRId64 "\n", info->due_ms);
     if (!rc)
         rc = dq__buf_printf(&b, "attempts %d\n", info->attempts);
+    if (!rc && info->holder[0])
+        rc = dq__buf_printf(&b, "holder %s\n", info->holder);
     return write_text(&b, rc, "an item");
 }

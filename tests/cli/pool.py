@@ -4,7 +4,14 @@ resource with default settings: each take is attempt 1, it never becomes a
 dead letter; a release after a failed attempt keeps that attempt number for
 the next take; a stale token exits
 1, an invalid one 2; `release --delay` makes the item pending for that
-long."""
+long.
+Holders: `take --ack manual --holder NAME` shows in `lookup` (text and
+--json) and `list --state inflight --json` while the lease lasts, also after an `extend` past the first lease's
+end; not after the lease ends, nor for the next take (no holder) or after a
+release; a take without a holder shows none; a holder that is too long, holds
+a control character or comes without --ack manual is a usage error (2) and
+takes nothing."""
+import time
 import os
 import sys
 
@@ -72,5 +79,44 @@ r = dq("lookup", Q, "f1", "--json")
 ok(r.rc == 0 and b'"pending"' in r.out, "lookup: pending", r)
 m = take_one(Q, "take after the delay")
 eq(m.get("attempt"), 2, "attempt 2 still")
+
+section("holders: take --holder NAME shows in lookup while the lease lasts")
+Q = "pool-holder"
+eq(dq("offer", Q, "0", "gpu-1", "--id", "h1").rc, 0, "offer h1")
+m = take_one(Q, "take --holder alice@host-1", "--holder", "alice@host-1", "--lease", "1s")
+r = dq("lookup", Q, "h1", "--json")
+j = (r.json_lines() or [{}])[0]
+eq((j.get("state"), j.get("holder")), ("inflight", "alice@host-1"), "lookup --json: inflight, holder alice@host-1")
+r = dq("lookup", Q, "h1")
+ok(r.rc == 0 and b"holder alice@host-1\n" in r.out, "lookup (text): 'holder alice@host-1'", r)
+eq(dq("extend", "--", Q, "h1", m.get("token", "x"), "3s").rc, 0, "extend by 3s")
+time.sleep(1.3)
+j = (dq("lookup", Q, "h1", "--json").json_lines() or [{}])[0]
+eq((j.get("state"), j.get("holder")), ("inflight", "alice@host-1"), "past the first lease's end: still held")
+r = dq("list", Q, "--state", "inflight", "--json")
+eq([(i.get("id"), i.get("holder")) for i in r.json_lines()], [("h1", "alice@host-1")],
+   "list --state inflight --json: h1 held by alice@host-1")
+eq(release(Q, m).rc, 0, "release")
+j = (dq("lookup", Q, "h1", "--json").json_lines() or [{}])[0]
+eq(j.get("holder", "absent"), None, "after the release: holder null")
+m = take_one(Q, "take without a holder")
+j = (dq("lookup", Q, "h1", "--json").json_lines() or [{}])[0]
+eq((j.get("state"), j.get("holder", "absent")), ("inflight", None), "a take without a holder: holder null")
+r = dq("list", Q, "--state", "inflight", "--json")
+eq([(i.get("id"), i.get("holder", "absent")) for i in r.json_lines()], [("h1", None)], "list: holder null")
+eq(release(Q, m).rc, 0, "release")
+m = take_one(Q, "take --holder bob --lease 500ms", "--holder", "bob", "--lease", "500ms")
+time.sleep(0.8)
+r = dq("lookup", Q, "h1")
+ok(r.rc == 0 and b"holder" not in r.out, "once the lease has ended: no holder", r)
+eq(release(Q, m).rc, 1, "release after the lease: stale (exit 1)")
+for bad, what in (("x" * 65, "65 bytes"), ("a\tb", "a tab")):
+    r = dq("take", Q, "--ack", "manual", "--holder", bad, "--timeout", "1s")
+    eq(r.rc, 2, f"--holder of {what}: usage error (2)")
+r = dq("take", Q, "--holder", "carol", "--timeout", "1s")
+eq(r.rc, 2, "--holder without --ack manual: usage error (2)")
+m = take_one(Q, "take --holder of 64 bytes", "--holder", "é" * 32)
+j = (dq("lookup", Q, "h1", "--json").json_lines() or [{}])[0]
+eq(j.get("holder"), "é" * 32, "a holder of 64 bytes (UTF-8) round-trips")
 
 finish()

@@ -1,0 +1,25 @@
+-- lua/lib/75_holders.lua: who holds a take's leases (part of the scripts' shared code: see 00_base.lua).
+-- Holders ----------------------------------------------------------------------
+-- A leased take may name its holder (dq_take_opts.holder). The name goes in
+-- a key of its own, P..'h:'..<the take's token prefix>, set by take.lua
+-- with the lease as its time to live: it lasts while the lease does and
+-- needs no clean-up (extend.lua stretches it with the lease it extends). A
+-- take without a holder writes nothing, so leases cost what they did.
+-- Every token of a take starts with its prefix ("<request>.", see
+-- lib/40_leases.lua), so the key is found from any item's token.
+local HOLDER_MAX = 64
+
+local function holder_key(P, tprefix) return P .. 'h:' .. tprefix end
+
+-- The holder key of the take that handed out token, or nil.
+local function holder_key_of(P, token)
+  local tprefix = string.match(token, '^[^.]+%.')
+  return tprefix and holder_key(P, tprefix)
+end
+
+-- The holder named for token's take while its lease lasts, or ''.
+local function holder_of(P, token)
+  local hk = holder_key_of(P, token)
+  local h = hk and redis.pcall('GET', hk)
+  return type(h) == 'string' and h or ''
+end
