@@ -10,7 +10,14 @@ Holders: `take --ack manual --holder NAME` shows in `lookup` (text and
 end; not after the lease ends, nor for the next take (no holder) or after a
 release; a take without a holder shows none; a holder that is too long, holds
 a control character or comes without --ack manual is a usage error (2) and
-takes nothing."""
+takes nothing.
+Streamed leased takes: `take --ack manual --lease 2s --count 10 --json` read
+through a pipe by a reader that spends 0.5 s on each line and then acks it:
+every ack is accepted (the take hands out one item at a time, once the
+reader has read the line before); --batch out of range or without --ack
+manual is a usage error."""
+import json
+import subprocess
 import time
 import os
 import sys
@@ -26,6 +33,10 @@ def take_one(queue, what, *args):
     r, msgs = take_manual(queue, "--timeout", "5s", *args)
     ok(r.rc == 0 and len(msgs) == 1, f"{what}: one delivery", r)
     return msgs[0] if msgs else {}
+
+
+def lop(cmd, queue, id_, token, *rest):
+    return dq(cmd, "--", queue, id_, token, *rest)
 
 
 def release(queue, m, *rest):
@@ -118,5 +129,37 @@ eq(r.rc, 2, "--holder without --ack manual: usage error (2)")
 m = take_one(Q, "take --holder of 64 bytes", "--holder", "é" * 32)
 j = (dq("lookup", Q, "h1", "--json").json_lines() or [{}])[0]
 eq(j.get("holder"), "é" * 32, "a holder of 64 bytes (UTF-8) round-trips")
+
+section("a streamed leased take handled at 0.5 s a line with a 2 s lease: every ack accepted")
+Q = "pool-stream"
+batch = "".join(f"0\ts{i:02d}\tpayload {i}\n" for i in range(10)).encode()
+eq(dq("offer", Q, "--batch", "-", stdin=batch).rc, 0, "offer 10 items")
+argv = [BIN, "--redis", URL, "take", Q, "--ack", "manual", "--lease", "2s", "--count", "10", "--json",
+        "--timeout", "30s"]
+taker = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+acks, t0 = [], time.monotonic()
+for _ in range(10):
+    if time.monotonic() - t0 > 40:
+        break
+    line = taker.stdout.readline()
+    if not line:
+        break
+    m = json.loads(line)
+    time.sleep(0.5)
+    acks.append(lop("ack", Q, m.get("id", "x"), m.get("token", "x")).rc)
+try:
+    rc = taker.wait(timeout=10)
+except subprocess.TimeoutExpired:
+    taker.kill()
+    rc = None
+taker.stdout.close()
+taker.stderr.close()
+eq(rc, 0, "the take exits 0")
+eq(acks, [0] * 10, "10 lines, every ack accepted (exit 0)")
+s_ = stats(Q) or {}
+eq((s_.get("inflight"), s_.get("dead")), (0, 0), "nothing left in flight")
+eq(dq("take", Q, "--ack", "manual", "--batch", "65", "--timeout", "0").rc, 2, "--batch 65: usage error")
+eq(dq("take", Q, "--ack", "manual", "--batch", "0", "--timeout", "0").rc, 2, "--batch 0: usage error")
+eq(dq("take", Q, "--batch", "2", "--timeout", "0").rc, 2, "--batch without --ack manual: usage error")
 
 finish()
