@@ -4,10 +4,11 @@
  * The pool of resources IS the delayq queue "annotation-pool": each free
  * resource is one ready item (id "r1", payload its description). So:
  *
- *   claim     = a reliable take (dq_take_many with a lease): the lease is this
- *               task's time limit, and max_attempts 0 means no limit (a
- *               resource must never become a dead letter, not even one
- *               whose holders keep running out of time).
+ *   claim     = a reliable take (dq_take_many with a lease, naming the
+ *               annotator its holder): the lease is this task's time
+ *               limit, and max_attempts 0 means no limit (a resource must
+ *               never become a dead letter, not even one whose holders
+ *               keep running out of time).
  *   finish    = dq_release: the resource goes back to the pool, ready at
  *               once, and the claim counts as no attempt.
  *   time out  = nothing to do: when the lease runs out, a scheduler (every
@@ -144,6 +145,12 @@ static int64_t lease_end_of(dq_client *c, const char *id)
                 me, id, info.state);
         return -1;
     }
+    /* The take named us its holder: anyone's dq_lookup (or 'delayq lookup')
+     * says who holds the resource while the lease lasts. */
+    if (strcmp(info.holder, me) != 0) {
+        fprintf(stderr, "annotator %s: %s's holder is '%s', not us\n", me, id, info.holder);
+        return -1;
+    }
     return info.due_ms;
 }
 
@@ -210,7 +217,7 @@ int main(int argc, char **argv)
     /* The claim: the lease is the task's time limit. max_attempts 0: no
      * limit, because a claim whose lease runs out counts as an attempt and
      * a resource must never end up a dead letter. */
-    dq_take_opts opts = {.lease_ms = limit, .max_attempts = 0};
+    dq_take_opts opts = {.lease_ms = limit, .max_attempts = 0, .holder = me};
     int claims = 0, finished = 0, discarded = 0;
     char b1[32], b2[32], b3[32], b4[32];
     for (int round = 1; round <= rounds; round++) {

@@ -174,6 +174,14 @@ note "kill -KILL erin (pid $ERIN_PID) in the middle of her task"
 kill -KILL "$ERIN_PID"
 wait "$ERIN_PID" 2>/dev/null || true
 ERIN_PID=""
+# Each take names its annotator as the holder: lookup shows it while the
+# lease lasts (erin's too: her lease has not ended yet).
+held=""
+for r in r1 r2 r3; do
+  h=$("$BUILD/delayq" --redis "$URL" lookup annotation-pool "$r" 2>/dev/null | sed -n 's/^holder //p')
+  held="$held $r ${h:-free},"
+done
+note "delayq lookup: who holds what:${held%,}"
 
 # A re-run of the seeding job while resources are claimed: nothing doubles.
 sleep_until 2500
