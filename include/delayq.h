@@ -377,6 +377,9 @@ typedef struct dq_item_info {
     char holder[DQ_HOLDER_MAX + 1]; /* IN_FLIGHT: the take's holder
                                        (dq_take_opts.holder) while its lease
                                        lasts; else ""                     */
+    int64_t overdue_ms; /* PENDING, IN_FLIGHT: how long ago (server ms) its
+                           due time or lease end passed, 0 if it has not:
+                           the item waits for a scheduler to move it     */
 } dq_item_info;
 
 /* Looks an id up. Returns 0 and fills *info, or a negative code. O(1). */
@@ -393,6 +396,13 @@ typedef struct dq_stats {
                                decode, kept with a reason (never dropped)   */
     int64_t in_flight;      /* taken with a lease, not acked yet            */
     int64_t dead;           /* dead letters                                 */
+    int64_t schedulers;     /* processes scheduling the queue now, by their
+                               heartbeats (every catch-up and safety run:
+                               a scheduler that stops beating stops
+                               counting after 3 x its safety_check_ms)    */
+    int64_t overdue_ms;     /* how long the earliest pending item or lease
+                               end has been past due (server ms), 0 when
+                               none is: work that waits for a scheduler   */
 } dq_stats;
 
 /* Counts of one queue. Returns 0 and fills *stats, or a negative code.

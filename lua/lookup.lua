@@ -5,7 +5,9 @@
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
 -- end, and a 4th element the holder its take named, '' for none: see
--- lib/75_holders.lua), 4 dead. An id whose index entry is in no slot is ready unless a
+-- lib/75_holders.lua), 4 dead; pending and in flight add a 5th, how long
+-- ago the due time or lease end passed (ms, 0 if it has not): what waits
+-- for a scheduler. An id whose index entry is in no slot is ready unless a
 -- lease record the lease registry names holds it (see
 -- lib/70_registry.lua). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
@@ -15,6 +17,8 @@ local shards, err = read_shard_count(KEYS[3])
 err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
       require_type(dead, 'hash') or require_type(lease_registry(P), 'zset')
 if err then return err end
+local now = server_now_ms()
+local function ago(t) return fmt(math.max(0, now - t)) end
 local ik = id_key(P, id)
 local s = redis.call('HGET', ik, id)
 local score = s and uint_of(s, 16, SCORE_MAX)
@@ -25,12 +29,15 @@ if score then
     -- Ready, or in flight under a take's lease (see
     -- lib/70_registry.lua).
     local r, rs = registry_find(P, zs, id)
-    if r then return {3, fmt(math.floor(rs / ORD)), r.attempts, holder_of(P, r.token)} end
+    if r then
+      local ends = math.floor(rs / ORD)
+      return {3, fmt(ends), r.attempts, holder_of(P, r.token), ago(ends)}
+    end
     return {2, 0, 0}
   end
   local r = parse_record(rec, score, id)
-  if r and r.token ~= '' then return {3, at, r.attempts, holder_of(P, r.token)} end
-  return {1, at, r and r.attempts or 0}
+  if r and r.token ~= '' then return {3, at, r.attempts, holder_of(P, r.token), ago(tonumber(at))} end
+  return {1, at, r and r.attempts or 0, '', ago(tonumber(at))}
 end
 if redis.call('HEXISTS', dead, id) == 1 then return {4, 0, 0} end
 return {0, 0, 0}

@@ -76,7 +76,7 @@ enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
 static int decode_metrics(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     dq_metrics *m = out;
     size_t count = METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1;
-    if (reply->elements != count + 1) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    if (reply->elements != count + 3) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     int64_t shards = dq__reply_int(reply->element[count]);
     if (shards < 0 || shards > DQ__SHARDS_MAX) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     if (!strchr(queue, '~')) dq__shards_learn(c, queue, (unsigned)shards); /* the queue's own keys */
@@ -89,6 +89,8 @@ static int decode_metrics(dq_client *c, const char *queue, const redisReply *rep
     m->stats.in_flight = dq__reply_int(e[4]);
     m->stats.dead = dq__reply_int(e[5]);
     m->oldest_ready_age_ms = dq__reply_int(e[6]);
+    m->stats.schedulers = dq__reply_int(e[count + 1]);
+    m->stats.overdue_ms = dq__reply_int(e[count + 2]);
     static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
                                                      "dead",    "expired",   "lat_sum"};
     int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
@@ -126,6 +128,8 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
     if (b->next_due_in_ms >= 0 && (a->next_due_in_ms < 0 || b->next_due_in_ms < a->next_due_in_ms))
         a->next_due_in_ms = b->next_due_in_ms;
     if (one->oldest_ready_age_ms > sum->oldest_ready_age_ms) sum->oldest_ready_age_ms = one->oldest_ready_age_ms;
+    if (b->schedulers > a->schedulers) a->schedulers = b->schedulers; /* each beats on every shard */
+    if (b->overdue_ms > a->overdue_ms) a->overdue_ms = b->overdue_ms;
     sum->offered += one->offered, sum->delivered += one->delivered, sum->acked += one->acked;
     sum->nacked += one->nacked, sum->dead += one->dead, sum->lease_expired += one->lease_expired;
     for (int i = 0; i <= DQ_LATENESS_BUCKETS; i++) sum->lateness[i] += one->lateness[i];

@@ -19,6 +19,8 @@
 --                         score, with their ids (see lib/70_registry.lua)
 --   P..h:<tprefix> STRING the holder a leased take named, until its lease
 --                         ends (see lib/75_holders.lua)
+--   P..schedulers  ZSET  the queue's schedulers (host:pid) by when their
+--                         last beat stops counting (see lib/75_holders.lua)
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all

@@ -1,4 +1,5 @@
--- lua/lib/75_holders.lua: who holds a take's leases (part of the scripts' shared code: see 00_base.lua).
+-- lua/lib/75_holders.lua: who holds a take's leases, and which schedulers
+-- are alive (part of the scripts' shared code: see 00_base.lua).
 -- Holders ----------------------------------------------------------------------
 -- A leased take may name its holder (dq_take_opts.holder). The name goes in
 -- a key of its own, P..'h:'..<the take's token prefix>, set by take.lua
@@ -22,4 +23,17 @@ local function holder_of(P, token)
   local hk = holder_key_of(P, token)
   local h = hk and redis.pcall('GET', hk)
   return type(h) == 'string' and h or ''
+end
+
+-- Schedulers ------------------------------------------------------------------
+-- Every scheduler of a queue beats in P..'schedulers' (a sorted set: member,
+-- its name, host:pid; score, the server ms until which it counts as live)
+-- on its catch-up and safety runs of transfer.lua, which it makes anyway:
+-- no call of its own. stats counts the live ones.
+local function schedulers_key(P) return P .. 'schedulers' end
+
+-- Schedulers of P live now (ms), by their beats.
+local function schedulers_live(P, now)
+  local live = redis.pcall('ZRANGEBYSCORE', schedulers_key(P), fmt(now), '+inf')
+  return type(live) == 'table' and #live or 0
 end
