@@ -40,7 +40,7 @@ WARN = -Wall -Wextra -Werror -Wstrict-prototypes -Wwrite-strings -Wmissing-proto
 DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibility=hidden \
             -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
-LIBS = -lhiredis -lev -lsodium -lm
+LIBS = -lhiredis -lev -lsodium -lssl -lcrypto -lm
 # The CLI writes its JSON with jansson and serves HTTP with libmicrohttpd;
 # the library uses neither.
 CLI_LIBS = -ljansson -lmicrohttpd
@@ -79,7 +79,7 @@ PC = $(BUILD)/delayq.pc
 # Debian 12 packages the build, the tests and the demo need.
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libmicrohttpd-dev libcmocka-dev redis-server redis-tools python3 valgrind \
-           python3-prometheus-client
+           python3-prometheus-client libssl-dev openssl
 # What only the tests need besides: a browser for the dashboard's test.
 TEST_PKGS = chromium chromium-driver python3-selenium
 
@@ -128,6 +128,8 @@ $(BUILD)/tests/tools/%: tests/tools/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) $(DQ_LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
+# A shim runs inside redis-server: no sanitizer (its runtime would have to
+# load first), only libc.
 $(BUILD)/tests/tools/%.so: tests/tools/preload/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -fPIC -shared $(CFLAGS) -o $@ $< -ldl
@@ -147,7 +149,7 @@ $(BUILD)/bench/dqbench: $(DQBENCH_SRC) $(STATIC) $(wildcard bench/*.h bench/dqbe
 
 $(PC): Makefile
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: 0.1.0\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: 0.1.0\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lssl -lcrypto -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
 
 demo: deps
 	$(MAKE) all

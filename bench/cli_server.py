@@ -3,6 +3,7 @@ share: a private, unpinned redis-server (AOF off) started through
 tests/lib/topology.py and stopped by its pid, and the small helpers they
 print with."""
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "lib"))
@@ -42,3 +43,24 @@ class Server(topology._Group):
     def now_ms(self):
         s, us = self.call("TIME")
         return int(s) * 1000 + int(us) // 1000
+
+
+class Serve:
+    """`delayq serve` on 127.0.0.1:port with args, for a with block: started
+    at entry, stopped by its pid (TERM, then KILL after 10 s) at exit."""
+
+    def __init__(self, delayq, url, port, *args):
+        self.proc = subprocess.Popen([delayq, "--redis", url, "serve", "--listen", f"127.0.0.1:{port}", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def __enter__(self):
+        return self.proc
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return False

@@ -51,6 +51,8 @@
 #                           shards: bench/shards.py, a sharded queue on
 #                           clusters of its own;
 #                           peer: bench/peer.py, BullMQ in the same run;
+#                           http: bench/http_api.py, the HTTP API's work
+#                           verbs through delayq serve;
 #                           parts, never by default: dqbench --only parts,
 #                           figure 5g, dq_worker's drain taken apart by
 #                           the clock: a worker, a leased take that never
@@ -177,7 +179,8 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 # "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
     grep -v '^calls$' |
-    grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' | paste -sd, -)
+    grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' |
+    grep -v '^http$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_CALLS=1
@@ -186,6 +189,7 @@ RUN_USERS=1
 RUN_OPS=1
 RUN_SHARDS=1
 RUN_PEER=1
+RUN_HTTP=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
@@ -196,6 +200,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,http,*) ;; *) RUN_HTTP=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
 [ $RUN_CORE -eq 1 ] &&
@@ -310,6 +315,10 @@ if [ $rc -eq 0 ] && [ $RUN_PEER -eq 1 ]; then
     # BullMQ on a server of its own, A B A B with the CLI; skipped (and
     # said so) where node is missing; 420 s at most.
     run_phase "$RESULTS.peer" timeout -k 10 420 python3 "$ROOT/bench/peer.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_HTTP -eq 1 ]; then
+    # delayq serve's work verbs on a server of its own, unpinned; 180 s at most.
+    run_phase "$RESULTS.http" timeout -k 10 180 python3 "$ROOT/bench/http_api.py" "$BUILD_DIR"
 fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

@@ -400,10 +400,17 @@ static void transfer_build(void *ctx, long i, call *c) {
     args(c, "1"); /* the shard count (since issue 13; older scripts ignore it) */
 }
 
+/* A take's or transfer's reply without the queue's epoch the current
+ * scripts end it with (an integer after the entries; older ones have none). */
+static size_t without_epoch(const redisReply *r, size_t bare) {
+    return r->elements == bare + 1 && r->element[bare]->type == REDIS_REPLY_INTEGER ? bare : r->elements;
+}
+
 static void transfer_reply(void *ctx, long i, const redisReply *r) {
     transfer_ctx *t = ctx;
     if (r->type == REDIS_REPLY_ERROR) die("%s transfer call %ld: %s", t->s->name, i, r->str);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) die("%s transfer call %ld: unexpected reply", t->s->name, i);
+    if (r->type != REDIS_REPLY_ARRAY || without_epoch(r, 7) != 7)
+        die("%s transfer call %ld: unexpected reply", t->s->name, i);
     if (r->element[1]->integer != 0) die("%s transfer call %ld: items set aside", t->s->name, i);
     t->moved += r->element[0]->integer;
     t->more = r->element[4]->integer;
@@ -469,12 +476,13 @@ static void take_build(void *ctx, long i, call *c) {
 static void take_reply(void *ctx, long i, const redisReply *r) {
     const take_ctx *t = ctx;
     if (r->type == REDIS_REPLY_ERROR) die("%s take call %ld: %s", t->s->name, i, r->str);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + (size_t)take_count)
-        die("%s take call %ld: %zu elements, expected %d (ready list short?)", t->s->name, i,
-            r->type == REDIS_REPLY_ARRAY ? r->elements : 0, 1 + take_count);
+    size_t n = r->type == REDIS_REPLY_ARRAY ? without_epoch(r, 1 + (size_t)take_count) : 0;
+    if (n != 1 + (size_t)take_count)
+        die("%s take call %ld: %zu elements, expected %d (ready list short?)", t->s->name, i, n,
+            1 + take_count);
     if ((r->element[0]->integer != 0) != (strcmp(t->lease, "0") != 0))
         die("%s take call %ld: lease flag %lld", t->s->name, i, r->element[0]->integer);
-    for (size_t j = 1; j < r->elements; j++)
+    for (size_t j = 1; j < n; j++)
         if (r->element[j]->type != REDIS_REPLY_STRING || r->element[j]->len == 0)
             die("%s take call %ld: entry %zu set aside", t->s->name, i, j);
     if (t->prefixes) note_leases(t, i, r);
@@ -483,7 +491,7 @@ static void take_reply(void *ctx, long i, const redisReply *r) {
 /* Keeps the leases of leased take call i (reply r) for the ack case. */
 static void note_leases(const struct take_ctx *t, long i, const redisReply *r) {
     long long flag = r->element[0]->integer;
-    for (size_t j = 1; j < r->elements; j++) {
+    for (size_t j = 1; j < without_epoch(r, 1 + (size_t)take_count); j++) {
         dq__entry e;
         if (dq__entry_decode(r->element[j]->str, r->element[j]->len, &e) != 0 || e.id_len > DQ_ID_MAX)
             die("%s take call %ld: entry %zu does not decode", t->s->name, i, j);

@@ -26,7 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int is_mutation(cli_endpoint ep)
 {
-    return ep == CLI_EP_CANCEL || ep == CLI_EP_REDRIVE_ALL || ep == CLI_EP_REDRIVE_ONE || ep == CLI_EP_PURGE;
+    return cli_endpoint_role(ep) != 0;
+}
+
+/* The method each change takes. */
+static const char *change_method(cli_endpoint ep)
+{
+    return ep == CLI_EP_CANCEL ? "DELETE" : "POST";
 }
 
 static void check(const cli_request *rq, const char *token, const cli_route *r)
@@ -36,19 +42,20 @@ static void check(const cli_request *rq, const char *token, const cli_route *r)
         if (r->status == 405 && !r->allow) abort();
         return;
     }
-    if (rq->body_len > 65536) abort();
+    if (rq->body_len > (r->ep == CLI_EP_OFFER ? CLI_BODY_MAX : CLI_BODY_SMALL)) abort();
     int read = strcmp(rq->method, "GET") == 0 || strcmp(rq->method, "HEAD") == 0;
     if (is_mutation(r->ep)) {
         if (!token || !rq->authorization || strncmp(rq->authorization, "Bearer ", 7) != 0 ||
             strcmp(rq->authorization + 7, token) != 0)
             abort();
-        if (strcmp(rq->method, r->ep == CLI_EP_CANCEL ? "DELETE" : "POST") != 0) abort();
+        if (strcmp(rq->method, change_method(r->ep)) != 0) abort();
     } else if (!read) {
         abort();
     }
     if (r->ep == CLI_EP_PAGE || r->ep == CLI_EP_METRICS || r->ep == CLI_EP_QUEUES) return;
     if (!dq__queue_valid(r->queue) || !strstr(rq->path, r->queue)) abort();
-    if (r->ep == CLI_EP_ITEM || r->ep == CLI_EP_CANCEL || r->ep == CLI_EP_REDRIVE_ONE) {
+    if (r->ep == CLI_EP_ITEM || r->ep == CLI_EP_CANCEL || r->ep == CLI_EP_REDRIVE_ONE || r->ep == CLI_EP_ACK ||
+        r->ep == CLI_EP_NACK || r->ep == CLI_EP_EXTEND) {
         if (!dq__id_valid(r->id) || !strstr(rq->path, r->id)) abort();
     }
     if (r->ep == CLI_EP_ITEMS) {
@@ -80,11 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .cursor = flags & 4 ? NULL : field[3],
         .limit = flags & 8 ? NULL : field[4],
         .authorization = flags & 16 ? NULL : field[5],
-        .body_len = flags & 32 ? 65537 : 0,
+        .body_len = flags & 32 ? CLI_BODY_SMALL + 1 : 0,
     };
     const char *token = flags & 1 ? TOKEN : NULL;
+    const cli_tokens tokens = {1, {CLI_ROLE_ADMIN}, {TOKEN}};
     cli_route r;
-    cli_route_request(token, &rq, &r);
+    cli_route_request(token ? &tokens : NULL, &rq, &r);
     check(&rq, token, &r);
     free(buf);
     return 0;

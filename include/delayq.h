@@ -129,6 +129,9 @@ DQ_EXPORT int dq_parse_duration(const char *text, int64_t *ms) DQ_NODISCARD;
 
 typedef struct dq_client dq_client;
 
+/* dq_options.wait_replicas: wait for every replica the master has. */
+#define DQ_WAIT_ALL (-1)
+
 typedef struct dq_options {
     int connect_timeout_ms;  /* per connection attempt; default 2000         */
     int command_timeout_ms;  /* reply deadline of each non-blocking command;
@@ -156,7 +159,11 @@ typedef struct dq_options {
                                 purge) is followed by WAIT wait_replicas
                                 wait_timeout_ms on the same connection; the
                                 call returns DQ_ENOTDURABLE when fewer
-                                confirm. 0 (default): no WAIT               */
+                                confirm. 0 (default): no WAIT.
+                                DQ_WAIT_ALL: every replica the master lists
+                                (ROLE, sent just before each write; at
+                                least one), one round trip more a write;
+                                needs ROLE in the user's ACL                */
     int wait_timeout_ms;     /* default 1000; 0 waits forever (WAIT's rule) */
     const char *key_file;    /* sealed payloads: a file of key lines ('delayq
                                 keygen'), read by dq_connect (DQ_EINVAL when
@@ -192,6 +199,28 @@ typedef struct dq_options {
                                 redis-sentinel:// URL, in place of its
                                 sentinel_password (sentinel_user stays);
                                 DQ_EINVAL with any other URL               */
+    /* TLS (rediss://, rediss-sentinel://, rediss-cluster:// URLs). The files
+     * are read by dq_connect (DQ_EINVAL when one is unreadable or the key
+     * does not match the certificate); the strings must stay valid until it
+     * returns. Ignored with a plain URL. */
+    const char *tls_ca;      /* PEM file of the CAs trusted to sign the
+                                servers' certificates; NULL (default): the
+                                system's CA store                          */
+    const char *tls_cert;    /* client certificate (PEM, with its chain) for
+                                servers that ask for one (tls-auth-clients);
+                                NULL (default): none. Needs tls_key        */
+    const char *tls_key;     /* its private key (PEM); with tls_cert        */
+    const char *tls_server_name; /* the name sent as SNI and required in the
+                                servers' certificates; NULL (default): each
+                                node's host as the URL or the topology gives
+                                it (an IP address is checked against the
+                                certificate's IP entries)                  */
+    int tls_insecure_skip_verify; /* 1: accept any server certificate and
+                                name (encrypts, but anyone in the path can
+                                read and change the traffic). 0 (default):
+                                verify the chain and the name; a failure is
+                                DQ_ECONNECT from dq_connect, with the cause
+                                in dq_client_errstr                        */
 } dq_options;
 
 /* Fills *opts with the defaults above. */
@@ -433,6 +462,9 @@ typedef struct dq_metrics {
     int64_t lateness[DQ_LATENESS_BUCKETS + 1]; /* moves per bucket, not
                                                   cumulative               */
     int64_t lateness_sum_ms;
+    uint64_t wiped; /* times this client saw the queue's keys vanish (a
+                       restart without persistence, an eviction, a flush:
+                       see dq_queues_seen); kept by the client, not Redis */
 } dq_metrics;
 
 /* Counts and totals of one queue, in one round trip. Returns 0 and fills
@@ -461,6 +493,17 @@ DQ_EXPORT int dq_redis_writable(dq_client *c, const char *queue) DQ_NODISCARD;
  * negative code. */
 DQ_EXPORT int dq_queues(dq_client *c, char ***names, size_t *n) DQ_NODISCARD;
 DQ_EXPORT void dq_queues_free(char **names, size_t n);
+
+/* The queues this client has seen an epoch of (the mark a queue's first
+ * offer or setting makes) in a take, scheduler run or metrics read,
+ * including those whose keys vanished since: a restart without
+ * persistence, an eviction or a flush loses a queue's items, settings and
+ * registry entry, so dq_queues forgets it, while this list keeps it. Each
+ * such loss is logged once (dq_set_log) and counted (dq_metrics.wiped,
+ * when the queue's metrics are read). Returns 0 and a new array *names of
+ * *n strings (free with dq_queues_free), or DQ_EINVAL, DQ_ENOMEM. Needs no
+ * round trip. */
+DQ_EXPORT int dq_queues_seen(dq_client *c, char ***names, size_t *n) DQ_NODISCARD;
 
 /* One item of a listing (dq_list). Strings are owned by the array. */
 typedef struct dq_listed {

@@ -61,7 +61,8 @@ if g ~= n_args + 1 then return redis.error_reply('ERR delayq: malformed ack argu
 local counts, err = read_counters(KEYS[2])
 err = err or shards_refusal(counts[4], ARGV[2])
 if err then return err end
-local now = server_now_ms()
+-- The queue's clock, read only: an ack only compares lease ends with it.
+local now = queue_now_ms()
 local out, acked = {}, 0
 
 -- The lease records at a token suffix's score (".<score>"), read once per

@@ -6,7 +6,9 @@
 -- values given, and the stored values of the fields left as they are (the
 -- same ranges, cfg_range, that the scripts reading them check). A
 -- bad stored value is an error naming it; setting or resetting that field
--- repairs it.
+-- repairs it. Settings gone (the settings hash absent while the counters'
+-- cfgset says some were set: evicted, deleted) are an error for a call that
+-- only reads; one that sets or resets a field writes them anew.
 -- Returns the settings after the change, defaults filled in, and the
 -- queue's shard count as KEYS[2] holds it (1 without KEYS[2]):
 -- {lease_ms, max_attempts, backoff_base_ms, backoff_max_ms, shards}. The
@@ -22,6 +24,11 @@ end
 local FIELDS = {'lease_ms', 'max_attempts', 'backoff_base_ms', 'backoff_max_ms'}
 local new, given = {}, {}
 if #ARGV % 2 ~= 0 then return redis.error_reply('ERR delayq: queue settings come in pairs') end
+-- A call that sets or resets a field repairs settings that are gone (see
+-- stored_setting): the fields it leaves out take their defaults.
+for i = 2, #ARGV, 2 do
+  if ARGV[i] ~= '' then qmeta.cfg_repair = true end
+end
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if CFG_DEFAULTS[field] == nil then
@@ -51,6 +58,13 @@ end
 for i = 1, #ARGV, 2 do
   if ARGV[i + 1] == '-' then redis.call('HDEL', cfg, ARGV[i])
   elseif ARGV[i + 1] ~= '' then redis.call('HSET', cfg, ARGV[i], fmt(new[ARGV[i]])) end
+end
+if KEYS[2] and qmeta.cfg_repair then
+  -- The mark that settings were set (counters' cfgset), so that their
+  -- loss is noticed; and the queue's epoch, as settings make a queue.
+  local set = redis.call('HLEN', cfg)
+  if set > 0 then redis.call('HSET', KEYS[2], 'cfgset', nstr(set)) else redis.call('HDEL', KEYS[2], 'cfgset') end
+  if set > 0 and not qmeta.epoch then redis.call('HSET', KEYS[2], 'epoch', new_epoch()) end
 end
 local out = {}
 for i, field in ipairs(FIELDS) do out[i] = fmt(new[field]) end

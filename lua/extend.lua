@@ -15,7 +15,7 @@ end
 local counts, err = read_counters(counters)
 err = err or shards_refusal(counts[4], ARGV[6])
 if err then return err end
-local now = server_now_ms()
+local now = queue_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)
 if not r then return {0, 0} end
 local deadline = math.min(now + lease, DUE_MAX)
@@ -24,6 +24,7 @@ lease_remove(P, key, rec, r)
 -- An item of a lease record moves to a record of its own (same token).
 local score = slot_insert(P, zs, counters, deadline * ORD, r.batch and record_v2(r, id) or rec, false)
 id_set(P, ik, id, score)
+clock_save(counters, false)
 announce_if_first(ARGV[5], score, bound)
 local hk = holder_key_of(P, ARGV[3])
 local ttl = hk and redis.call('PTTL', hk)

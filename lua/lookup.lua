@@ -9,16 +9,36 @@
 -- ago the due time or lease end passed (ms, 0 if it has not): what waits
 -- for a scheduler. An id whose index entry is in no slot is ready unless a
 -- lease record the lease registry names holds it (see
--- lib/70_registry.lua). Read only: a key of another type is an error. A record of
+-- lib/70_registry.lua), and if the ready list holds its entry (else
+-- unknown: see in_ready). Read only: a key of another type is an error. A record of
 -- the id that does not decode reads as pending with 0 attempts (the
 -- scheduler sets it aside when it falls due).
 local zs, dead, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local shards, err = read_shard_count(KEYS[3])
 err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
-      require_type(dead, 'hash') or require_type(lease_registry(P), 'zset')
+      require_type(dead, 'hash') or require_type(lease_registry(P), 'zset') or require_type(P .. 'r', 'list')
 if err then return err end
-local now = server_now_ms()
+local now = queue_now_ms()
 local function ago(t) return fmt(math.max(0, now - t)) end
+-- Whether the ready list holds an entry of id (the id index says so, but
+-- the list may have gone: evicted, deleted). A list longer than READY_SCAN
+-- is not read (too long for a look-up to block Redis): the index is
+-- believed.
+local READY_SCAN = 10000
+local function in_ready(ready, id)
+  local n = redis.call('LLEN', ready)
+  if n > READY_SCAN then return true end
+  for at = 0, n - 1, 500 do
+    for _, e in ipairs(redis.call('LRANGE', ready, fmt(at), fmt(at + 499))) do
+      if string.find(e, id, 1, true) then
+        local _, _, _, _, _, eid = entry_head(e)
+        if eid == id then return true end
+      end
+    end
+  end
+  return false
+end
+
 local ik = id_key(P, id)
 local s = redis.call('HGET', ik, id)
 local score = s and uint_of(s, 16, SCORE_MAX)
@@ -33,7 +53,8 @@ if score then
       local ends = math.floor(rs / ORD)
       return {3, fmt(ends), r.attempts, holder_of(P, r.token), ago(ends)}
     end
-    return {2, 0, 0}
+    if in_ready(P .. 'r', id) then return {2, 0, 0} end
+    return {0, 0, 0} -- its entry is gone (an evicted or deleted ready list)
   end
   local r = parse_record(rec, score, id)
   if r and r.token ~= '' then return {3, at, r.attempts, holder_of(P, r.token), ago(tonumber(at))} end

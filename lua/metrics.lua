@@ -6,15 +6,16 @@
 -- nil when absent): offered, delivered, acked, nacked, dead, expired,
 -- lat_sum, lat:1 .. lat:<#LAT_MS + 1>, then the shard count these keys'
 -- counters hold (a sharded queue's metrics are the sums over its shards and
--- its own keys: the client learns the count here), then the live
--- schedulers and overdue_ms as stats.lua gives them}. The client checks the metric
+-- its own keys: the client learns the count here), then the queue's epoch
+-- (0: none; see lib/20_counters.lua), then the live schedulers and
+-- overdue_ms as stats.lua gives them}. The client checks the metric
 -- fields (they are written with pcall and may hold anything someone put
 -- there); the counts are checked here as stats.lua does.
 local c, err = read_counters(KEYS[4])
 err = err or require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or
       require_type(KEYS[3], 'list') or require_type(KEYS[5], 'zset')
 if err then return err end
-local now = server_now_ms()
+local now = queue_now_ms()
 local ready = redis.call('LLEN', KEYS[2])
 local next_due = earliest_due(ARGV[1], KEYS[1], true)
 local next_in = -1
@@ -34,6 +35,7 @@ local out = {math.max(c[1], 0), ready, fmt(next_in), redis.call('LLEN', KEYS[3])
 local v = redis.call('HMGET', KEYS[4], unpack(fields))
 for i = 1, #fields do out[#out + 1] = v[i] or false end
 out[#out + 1] = c[4]
+out[#out + 1] = queue_epoch()
 out[#out + 1] = schedulers_live(ARGV[1], now)
 out[#out + 1] = fmt(next_due >= 0 and math.max(0, now - next_due) or 0)
 return out

@@ -30,7 +30,7 @@ end
 local counts, err = read_counters(counters)
 err = err or shards_refusal(counts[4], ARGV[10])
 if err then return err end
-local now = server_now_ms()
+local now = queue_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[4], now)
 if not r then return {0, 0} end
 r.token = ''
@@ -69,5 +69,6 @@ local bound = first_bound(P, zs)
 local score = slot_insert(P, zs, counters, due * ORD, record_v2(r, id), true)
 id_set(P, ik, id, score)
 redis.call('HINCRBY', counters, 'pending', 1)
+clock_save(counters, false)
 announce_if_first(chan, score, bound)
 return {1, fmt(due)}

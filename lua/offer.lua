@@ -7,7 +7,8 @@
 -- of replacing it) and 4 (fresh: the id was just generated, so it cannot
 -- exist). bucket: the id's id index bucket, as id_key computes it (the
 -- client computes it: SHA-1 costs Redis a sixth of an offer).
--- Returns the server time (ms), then 3 integers per item: status (1 added,
+-- Returns the queue's time (ms: the server's, never before the queue's
+-- clock mark, see queue_now_ms), then 3 integers per item: status (1 added,
 -- 2 replaced, 3 kept), due_ms, state of the id after the offer (1 pending,
 -- 2 ready, 3 in flight).
 -- An id is never queued twice: one that is ready or in flight is kept as it
@@ -27,7 +28,14 @@ local zs, ready, counters, sig = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local P, chan = ARGV[1], ARGV[2]
 local n = (#ARGV - 3) / 5
 
-local now = server_now_ms()
+-- Checked up front: the counters (HINCRBY would fail after the writes);
+-- they hold the queue's clock mark, which now needs.
+local counts, err = read_counters(counters)
+if err then return err end
+err = shards_refusal(counts[4], ARGV[3])
+if err then return err end
+
+local now = queue_now_ms()
 local dues, flags = {}, {}
 for i = 1, n do
   local b = 3 + (i - 1) * 5
@@ -42,12 +50,6 @@ for i = 1, n do
   end
   dues[i], flags[i] = due, f
 end
-
--- Checked up front: the counters (HINCRBY would fail after the writes).
-local counts, err = read_counters(counters)
-if err then return err end
-err = shards_refusal(counts[4], ARGV[3])
-if err then return err end
 
 local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
@@ -132,7 +134,9 @@ for i = 1, n do
   out[k + 1], out[k + 2], out[k + 3] = status, due, state
 end
 flush()
-if added ~= 0 then redis.call('HINCRBY', counters, 'pending', added) end
 metric_add(counters, 'offered', offered)
+-- The pending count, the clock's mark and a new queue's epoch: one HSET.
+if added ~= 0 then clock_save(counters, true, 'pending', fmt(counts[1] + added))
+else clock_save(counters, true) end
 if announce then redis.call('SPUBLISH', chan, fmt(announce)) end
 return out

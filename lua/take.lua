@@ -44,6 +44,8 @@
 -- lib/70_registry.lua). The scheduler returns what is left in the
 -- record to the ready list when the lease runs out, unless ack, nack or
 -- extend comes first with the item's token.
+-- Every reply ends with the queue's epoch (an integer; 0: none, see
+-- lib/20_counters.lua), after what is described here.
 -- Returns {} when nothing was ready, else {lease, e1, ..., en}, n <= N: lease is
 -- the lease record's score when the entries were leased (entry i's token
 -- is then the token prefix .. i .. '.' .. lease), 0 when handed out (or
@@ -81,6 +83,9 @@ end
 -- all that can refuse the call comes first.
 -- A leased take checks every counter it changes; the shard count is one of
 -- them (one read of the hash, not two).
+-- The counters come first: they hold the marks the settings and the
+-- clock need (qmeta); a take without a lease needs only the shard count.
+local counts, cerr = read_counters(counters)
 local shards, err
 lease, err = queue_setting(cfg, 'lease_ms', lease)
 if err then return err end
@@ -88,16 +93,21 @@ if lease > 0 then
   max, err = queue_setting(cfg, 'max_attempts', max)
   if err then return err end
   if #tprefix < 1 then return redis.error_reply('ERR delayq: malformed take arguments') end
-  local counts, cerr = read_counters(counters)
   if cerr then return cerr end
   shards = counts[4]
 else
-  shards, err = read_shard_count(counters)
-  if err then return err end
+  shards = qmeta.shards
+  if not shards then return cerr end
 end
 err = shards_refusal(shards, ARGV[11])
 if err then return err end
 local tag = tprefix .. '\n'
+-- Every reply ends with the queue's epoch (see qmeta; 0: none), an integer
+-- after the entries: a consumer notices the queue's keys vanish.
+local function with_epoch(t)
+  t[#t + 1] = queue_epoch()
+  return t
+end
 -- The reply of the leased take whose lease record is at score ss (see
 -- the result key above), or nil if ss is no score.
 local function leased_reply(ss)
@@ -123,11 +133,11 @@ if ARGV[9] == '1' then
   if type(replay) == 'string' and string.sub(replay, 1, #tag) == tag then
     if string.byte(replay, #tag + 1) == 76 then -- 'L'
       local out = leased_reply(string.sub(replay, #tag + 2))
-      if out then return out end
+      if out then return with_epoch(out) end
       return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
     end
     local ok, out = pcall(cmsgpack.unpack, string.sub(replay, #tag + 1))
-    if ok and type(out) == 'table' then return out end
+    if ok and type(out) == 'table' then return with_epoch(out) end
     return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
   end
 end
@@ -138,12 +148,12 @@ if not entries then
   -- another type is not ours: renamed away, not deleted.
   ensure_type(P, sig, 'list')
   redis.call('DEL', sig)
-  return {}
+  return with_epoch({})
 end
 
 local deadline, bound = 0, nil
 if lease > 0 then
-  deadline = math.min(server_now_ms() + lease, DUE_MAX)
+  deadline = math.min(queue_now_ms() + lease, DUE_MAX)
   bound = first_bound(P, zs)
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
@@ -238,7 +248,7 @@ for i = 1, #unindex, 2 do
   if s and math.floor(s / ORD) == due and not slot_find(P, zs, id, s) then id_del(P, ik, id) end
 end
 if leased > 0 then
-  redis.call('HINCRBY', counters, 'inflight', nstr(leased))
+  clock_save(counters, false, 'inflight', fmt(counts[2] + leased)) -- with the clock's mark
   announce_if_first(chan, first, bound)
   if holder ~= '' then redis.call('SET', holder_key(P, tprefix), holder, 'PX', nstr(lease)) end
 end
@@ -246,4 +256,4 @@ end
 -- score; else the reply.
 local result = leased == #out - 1 and 'L' .. lease_ss or cmsgpack.pack(out)
 redis.call('SET', ARGV[8], tag .. result, 'PX', 60000)
-return out
+return with_epoch(out)

@@ -29,8 +29,11 @@
 -- refuse the call before it writes.
 -- Can fail after writing only on an OOM.
 -- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
--- buried}: start_us is the server's clock when the run began, which clients
--- use to map due times onto their own clocks.
+-- buried, epoch}: start_us is the server's clock when the run began, which clients
+-- use to map due times onto their own clocks (the server's, not the
+-- queue's: while a clock set back runs below the queue's mark, an item due
+-- after the mark falls due when the server's clock reaches it); epoch is
+-- the queue's (0: none; see lib/20_counters.lua).
 local zs, ready, aside, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sig = KEYS[7]
 local P, chan = ARGV[1], ARGV[2]
@@ -46,7 +49,7 @@ err = err or shards_refusal(counts[4], ARGV[6])
 if err then return err end
 
 local start_us = server_now_us()
-local now = math.floor(start_us / 1000)
+local now = queue_time_of(math.floor(start_us / 1000)) -- never before the queue's mark
 local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
@@ -266,7 +269,8 @@ local next_due = earliest_due(P, zs)
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
 if done > 0 then
+  clock_save(counters, false) -- it moved items by this time
   -- Tells the other schedulers of this queue that this deadline is served.
   redis.call('SPUBLISH', chan, fmt(next_due))
 end
-return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried}
+return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried, queue_epoch()}

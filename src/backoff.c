@@ -114,6 +114,9 @@ static void log_line(dq_client *c, const char *error, const char *line) {
 }
 
 /* log_line with the line fmt and ap make. */
+static void log_va(dq_client *c, const char *error, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
 static void log_va(dq_client *c, const char *error, const char *fmt, va_list ap) {
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);

@@ -34,7 +34,7 @@ static int options_valid(const dq_options *o) {
            o->backoff_base_ms >= -1 && o->backoff_max_ms >= -1 &&
            (o->backoff_base_ms < 0) == (o->backoff_max_ms < 0) &&
            o->backoff_max_ms >= o->backoff_base_ms && o->backoff_max_ms <= DQ_DUE_MAX_MS &&
-           o->wait_replicas >= 0 && o->wait_timeout_ms >= 0;
+           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
@@ -107,6 +107,16 @@ int dq_connect(dq_client *c, const char *url) {
         if (krc) return dq__fail(c, krc, "%s", why);
         c->opt.key_file = NULL; /* the caller's string: not kept */
     }
+    if (c->url.tls || c->url.sentinel_tls) {
+        char why[DQ__ERRSTR_MAX];
+        int trc = dq__tls_ctx_new(&c->tls, &c->opt, why, sizeof why);
+        if (trc) return dq__fail(c, trc, "%s", why);
+        if (c->opt.tls_insecure_skip_verify)
+            dq__log(c, "TLS: the servers' certificates and names are NOT verified "
+                       "(tls_insecure_skip_verify): anyone in the path can read and change the traffic");
+    }
+    /* The caller's strings are read by now. */
+    c->opt.tls_ca = c->opt.tls_cert = c->opt.tls_key = c->opt.tls_server_name = NULL;
     int rc = dq__router_connect(c);
     if (rc) dq__router_free(c); /* nothing keeps trying in the background */
     return rc;
@@ -149,7 +159,9 @@ void dq_client_free(dq_client *c) {
     if (c->own_loop && c->loop) ev_loop_destroy(c->loop);
     dq__registry_free(c);
     dq__shards_free(c);
+    dq__epochs_free(c);
     dq__keyring_free(c->keyring);
+    dq__tls_ctx_free(c->tls);
     dq__errlog_free(c);
     explicit_bzero(&c->url, sizeof c->url); /* its passwords */
     free(c);

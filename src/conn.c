@@ -5,9 +5,9 @@
  * It knows nothing of queues, scripts or topologies: the router (router.c)
  * decides where a connection points and what goes over it.
  *
- * hiredis 0.14 has no async command timeouts, so each connection keeps its
- * sent commands in a FIFO (replies come back in order) and one libev timer
- * armed for the oldest one's deadline. When it expires the connection is
+ * The bytes go over a link (link.c: the socket, plain or TLS, and the RESP
+ * parser). Each connection keeps its sent commands in a FIFO (replies come
+ * back in order) and one libev timer armed for the oldest one's deadline. When it expires the connection is
  * dropped: a late reply can no longer be matched to anything, and every
  * waiting callback learns the cause once.
  */
@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <hiredis/adapters/libev.h>
 
 #include "internal.h"
 
@@ -29,6 +27,7 @@ struct dq__req {
     dq__reply_fn *fn;
     void *privdata;
     double deadline;         /* ev_now seconds; 0 = none                  */
+    int timeout_ms;          /* what the deadline was set from (messages) */
 };
 
 static void set_err(dq__conn *conn, int code, const char *fmt, ...)
@@ -119,26 +118,17 @@ static void rearm_cmd_timer(dq__conn *conn) {
 
 /* ------------------------------------------------------------ reply dispatch */
 
-/* hiredis calls this once per command. A request whose fn is NULL was
- * already failed by drop(), and its connection may be gone: only free it. */
-static void on_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata) {
-    (void)ac;
-    dq__req *r = privdata;
-    redisReply *reply = reply_ptr;
-    if (!r->fn) {
-        req_free(r);
+/* A reply answers the oldest request sent. */
+static void on_reply(dq__conn *conn, redisReply *reply) {
+    dq__req *r = conn->head;
+    if (!r) {
+        set_err(conn, DQ_EPROTO, "Redis at %s sent a reply nothing asked for", conn->name);
+        dq__conn_abort(conn, DQ_EPROTO, NULL);
         return;
     }
-    dq__conn *conn = r->conn;
     fifo_remove(conn, r);
     rearm_cmd_timer(conn);
-    int code = 0;
-    if (!reply) {
-        /* hiredis saw the connection end: on_disconnect follows. */
-        if (!conn->last_code) set_err(conn, DQ_ECONNECT, "connection to %s lost", conn->name);
-        code = conn->last_code;
-    }
-    r->fn(conn, reply, code, r->privdata);
+    r->fn(conn, reply, 0, r->privdata);
     req_free(r);
 }
 
@@ -146,9 +136,10 @@ void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdat
     (void)conn, (void)reply, (void)code, (void)privdata;
 }
 
-int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
-                      dq__reply_fn *fn, void *privdata) {
-    if (!conn->ac || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
+/* Sends cmd with a reply deadline of timeout_ms (0: none). */
+static int send_within(dq__conn *conn, int timeout_ms, const char *cmd, size_t len,
+                       dq__reply_fn *fn, void *privdata) {
+    if (!conn->link || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
         set_err(conn, DQ_ECONNECT, "not connected to Redis at %s (%s)", conn->name, why);
@@ -159,38 +150,50 @@ int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t le
     r->fn = fn;
     r->privdata = privdata;
     r->conn = conn;
-    if (!(flags & DQ__SEND_NO_TIMEOUT) && conn->client->opt.command_timeout_ms > 0) {
+    if (timeout_ms > 0) {
         /* The loop's cached time is stale after a while outside the loop
          * (a synchronous caller's own work): refresh it, or the deadline
          * could be in the past already. */
         ev_now_update(conn->client->loop);
-        r->deadline = ev_now(conn->client->loop) + conn->client->opt.command_timeout_ms / 1000.0;
+        r->deadline = ev_now(conn->client->loop) + timeout_ms / 1000.0;
+        r->timeout_ms = timeout_ms;
     }
-    /* hiredis copies the command into its output buffer. */
-    if (redisAsyncFormattedCommand(conn->ac, on_reply, r, cmd, len) != REDIS_OK) {
-        set_err(conn, DQ_ECONNECT, "cannot send to Redis: %s",
-                conn->ac->errstr ? conn->ac->errstr : "connection closing");
+    /* The link copies the command into its output buffer. */
+    int rc = dq__link_send(conn->link, cmd, len);
+    if (rc) {
+        set_err(conn, rc, "cannot send to Redis at %s: %s", conn->name,
+                rc == DQ_ENOMEM ? "out of memory" : "connection closing");
         free(r);
-        return DQ_ECONNECT;
+        return rc;
     }
     fifo_push(conn, r);
     if (r->deadline > 0 && !ev_is_active(&conn->cmd_timer)) rearm_cmd_timer(conn);
     return 0;
 }
 
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
+                      dq__reply_fn *fn, void *privdata) {
+    int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
+    return send_within(conn, ms, cmd, len, fn, privdata);
+}
+
 int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
                   const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
+    int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
+    return dq__conn_send_within(conn, ms, argc, argv, argvlen, fn, privdata);
+}
+
+int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **argv,
+                         const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
     char *cmd = NULL;
     long len = dq__format_command(&cmd, 0, NULL, NULL, argc, argv, argvlen);
-    int rc = len < 0 ? DQ_ENOMEM : dq__conn_send_raw(conn, flags, cmd, (size_t)len, fn, privdata);
+    int rc = len < 0 ? DQ_ENOMEM : send_within(conn, timeout_ms, cmd, (size_t)len, fn, privdata);
     free(cmd);
     return rc;
 }
 
 void dq__conn_write_now(dq__conn *conn) {
-    /* hiredis stops the write watcher itself once the buffer is out; the
-     * start and stop cancel out in libev before it reaches epoll. */
-    if (conn && conn->ac && conn->state == DQ__UP) redisAsyncHandleWrite(conn->ac);
+    if (conn && conn->link && conn->state == DQ__UP) dq__link_flush(conn->link);
 }
 
 /* ------------------------------------------------------------ connect / handshake */
@@ -301,47 +304,57 @@ static void start_handshake(dq__conn *conn) {
     handshake_reply(conn, &fake, 0, (void *)"");
 }
 
-static void on_connect(const redisAsyncContext *ac, int status) {
-    dq__conn *conn = ac->data;
-    if (!conn) return;
-    if (status != REDIS_OK) {
+/* The link's stream ended: before it was up (the connect or the TLS
+ * handshake failed), or after. */
+static void on_link_down(dq__conn *conn, const char *why) {
+    dq__link_close(conn->link);
+    conn->link = NULL;
+    if (conn->state == DQ__CONNECTING) {
         ev_timer_stop(conn->client->loop, &conn->connect_timer);
-        /* hiredis frees the context after this callback. */
-        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name,
-                ac->errstr ? ac->errstr : "error");
-        conn->ac = NULL;
+        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name, why);
         conn->state = DQ__DOWN;
         attempt_failed(conn);
         return;
     }
-    start_handshake(conn);
+    if (!conn->last_code) {
+        /* A TLS port drops a plain client at its first command. */
+        int first = conn->state == DQ__HANDSHAKE && !conn->ep.tls && !conn->ep.is_unix &&
+                    conn->ups == 0;
+        set_err(conn, DQ_ECONNECT, "connection to %s lost: %s%s", conn->name, why,
+                first ? " before any reply (a TLS port? use rediss://)" : "");
+    }
+    drop(conn, conn->last_code);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    dq__conn *conn = ac->data;
-    (void)status;
-    if (!conn) return; /* we dropped it ourselves: already handled */
-    if (!conn->last_code)
-        set_err(conn, DQ_ECONNECT, "connection to %s lost: %s", conn->name,
-                ac->errstr && ac->errstr[0] ? ac->errstr : "closed by server");
-    conn->ac = NULL;
-    drop(conn, conn->last_code);
+static void on_link(dq__link *l, int event, redisReply *reply, const char *why, void *privdata) {
+    (void)l;
+    dq__conn *conn = privdata;
+    if (event == DQ__LINK_UP) start_handshake(conn);
+    else if (event == DQ__LINK_REPLY) on_reply(conn, reply);
+    else on_link_down(conn, why);
 }
 
 static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__conn *conn = w->data;
-    if (!conn->ac) return;
-    set_err(conn, DQ_ETIMEDOUT, "cannot connect to %s: no answer within %d ms",
-            conn->name, conn->client->opt.connect_timeout_ms);
+    if (!conn->link) return;
+    set_err(conn, DQ_ETIMEDOUT, "cannot connect to %s: no answer within %d ms%s",
+            conn->name, conn->client->opt.connect_timeout_ms,
+            conn->ep.tls && conn->state == DQ__CONNECTING
+                ? " (the TLS handshake did not finish: a plain port? use redis://)" : "");
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
 static void on_cmd_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__conn *conn = w->data;
-    set_err(conn, DQ_ETIMEDOUT, "Redis at %s did not reply within %d ms",
-            conn->name, conn->client->opt.command_timeout_ms);
+    int ms = conn->client->opt.command_timeout_ms;
+    for (const dq__req *r = conn->head; r; r = r->next)
+        if (r->deadline > 0) {
+            ms = r->timeout_ms; /* the one that expired: the oldest */
+            break;
+        }
+    set_err(conn, DQ_ETIMEDOUT, "Redis at %s did not reply within %d ms", conn->name, ms);
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
@@ -369,26 +382,15 @@ static void schedule_retry(dq__conn *conn) {
 void dq__conn_start(dq__conn *conn) {
     if (conn->state != DQ__DOWN) return;
     dq_client *c = conn->client;
-    redisAsyncContext *ac = conn->ep.is_unix ? redisAsyncConnectUnix(conn->ep.path)
-                                             : redisAsyncConnect(conn->ep.host, conn->ep.port);
-    if (!ac) {
-        set_err(conn, DQ_ENOMEM, "out of memory");
+    char why[DQ__ERRSTR_MAX];
+    conn->link = dq__link_open(c, &conn->ep, on_link, conn, why, sizeof why);
+    if (!conn->link) {
+        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name, why);
         attempt_failed(conn);
         return;
     }
-    if (ac->err) {
-        set_err(conn, DQ_ECONNECT, "cannot connect to %s: %s", conn->name, ac->errstr);
-        redisAsyncFree(ac);
-        attempt_failed(conn);
-        return;
-    }
-    ac->data = conn;
-    conn->ac = ac;
     conn->state = DQ__CONNECTING;
     conn->last_code = 0;
-    redisLibevAttach(c->loop, ac);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ev_timer_set(&conn->connect_timer, c->opt.connect_timeout_ms / 1000.0, 0);
     ev_timer_start(c->loop, &conn->connect_timer);
 }
@@ -402,9 +404,7 @@ static void fail_pending(dq__conn *conn, int code) {
         dq__req *r = list;
         list = r->next;
         r->fn(conn, NULL, code, r->privdata);
-        /* hiredis still holds r and will call on_reply with NULL later;
-         * make that a no-op. */
-        r->fn = NULL;
+        req_free(r);
     }
 }
 
@@ -428,13 +428,10 @@ static void drop(dq__conn *conn, int code) {
 void dq__conn_abort(dq__conn *conn, int code, const char *why) {
     if (why) set_err(conn, code, "%s", why);
     else conn->last_code = code;
-    redisAsyncContext *ac = conn->ac;
-    conn->ac = NULL;
-    if (ac) {
-        ac->data = NULL; /* our connect/disconnect callbacks ignore it now */
-    }
+    dq__link *link = conn->link;
+    conn->link = NULL;
+    dq__link_close(link); /* its callbacks never run again */
     drop(conn, code);
-    if (ac) redisAsyncFree(ac); /* runs the detached callbacks with NULL */
 }
 
 void dq__endpoint_set(dq__endpoint *ep, const char *host, int port, const char *path) {
@@ -465,8 +462,25 @@ dq__conn *dq__conn_new(dq_client *c, enum dq__conn_kind kind, const dq__endpoint
     return conn;
 }
 
+void dq__conn_list_add(dq__conn **head, dq__conn *conn) {
+    dq__conn_unlist(conn);
+    conn->list_next = *head;
+    if (*head) (*head)->list_pprev = &conn->list_next;
+    conn->list_pprev = head;
+    *head = conn;
+}
+
+void dq__conn_unlist(dq__conn *conn) {
+    if (!conn->list_pprev) return;
+    *conn->list_pprev = conn->list_next;
+    if (conn->list_next) conn->list_next->list_pprev = conn->list_pprev;
+    conn->list_next = NULL;
+    conn->list_pprev = NULL;
+}
+
 void dq__conn_free(dq__conn *conn) {
     if (!conn) return;
+    dq__conn_unlist(conn);
     struct ev_loop *loop = conn->client->loop;
     conn->state = DQ__CLOSED;
     conn->auto_reconnect = 0;
@@ -492,6 +506,7 @@ static void on_reaper(struct ev_loop *loop, ev_timer *w, int revents) {
 
 void dq__conn_retire(dq__conn *conn) {
     dq_client *c = conn->client;
+    dq__conn_unlist(conn);
     conn->on_up = conn->on_down = conn->on_fail = NULL;
     conn->event_privdata = NULL;
     conn->auto_reconnect = 0;

@@ -118,10 +118,13 @@ static void note_held_back(const dq__delivery *d, const redisReply *r, int first
 
 int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request, dq_msg **msgs,
                           size_t max, int *held) {
-    if (reply->type != REDIS_REPLY_ARRAY) return -1;
-    if (reply->elements == 0) return 0;
+    /* The last element is the queue's epoch (lua/take.lua). */
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0) return -1;
+    if (dq__epoch_reply(d->c, d->shard, reply->element[reply->elements - 1]) != 0) return -1;
+    size_t elements = reply->elements - 1;
+    if (elements == 0) return 0;
     const redisReply *lease = reply->element[0];
-    if (lease->type != REDIS_REPLY_INTEGER || lease->integer < 0 || reply->elements - 1 > max) return -1;
+    if (lease->type != REDIS_REPLY_INTEGER || lease->integer < 0 || elements - 1 > max) return -1;
     /* "<request>.<i>.<score>": the score of the take's lease record (the
      * reply's first element), which lets an ack find the record directly
      * (see lua/lib/40_leases.lua). */
@@ -132,7 +135,7 @@ int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const 
     memcpy(token, request, prefix_len);
     token[prefix_len++] = '.';
     size_t got = 0;
-    for (size_t i = 1; i < reply->elements; i++) {
+    for (size_t i = 1; i < elements; i++) {
         const redisReply *r = reply->element[i];
         if (r->type != REDIS_REPLY_STRING) return -1;
         if (r->len == 0) continue; /* set aside by the script */

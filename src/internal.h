@@ -5,8 +5,9 @@
  * Ownership in one place:
  *   dq_client owns its connections (cmd, sub, blocking pool), its schedulers,
  *   takes and workers, and frees them all in dq_client_free.
- *   A dq__conn owns its hiredis context; hiredis frees the context after the
- *   connect-failure and disconnect callbacks, so conn->ac is cleared there.
+ *   A dq__conn and a dq__push each own their link (link.c: the socket, its
+ *   TLS session, the output buffer and reply parser) and close it when it
+ *   reports DOWN or they drop it.
  */
 #ifndef DQ_INTERNAL_H
 #define DQ_INTERNAL_H
@@ -39,6 +40,7 @@ typedef struct dq__endpoint {
     const char *user, *password; /* "" or NULL: no AUTH                 */
     int db;                      /* SELECT when > 0                     */
     int check_master;            /* ROLE must say "master" (Sentinel)   */
+    int tls;                     /* TLS over TCP (the client's settings) */
     char name[128];              /* "host:port" / "unix:path", messages
                                     (cut to fit)                        */
 } dq__endpoint;
@@ -63,7 +65,7 @@ struct dq__conn {
     enum dq__conn_state state;
     dq__endpoint ep;
     const char *name;            /* ep.name                              */
-    redisAsyncContext *ac;       /* NULL unless CONNECTING..UP            */
+    struct dq__link *link;       /* NULL unless CONNECTING..UP            */
     int auto_reconnect;          /* retry with backoff after a loss      */
     int backoff_ms;
     int handshake_left;          /* handshake replies still to come      */
@@ -74,6 +76,7 @@ struct dq__conn {
     dq__conn_event_fn *on_fail;  /* a connect attempt ended before UP    */
     void *event_privdata;
     dq__conn *next_in_pool;      /* blocking pool / retired list link     */
+    dq__conn *list_next, **list_pprev; /* an owner's list (dq__conn_list_add) */
     void *node;                  /* the router's node it belongs to      */
     int ups;                     /* times the handshake completed        */
     int last_code;
@@ -99,6 +102,10 @@ int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
 /* The same with a command already in RESP (len bytes, copied). */
 int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
                       dq__reply_fn *fn, void *privdata);
+/* The same with a reply deadline of timeout_ms (0: none) instead of
+ * command_timeout_ms: a blocking command that must end by then. */
+int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **argv,
+                         const size_t *argvlen, dq__reply_fn *fn, void *privdata);
 /* A dq__reply_fn for commands whose reply nobody needs. */
 void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
@@ -115,6 +122,12 @@ void dq__conn_write_now(dq__conn *conn);
  * what is pending now, frees the struct later from the loop. */
 void dq__conn_retire(dq__conn *conn);
 
+/* Puts conn in an owner's list at *head (out of any other first), so the
+ * owner can reach every connection it handed out; retiring or freeing
+ * conn takes it out again, so the list never holds a freed one. */
+void dq__conn_list_add(dq__conn **head, dq__conn *conn);
+void dq__conn_unlist(dq__conn *conn);
+
 /* Frees retired connections now (dq_client_free). */
 void dq__reap_retired(dq_client *c);
 
@@ -129,6 +142,49 @@ int dq__text_is_refusal(const char *text);
 /* Arms timer for the next reconnect attempt: *backoff_ms doubles from
  * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */
 void dq__retry_later(dq_client *c, ev_timer *timer, int *backoff_ms);
+
+/* ------------------------------------------------------------ TLS (tls.c) */
+
+typedef struct dq__tls_ctx dq__tls_ctx;
+typedef struct dq__tls dq__tls;
+enum { DQ__TLS_DONE = 0, DQ__TLS_WANT_READ = 1, DQ__TLS_WANT_WRITE = 2, DQ__TLS_ERR = -1 };
+
+/* A client's TLS settings from o's tls_* fields (files read now). Returns 0
+ * and *out (freed with dq__tls_ctx_free), or DQ_EINVAL / DQ_ENOMEM with the
+ * cause in err. */
+int dq__tls_ctx_new(dq__tls_ctx **out, const dq_options *o, char *err, size_t errlen);
+void dq__tls_ctx_free(dq__tls_ctx *t);
+/* A TLS session over the connected socket fd to host (the name verified
+ * unless the settings name one). NULL with the cause in err. */
+dq__tls *dq__tls_new(dq__tls_ctx *t, int fd, const char *host, char *err, size_t errlen);
+void dq__tls_free(dq__tls *s);
+/* A handshake step: DQ__TLS_DONE, WANT_READ / WANT_WRITE (call again when
+ * the socket is so), or DQ__TLS_ERR with the cause in err. */
+int dq__tls_handshake(dq__tls *s, char *err, size_t errlen);
+/* Bytes read / written (> 0), or 0 with *st a WANT_* or DQ__TLS_ERR (err). */
+long dq__tls_read(dq__tls *s, void *buf, size_t len, int *st, char *err, size_t errlen);
+long dq__tls_write(dq__tls *s, const void *buf, size_t len, int *st, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ links (link.c) */
+
+typedef struct dq__link dq__link;
+enum { DQ__LINK_UP, DQ__LINK_REPLY, DQ__LINK_DOWN };
+/* Events of a link: UP (connected, TLS handshake done: send now), REPLY
+ * (each reply in order; freed after the call), DOWN (why: the stream is
+ * dead, the owner closes the link). The owner may close the link in any
+ * of them. */
+typedef void dq__link_fn(dq__link *l, int event, redisReply *reply, const char *why,
+                         void *privdata);
+/* Starts connecting to ep (plain, or TLS when ep->tls). NULL with the cause
+ * in err when it cannot even start (fn never runs). */
+dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata,
+                        char *err, size_t errlen);
+/* Queues a command in RESP (len bytes, copied): 0, DQ_ECONNECT or DQ_ENOMEM. */
+int dq__link_send(dq__link *l, const char *cmd, size_t len);
+/* Writes what is queued now, without waiting for the loop. */
+void dq__link_flush(dq__link *l);
+/* Closes and frees (later, when inside its callback); fn never runs again. */
+void dq__link_close(dq__link *l);
 
 /* ------------------------------------------------------------ push connections (push.c) */
 
@@ -279,6 +335,7 @@ struct dq_client {
     dq__keyring *keyring;        /* sealing keys (opt.key_file), or NULL */
     dq__url url;
     dq__router *router;          /* the connections, after dq_connect   */
+    dq__tls_ctx *tls;            /* TLS settings; NULL: no TLS URL       */
     dq__conn *retired;           /* closed, to be freed by the reaper   */
     ev_timer reaper;
     dq__sched *scheds;
@@ -305,6 +362,7 @@ struct dq_client {
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
     struct dq__shardcount *shardcounts; /* shard counts learned (shardcount.c) */
+    struct dq__epoch *epochs;    /* queues' epochs seen (epochs.c)      */
     struct dq__waiter *waiters;  /* armed waits on shards (waiter.c)    */
     dq_refused_fn *refused_fn;
     void *refused_privdata;
@@ -384,6 +442,12 @@ int dq__waiter_arm(dq__waiter *w, int found_empty);
 int dq__waiters_quiet(const dq_client *c, const char *owner, unsigned shards, unsigned j);
 /* Shard j of owner's queue was found empty: the waits out on it are quiet. */
 void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, unsigned j);
+/* Sends "BLPOP key" on conn, a blocking connection, for a take or a
+ * waiter: Redis ends it with nil after half of safety_check_ms (the caller
+ * waits again), and the connection is dropped (DQ_ETIMEDOUT, its on_down)
+ * when no reply came within safety_check_ms: no wait outlasts the safety
+ * interval on a node that went silent. Returns as dq__conn_send. */
+int dq__blpop(dq_client *c, dq__conn *conn, const char *key, dq__reply_fn *fn, void *privdata);
 /* Gives n wake tokens back to the shard named shard (no reply awaited). */
 void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
 
@@ -416,6 +480,16 @@ void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
 /* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
 int dq__shards_refused(const redisReply *r, unsigned *n);
 void dq__shards_free(dq_client *c);
+
+/* Queues' epochs (epochs.c): a script's reply carried queue's (a shard's
+ * keys' name) epoch, 0 for none; one that differs from the last seen
+ * non-zero one means the keys vanished: logged once, counted. */
+void dq__epoch_seen(dq_client *c, const char *queue, int64_t epoch);
+/* The same from a reply element: 0, or -1 if r is no epoch (no integer >= 0). */
+int dq__epoch_reply(dq_client *c, const char *queue, const redisReply *r);
+/* Times the client saw queue's keys vanish. */
+uint64_t dq__epoch_wipes(dq_client *c, const char *queue);
+void dq__epochs_free(dq_client *c);
 /* Reads queue's shard count from its own keys, learns it and puts it in
  * *n (ops.c): one round trip, for calls that route by no item. */
 int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);

@@ -76,12 +76,15 @@ enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
 static int decode_metrics(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     dq_metrics *m = out;
     size_t count = METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1;
-    if (reply->elements != count + 3) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
+    /* Then the shard count, then the epoch, the schedulers and overdue_ms. */
+    if (reply->elements != count + 4 || dq__epoch_reply(c, queue, reply->element[count + 1]) != 0)
+        return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     int64_t shards = dq__reply_int(reply->element[count]);
     if (shards < 0 || shards > DQ__SHARDS_MAX) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     if (!strchr(queue, '~')) dq__shards_learn(c, queue, (unsigned)shards); /* the queue's own keys */
     redisReply *const *e = reply->element;
     memset(m, 0, sizeof *m);
+    m->wiped = dq__epoch_wipes(c, queue);
     m->stats.pending = dq__reply_int(e[0]);
     m->stats.ready = dq__reply_int(e[1]);
     m->stats.next_due_in_ms = dq__reply_int(e[2]);
@@ -89,8 +92,8 @@ static int decode_metrics(dq_client *c, const char *queue, const redisReply *rep
     m->stats.in_flight = dq__reply_int(e[4]);
     m->stats.dead = dq__reply_int(e[5]);
     m->oldest_ready_age_ms = dq__reply_int(e[6]);
-    m->stats.schedulers = dq__reply_int(e[count + 1]);
-    m->stats.overdue_ms = dq__reply_int(e[count + 2]);
+    m->stats.schedulers = dq__reply_int(e[count + 2]);
+    m->stats.overdue_ms = dq__reply_int(e[count + 3]);
     static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
                                                      "dead",    "expired",   "lat_sum"};
     int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
@@ -134,6 +137,7 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
     sum->nacked += one->nacked, sum->dead += one->dead, sum->lease_expired += one->lease_expired;
     for (int i = 0; i <= DQ_LATENESS_BUCKETS; i++) sum->lateness[i] += one->lateness[i];
     sum->lateness_sum_ms += one->lateness_sum_ms;
+    sum->wiped += one->wiped;
 }
 
 /* The metrics of a sharded queue: its own keys' (*m, read already: the

@@ -4,30 +4,27 @@
  * a sentinel. Every reply after the handshake goes to one callback, in
  * order; the owner (router.c) matches them up.
  *
- * Why not hiredis's async API, as conn.c uses: hiredis 0.14 knows only
- * SUBSCRIBE and PSUBSCRIBE. A reply it did not ask for outside those modes
- * (an smessage) trips an assertion and aborts the process. So this file
- * drives a non-blocking redisContext with libev watchers of its own and
- * uses hiredis only to format commands and parse replies.
+ * Why not a dq__conn: a conn matches each reply to the request that asked
+ * for it, and pushed messages (an smessage) were asked for by nobody. (Nor
+ * hiredis's async API: 0.14 knows only SUBSCRIBE and PSUBSCRIBE, and a
+ * reply it did not ask for trips an assertion that aborts the process.) So
+ * this file drives a link of its own (link.c: the socket, plain or TLS, and
+ * the RESP parser) and hands every reply to its owner.
  *
  * Reconnects by itself with conn.c's jittered backoff until freed; the owner hears DOWN and UP and
  * subscribes again after each UP.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "internal.h"
 
 struct dq__push {
     dq_client *c;
     dq__endpoint ep;
-    redisContext *ctx;           /* NULL while down                      */
-    ev_io rio, wio;
+    dq__link *link;              /* NULL while down                      */
     ev_timer connect_timer, retry_timer;
-    int connected;               /* TCP connect finished                 */
     int up;                      /* handshake done                       */
     int handshake_left;          /* AUTH replies still to come           */
     int backoff_ms;
@@ -55,12 +52,10 @@ static int emit(dq__push *p, int event, redisReply *reply) {
 
 static void close_socket(dq__push *p) {
     struct ev_loop *loop = p->c->loop;
-    ev_io_stop(loop, &p->rio);
-    ev_io_stop(loop, &p->wio);
     ev_timer_stop(loop, &p->connect_timer);
-    if (p->ctx) redisFree(p->ctx);
-    p->ctx = NULL;
-    p->connected = p->up = 0;
+    dq__link_close(p->link);
+    p->link = NULL;
+    p->up = 0;
 }
 
 static void schedule_retry(dq__push *p) { dq__retry_later(p->c, &p->retry_timer, &p->backoff_ms); }
@@ -74,15 +69,18 @@ static void fail(dq__push *p, const char *why) {
     if (was_up) (void)emit(p, DQ__PUSH_DOWN, NULL);
 }
 
-static void want_write(dq__push *p) {
-    if (p->ctx && !ev_is_active(&p->wio)) ev_io_start(p->c->loop, &p->wio);
+/* Queues a command on the link (which must be there). */
+static int send_cmd(dq__push *p, int argc, const char **argv, const size_t *lens) {
+    char *cmd = NULL;
+    long len = dq__format_command(&cmd, 0, NULL, NULL, argc, argv, lens);
+    int rc = len < 0 ? DQ_ENOMEM : dq__link_send(p->link, cmd, (size_t)len);
+    free(cmd);
+    return rc;
 }
 
 int dq__push_send(dq__push *p, int argc, const char **argv, const size_t *lens) {
-    if (!p->ctx || !p->up) return DQ_ECONNECT;
-    if (redisAppendCommandArgv(p->ctx, argc, argv, lens) != REDIS_OK) return DQ_ENOMEM;
-    want_write(p);
-    return 0;
+    if (!p->link || !p->up) return DQ_ECONNECT;
+    return send_cmd(p, argc, argv, lens);
 }
 
 static int handshake_done(dq__push *p) {
@@ -94,80 +92,44 @@ static int handshake_done(dq__push *p) {
 }
 
 static void on_connected(dq__push *p) {
-    p->connected = 1;
-    ev_io_start(p->c->loop, &p->rio);
     const dq__endpoint *ep = &p->ep;
     if (ep->password && ep->password[0]) {
         const char *av[3] = {"AUTH", ep->user, ep->password};
         size_t al[3] = {4, strlen(ep->user), strlen(ep->password)};
         int named = ep->user && ep->user[0];
         if (!named) av[1] = ep->password, al[1] = al[2];
-        if (redisAppendCommandArgv(p->ctx, named ? 3 : 2, av, al) != REDIS_OK) {
+        if (send_cmd(p, named ? 3 : 2, av, al) != 0) {
             fail(p, "out of memory");
             return;
         }
         p->handshake_left = 1;
-        want_write(p);
         return;
     }
     (void)handshake_done(p);
 }
 
-static void on_writable(struct ev_loop *loop, ev_io *w, int revents) {
-    (void)loop, (void)revents;
-    dq__push *p = w->data;
-    if (!p->connected) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (getsockopt(p->ctx->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        if (err) {
-            fail(p, strerror(err));
+/* One reply: the handshake's, or the owner's. */
+static void on_reply(dq__push *p, redisReply *reply) {
+    if (p->handshake_left > 0) {
+        p->handshake_left--;
+        if (reply->type == REDIS_REPLY_ERROR) {
+            char why[DQ__ERRSTR_MAX];
+            snprintf(why, sizeof why, "AUTH refused: %s", reply->str);
+            fail(p, why);
             return;
         }
-        ev_io_stop(p->c->loop, &p->wio);
-        on_connected(p);
+        if (p->handshake_left == 0) (void)handshake_done(p);
         return;
     }
-    int done = 0;
-    if (redisBufferWrite(p->ctx, &done) != REDIS_OK) {
-        fail(p, p->ctx->errstr[0] ? p->ctx->errstr : "write failed");
-        return;
-    }
-    if (done) ev_io_stop(p->c->loop, &p->wio);
+    (void)emit(p, DQ__PUSH_REPLY, reply);
 }
 
-static void on_readable(struct ev_loop *loop, ev_io *w, int revents) {
-    (void)loop, (void)revents;
-    dq__push *p = w->data;
-    if (redisBufferRead(p->ctx) != REDIS_OK) {
-        fail(p, p->ctx->errstr[0] ? p->ctx->errstr : "closed by server");
-        return;
-    }
-    for (;;) {
-        void *r = NULL;
-        if (!p->ctx || redisGetReplyFromReader(p->ctx, &r) != REDIS_OK) {
-            if (p->ctx) fail(p, "protocol error");
-            return;
-        }
-        if (!r) return;
-        redisReply *reply = r;
-        if (p->handshake_left > 0) {
-            p->handshake_left--;
-            if (reply->type == REDIS_REPLY_ERROR) {
-                char why[DQ__ERRSTR_MAX];
-                snprintf(why, sizeof why, "AUTH refused: %s", reply->str);
-                freeReplyObject(reply);
-                fail(p, why);
-                return;
-            }
-            freeReplyObject(reply);
-            if (p->handshake_left == 0 && handshake_done(p)) return;
-        } else {
-            int gone = emit(p, DQ__PUSH_REPLY, reply);
-            freeReplyObject(reply);
-            if (gone) return;
-        }
-    }
+static void on_link(dq__link *l, int event, redisReply *reply, const char *why, void *privdata) {
+    (void)l;
+    dq__push *p = privdata;
+    if (event == DQ__LINK_UP) on_connected(p);
+    else if (event == DQ__LINK_REPLY) on_reply(p, reply);
+    else fail(p, why);
 }
 
 static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -182,21 +144,16 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
 }
 
 static void start(dq__push *p) {
-    redisContext *ctx = p->ep.is_unix ? redisConnectUnixNonBlock(p->ep.path)
-                                      : redisConnectNonBlock(p->ep.host, p->ep.port);
-    if (!ctx || ctx->err) {
-        snprintf(p->errstr, sizeof p->errstr, "%.120s: %.120s", p->ep.name, ctx ? ctx->errstr : "out of memory");
-        if (ctx) redisFree(ctx);
+    char why[DQ__ERRSTR_MAX];
+    p->up = 0;
+    p->handshake_left = 0;
+    p->link = dq__link_open(p->c, &p->ep, on_link, p, why, sizeof why);
+    if (!p->link) {
+        snprintf(p->errstr, sizeof p->errstr, "%.120s: %.120s", p->ep.name, why);
         schedule_retry(p);
         return;
     }
-    p->ctx = ctx;
-    p->connected = p->up = 0;
-    p->handshake_left = 0;
     struct ev_loop *loop = p->c->loop;
-    ev_io_set(&p->rio, ctx->fd, EV_READ);
-    ev_io_set(&p->wio, ctx->fd, EV_WRITE);
-    ev_io_start(loop, &p->wio); /* writable once the connect finished */
     ev_timer_set(&p->connect_timer, p->c->opt.connect_timeout_ms / 1000.0, 0);
     ev_timer_start(loop, &p->connect_timer);
 }
@@ -208,11 +165,9 @@ dq__push *dq__push_new(dq_client *c, const dq__endpoint *ep, dq__push_fn *fn, vo
     p->ep = *ep;
     p->fn = fn;
     p->privdata = privdata;
-    ev_init(&p->rio, on_readable);
-    ev_init(&p->wio, on_writable);
     ev_timer_init(&p->connect_timer, on_connect_timeout, 0, 0);
     ev_timer_init(&p->retry_timer, on_retry, 0, 0);
-    p->rio.data = p->wio.data = p->connect_timer.data = p->retry_timer.data = p;
+    p->connect_timer.data = p->retry_timer.data = p;
     start(p);
     return p;
 }

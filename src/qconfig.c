@@ -12,14 +12,14 @@
 static const char *const config_fields[4] = {"lease_ms", "max_attempts", "backoff_base_ms",
                                              "backoff_max_ms"};
 
-/* Runs config.lua on one set of keys: the queue's own (with its counters,
- * for the shard count) or a shard's (settings only). */
-static int config_one(dq_client *c, const char *queue, const char *name, int home,
-                      char values[4][24], dq__sync_ints *s) {
+/* Runs config.lua on one set of keys: the queue's own or a shard's, with
+ * its counters (the shard count; the mark that settings were set). */
+static int config_one(dq_client *c, const char *queue, const char *name, char values[4][24],
+                      dq__sync_ints *s) {
     dq__keys k;
     dq__keys_init(&k, name);
     const char *argv[10] = {k.config, k.counters};
-    int nkeys = home ? 2 : 1;
+    int nkeys = 2;
     for (int i = 0; i < 4; i++)
         argv[nkeys + 2 * i] = config_fields[i], argv[nkeys + 1 + 2 * i] = values[i];
     int rc = dq__eval_ints_on(c, queue, name, DQ__ROUTE_WRITE, DQ__LUA_CONFIG, nkeys, 8, argv, s);
@@ -38,7 +38,7 @@ int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_q
         char name[DQ__SHARD_NAME_MAX + 1];
         if (dq__shard_named(c, queue, i, shards, name) != 0) return DQ_EPROTO;
         dq__sync_ints s;
-        rc = config_one(c, queue, name, 0, values, &s);
+        rc = config_one(c, queue, name, values, &s);
     }
     return rc;
 }
@@ -51,7 +51,7 @@ static int config_call(dq_client *c, const char *queue, char values[4][24], dq_q
     if (!rc) rc = dq__check_queue(c, queue);
     if (rc) return rc;
     dq__sync_ints s;
-    rc = config_one(c, queue, queue, 1, values, &s);
+    rc = config_one(c, queue, queue, values, &s);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
     dq_queue_config now = {s.v[0], s.v[1], s.v[2], s.v[3], s.v[4]};
     unsigned shards = (unsigned)s.v[4];

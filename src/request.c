@@ -6,8 +6,10 @@
  * caller's hook (script.c: a missing function library into FUNCTION LOAD and
  * EVAL) and the rewritten command's error explained by its other hook (a
  * user who may not load the library), and for a write, WAIT for
- * the client's wait_replicas pipelined behind it on the same connection:
- * the reply reaches the caller with DQ_ENOTDURABLE when fewer confirmed.
+ * the client's wait_replicas pipelined behind it on the same connection
+ * (for DQ_WAIT_ALL, the count of replicas a ROLE sent just before the write
+ * lists): the reply reaches the caller with DQ_ENOTDURABLE when fewer
+ * confirmed.
  * Every command's callback runs exactly once.
  */
 #include <stdio.h>
@@ -39,7 +41,9 @@ struct dq__rreq {
     int redirects, retries;
     int asking;              /* send ASKING first (ASK redirect)          */
     dq__node *target;        /* a redirect's node, else the slot's owner */
-    int wait_n;              /* WAIT for this many replicas, 0 = none     */
+    int wait_n;              /* WAIT for this many replicas, 0 = none,
+                                DQ_WAIT_ALL = as many as ROLE lists      */
+    int wait_need;           /* the current send's count (ROLE's for all) */
     int replies_left;        /* for the current send: command (+ WAIT)    */
     enum outcome outcome;
     redisReply *held;        /* the command's reply (a copy) until WAIT's */
@@ -53,6 +57,7 @@ typedef dq__rreq rreq;
 
 static void dispatch(rreq *r);
 static void retry_later(rreq *r);
+static void settle(rreq *r);
 
 /* ------------------------------------------------------------ replies */
 
@@ -118,10 +123,31 @@ void dq__rt_fail_held(dq__node *n, int code) {
 
 static void on_cmd_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 static void on_wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
+static void on_role_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
+
+/* Pipelines "WAIT n timeout" behind what r sent on conn. */
+static void send_wait(rreq *r, dq__conn *conn, int n) {
+    char n_text[16], t_text[24];
+    const char *av[3] = {"WAIT", n_text, t_text};
+    size_t al[3] = {4, dq__fmt_i64(n_text, n), dq__fmt_i64(t_text, r->rt->c->opt.wait_timeout_ms)};
+    r->wait_need = n;
+    /* WAIT blocks up to its own timeout: no reply deadline of ours. */
+    if (dq__conn_send(conn, DQ__SEND_NO_TIMEOUT, 3, av, al, on_wait_reply, r) == 0) r->replies_left++;
+    else r->acked = -1;
+}
 
 /* Sends r on n's command connection (up). Returns 0 or a DQ_E* code. */
 static int send_on(rreq *r, dq__node *n) {
     dq__conn *conn = n->cmd;
+    int role = r->wait_n == DQ_WAIT_ALL;
+    if (role) {
+        /* Every replica the master lists just before the write: ROLE
+         * goes first, and WAIT follows once its reply has counted them
+         * (on_role_reply), one round trip later than a fixed count's. */
+        const char *av[1] = {"ROLE"};
+        size_t al[1] = {4};
+        if (dq__conn_send(conn, 0, 1, av, al, on_role_reply, r) != 0) return DQ_ECONNECT;
+    }
     if (r->asking) {
         const char *av[1] = {"ASKING"};
         size_t al[1] = {6};
@@ -136,20 +162,37 @@ static int send_on(rreq *r, dq__node *n) {
     int rc = dq__conn_send_raw(conn, r->flags & DQ__SEND_NO_TIMEOUT, r->cmd, r->len, on_cmd_reply, r);
     if (rc) return rc;
     r->conn = conn;
-    r->replies_left = 1;
+    r->replies_left = 1 + role;
     r->outcome = DELIVER;
     r->held_code = 0;
-    if (r->wait_n > 0) {
-        char n_text[16], t_text[24];
-        const char *av[3] = {"WAIT", n_text, t_text};
-        size_t al[3] = {4, dq__fmt_i64(n_text, r->wait_n),
-                        dq__fmt_i64(t_text, r->rt->c->opt.wait_timeout_ms)};
-        /* WAIT blocks up to its own timeout: no reply deadline of ours. */
-        if (dq__conn_send(conn, DQ__SEND_NO_TIMEOUT, 3, av, al, on_wait_reply, r) == 0)
-            r->replies_left = 2;
-        else r->acked = -1;
-    }
+    r->acked = -1;
+    r->wait_need = r->wait_n;
+    if (r->wait_n > 0) send_wait(r, conn, r->wait_n);
     return 0;
+}
+
+/* The replicas a master's ROLE lists: {"master", offset, {{ip, port,
+ * offset}, ...}} (the ones online: one still in its first sync is not
+ * listed, and WAIT would not count it either). -1 for another reply. */
+static int role_replicas(const redisReply *reply) {
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 ||
+        reply->element[0]->type != REDIS_REPLY_STRING || strcmp(reply->element[0]->str, "master") != 0 ||
+        reply->element[2]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    return (int)reply->element[2]->elements;
+}
+
+static void on_role_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)code;
+    rreq *r = privdata;
+    r->replies_left--;
+    int n = role_replicas(reply);
+    /* At least one: "all" of none would make no write durable. A node that
+     * is no master gets the same, its write is refused anyway (READONLY,
+     * retried) and a refused ROLE leaves acked at -1: not confirmed. */
+    if (n >= 0 || (reply && reply->type != REDIS_REPLY_ERROR)) send_wait(r, conn, n > 1 ? n : 1);
+    else if (reply) dq__log(r->rt->c, "cannot count the replicas of %s: ROLE: %s", conn->name, reply->str);
+    if (r->replies_left == 0) settle(r);
 }
 
 void dq__rt_send_held(dq__node *n) {
@@ -233,11 +276,12 @@ static void settle(rreq *r) {
         break;
     }
     int code = r->held_code;
-    if (!code && r->wait_n > 0 && r->held && r->held->type != REDIS_REPLY_ERROR &&
-        r->acked < r->wait_n) {
+    if (!code && r->wait_n != 0 && r->held && r->held->type != REDIS_REPLY_ERROR &&
+        (r->acked < r->wait_need || r->wait_need <= 0)) {
         code = DQ_ENOTDURABLE;
         dq__fail(r->rt->c, code, "only %lld of %d replicas confirmed the write within %d ms",
-                 r->acked < 0 ? 0 : r->acked, r->wait_n, r->rt->c->opt.wait_timeout_ms);
+                 r->acked < 0 ? 0 : r->acked, r->wait_need > 0 ? r->wait_need : 1,
+                 r->rt->c->opt.wait_timeout_ms);
     }
     redisReply *reply = r->held;
     r->held = NULL;

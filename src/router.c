@@ -82,6 +82,7 @@ static dq__endpoint data_endpoint(const dq__router *rt, const char *host, int po
     ep.password = u->password;
     ep.db = u->topology == DQ__TOPO_CLUSTER ? 0 : u->db;
     ep.check_master = u->topology == DQ__TOPO_SENTINEL;
+    ep.tls = u->tls;
     return ep;
 }
 
@@ -119,6 +120,7 @@ dq__node *dq__rt_node_get(dq__router *rt, const char *host, int port) {
 
 static void node_free(dq__node *n) {
     dq__rt_fail_held(n, DQ_ECLOSED);
+    while (n->busy) dq__conn_unlist(n->busy); /* their holders free them */
     while (n->idle) {
         dq__conn *b = n->idle;
         n->idle = b->next_in_pool;
@@ -175,7 +177,8 @@ static void node_lost(dq__node *n) {
 static void node_cmd_down(dq__conn *conn, void *privdata) {
     (void)conn;
     dq__node *n = privdata;
-    dq__log(n->rt->c, "%s; reconnecting", n->cmd->errstr);
+    dq__log(n->rt->c, "%s; %s", n->cmd->errstr,
+            n->on_hold ? "waiting for the sentinels" : "reconnecting");
     node_lost(n);
 }
 
@@ -184,19 +187,47 @@ static void node_cmd_fail(dq__conn *conn, void *privdata) {
     node_lost(privdata);
 }
 
-/* Points node n (single or Sentinel master) at another address: its
- * connections are dropped and made again there. */
-void dq__rt_node_move(dq__node *n, const char *host, int port) {
-    dq__router *rt = n->rt;
-    if (n->ep.port == port && strcmp(n->ep.host, host) == 0) return;
-    dq__log(rt->c, "master %s is now at %s:%d (was %s)", dq__url_master_shown(&rt->c->url), host, port, n->ep.name);
-    dq__endpoint_set(&n->ep, host, port, NULL);
-    dq__endpoint_set(&n->cmd->ep, host, port, NULL);
+/* Ends the waits out on n's blocking connections: a BLPOP sent to a node
+ * that is frozen or cut off would wait for it however long it stays so,
+ * while another node serves. Each holder hears of the loss (on_down or
+ * on_fail) and waits again where the node is now; it may take a new
+ * connection meanwhile, so the list is emptied first. */
+static void end_busy(dq__node *n) {
+    dq__conn *list = NULL;
+    while (n->busy) dq__conn_list_add(&list, n->busy);
+    while (list) {
+        dq__conn *b = list;
+        dq__conn_unlist(b);
+        dq__conn_abort(b, DQ_ECONNECT, "the master moved");
+    }
+}
+
+/* Drops n's blocking connections, idle and busy. */
+static void node_drop_blocking(dq__node *n) {
     while (n->idle) {
         dq__conn *b = n->idle;
         n->idle = b->next_in_pool;
         dq__conn_retire(b);
     }
+    end_busy(n);
+}
+
+/* Points node n (single or Sentinel master) at another address: its
+ * connections are dropped and made again there. At the same address, a
+ * held node's command connection starts again (dq__rt_node_hold). */
+void dq__rt_node_move(dq__node *n, const char *host, int port) {
+    dq__router *rt = n->rt;
+    int held = n->on_hold;
+    if (held) n->on_hold = 0, n->cmd->auto_reconnect = 1;
+    if (n->ep.port == port && strcmp(n->ep.host, host) == 0) {
+        if (held && n->cmd->state == DQ__DOWN) dq__conn_start(n->cmd);
+        return;
+    }
+    dq__log(rt->c, "master %s is now at %s:%d (was %s)", dq__url_master_shown(&rt->c->url), host, port,
+            n->ep.name);
+    dq__endpoint_set(&n->ep, host, port, NULL);
+    dq__endpoint_set(&n->cmd->ep, host, port, NULL);
+    node_drop_blocking(n);
     if (n->push) {
         dq__push_free(n->push);
         n->push = NULL;
@@ -212,6 +243,21 @@ void dq__rt_node_move(dq__node *n, const char *host, int port) {
         if (!s->node) dq__rt_attach_sub(s);
 }
 
+/* Stops using node n until dq__rt_node_move names where the master is. */
+void dq__rt_node_hold(dq__node *n, const char *why) {
+    dq__router *rt = n->rt;
+    if (n->on_hold) return;
+    dq__log(rt->c, "master %s at %s: %s; not using it until the sentinels name the master",
+            dq__url_master_shown(&rt->c->url), n->ep.name, why);
+    /* Its wake-ups (push) may go on: they only make takes look, and the
+     * looks go through the command connection, held down. */
+    node_drop_blocking(n);
+    n->on_hold = 1;
+    n->cmd->auto_reconnect = 0;
+    ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
+    if (n->cmd->state != DQ__DOWN) dq__conn_abort(n->cmd, DQ_ECONNECT, why);
+}
+
 /* ------------------------------------------------------------ blocking pool */
 
 dq__conn *dq__route_blocking(dq_client *c, unsigned slot) {
@@ -220,11 +266,18 @@ dq__conn *dq__route_blocking(dq_client *c, unsigned slot) {
         dq__fail(c, DQ_ECONNECT, "no node serves slot %u", slot);
         return NULL;
     }
+    if (n->on_hold) {
+        dq__fail(c, DQ_ECONNECT, "%s is held: a failover is under way", n->ep.name);
+        return NULL;
+    }
     dq__conn *b;
     while ((b = n->idle)) {
         n->idle = b->next_in_pool;
         b->next_in_pool = NULL;
-        if (b->state == DQ__UP) return b;
+        if (b->state == DQ__UP) {
+            dq__conn_list_add(&n->busy, b);
+            return b;
+        }
         /* Lost while idle (a restart, a killed client): a blocking
          * connection does not reconnect by itself, so one handed out now
          * would never come up, and its take would wait for ever. */
@@ -236,12 +289,14 @@ dq__conn *dq__route_blocking(dq_client *c, unsigned slot) {
         return NULL;
     }
     b->node = n;
+    dq__conn_list_add(&n->busy, b);
     dq__conn_start(b);
     return b;
 }
 
 void dq__route_blocking_release(dq_client *c, dq__conn *b) {
     dq__node *n = b->node;
+    dq__conn_unlist(b);
     b->on_up = b->on_down = b->on_fail = NULL;
     b->event_privdata = NULL;
     /* Only a healthy connection to where its node still is goes back. */
@@ -300,8 +355,9 @@ static int single_done(const dq__router *rt) {
 
 static int sentinel_done(const dq__router *rt) {
     if (rt->discover_rounds > 0) return 1;
-    if (!rt->master && ev_time() > rt->connect_deadline) return 1; /* a failover lasts */
-    return rt->master && single_done(rt);
+    /* No master named yet, or held off the old one: a failover lasts. */
+    if (!rt->master || rt->master->on_hold) return ev_time() > rt->connect_deadline;
+    return single_done(rt);
 }
 
 static int cluster_done(const dq__router *rt) {
@@ -373,8 +429,7 @@ void dq__router_free(dq_client *c) {
     ev_timer_stop(c->loop, &rt->heal_timer);
     dq__rt_requests_free(rt);
     while (rt->subs) dq__route_unsubscribe(c, rt->subs);
-    dq__push_free(rt->watch);
-    if (rt->asking) dq__conn_free(rt->asking);
+    dq__rt_sentinels_free(rt);
     while (rt->nodes) {
         dq__node *n = rt->nodes;
         rt->nodes = n->next;

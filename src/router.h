@@ -19,8 +19,13 @@ struct dq__node {
     dq__endpoint ep;
     dq__conn *cmd;
     dq__conn *idle;          /* idle blocking connections               */
+    dq__conn *busy;          /* blocking connections handed out (a list
+                                of dq__conn_list_add), so a move ends
+                                their waits too                         */
     dq__push *push;          /* sharded subscriptions on this node      */
     dq__rreq *held, *held_tail; /* waiting for cmd to come up           */
+    int on_hold;             /* Sentinel: a failover is replacing it, cmd
+                                stays down (dq__rt_node_hold)           */
 };
 
 struct dq__sub {
@@ -34,6 +39,15 @@ struct dq__sub {
     char channel[DQ__KEY_MAX];
 };
 
+/* What one sentinel said in a discovery round (sentinel.c). */
+typedef struct dq__sentinel_answer {
+    enum { DQ__ASK_PENDING, DQ__ASK_ANSWERED, DQ__ASK_FAILED } state;
+    char host[256];
+    int port;
+    long long epoch;         /* SENTINEL MASTER's config-epoch            */
+    int failover;            /* it runs a failover not yet past promotion */
+} dq__sentinel_answer;
+
 struct dq__router {
     dq_client *c;
     int topology;
@@ -45,15 +59,17 @@ struct dq__router {
     dq__rreq *retrying;      /* requests waiting on a backoff timer      */
     dq__up_fn *on_up;
     void *on_up_privdata;
-    /* Sentinel */
-    int sentinel_next;       /* the next sentinel to ask                 */
+    /* Sentinel: a round asks every sentinel of the URL at once */
     int discovering;
-    int discover_rounds;     /* full rounds over the sentinels that failed */
-    int failover_seen;       /* the sentinel asked runs a failover now    */
+    int discover_rounds;     /* rounds in a row no sentinel answered      */
     double connect_deadline; /* dq_connect gives up waiting for one then  */
-    dq__conn *asking;        /* the sentinel being asked                 */
-    dq__push *watch;         /* +switch-master                           */
-    int watch_sentinel;
+    dq__conn *asking[DQ__URL_NODES_MAX];   /* this round's, by URL index */
+    dq__sentinel_answer answers[DQ__URL_NODES_MAX];
+    int pending;             /* sentinels of the round yet to answer      */
+    int answered;            /* and those that named a master            */
+    ev_timer round_timer;    /* the round ends then with what it has      */
+    int failover_logged;     /* "failover in progress" said, once a wait  */
+    dq__push *watch[DQ__URL_NODES_MAX]; /* each sentinel's announcements */
     /* Cluster */
     int refreshing, refresh_again;
     /* Both: topology re-reads while broken */
@@ -69,8 +85,13 @@ dq__node *dq__rt_node_get(dq__router *rt, const char *host, int port);
 /* The node serving slot: the master outside a cluster; NULL if unknown. */
 dq__node *dq__rt_owner(const dq__router *rt, unsigned slot);
 /* Points node n (single or Sentinel master) at another address: its
- * connections are dropped and made again there. */
+ * connections are dropped and made again there. At the same address, a
+ * held node's command connection starts again (dq__rt_node_hold). */
 void dq__rt_node_move(dq__node *n, const char *host, int port);
+/* Stops using node n (a Sentinel master a failover is replacing): every
+ * connection to it is dropped, blocking ones included, and its command
+ * connection stays down until dq__rt_node_move names where it is. */
+void dq__rt_node_hold(dq__node *n, const char *why);
 /* Reads the topology again after a backoff that grows while it stays
  * broken (reset when it reads whole). */
 void dq__rt_heal_later(dq__router *rt);
@@ -97,8 +118,11 @@ void dq__rt_attach_sub(dq__sub *s);
 void dq__rt_refresh(dq__router *rt);
 
 /* sentinel.c */
-/* Asks the sentinels, in turn from the last one that answered, where the
- * master is. One round at a time. */
+/* Asks every sentinel of the URL at once where the master is, and follows
+ * the one with the newest config epoch, unless one of them runs a failover
+ * (then it asks again shortly). One round at a time. */
 void dq__rt_discover(dq__router *rt);
+/* Ends the sentinel connections (router free). */
+void dq__rt_sentinels_free(dq__router *rt);
 
 #endif

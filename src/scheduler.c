@@ -139,7 +139,7 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
         arm_safety_timer(s);
         return;
     }
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7) {
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 8) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
         if (reply) dq__backoff_next(c, &s->backoff, reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -171,6 +171,7 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     int more = dq__reply_int(reply->element[4]) != 0;
     int64_t expired = dq__reply_int(reply->element[5]);
     int64_t buried = dq__reply_int(reply->element[6]);
+    dq__epoch_seen(c, s->queue, dq__reply_int(reply->element[7]));
     c->counters.leases_expired += (uint64_t)expired;
     c->counters.buried += (uint64_t)buried;
     dq__clock_sample(c, s->sent_at, ev_time(), server_us);

@@ -5,8 +5,9 @@
  * A take runs lua/take.lua on the node serving the queue, which pops up to
  * N ready entries atomically (and, with a lease, puts each in flight). When
  * the ready list is empty, it waits on a blocking connection of its own to
- * that node with "BLPOP <wake tokens> 0" (a failover or slot move ends the
- * wait: the take looks again and waits where the queue is now). Whatever
+ * that node with a BLPOP on its wake tokens (dq__blpop: a failover or slot
+ * move ends the wait, and so does a node that stays silent past the safety
+ * interval: the take looks again and waits where the queue is now). Whatever
  * makes an entry ready pushes one token, so
  * each entry wakes one waiter, not every idle consumer. Then it runs the
  * script again. The blocking connection never holds an item, only a token:
@@ -246,7 +247,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         next_shard(t);
     } else if (held > 0) finish(t, DQ_EKEY, NULL, 0); /* the message names the key */
     else if (t->ending) finish(t, t->end_status, NULL, 0);
-    else if (reply->elements > 0) run_script(t); /* all popped were set aside: look again */
+    else if (reply->elements > 1) run_script(t); /* all popped were set aside: look again */
     else {
         note_empty(t);
         if (t->shards > 1 && ++t->tried < t->shards) next_shard(t); /* this one is empty */
@@ -499,6 +500,10 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
                NULL, 0);
         return;
     }
+    if (reply->type == REDIS_REPLY_NIL) { /* its time ran out: nothing came */
+        wait_for_entries(t);
+        return;
+    }
     t->woke = reply->type == REDIS_REPLY_ARRAY;
     run_script(t); /* something is ready (or the wait was cut): look */
 }
@@ -538,10 +543,7 @@ static void wait_for_entries(dq_take_req *t) {
         t->conn->on_fail = on_conn_lost;
     }
     if (t->conn->state != DQ__UP) return; /* on_conn_up looks then */
-    const char *argv[3] = {"BLPOP", t->keys.signal, "0"};
-    size_t lens[3] = {5, strlen(t->keys.signal), 1};
-    if (dq__conn_send(t->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, wait_reply, t) == 0)
-        t->wait_out = 1;
+    if (dq__blpop(t->c, t->conn, t->keys.signal, wait_reply, t) == 0) t->wait_out = 1;
 }
 
 static void on_conn_up(dq__conn *conn, void *privdata) {

@@ -7,6 +7,8 @@
  *   redis-sentinel://[[user:]password@]host[:port][,host[:port]...][/db]
  *       [?sentinel_user=U&sentinel_password=P]#MASTER
  *   redis-cluster://[[user:]password@]host[:port][,host[:port]...]
+ * and their TLS forms rediss://, rediss-sentinel:// (whose query may add
+ * sentinel_tls=no: the sentinels speak plain TCP) and rediss-cluster://
  * into a dq__url, and the masking of secrets in text that may be or hold a
  * URL: dq__url_mask for the library's messages, dq__url_redact for the
  * CLI's quotes of arguments (the one set of rules for both). Pure string
@@ -42,7 +44,7 @@
 #define SENTINEL_PORT 26379
 /* Longest master name; the field holds it with its NUL. */
 #define MASTER_MAX 127
-#define SCHEMES "redis://, redis-sentinel://, redis-cluster:// or unix://"
+#define SCHEMES "redis://, redis-sentinel://, redis-cluster:// (rediss...: TLS) or unix://"
 /* How much of an offending fragment an error message quotes. */
 #define QUOTE_MAX 32
 
@@ -368,9 +370,18 @@ static int parse_query(parser *ps, const char *s, size_t n, dq__url *u)
                              u->sentinel_password, sizeof u->sentinel_password) != 0)
                 return DQ_EINVAL;
             u->master_hidden = 1;
+        } else if (is_word(s, name_len, "sentinel_tls")) {
+            size_t k = (size_t)(e - eq - 1);
+            if (k == 3 && strncasecmp(eq + 1, "yes", 3) == 0)
+                u->sentinel_tls = 1;
+            else if (k == 2 && strncasecmp(eq + 1, "no", 2) == 0)
+                u->sentinel_tls = 0;
+            else
+                return fail(ps, "sentinel_tls takes yes or no");
         } else {
-            return fail(ps, "unknown query parameter %d (only sentinel_user= and "
-                            "sentinel_password=; write '&' in a value as %%26)", number);
+            return fail(ps, "unknown query parameter %d (only sentinel_user=, "
+                            "sentinel_password= and sentinel_tls=; write '&' in a value as "
+                            "%%26)", number);
         }
         if (amp == NULL)
             return 0;
@@ -562,7 +573,8 @@ static int put_query(masker *m, const char *s, size_t n)
         if (k >= 3 && memcmp(s, "db=", 3) == 0) {
             put_text(m, s, k);
             hidden = 0;
-        } else if (k >= 14 && memcmp(s, "sentinel_user=", 14) == 0) {
+        } else if ((k >= 14 && memcmp(s, "sentinel_user=", 14) == 0) ||
+                   (k >= 13 && memcmp(s, "sentinel_tls=", 13) == 0)) {
             put_text(m, s, k);
             hidden = 0;
         } else if (k >= sizeof pw - 1 && memcmp(s, pw, sizeof pw - 1) == 0) {
@@ -670,6 +682,14 @@ const char *dq__url_master_shown(const dq__url *u)
 
 /* ------------------------------------------------------------ entry */
 
+/* A TLS form: TLS to every node, and to the sentinels unless the query
+ * says sentinel_tls=no. */
+static int parse_tls(parser *ps, int topology, const char *rest, dq__url *u)
+{
+    u->tls = u->sentinel_tls = 1;
+    return parse_network(ps, topology, rest, u);
+}
+
 int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
 {
     parser ps = {err, errlen, 0};
@@ -701,7 +721,11 @@ int dq__url_parse(const char *text, dq__url *out, char *err, size_t errlen)
     else if (scheme_len == 4 && strncasecmp(text, "unix", 4) == 0)
         rc = parse_unix(&ps, sep + 3, &u);
     else if (scheme_len == 6 && strncasecmp(text, "rediss", 6) == 0)
-        rc = fail(&ps, "TLS (rediss://) is not supported");
+        rc = parse_tls(&ps, DQ__TOPO_SINGLE, sep + 3, &u);
+    else if (scheme_len == 15 && strncasecmp(text, "rediss-sentinel", 15) == 0)
+        rc = parse_tls(&ps, DQ__TOPO_SENTINEL, sep + 3, &u);
+    else if (scheme_len == 14 && strncasecmp(text, "rediss-cluster", 14) == 0)
+        rc = parse_tls(&ps, DQ__TOPO_CLUSTER, sep + 3, &u);
     else
         rc = fail(&ps, "unknown scheme '%s' (expected " SCHEMES ")", quote(q, text, scheme_len));
 

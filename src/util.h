@@ -45,6 +45,9 @@ typedef struct dq__url {
     char sentinel_user[128];     /* sentinel: ?sentinel_user=, "" if none   */
     char sentinel_password[256]; /* sentinel: ?sentinel_password=           */
     int db;              /* database number, default 0 (always 0 in cluster)*/
+    int tls;             /* rediss*: TLS to the data nodes                  */
+    int sentinel_tls;    /* rediss-sentinel: TLS to the sentinels too, unless
+                            ?sentinel_tls=no (also allowed with plain)      */
     char masked[DQ__URL_MASKED_MAX + 1]; /* the URL for messages: user info
                             and sentinel_password replaced by "***", control
                             bytes escaped, cut to DQ__URL_MASKED_MAX bytes

@@ -2,7 +2,7 @@
  * waiter.c - the waits a sharded queue's takes leave armed.
  *
  * When every shard of a sharded queue is empty, a take (take.c) waits on
- * all of them at once: one "BLPOP <wake tokens> 0" per shard, each on a
+ * all of them at once: one BLPOP on its wake tokens per shard, each on a
  * blocking connection to that shard's node (a cluster refuses one BLPOP
  * over keys of several slots). Each such wait is a waiter, kept in the
  * client's list. A waiter outlives its take: when the take ends, an armed
@@ -36,6 +36,18 @@ struct dq__waiter {
                                         nothing since (dq__waiters_quiet)   */
 };
 
+int dq__blpop(dq_client *c, dq__conn *conn, const char *key, dq__reply_fn *fn, void *privdata) {
+    /* Redis ends the BLPOP with nil at half the safety interval; the reply
+     * deadline (the connection's timer: a node that is frozen or cut off
+     * answers nothing, and no disconnect may ever come) drops the
+     * connection at the whole interval. */
+    char secs[32];
+    int ms = c->opt.safety_check_ms;
+    const char *argv[3] = {"BLPOP", key, secs};
+    size_t lens[3] = {5, strlen(key), (size_t)snprintf(secs, sizeof secs, "%.3f", ms / 2000.0)};
+    return dq__conn_send_within(conn, ms, 3, argv, lens, fn, privdata);
+}
+
 void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n) {
     if (n == 0) return;
     char signal[DQ__KEY_MAX];
@@ -64,6 +76,8 @@ void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, un
     for (dq__waiter *w = c->waiters; w; w = w->next)
         if (w->out && waiter_is(w, owner, shards, j)) w->quiet = 1;
 }
+
+static void waiter_send(dq__waiter *w);
 
 static void waiter_free(dq__waiter *w) {
     for (dq__waiter **p = &w->c->waiters; *p; p = &(*p)->next) {
@@ -109,6 +123,11 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     w->out = 0;
     w->quiet = 0;
     if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
+    if (reply->type == REDIS_REPLY_NIL) { /* its time ran out: wait again */
+        if (w->calls) waiter_send(w);
+        else waiter_free(w);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ARRAY) {
         if (!w->calls) { /* nobody to give it to: back it goes */
             dq__push_back_tokens(w->c, w->shard, 1);
@@ -131,8 +150,6 @@ static void waiter_lost(dq__conn *conn, void *privdata) {
     w->out = 0;
     waiter_ended(w, conn);
 }
-
-static void waiter_send(dq__waiter *w);
 
 static void waiter_up(dq__conn *conn, void *privdata) {
     (void)conn;
@@ -163,9 +180,7 @@ static void waiter_send(dq__waiter *w) {
         w->conn->on_fail = waiter_lost;
     }
     if (w->conn->state != DQ__UP) return;
-    const char *argv[3] = {"BLPOP", w->signal, "0"};
-    size_t lens[3] = {5, strlen(w->signal), 1};
-    if (dq__conn_send(w->conn, DQ__SEND_NO_TIMEOUT, 3, argv, lens, waiter_reply, w) == 0) {
+    if (dq__blpop(w->c, w->conn, w->signal, waiter_reply, w) == 0) {
         w->out = 1;
         w->quiet = 0; /* until the shard is found empty with it out */
     }

@@ -16,7 +16,7 @@ for src in fuzz/fuzz_*.c; do
     mkdir -p "$BUILD/fuzz" "$BUILD/corpus/$name"
     clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
         -fno-sanitize-recover=all -Iinclude -Isrc -I"$BUILD/gen" -o "$bin" "$src" \
-        "$BUILD/libcli.a" "$BUILD/libdelayq.a" -lhiredis -lev -lsodium -ljansson -lm || {
+        "$BUILD/libcli.a" "$BUILD/libdelayq.a" -lhiredis -lev -lsodium -lssl -lcrypto -ljansson -lm || {
         failed="$failed $name(build)"
         continue
     }

@@ -28,7 +28,9 @@
 --   dq:{Q}:d        HASH  dead letters: id -> dead record
 --   dq:{Q}:dz       ZSET  dead letters by time of death (ms)
 --   dq:{Q}:n        HASH  counters: pending, inflight, slots (names issued),
---                         and the metrics (see lib/20_counters.lua)
+--                         and the metrics; the queue's clock mark, epoch and
+--                         settings mark (clock, epoch, cfgset: see
+--                         lib/20_counters.lua)
 --   dq:{Q}:t:<req> STRING a take's result, until its taker has the reply
 --                         (60 s at most): a retried take replays it
 --   dq:{Q}:cfg      HASH  the queue's settings: lease_ms, max_attempts,

@@ -40,7 +40,11 @@ int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***val
                    {"key-file", &env->key_file},
                    {"password-file", &env->password_file},
                    {"sentinel-password-file", &env->sentinel_password_file},
-                   {"plaintext", &env->plaintext}};
+                   {"plaintext", &env->plaintext},
+                   {"tls-ca", &env->tls_ca},
+                   {"tls-cert", &env->tls_cert},
+                   {"tls-key", &env->tls_key},
+                   {"tls-server-name", &env->tls_server_name}};
 
     for (size_t k = 0; k < sizeof globals / sizeof globals[0]; k++) {
         if (strlen(globals[k].name) == len && memcmp(globals[k].name, name, len) == 0) {
@@ -49,6 +53,15 @@ int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***val
         }
     }
     return 0;
+}
+
+int cli_global_flag(cli_env *env, const char *name, size_t len)
+{
+    static const char insecure[] = "tls-insecure-skip-verify";
+    if (len != sizeof insecure - 1 || memcmp(name, insecure, len) != 0)
+        return 0;
+    env->tls_insecure = "1";
+    return 1;
 }
 
 /* Returned by parse_long for an unknown option taken as an argument. */
@@ -68,6 +81,8 @@ static int parse_long(cli_env *env, const char *cmd, int argc, char **argv, int 
     if (len == 4 && memcmp(name, "help", 4) == 0 && !eq)
         return CLI_HELP;
     const cli_opt *o = find_opt(opts, name, len);
+    if (!o && !eq && cli_global_flag(env, name, len))
+        return 0;
     if (!o && cli_global_opt(env, name, len, &global.value)) {
         global.name = name;
         o = &global;
@@ -236,14 +251,19 @@ int cli_parse_count(const char *text, int64_t *count)
     return 0;
 }
 
-int cli_check_token(const char *token)
+int cli_token_valid(const char *token)
 {
     size_t len = strlen(token);
     int ok = len >= 1 && len <= 64;
 
     for (size_t i = 0; ok && i < len; i++)
         ok = token[i] > 0x20 && token[i] < 0x7f;
-    if (ok)
+    return ok;
+}
+
+int cli_check_token(const char *token)
+{
+    if (cli_token_valid(token))
         return 0;
     cli_err("invalid lease token '%s': expected 1 to 64 printable ASCII characters, "
             "as 'delayq take --ack manual' prints them", cli_quote(token));

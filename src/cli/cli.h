@@ -44,6 +44,13 @@ typedef struct cli_env {
                                   or NULL: the data nodes' password        */
     const char *sentinel_password_file; /* --sentinel-password-file FILE or
                                   $DELAYQ_SENTINEL_PASSWORD_FILE, or NULL  */
+    const char *tls_ca;        /* --tls-ca FILE or $DELAYQ_TLS_CA, or NULL  */
+    const char *tls_cert;      /* --tls-cert FILE or $DELAYQ_TLS_CERT       */
+    const char *tls_key;       /* --tls-key FILE or $DELAYQ_TLS_KEY         */
+    const char *tls_server_name; /* --tls-server-name NAME or
+                                  $DELAYQ_TLS_SERVER_NAME                   */
+    const char *tls_insecure;  /* "1": --tls-insecure-skip-verify, or
+                                  $DELAYQ_TLS_INSECURE_SKIP_VERIFY=1        */
 } cli_env;
 
 /* The options every command takes, before or after its name: --redis,
@@ -51,6 +58,9 @@ typedef struct cli_env {
  * --sentinel-password-file, --plaintext. Returns 1 and where the value goes in
  * *value when name (len bytes) is one of them, else 0. */
 int cli_global_opt(cli_env *env, const char *name, size_t len, const char ***value);
+/* The same for the global options that take no value
+ * (--tls-insecure-skip-verify): returns 1 and sets it when name is one. */
+int cli_global_flag(cli_env *env, const char *name, size_t len);
 
 /* ------------------------------------------------------------ errors (output.c) */
 
@@ -126,6 +136,8 @@ int cli_parse_count(const char *text, int64_t *count);
 /* A lease token as ack, nack and extend take it: 1 to 64 printable ASCII
  * characters (what a take hands out always is). */
 int cli_check_token(const char *token);
+/* 1 if token is such a token, saying nothing. */
+int cli_token_valid(const char *token);
 
 /* ------------------------------------------------------------ input (input.c) */
 
@@ -252,6 +264,9 @@ int cli_print_dead(const dq_dead_letter *d, int json);
  * after "cmd: ". A file that group or others may read is refused. Returns
  * 0, or CLI_USAGE after saying why (secret.c). */
 int cli_read_secret(const char *cmd, const char *what, const char *path, char *out, size_t size);
+/* All of such a file into buf (size bytes, NUL-terminated; *len its
+ * length). 0, or CLI_USAGE after saying why. The caller wipes buf. */
+int cli_read_secret_file(const char *cmd, const char *what, const char *path, char *buf, size_t size, size_t *len);
 
 /* "pending", "ready", "inflight", "dead" or "unknown" for an enum dq_state. */
 const char *cli_state_name(int state);

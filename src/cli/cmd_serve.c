@@ -9,6 +9,7 @@
  * client (see serve.h).
  */
 #include <arpa/inet.h>
+#include <ev.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
@@ -22,6 +23,7 @@
 #define DEFAULT_LISTEN "127.0.0.1:9777"
 #define TOKEN_MIN 16
 #define TOKEN_MAX 256
+#define TOKEN_FILE_MAX 16384
 #define ALLOW_HOST_MAX 32
 
 const char cli_usage_serve[] =
@@ -32,17 +34,22 @@ const char cli_usage_serve[] =
     "  /metrics     Prometheus text: items by state, totals, lateness histogram,\n"
     "               oldest ready age, next due time, delayq_up\n"
     "  /            a dashboard (one page, no outside resources)\n"
-    "  /api/...     the JSON API the page uses (see README, 'The HTTP API')\n"
+    "  /api/...     the JSON API the page uses, and the work verbs: offer, take\n"
+    "               (waiting, with or without a lease), ack, nack, extend (see\n"
+    "               README, 'The HTTP API'); serve schedules the queues taken from\n"
     "It shows every queue ever offered to (the registry offers keep) and the\n"
     "QUEUEs named here.\n"
     "\n"
     "  --listen ADDR:PORT  an IPv4 address, [IPv6] or localhost, and a port;\n"
     "                      default " DEFAULT_LISTEN "\n"
-    "  --token-file FILE   its first line (16 to 256 characters) is the token that\n"
-    "                      cancel, redrive and purge need (Authorization: Bearer\n"
-    "                      TOKEN); the file must not be readable by group or\n"
-    "                      others. Without it the server is read-only: those\n"
-    "                      answer 403. Failed tokens are slowed down (429)\n"
+    "  --token-file FILE   lines 'ROLE TOKEN' (TOKEN: 16 to 256 characters) or\n"
+    "                      'TOKEN' alone (admin): changes need one in\n"
+    "                      'Authorization: Bearer TOKEN', of a ROLE that may:\n"
+    "                      produce (offer, cancel), consume (take, ack, nack,\n"
+    "                      extend) or admin (all, and redrive, purge); a wrong\n"
+    "                      role answers 403. The file must not be readable by\n"
+    "                      group or others. Without it the server is read-only:\n"
+    "                      changes answer 403. Failed tokens are slowed down (429)\n"
     "  --allow-host NAME   also answer requests whose Host header is NAME (as a\n"
     "                      proxy or DNS name reaches the server); repeatable.\n"
     "                      Others answer 421 (DNS rebinding), except localhost\n"
@@ -123,15 +130,78 @@ static int take_allow_hosts(int *argc, char **argv, const char **names, int *n)
     return 0;
 }
 
+/* The role a token file's line names; 0 if none. */
+static int role_named(const char *name, size_t len)
+{
+    static const struct {
+        const char *name;
+        int role;
+    } roles[] = {{"produce", CLI_ROLE_PRODUCE}, {"consume", CLI_ROLE_CONSUME}, {"admin", CLI_ROLE_ADMIN}};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strlen(roles[i].name) == len && memcmp(roles[i].name, name, len) == 0)
+            return roles[i].role;
+    return 0;
+}
+
+/* One line of the token file (NUL-terminated, no newline) into t; blank
+ * lines and '#' comments are skipped. Returns 0 or CLI_USAGE after saying
+ * why (line: its number). */
+static int token_line(char *line, int lineno, cli_tokens *t)
+{
+    size_t len = strlen(line);
+    if (len && line[len - 1] == '\r')
+        line[--len] = '\0';
+    if (!len || line[0] == '#')
+        return 0;
+    char *sp = strchr(line, ' '), *tok = line;
+    int role = CLI_ROLE_ADMIN;
+    if (sp) {
+        role = role_named(line, (size_t)(sp - line));
+        tok = sp + strspn(sp, " ");
+        if (!role) {
+            cli_err("serve: token file line %d: the role must be produce, consume or admin", lineno);
+            return CLI_USAGE;
+        }
+    }
+    size_t tl = strlen(tok);
+    if (tl < TOKEN_MIN || tl > TOKEN_MAX || strchr(tok, ' ')) {
+        cli_err("serve: token file line %d: the token is %zu characters long; it needs at least %d (at most %d, "
+                "without spaces; e.g. 'openssl rand -hex 16')",
+                lineno, tl, TOKEN_MIN, TOKEN_MAX);
+        return CLI_USAGE;
+    }
+    if (t->n == CLI_TOKENS_MAX) {
+        cli_err("serve: the token file holds more than %d tokens", CLI_TOKENS_MAX);
+        return CLI_USAGE;
+    }
+    t->role[t->n] = role;
+    t->text[t->n++] = tok;
+    return 0;
+}
+
+/* The token file into t, whose texts point into buf (size bytes; the
+ * caller wipes it). Returns 0 or CLI_USAGE after saying why. */
+static int read_tokens(const char *path, char *buf, size_t size, cli_tokens *t)
+{
+    size_t len;
+    int rc = cli_read_secret_file("serve", "token", path, buf, size, &len);
+    int lineno = 0;
+    for (char *line = buf, *nl; !rc && line; line = nl) {
+        if ((nl = strchr(line, '\n')))
+            *nl++ = '\0';
+        rc = token_line(line, ++lineno, t);
+    }
+    if (!rc && !t->n) {
+        cli_err("serve: the token file %s holds no token", cli_quote(path));
+        rc = CLI_USAGE;
+    }
+    return rc;
+}
+
 /* The start's rules for the token and the address. Returns 0 or CLI_USAGE
  * after saying why. */
 static int check_exposure(const char *addr, const char *token, int public_read)
 {
-    if (token && strlen(token) < TOKEN_MIN) {
-        cli_err("serve: the token is %zu characters long; it needs at least %d (e.g. 'openssl rand -hex 16')",
-                strlen(token), TOKEN_MIN);
-        return CLI_USAGE;
-    }
     if (!cli_addr_loopback(addr) && !token && !public_read) {
         cli_err("serve: %s is not a loopback address: anyone who reaches it would read every queue's items "
                 "and payloads; give --token-file (changes need the token) and, to serve reads to the "
@@ -142,25 +212,28 @@ static int check_exposure(const char *addr, const char *token, int public_read)
     return 0;
 }
 
-/* Serves until SIGINT or SIGTERM. */
-static int run(cli_serve_conf *conf, const char *addr, int port)
+/* Serves until SIGINT or SIGTERM, the takes on taker's loop. */
+static int run(cli_serve_conf *conf, dq_client *taker, const char *addr, int port)
 {
     sigset_t stop, old;
     sigemptyset(&stop);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
-    cli_server *s = cli_serve_start(conf, addr, port);
+    conf->work = cli_work_start(taker);
+    cli_server *s = conf->work ? cli_serve_start(conf, addr, port) : NULL;
     if (!s) {
+        cli_work_stop(conf->work);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return CLI_FAIL;
     }
     cli_err(strchr(addr, ':') ? "serving http://[%s]:%d/ (%s%s) until SIGINT or SIGTERM"
                               : "serving http://%s:%d/ (%s%s) until SIGINT or SIGTERM",
-            addr, port, conf->token ? "changes need the token" : "read-only",
+            addr, port, conf->tokens ? "changes need a token" : "read-only",
             cli_addr_loopback(addr) ? "" : "; reads are open to anyone who reaches the port");
     int sig = 0;
     sigwait(&stop, &sig);
+    cli_work_stop(conf->work); /* answers the waiting takes, while the server still sends */
     cli_serve_stop(s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return CLI_OK;
@@ -174,8 +247,10 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
                             {"token-file", &token_file, NULL},
                             {"public-read", NULL, &public_read},
                             {NULL, NULL, NULL}};
-    char addr[64], token[TOKEN_MAX + 1];
+    char addr[64], tokbuf[TOKEN_FILE_MAX];
+    cli_tokens tokens = {0};
     int port = 0;
+    dq_client *taker = NULL;
 
     int rc = take_allow_hosts(&argc, argv, allow, &nallow);
     if (!rc)
@@ -187,27 +262,39 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = parse_listen(listen, addr, sizeof addr, &port);
     if (!rc && token_file)
-        rc = cli_read_secret("serve", "token", token_file, token, sizeof token);
+        rc = read_tokens(token_file, tokbuf, sizeof tokbuf, &tokens);
     if (!rc)
-        rc = check_exposure(addr, token_file ? token : NULL, public_read);
+        rc = check_exposure(addr, token_file ? tokens.text[0] : NULL, public_read);
     const cli_hosts hosts = {addr, allow, nallow};
-    cli_serve_conf conf = {.token = token_file ? token : NULL, .queues = argv, .nqueues = npos, .hosts = &hosts};
+    cli_serve_conf conf = {.tokens = token_file ? &tokens : NULL, .queues = argv, .nqueues = npos, .hosts = &hosts};
     if (!rc && !(conf.guard = cli_guard_new())) {
         cli_err("serve: out of memory");
         rc = CLI_FAIL;
     }
     if (!rc)
         rc = cli_connect(env, &conf.c);
+    /* The takes' client, on a loop of its own that the work thread runs. */
+    struct ev_loop *loop = rc ? NULL : ev_loop_new(EVFLAG_AUTO);
+    if (!rc && !loop) {
+        cli_err("serve: cannot make an event loop");
+        rc = CLI_FAIL;
+    }
+    if (!rc)
+        rc = cli_connect_on(env, loop, &taker);
     if (!rc) {
         dq_finding *findings;
         cli_doctor_start(conf.c, 0, &findings, &conf.nfindings);
         conf.findings = findings;
         cli_log_start(conf.c);
-        rc = run(&conf, addr, port);
-        cli_close(conf.c);
+        cli_log_start(taker);
+        rc = run(&conf, taker, addr, port);
         dq_findings_free(findings, conf.nfindings);
     }
+    cli_close(taker);
+    cli_close(conf.c);
+    if (loop)
+        ev_loop_destroy(loop);
     cli_guard_free(conf.guard);
-    sodium_memzero(token, sizeof token);
+    sodium_memzero(tokbuf, sizeof tokbuf);
     return rc;
 }

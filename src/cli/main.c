@@ -71,11 +71,14 @@ static const char usage_main[] =
     "                 redis-sentinel://[[user:]password@]host[:port][,...][/db]\n"
     "                   [?sentinel_user=U&sentinel_password=P]#MASTER, or\n"
     "                 redis-cluster://[[user:]password@]host[:port][,...];\n"
+    "                 rediss://, rediss-sentinel:// (?sentinel_tls=no: plain\n"
+    "                 sentinels), rediss-cluster://: the same over TLS;\n"
     "                 default $DELAYQ_REDIS, else " DEFAULT_URL "\n"
     "                 (also accepted after COMMAND)\n"
     "  --wait-replicas N\n"
     "                 durable writes: each write waits until N replicas have it\n"
-    "                 (Redis WAIT); exit 4 if fewer confirm in time\n"
+    "                 (Redis WAIT); exit 4 if fewer confirm in time; 'all':\n"
+    "                 every replica the master lists (at least one)\n"
     "  --wait-timeout DUR\n"
     "                 how long --wait-replicas waits; default 1s\n"
     "  --key-file FILE\n"
@@ -95,6 +98,18 @@ static const char usage_main[] =
     "                 not sealed: refuse (default) sets it aside with its reason,\n"
     "                 as a forged one; allow delivers it as it is (while\n"
     "                 producers move to sealing); default $DELAYQ_PLAINTEXT\n"
+    "  --tls-ca FILE  the CAs (PEM) that sign the servers' certificates, for\n"
+    "                 rediss URLs; default $DELAYQ_TLS_CA, else the system's store\n"
+    "  --tls-cert FILE, --tls-key FILE\n"
+    "                 a client certificate and its key (PEM), for servers with\n"
+    "                 tls-auth-clients; default $DELAYQ_TLS_CERT, $DELAYQ_TLS_KEY\n"
+    "  --tls-server-name NAME\n"
+    "                 the name sent as SNI and required in the servers'\n"
+    "                 certificates; default each node's host\n"
+    "                 ($DELAYQ_TLS_SERVER_NAME)\n"
+    "  --tls-insecure-skip-verify\n"
+    "                 INSECURE: accept any server certificate and name (prints\n"
+    "                 a warning); or $DELAYQ_TLS_INSECURE_SKIP_VERIFY=1\n"
     "  --help, -h     usage (also after any command)\n"
     "  --version      the version\n"
     "\n"
@@ -174,6 +189,8 @@ static int global_options(cli_env *env, int argc, char **argv)
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a) - 2;
         const char **value;
+        if (a[1] == '-' && !eq && cli_global_flag(env, a + 2, len))
+            continue;
         if (a[1] != '-' || !cli_global_opt(env, a + 2, len, &value)) {
             /* The name only: a mistyped --redis may carry a password. */
             cli_err("unknown option '%s' (see 'delayq --help')",
@@ -200,7 +217,12 @@ static int dispatch(int argc, char **argv)
                    .key_file = getenv("DELAYQ_KEY_FILE"),
                    .plaintext = getenv("DELAYQ_PLAINTEXT"),
                    .password_file = getenv("DELAYQ_PASSWORD_FILE"),
-                   .sentinel_password_file = getenv("DELAYQ_SENTINEL_PASSWORD_FILE")};
+                   .sentinel_password_file = getenv("DELAYQ_SENTINEL_PASSWORD_FILE"),
+                   .tls_ca = getenv("DELAYQ_TLS_CA"),
+                   .tls_cert = getenv("DELAYQ_TLS_CERT"),
+                   .tls_key = getenv("DELAYQ_TLS_KEY"),
+                   .tls_server_name = getenv("DELAYQ_TLS_SERVER_NAME"),
+                   .tls_insecure = getenv("DELAYQ_TLS_INSECURE_SKIP_VERIFY")};
 
     int i = global_options(&env, argc, argv);
     if (i < 0)

@@ -6,10 +6,14 @@
  * fuzzed) and answered by a view (serve_views.c), which reads through the
  * library. Each layer calls only the ones below.
  *
- * One thread: libmicrohttpd's own polling thread runs every request, one
- * at a time, and is the only user of the client (a dq_client is not
- * thread-safe; its synchronous calls run its private loop), of the backoff
- * table and of the connection table.
+ * Two threads, each with a client of its own (a dq_client is not
+ * thread-safe; its synchronous calls run its private loop):
+ * libmicrohttpd's polling thread runs every request, one at a time, and is
+ * the only user of conf->c, of the backoff table and of the connection
+ * table; the work thread (serve_work.c) owns the takes' client, runs its
+ * loop (the waiting takes and the schedulers of the queues taken from) and
+ * hands each take's answer back by resuming its suspended connection, so
+ * a waiting take holds no thread.
  */
 #ifndef DELAYQ_CLI_SERVE_H
 #define DELAYQ_CLI_SERVE_H
@@ -20,10 +24,29 @@
 
 #include "delayq.h"
 
+/* Roles of the tokens (bits): what a token may change. */
+enum cli_role {
+    CLI_ROLE_PRODUCE = 1, /* offer, cancel                  */
+    CLI_ROLE_CONSUME = 2, /* take, ack, nack, extend        */
+    CLI_ROLE_ADMIN = 7    /* all of the above, redrive, purge */
+};
+#define CLI_TOKENS_MAX 32
+
+/* The token file's lines: "ROLE TOKEN", or "TOKEN" alone (admin). */
+typedef struct cli_tokens {
+    int n;
+    int role[CLI_TOKENS_MAX];          /* enum cli_role                    */
+    const char *text[CLI_TOKENS_MAX];  /* NUL-terminated, the caller's     */
+} cli_tokens;
+
+struct cli_work;
+
 typedef struct cli_serve_conf {
     dq_client *c;     /* used only by the server's thread once it starts */
-    const char *token; /* mutations need "Authorization: Bearer TOKEN";
-                          NULL: read-only, mutations answer 403          */
+    const cli_tokens *tokens; /* changes need "Authorization: Bearer TOKEN"
+                                 of a role that may; NULL: read-only,
+                                 changes answer 403                     */
+    struct cli_work *work;    /* the takes' thread (serve_work.c)        */
     char **queues;     /* shown besides the registry's                    */
     int nqueues;
     const dq_finding *findings; /* the doctor's at the start (cli_doctor_start),
@@ -46,6 +69,11 @@ typedef struct cli_view {
 /* Each fills v, for a queue the router and cli_queue_known passed. A library failure becomes 400 (bad input), 503 (Redis
  * away) or 502 (Redis erred), with a JSON body {"error": "..."}. */
 void cli_view_error(cli_view *v, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Fills v with status and body (a reference it takes; NULL: out of memory, 500). */
+struct json_t;
+void cli_view_json(cli_view *v, int status, struct json_t *body);
+/* Fills v with a library failure's status (400, 503, 502) and c's message. */
+void cli_view_failure(cli_view *v, dq_client *c, int rc);
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queues(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v);
@@ -71,7 +99,7 @@ typedef struct cli_request {
     const char *path;          /* unescaped, without the query        */
     const char *state, *cursor, *limit; /* the query's values          */
     const char *authorization; /* the header's value                   */
-    size_t body_len;           /* bytes of body received (and dropped) */
+    size_t body_len;           /* bytes of body received               */
 } cli_request;
 
 typedef enum cli_endpoint {
@@ -85,8 +113,20 @@ typedef enum cli_endpoint {
     CLI_EP_CANCEL,      /* DELETE /api/queues/{q}/items/{id}               */
     CLI_EP_REDRIVE_ALL, /* POST /api/queues/{q}/dead/redrive               */
     CLI_EP_REDRIVE_ONE, /* POST /api/queues/{q}/dead/{id}/redrive          */
-    CLI_EP_PURGE        /* POST /api/queues/{q}/dead/purge                 */
+    CLI_EP_PURGE,       /* POST /api/queues/{q}/dead/purge                 */
+    CLI_EP_OFFER,       /* POST /api/queues/{q}/items                      */
+    CLI_EP_TAKE,        /* POST /api/queues/{q}/take                       */
+    CLI_EP_ACK,         /* POST /api/queues/{q}/items/{id}/ack             */
+    CLI_EP_NACK,        /* POST /api/queues/{q}/items/{id}/nack            */
+    CLI_EP_EXTEND       /* POST /api/queues/{q}/items/{id}/extend          */
 } cli_endpoint;
+
+/* Bodies: CLI_BODY_MAX bytes for an offer, CLI_BODY_SMALL for the others. */
+#define CLI_BODY_MAX (8u << 20)
+#define CLI_BODY_SMALL 65536u
+
+/* The role an endpoint's request needs (0: none, a read). */
+int cli_endpoint_role(cli_endpoint ep);
 
 /* Where a request goes, with its arguments checked: a queue endpoint has
  * a valid queue name (whether the queue exists is the caller's to ask
@@ -106,9 +146,10 @@ typedef struct cli_route {
     const char *error;  /* static text                            */
 } cli_route;
 
-/* Routes rq. token: what mutations need in "Authorization: Bearer TOKEN";
- * NULL: read-only, mutations get 403. Never fails otherwise. */
-void cli_route_request(const char *token, const cli_request *rq, cli_route *r);
+/* Routes rq. tokens: what changes need in "Authorization: Bearer TOKEN"
+ * (401 without one of them, 403 with one whose role may not); NULL or none:
+ * read-only, changes get 403. Never fails otherwise. */
+void cli_route_request(const cli_tokens *tokens, const cli_request *rq, cli_route *r);
 
 /* ------------------------------------------------------------ guards (serve_guard.c) */
 
@@ -173,6 +214,45 @@ void cli_conn_busy(cli_conn *c, int busy, int64_t now_ms);
 /* c closed: forgets and frees it (NULL: nothing). */
 void cli_conn_end(cli_conns *t, cli_conn *c);
 void *cli_conn_handle(const cli_conn *c);
+
+/* ------------------------------------------------------------ work (serve_work.c, serve_verbs.c) */
+
+/* Offer, ack, nack and extend: the body (JSON, len bytes) checked in full
+ * before anything changes (400 with what is wrong), then the library call
+ * on conf->c. */
+void cli_view_offer(const cli_serve_conf *conf, const char *queue, const char *body, size_t len, cli_view *v);
+void cli_view_lease(const cli_serve_conf *conf, cli_endpoint ep, const char *queue, const char *id,
+                    const char *body, size_t len, cli_view *v);
+
+/* A take's request, checked: count 1..64, wait_ms 0..60000, lease_ms 0
+ * (none) or more. Returns 0, or -1 after filling v with 400. */
+typedef struct cli_take_args {
+    size_t count;
+    int64_t wait_ms, lease_ms;
+} cli_take_args;
+int cli_take_parse(const char *body, size_t len, cli_take_args *a, cli_view *v);
+
+/* The work thread: uses c (a client on a loop of its own, connected) from
+ * here on and runs its loop until cli_work_stop. NULL after saying why. */
+typedef struct cli_work cli_work;
+cli_work *cli_work_start(dq_client *c);
+/* Cancels every waiting take (each answers what it got, or 503), then
+ * stops the thread; the caller frees the client after. Safe with NULL. */
+void cli_work_stop(cli_work *w);
+
+/* A take handed to the work thread; done() runs on the work thread once
+ * v is filled, after which the work thread no longer touches t. */
+typedef struct cli_take {
+    char queue[DQ_QUEUE_MAX + 1];
+    cli_take_args args;
+    cli_view v;
+    void (*done)(struct cli_take *t);
+    void *ctx;
+    struct cli_take *next; /* the work thread's */
+} cli_take;
+/* Hands t to the work thread. Returns 0, or -1 if the thread is stopping
+ * (then done never runs). */
+int cli_work_take(cli_work *w, cli_take *t);
 
 /* ------------------------------------------------------------ server (serve_http.c) */
 

@@ -4,7 +4,9 @@
  * Owns the daemon, turning each request into a cli_request for the router
  * (serve_route.c, which checks everything the request brings), asking
  * Redis whether a routed queue is known, calling the endpoint's view and
- * sending what it built.
+ * sending what it built. A take's connection is suspended while the work
+ * thread (serve_work.c) waits for items, and resumed by it with the
+ * answer, which the next call for that connection sends.
  */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -26,9 +28,14 @@ struct cli_server {
     cli_conns *conns; /* the daemon's thread's */
 };
 
-/* Per request: how many bytes of body it has brought so far. */
+/* Per request: its body (kept up to what its endpoint may take, counted
+ * past that), and its take while the work thread has it. */
 typedef struct request {
-    size_t body;
+    cli_take take;   /* first: done() gets it back as the request */
+    char *body;
+    size_t len, cap, keep;
+    int taking;      /* 1: handed to the work thread; 2: answered  */
+    struct MHD_Connection *conn;
 } request;
 
 /* ------------------------------------------------------------ sending */
@@ -103,12 +110,21 @@ static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *
     return 0;
 }
 
-/* Every endpoint's answer but the page's, which send_page sends. */
-static void answer(const cli_serve_conf *conf, const cli_route *r, cli_view *v)
+/* Every endpoint's answer but the page's, which send_page sends, and a
+ * take's, which the work thread builds. */
+static void answer(const cli_serve_conf *conf, const cli_route *r, const request *rq, cli_view *v)
 {
     switch (r->ep) {
     case CLI_EP_ERROR:
         cli_view_error(v, r->status, "%s", r->error);
+        return;
+    case CLI_EP_OFFER: /* a queue comes to be with its first offer */
+        cli_view_offer(conf, r->queue, rq->body, rq->len, v);
+        return;
+    case CLI_EP_ACK:
+    case CLI_EP_NACK:
+    case CLI_EP_EXTEND:
+        cli_view_lease(conf, r->ep, r->queue, r->id, rq->body, rq->len, v);
         return;
     case CLI_EP_METRICS:
         cli_view_metrics(conf, v);
@@ -174,11 +190,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int is_mutation(cli_endpoint ep)
-{
-    return ep == CLI_EP_CANCEL || ep == CLI_EP_REDRIVE_ALL || ep == CLI_EP_REDRIVE_ONE || ep == CLI_EP_PURGE;
-}
-
 /* The checks a request meets before anything else is done for it: a Host
  * of this server (421), and no wait owed for failed tokens if it brings
  * one (429). MHD_YES with nothing sent if it passes. */
@@ -210,13 +221,59 @@ static cli_conn *conn_entry(struct MHD_Connection *conn)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Runs on the work thread once the take's answer is in t->v. */
+static void take_done(cli_take *t)
+{
+    request *rq = (request *)(void *)t;
+    rq->taking = 2;
+    MHD_resume_connection(rq->conn);
+}
+
+/* Hands a routed take to the work thread and suspends the connection;
+ * fills v instead when the body is wrong or the thread is stopping. */
+static int start_take(const cli_serve_conf *conf, const cli_route *r, request *rq, cli_view *v)
+{
+    if (cli_take_parse(rq->body, rq->len, &rq->take.args, v))
+        return -1;
+    snprintf(rq->take.queue, sizeof rq->take.queue, "%s", r->queue);
+    rq->take.done = take_done;
+    rq->taking = 1;
+    MHD_suspend_connection(rq->conn);
+    if (cli_work_take(conf->work, &rq->take) == 0)
+        return 0;
+    MHD_resume_connection(rq->conn);
+    rq->taking = 0;
+    cli_view_error(v, 503, "the server is stopping");
+    return -1;
+}
+
+/* Keeps what a body chunk brings, up to rq->keep bytes; counts the rest. */
+static int keep_body(request *rq, const char *data, size_t size)
+{
+    size_t room = rq->len < rq->keep ? rq->keep - rq->len : 0, take = size < room ? size : room;
+    if (take && rq->len + take > rq->cap) {
+        size_t cap = rq->cap ? rq->cap : 4096;
+        while (cap < rq->len + take)
+            cap *= 2;
+        char *b = realloc(rq->body, cap + 1);
+        if (!b)
+            return -1;
+        rq->body = b;
+        rq->cap = cap;
+    }
+    if (take)
+        memcpy(rq->body + rq->len, data, take);
+    rq->len += size; /* past keep, only counted: the router answers 413 */
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
     const cli_serve_conf *conf = ((const cli_server *)cls)->conf;
     request *rq = *con_cls;
-    (void)version, (void)upload_data;
+    (void)version;
     if (!rq) {
         /* First call: the headers only. Bodies come in the calls after. */
         int sent;
@@ -226,11 +283,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return g;
         if (!(rq = calloc(1, sizeof *rq)))
             return MHD_NO;
+        rq->conn = conn;
+        /* Only an offer's body may be big (the router checks the rest):
+         * others keep no more than the router takes from them. */
+        size_t ul = strlen(url);
+        int offer = strcmp(method, "POST") == 0 && ul > 6 && strcmp(url + ul - 6, "/items") == 0;
+        rq->keep = (offer ? CLI_BODY_MAX : CLI_BODY_SMALL) + 1;
         *con_cls = rq;
         return MHD_YES;
     }
+    if (rq->taking == 2) { /* resumed by the work thread */
+        cli_view v = rq->take.v;
+        rq->taking = 0;
+        rq->take.v.body = NULL; /* send_view frees it */
+        return send_view(conn, &v, NULL, 0);
+    }
     if (*upload_data_size) {
-        rq->body += *upload_data_size;
+        if (keep_body(rq, upload_data, *upload_data_size))
+            return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -241,18 +311,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .cursor = query(conn, "cursor"),
         .limit = query(conn, "limit"),
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
-        .body_len = rq->body,
+        .body_len = rq->len,
     };
     cli_route r;
-    cli_route_request(conf->token, &req, &r);
-    if (req.authorization && (is_mutation(r.ep) || r.status == 401)) {
+    cli_route_request(conf->tokens, &req, &r);
+    if (req.authorization && (cli_endpoint_role(r.ep) || r.status == 401)) {
         unsigned char ip[16];
         cli_guard_result(conf->guard, ip, client_ip(conn, ip), now_ms(), r.status != 401);
     }
     if (r.ep == CLI_EP_PAGE)
         return send_page(conn);
     cli_view v = {0};
-    answer(conf, &r, &v);
+    if (r.ep == CLI_EP_TAKE) {
+        if (start_take(conf, &r, rq, &v) == 0)
+            return MHD_YES;
+        return send_view(conn, &v, NULL, 0);
+    }
+    answer(conf, &r, rq, &v);
     return send_view(conn, &v, r.ep == CLI_EP_ERROR ? r.allow : NULL, 0);
 }
 
@@ -260,8 +335,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls, (void)toe;
+    request *rq = *con_cls;
     cli_conn_busy(conn_entry(conn), 0, now_ms());
-    free(*con_cls);
+    if (rq) {
+        free(rq->take.v.body); /* an answer never sent */
+        free(rq->body);
+    }
+    free(rq);
     *con_cls = NULL;
 }
 
@@ -295,8 +375,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
  * never reached by waiting connections alone. One polling thread (epoll)
  * reads and writes every connection without blocking, so a slow client
  * holds only its own connections. */
-#define CONN_MAX 256
-#define CONN_PER_IP 64
+#define CONN_MAX 512   /* room for hundreds of waiting takes */
+#define CONN_PER_IP 256
 #define CONN_IDLE_S 10
 
 cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int port)
@@ -304,7 +384,7 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
     struct sockaddr_storage ss = {0};
     struct sockaddr_in *sa4 = (struct sockaddr_in *)(void *)&ss;
     struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)(void *)&ss;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME;
     if (inet_pton(AF_INET, addr, &sa4->sin_addr) == 1) {
         sa4->sin_family = AF_INET;
         sa4->sin_port = htons((uint16_t)port);

@@ -1,7 +1,7 @@
 /*
  * serve_route.c - where a request to 'delayq serve' goes: its method and
  * path to an endpoint, its path and query to checked arguments, and its
- * Authorization header to a yes or no for mutations.
+ * Authorization header to a yes or no for changes, by the token's role.
  *
  * Pure: no HTTP library, no Redis, no allocation. That keeps it fuzzable
  * (fuzz/fuzz_route.c), and keeps every decision about hostile input in one
@@ -19,6 +19,11 @@
  *   POST   /api/queues/{q}/dead/redrive        all dead letters (token)
  *   POST   /api/queues/{q}/dead/{id}/redrive   one              (token)
  *   POST   /api/queues/{q}/dead/purge                           (token)
+ *   POST   /api/queues/{q}/items               offer            (produce)
+ *   POST   /api/queues/{q}/take                take             (consume)
+ *   POST   /api/queues/{q}/items/{id}/ack      and /nack, /extend (consume)
+ * Cancel needs produce, redrive and purge admin. POST tells the lease
+ * verbs from a look-up of an id ending in "/ack".
  * HEAD is taken wherever GET is.
  */
 #include <sodium.h>
@@ -29,7 +34,6 @@
 #include "cli/serve.h"
 #include "util.h"
 
-#define BODY_MAX 65536   /* request bodies are read and dropped, up to this */
 #define LIMIT_DEFAULT 50
 #define LIMIT_MAX 1000
 
@@ -51,20 +55,64 @@ static int method_is(cli_route *r, const char *method, const char *allowed)
     return -1;
 }
 
-/* 0 if the request may change things; else fills r (403 read-only, 401).
- * The comparison takes the same time wherever the tokens differ. */
-static int authorized(cli_route *r, const char *token, const char *header)
+int cli_endpoint_role(cli_endpoint ep)
 {
-    if (!token) {
+    switch (ep) {
+    case CLI_EP_OFFER:
+    case CLI_EP_CANCEL:
+        return CLI_ROLE_PRODUCE;
+    case CLI_EP_TAKE:
+    case CLI_EP_ACK:
+    case CLI_EP_NACK:
+    case CLI_EP_EXTEND:
+        return CLI_ROLE_CONSUME;
+    case CLI_EP_REDRIVE_ALL:
+    case CLI_EP_REDRIVE_ONE:
+    case CLI_EP_PURGE:
+        return CLI_ROLE_ADMIN;
+    default:
+        return 0;
+    }
+}
+
+/* The role of the header's token, 0 if it is none of tokens. Every token
+ * is compared in full (sodium_memcmp), whichever matches, so the time
+ * taken tells nothing of where a guess went wrong. */
+static int token_role(const cli_tokens *tokens, const char *header)
+{
+    int role = 0;
+    if (!header || strncmp(header, "Bearer ", 7) != 0)
+        return 0;
+    size_t len = strlen(header + 7);
+    for (int i = 0; i < tokens->n; i++) {
+        size_t want = strlen(tokens->text[i]);
+        if (len == want && sodium_memcmp(header + 7, tokens->text[i], want) == 0)
+            role |= tokens->role[i];
+    }
+    return role;
+}
+
+/* 0 if the request may do what ep does; else fills r (403 read-only or
+ * a role that may not, 401 no known token). */
+static int authorized(cli_route *r, const cli_tokens *tokens, const char *header, cli_endpoint ep)
+{
+    int need = cli_endpoint_role(ep);
+    if (!tokens || !tokens->n) {
         refuse(r, 403, "read-only: this server was started without --token-file");
         return -1;
     }
-    size_t want = strlen(token);
-    if (header && strncmp(header, "Bearer ", 7) == 0 && strlen(header + 7) == want &&
-        sodium_memcmp(header + 7, token, want) == 0)
-        return 0;
-    refuse(r, 401, "a valid 'Authorization: Bearer TOKEN' header is needed to change a queue");
-    return -1;
+    int role = token_role(tokens, header);
+    if (!role) {
+        refuse(r, 401, "a valid 'Authorization: Bearer TOKEN' header is needed to change a queue");
+        return -1;
+    }
+    if ((role & need) != need) {
+        refuse(r, 403, need == CLI_ROLE_ADMIN     ? "this token's role may not do this: it needs admin"
+                       : need == CLI_ROLE_PRODUCE ? "this token's role may not do this: it needs produce or admin"
+                                                  : "this token's role may not do this: it needs consume or admin");
+        return -1;
+    }
+    return 0;
 }
 
 /* Copies the len bytes at s into dst (size bytes) if they form a valid
@@ -130,38 +178,86 @@ static void route_items(cli_route *r, const cli_request *rq)
     r->ep = CLI_EP_ITEMS;
 }
 
+/* The lease verb an id path ends in ("/ack", "/nack", "/extend"), with
+ * its length in *sl; CLI_EP_ERROR if none. */
+static cli_endpoint lease_verb(const char *rest, size_t rl, size_t *sl)
+{
+    static const struct {
+        const char *s;
+        cli_endpoint ep;
+    } verbs[] = {{"/ack", CLI_EP_ACK}, {"/nack", CLI_EP_NACK}, {"/extend", CLI_EP_EXTEND}};
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+        *sl = strlen(verbs[i].s);
+        if (rl > *sl && strcmp(rest + rl - *sl, verbs[i].s) == 0)
+            return verbs[i].ep;
+    }
+    return CLI_EP_ERROR;
+}
+
+/* items/{id}: a look-up (GET), a cancel (DELETE) or a lease verb (POST
+ * .../ack, /nack, /extend). */
+static void route_item(cli_route *r, const cli_tokens *tokens, const cli_request *rq, const char *q, size_t qlen,
+                       const char *id, size_t idlen)
+{
+    size_t sl = 0;
+    cli_endpoint ep = strcmp(rq->method, "DELETE") == 0 ? CLI_EP_CANCEL : CLI_EP_ITEM;
+    if (strcmp(rq->method, "POST") == 0) {
+        ep = lease_verb(id, idlen, &sl);
+        if (ep == CLI_EP_ERROR) {
+            refuse(r, 404, "no such path: POST takes .../items/{id}/ack, /nack or /extend");
+            return;
+        }
+        idlen -= sl;
+    } else if (ep == CLI_EP_ITEM && method_is(r, rq->method, "GET")) {
+        r->allow = "GET, DELETE, POST"; /* the path takes all three */
+        return;
+    }
+    if (take_id(r, id, idlen) || (ep != CLI_EP_ITEM && authorized(r, tokens, rq->authorization, ep)) ||
+        take_queue(r, q, qlen))
+        return;
+    r->ep = ep;
+}
+
 /* /api/queues/{q}/REST: rest is what follows "{q}/" ("" for the queue). */
-static void route_queue(cli_route *r, const char *token, const cli_request *rq, const char *q, size_t qlen,
+static void route_queue(cli_route *r, const cli_tokens *tokens, const cli_request *rq, const char *q, size_t qlen,
                         const char *rest)
 {
     size_t rl = strlen(rest);
     static const char redrive[] = "/redrive";
     const size_t rdl = sizeof redrive - 1;
 
-    if (!*rest || strcmp(rest, "items") == 0) {
-        if (method_is(r, rq->method, "GET") || take_queue(r, q, qlen))
+    if (strcmp(rest, "items") == 0 && strcmp(rq->method, "POST") == 0) {
+        if (authorized(r, tokens, rq->authorization, CLI_EP_OFFER) || take_queue(r, q, qlen))
+            return;
+        r->ep = CLI_EP_OFFER;
+    } else if (!*rest || strcmp(rest, "items") == 0) {
+        if (method_is(r, rq->method, "GET")) {
+            if (*rest)
+                r->allow = "GET, POST";
+            return;
+        }
+        if (take_queue(r, q, qlen))
             return;
         if (*rest)
             route_items(r, rq);
         else
             r->ep = CLI_EP_QUEUE;
-    } else if (strncmp(rest, "items/", 6) == 0) {
-        int del = strcmp(rq->method, "DELETE") == 0;
-        if (!del && method_is(r, rq->method, "GET")) {
-            r->allow = "GET, DELETE"; /* the path takes both */
-            return;
-        }
-        if (take_id(r, rest + 6, rl - 6) || (del && authorized(r, token, rq->authorization)) ||
+    } else if (strcmp(rest, "take") == 0) {
+        if (method_is(r, rq->method, "POST") || authorized(r, tokens, rq->authorization, CLI_EP_TAKE) ||
             take_queue(r, q, qlen))
             return;
-        r->ep = del ? CLI_EP_CANCEL : CLI_EP_ITEM;
+        r->ep = CLI_EP_TAKE;
+    } else if (strncmp(rest, "items/", 6) == 0) {
+        route_item(r, tokens, rq, q, qlen, rest + 6, rl - 6);
     } else if (strcmp(rest, "dead/redrive") == 0 || strcmp(rest, "dead/purge") == 0) {
-        if (method_is(r, rq->method, "POST") || authorized(r, token, rq->authorization) || take_queue(r, q, qlen))
+        cli_endpoint ep = rest[5] == 'p' ? CLI_EP_PURGE : CLI_EP_REDRIVE_ALL;
+        if (method_is(r, rq->method, "POST") || authorized(r, tokens, rq->authorization, ep) ||
+            take_queue(r, q, qlen))
             return;
-        r->ep = rest[5] == 'p' ? CLI_EP_PURGE : CLI_EP_REDRIVE_ALL;
+        r->ep = ep;
     } else if (strncmp(rest, "dead/", 5) == 0 && rl > 5 + rdl && strcmp(rest + rl - rdl, redrive) == 0) {
         if (method_is(r, rq->method, "POST") || take_id(r, rest + 5, rl - 5 - rdl) ||
-            authorized(r, token, rq->authorization) || take_queue(r, q, qlen))
+            authorized(r, tokens, rq->authorization, CLI_EP_REDRIVE_ONE) || take_queue(r, q, qlen))
             return;
         r->ep = CLI_EP_REDRIVE_ONE;
     } else {
@@ -169,12 +265,12 @@ static void route_queue(cli_route *r, const char *token, const cli_request *rq, 
     }
 }
 
-void cli_route_request(const char *token, const cli_request *rq, cli_route *r)
+void cli_route_request(const cli_tokens *tokens, const cli_request *rq, cli_route *r)
 {
     const char *path = rq->path;
 
     memset(r, 0, sizeof *r);
-    if (rq->body_len > BODY_MAX) {
+    if (rq->body_len > CLI_BODY_MAX) {
         refuse(r, 413, "request body too large");
     } else if (strcmp(path, "/") == 0) {
         if (method_is(r, rq->method, "GET") == 0)
@@ -187,8 +283,11 @@ void cli_route_request(const char *token, const cli_request *rq, cli_route *r)
             r->ep = CLI_EP_QUEUES;
     } else if (strncmp(path, "/api/queues/", 12) == 0) {
         const char *q = path + 12, *slash = strchr(q, '/');
-        route_queue(r, token, rq, q, slash ? (size_t)(slash - q) : strlen(q), slash ? slash + 1 : "");
+        route_queue(r, tokens, rq, q, slash ? (size_t)(slash - q) : strlen(q), slash ? slash + 1 : "");
     } else {
         refuse(r, 404, "no such path");
     }
+    /* Only an offer brings a big body. */
+    if (r->ep != CLI_EP_ERROR && r->ep != CLI_EP_OFFER && rq->body_len > CLI_BODY_SMALL)
+        refuse(r, 413, "request body too large");
 }

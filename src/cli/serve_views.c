@@ -5,8 +5,8 @@
  * Owns turning dq_get_metrics, dq_list, dq_lookup and the dead-letter and
  * cancel calls into a status and a body. Knows nothing of HTTP beyond the
  * status codes: serve_http.c routes the requests here and sends the bodies.
- * The queues shown are the registry's (dq_queues) and those named on the
- * command line.
+ * The queues shown are the registry's (dq_queues), those named on the
+ * command line and those seen before whose keys vanished (dq_queues_seen).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -59,6 +59,16 @@ static void view_failure(cli_view *v, dq_client *c, int rc)
     cli_view_error(v, status, "%s", msg[0] ? msg : dq_strerror(rc));
 }
 
+void cli_view_json(cli_view *v, int status, json_t *body)
+{
+    view_json(v, status, body);
+}
+
+void cli_view_failure(cli_view *v, dq_client *c, int rc)
+{
+    view_failure(v, c, rc);
+}
+
 /* ------------------------------------------------------------ the queues shown */
 
 /* Whether rc, from reading the registry, means Redis answered but the
@@ -69,8 +79,8 @@ static int registry_problem(int rc)
     return rc == DQ_EWRONGTYPE || rc == DQ_EAUTH || rc == DQ_EREDIS || rc == DQ_EPROTO;
 }
 
-/* The registry's queues and those of the command line, sorted, without
- * repeats, into a new array (free with dq_queues_free). problem (size
+/* The registry's queues, those of the command line and those the client
+ * has seen (dq_queues_seen), sorted, without repeats, into a new array (free with dq_queues_free). problem (size
  * bytes): "" or, when the registry could not be read though Redis
  * answered, why (the command line's queues are given then). */
 static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char *problem, size_t size)
@@ -85,24 +95,36 @@ static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char
         snprintf(problem, size, "%s; only the queues named on the command line are shown (if the key was "
                                 "overwritten, delete it: clients register their queues again as they offer)",
                  dq_client_errstr(conf->c));
-    char **all = calloc(nreg + (size_t)conf->nqueues + 1, sizeof *all);
+    /* And those seen before whose keys vanished since (a restart without
+     * persistence, an eviction): shown, with their loss, not dropped. */
+    char **seen;
+    size_t nseen;
+    if ((rc = dq_queues_seen(conf->c, &seen, &nseen)) != 0) {
+        dq_queues_free(reg, nreg);
+        return rc;
+    }
+    char **all = calloc(nreg + (size_t)conf->nqueues + nseen + 1, sizeof *all);
     if (!all) {
         dq_queues_free(reg, nreg);
+        dq_queues_free(seen, nseen);
         return DQ_ENOMEM;
     }
     size_t k = 0;
     for (size_t i = 0; i < nreg; i++)
         all[k++] = reg[i];
     free(reg);
-    for (int i = 0; i < conf->nqueues; i++) {
+    for (size_t i = 0; i < (size_t)conf->nqueues + nseen; i++) {
+        const char *name = i < (size_t)conf->nqueues ? conf->queues[i] : seen[i - (size_t)conf->nqueues];
         size_t j = 0;
-        while (j < k && strcmp(all[j], conf->queues[i]) != 0)
+        while (j < k && strcmp(all[j], name) != 0)
             j++;
-        if (j == k && !(all[k++] = strdup(conf->queues[i]))) {
+        if (j == k && !(all[k++] = strdup(name))) {
             dq_queues_free(all, k - 1);
+            dq_queues_free(seen, nseen);
             return DQ_ENOMEM;
         }
     }
+    dq_queues_free(seen, nseen);
     *out = all;
     *n = k;
     return 0;
@@ -198,6 +220,14 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
                        seconds(m[i].lateness_sum_ms));
         dq__buf_printf(b, "delayq_lateness_seconds_count{queue=\"%s\"} %" PRId64 "\n", names[i], cum);
     }
+
+    static const family wiped = {"delayq_queue_wiped_total", "counter",
+                                 "Times this process saw the queue's keys vanish (Redis restarted without "
+                                 "persistence, evicted them or was flushed): its items and settings are gone."};
+    family_head(b, &wiped);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i])
+            dq__buf_printf(b, "delayq_queue_wiped_total{queue=\"%s\"} %" PRIu64 "\n", names[i], m[i].wiped);
 
     static const family age = {"delayq_oldest_ready_age_seconds", "gauge",
                                "How long the head of the ready list has waited (0 when empty)."};

@@ -33,11 +33,13 @@ int cli_exit_code(int dq_code)
 /* --wait-replicas and --wait-timeout into opts. Returns 0 or CLI_USAGE. */
 static int durability_options(const cli_env *env, dq_options *opts)
 {
-    if (env->wait_replicas) {
+    if (env->wait_replicas && strcmp(env->wait_replicas, "all") == 0) {
+        opts->wait_replicas = DQ_WAIT_ALL;
+    } else if (env->wait_replicas) {
         char *end;
         long n = strtol(env->wait_replicas, &end, 10);
         if (!*env->wait_replicas || *end || n < 0 || n > 1000 || env->wait_replicas[0] == '-') {
-            cli_err("--wait-replicas: expected a number of replicas from 0 to 1000");
+            cli_err("--wait-replicas: expected a number of replicas from 0 to 1000, or all");
             return CLI_USAGE;
         }
         opts->wait_replicas = (int)n;
@@ -123,6 +125,20 @@ static int read_password(const char *option, const char *path, char *buf, size_t
     return 0;
 }
 
+/* The TLS options into opts ("" is unset, as an empty environment variable
+ * is); warns when verification is off. */
+static void tls_options(const cli_env *env, dq_options *opts)
+{
+    opts->tls_ca = env->tls_ca && *env->tls_ca ? env->tls_ca : NULL;
+    opts->tls_cert = env->tls_cert && *env->tls_cert ? env->tls_cert : NULL;
+    opts->tls_key = env->tls_key && *env->tls_key ? env->tls_key : NULL;
+    opts->tls_server_name = env->tls_server_name && *env->tls_server_name ? env->tls_server_name : NULL;
+    opts->tls_insecure_skip_verify = env->tls_insecure && strcmp(env->tls_insecure, "1") == 0;
+    if (opts->tls_insecure_skip_verify)
+        cli_err("warning: --tls-insecure-skip-verify: the servers' certificates and names are "
+                "not verified; anyone in the path can read and change the traffic");
+}
+
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
 {
     dq_options opts;
@@ -140,6 +156,7 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
         sodium_memzero(pw, sizeof pw);
         return CLI_USAGE;
     }
+    tls_options(env, &opts);
     dq_client *c = dq_client_new(loop, &opts);
     int rc = c ? dq_connect(c, env->redis_url) : DQ_ENOMEM;
     sodium_memzero(pw, sizeof pw);

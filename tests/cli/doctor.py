@@ -43,7 +43,7 @@ def server(*args, shift_ms=None):
     os.makedirs(d)
     env = dict(os.environ)
     if shift_ms is not None:
-        env.update(LD_PRELOAD=SHIM, DQ_CLOCK_SHIFT_MS=str(shift_ms))
+        env.update(LD_PRELOAD=SHIM, CLOCKSHIFT_MS=str(shift_ms))
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
                           "--protected-mode", "no", *args], cwd=d, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,6 +1,7 @@
 """ha_wait.py - durable writes on the suite's own redis-server, which has no
 replica: --wait-replicas 1 cannot be confirmed, so the write is made and the
-command exits 4 after about --wait-timeout; --wait-replicas 0 is as before.
+command exits 4 after about --wait-timeout; --wait-replicas 0 is as before, and
+--wait-replicas all still waits for one.
 Also the global options' bad values (exit 2)."""
 import json
 import os
@@ -29,6 +30,9 @@ r = dq("offer", Q, "1h", "x", "--id", "w2", "--wait-replicas", "1", "--wait-time
 ok(r.rc == 4, "after the command too: exit 4", r)
 r = dq("--wait-replicas", "0", "offer", Q, "1h", "x", "--id", "w3")
 ok(r.rc == 0, "--wait-replicas 0: exit 0", r)
+r = dq("--wait-replicas", "all", "--wait-timeout", "100ms", "offer", Q, "1h", "x", "--id", "w4")
+ok(r.rc == 4 and r.text.strip() == "w4", "--wait-replicas all without replicas waits for one: exit 4", r)
+ok("0 of 1 replicas" in r.errtext, "and says so", r.errtext)
 
 section("every write of a command waits: batch, cancel, config, dead letters, leases")
 r = dq("--wait-replicas", "1", "--wait-timeout", "100ms", "offer", Q, "--batch", "-",
@@ -36,7 +40,7 @@ r = dq("--wait-replicas", "1", "--wait-timeout", "100ms", "offer", Q, "--batch",
 ok(r.rc == 4 and r.text.strip() == "2", "a batch: all offered, exit 4", r)
 r = dq("--wait-replicas", "1", "--wait-timeout", "100ms", "cancel", Q, "b1")
 ok(r.rc == 4, "cancel: exit 4", r)
-ok(stats(Q)["pending"] == 4, "and it was cancelled", stats(Q))
+ok(stats(Q)["pending"] == 5, "and it was cancelled", stats(Q))
 r = dq("--wait-replicas", "1", "--wait-timeout", "100ms", "config", Q, "--lease", "10s")
 ok(r.rc == 4, "config: exit 4", r)
 dq("offer", Q, "0", "now", "--id", "n1")
@@ -52,7 +56,7 @@ r = dq("--wait-replicas", "1", "stats", Q)
 ok(r.rc == 0, "a read (stats) does not wait", r)
 
 section("bad values: exit 2, one line")
-for args in (["--wait-replicas", "x"], ["--wait-replicas", "-1"], ["--wait-replicas", "1001"],
+for args in (["--wait-replicas", "x"], ["--wait-replicas", "-1"], ["--wait-replicas", "1001"], ["--wait-replicas", "All"],
              ["--wait-timeout", "soon"], ["--wait-timeout", "-5ms"], ["--wait-replicas"]):
     r = dq(*args, "offer", Q, "0", "x")
     ok(r.rc == 2 and r.errtext.count("\n") == 1, f"{' '.join(args)}: exit 2", r)

@@ -68,7 +68,10 @@ TAKE = R.cmd("SCRIPT", "LOAD", eval_script("take"))
 def take_call(q, n, prefix, repeat, rkey, lease="0"):
     P = f"dq:{{{q}}}:"
     keys = [P + s for s in ("zs", "r", "x", "n", "s", "cfg")]
-    return R.cmd("EVALSHA", TAKE, 6, *keys, P, P + "w", n, lease, prefix, "-1", "0", rkey, repeat)
+    r = R.cmd("EVALSHA", TAKE, 6, *keys, P, P + "w", n, lease, prefix, "-1", "0", rkey, repeat)
+    # The reply ends with the queue's epoch (an integer): the rest is the take's.
+    assert isinstance(r[-1], int), r
+    return r[:-1]
 
 
 section("a repeated request replays its result and pops nothing more")

@@ -2,20 +2,23 @@
 the CLI the whole time a failover happens, and readers of what consumers
 got (a `take --json` process, or the ids a `work --exec` appended)."""
 import json
+import os
 import threading
 import time
 
-from dqtest import dq, note, ok, wait_for
+from dqtest import BIN, Bg, dq, finish, note, ok, section, wait_for
+from topology import SentinelGroup
 
 
 class Producer(threading.Thread):
     """Offers prefix0, prefix1, ... to queues in turn, delays 0-900 ms,
-    one CLI process each (--wait-replicas 1), until stopped; records every
+    one CLI process each (--wait-replicas 1, or wait), until stopped; records every
     outcome as (id, queue, exit code, started local s, delay ms)."""
 
-    def __init__(self, url, prefix, queues):
+    def __init__(self, url, prefix, queues, wait="1"):
         super().__init__(daemon=True)
         self.url, self.prefix, self.queues = url, prefix, queues
+        self.wait = wait  # --wait-replicas
         self.results = []
         self.halt = threading.Event()
 
@@ -26,7 +29,7 @@ class Producer(threading.Thread):
             q = self.queues[i % len(self.queues)]
             delay = (i * 137) % 900
             t0 = time.time()
-            r = dq("--redis", self.url, "--wait-replicas", "1", "offer", q, f"{delay}ms", "p", "--id", id_,
+            r = dq("--redis", self.url, "--wait-replicas", self.wait, "offer", q, f"{delay}ms", "p", "--id", id_,
                    redis=False, timeout=20)
             self.results.append((id_, q, r.rc, t0, delay))
             i += 1
@@ -39,6 +42,38 @@ class Producer(threading.Thread):
     def confirmed(self, queue=None):
         """The offers confirmed durable (exit 0)."""
         return [r for r in self.results if r[2] == 0 and (queue is None or r[1] == queue)]
+
+
+def sentinel_group():
+    """A SentinelGroup (1 master, 2 replicas, 3 sentinels, down-after
+    1000 ms) checked ready, its URL, and a file for a `work` to write ids
+    to: (group, url, wpath). Ends the test when the group does not settle."""
+    section("a Sentinel group: 1 master, 2 replicas, 3 sentinels, down-after 1000 ms")
+    g = SentinelGroup()
+    if not ok(g.ready(), "replicas linked and sentinels agree"):
+        finish()
+    return g, g.url(), os.path.join(g.dir, "worked.txt")
+
+
+def consumers(url, take_queue, work_queue, wpath):
+    """A `take --count 0 --json` on take_queue and a `work --exec` on
+    work_queue that appends each id to wpath (read with taken and worked)."""
+    take = Bg([BIN, "--redis", url, "take", take_queue, "--count", "0", "--json"], name="take")
+    work = Bg([BIN, "--redis", url, "work", work_queue, "--concurrency", "4", "--exec",
+               f"printf '%s\\n' \"$DELAYQ_ID\" >> {wpath}"], name="work")
+    return take, work
+
+
+def wrap_up(g, take, work):
+    """Checks the consumers still run, stops them and the group (take's
+    log shown), and ends the test."""
+    ok(take.running() and work.running(), "consumers still running (not restarted)")
+    for p in (take, work):
+        p.stop()
+    if take.err.strip():
+        note("take's log: " + " | ".join(take.err.decode(errors="replace").splitlines()[:8]))
+    g.stop()
+    finish()
 
 
 def taken(bg):
@@ -66,6 +101,22 @@ def worked(path):
     return out
 
 
+def kill_master_under_load(g, prod):
+    """SIGKILLs the master of SentinelGroup g while prod offers: checks that
+    a replica is promoted and that 10 offers started after the promotion
+    succeed. Returns (the old master's port, kill time, promotion time)."""
+    old = g.master_port()
+    t_kill = time.time()
+    g.kill_master()
+    note(f"master {old} SIGKILLed")
+    ok(g.wait_new_master(old), "sentinels promote a replica", g.master_port())
+    t_promoted = time.time()
+    note(f"new master {g.master_port()} after {t_promoted - t_kill:.2f} s")
+    ok(wait_for(lambda: sum(1 for r in prod.results if r[2] == 0 and r[3] > t_promoted) >= 10, 30),
+       "offers after the failover succeed (exit 0)")
+    return old, t_kill, t_promoted
+
+
 def check_delivered(prod, take, take_queue, wpath, label):
     """Every offer prod had confirmed durable reached its consumer (take_queue's
     `take --json`, the other queues' `work`), none before its due time: on
@@ -80,7 +131,7 @@ def check_delivered(prod, take, take_queue, wpath, label):
 
     wait_for(lambda: not missing(), 20)
     m = missing()
-    ok(not m, f"{label}: every durable offer delivered", m[:20])
+    ok(not m, f"{label}: every durable offer delivered", (f"{len(m)} missing", m[:20]))
     got = taken(take)
     early = [(r[0], e) for r in confirmed if r[1] == take_queue for recv, e in got.get(r[0], [])
              if e["ready_ms"] < e["due_ms"] or recv + 0.005 < r[3] + r[4] / 1000.0]

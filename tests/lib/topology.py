@@ -25,6 +25,8 @@ SLOW = int(os.environ.get("DQ_TEST_SLOW", "1") or "1")
 _live = []
 # Put before every server's argv (the benchmark pins servers with taskset).
 SERVER_PREFIX = []
+# Ports whose servers speak only TLS -> the ssl.SSLContext call() uses.
+_tls_ports = {}
 
 
 def free_port(with_bus=False):
@@ -57,11 +59,14 @@ def _encode(args):
     return out
 
 
-def call(port, *args, timeout=5, auth=None):
+def call(port, *args, timeout=5, auth=None, tls=None):
     """One command over a fresh connection; returns the decoded reply (str,
     int, list, None) or raises RuntimeError for an error reply. auth: the
-    arguments of an AUTH sent first ((password,) or (user, password))."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    arguments of an AUTH sent first ((password,) or (user, password)). tls:
+    an ssl.SSLContext to speak TLS with (TLS-only servers)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        tls = tls or _tls_ports.get(port)
+        sock = tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls else raw
         sock.sendall((_encode(("AUTH",) + tuple(auth)) if auth else b"") + _encode(args))
         f = sock.makefile("rb")
         if auth:
@@ -92,9 +97,9 @@ def _read(f):
     raise RuntimeError(f"bad reply {line!r}")
 
 
-def try_call(port, *args, timeout=2, auth=None):
+def try_call(port, *args, timeout=2, auth=None, tls=None):
     try:
-        return call(port, *args, timeout=timeout, auth=auth)
+        return call(port, *args, timeout=timeout, auth=auth, tls=tls)
     except (OSError, RuntimeError, ConnectionError):
         return None
 
@@ -120,6 +125,8 @@ class _Group:
         self.dir = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TMPDIR", "/tmp"))
         self.procs = {}  # port -> Popen
         self.args = {}   # port -> argv, to restart
+        self.tls = None  # ssl.SSLContext: the servers speak only TLS
+        self.tls_files = None  # (certificate, key, CA) of TLS servers
         _live.append(self)
 
     def _spawn(self, port, argv):
@@ -130,9 +137,35 @@ class _Group:
     def _server(self, port, *extra):
         d = os.path.join(self.dir, str(port))
         os.makedirs(d, exist_ok=True)
+        if self.tls:
+            _tls_ports[port] = self.tls
         self._spawn(port, ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", d,
                            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
-                           "--protected-mode", "no", *extra])
+                           "--protected-mode", "no", *self._tls_conf(port, "--"), *extra])
+
+    def _use_tls(self, tls):
+        """tls: (certificate, key, CA) files: the group's servers speak only
+        TLS (replication and the cluster bus too); None: plain."""
+        if tls:
+            import ssl
+            self.tls_files = tls
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            self.tls.check_hostname = False
+            self.tls.verify_mode = ssl.CERT_NONE
+            self.tls.load_cert_chain(tls[0], tls[1])
+
+    def _tls_conf(self, port, dash, listen=True):
+        """The TLS settings of a server on port, as argv ("--") or config
+        lines (""); listen=False: plain port, TLS only to other servers."""
+        if not self.tls_files:
+            return []
+        crt, key, ca = self.tls_files
+        conf = [("port", "0"), ("tls-port", str(port))] if listen else []
+        conf += [("tls-cert-file", crt), ("tls-key-file", key), ("tls-ca-cert-file", ca),
+                 ("tls-auth-clients", "no"), ("tls-replication", "yes"), ("tls-cluster", "yes")]
+        if dash:
+            return [x for k, v in conf for x in ("--" + k, v)]
+        return [f"{k} {v}" for k, v in conf]
 
     def _auth(self, port):
         return None
@@ -184,8 +217,10 @@ class SentinelGroup(_Group):
     NAME = "dqmaster"
 
     def __init__(self, n_replicas=2, n_sentinels=3, down_after_ms=1000, sentinel_user=None,
-                 sentinel_password=None):
+                 sentinel_password=None, tls=None, tls_sentinels=True):
         super().__init__("delayq-sentinel.")
+        self._use_tls(tls)
+        self.tls_sentinels = tls_sentinels
         self.data_ports = [free_port() for _ in range(1 + n_replicas)]
         self.sentinel_ports = [free_port() for _ in range(n_sentinels)]
         self.sentinel_auth = None
@@ -203,6 +238,9 @@ class SentinelGroup(_Group):
                         f"sentinel down-after-milliseconds {self.NAME} {down_after_ms}\n"
                         f"sentinel failover-timeout {self.NAME} 5000\n"
                         f"sentinel parallel-syncs {self.NAME} 2\n")
+                f.write("".join(line + "\n" for line in self._tls_conf(p, "", tls_sentinels)))
+                if tls and tls_sentinels:
+                    _tls_ports[p] = self.tls
                 if sentinel_password and sentinel_user:
                     f.write(f"user default off\nuser {sentinel_user} on >{sentinel_password} allchannels +@all\n"
                             f"sentinel sentinel-user {sentinel_user}\nsentinel sentinel-pass {sentinel_password}\n")
@@ -275,8 +313,9 @@ class Cluster(_Group):
     """masters masters with replicas_per_master replicas each, made with
     redis-cli --cluster create."""
 
-    def __init__(self, masters=3, replicas_per_master=1, node_timeout_ms=1000):
+    def __init__(self, masters=3, replicas_per_master=1, node_timeout_ms=1000, tls=None):
         super().__init__("delayq-cluster.")
+        self._use_tls(tls)
         n = masters * (1 + replicas_per_master)
         self.ports = []
         while len(self.ports) < n:
@@ -289,7 +328,8 @@ class Cluster(_Group):
                          "--cluster-node-timeout", str(node_timeout_ms))
         if not self.wait_ping(self.ports):
             raise RuntimeError("cluster nodes did not start")
-        r = subprocess.run(["redis-cli", "--cluster", "create"] +
+        tls_cli = ["--tls", "--cacert", tls[2], "--cert", tls[0], "--key", tls[1]] if tls else []
+        r = subprocess.run(["redis-cli", *tls_cli, "--cluster", "create"] +
                            [f"127.0.0.1:{p}" for p in self.ports] +
                            ["--cluster-replicas", str(replicas_per_master), "--cluster-yes"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60 * SLOW)

@@ -222,7 +222,7 @@ static void test_url_nodes_max(void **state)
     }
 }
 
-#define SCHEMES "redis://, redis-sentinel://, redis-cluster:// or unix://"
+#define SCHEMES "redis://, redis-sentinel://, redis-cluster:// (rediss...: TLS) or unix://"
 #define NO_QUERY(scheme) \
     scheme " takes no ?query (sentinel_user and sentinel_password are for redis-sentinel://)"
 #define NO_FRAGMENT(scheme) scheme " takes no #fragment (#MASTER is for redis-sentinel://)"
@@ -230,8 +230,8 @@ static void test_url_nodes_max(void **state)
 #define MISSING_MASTER \
     "missing #MASTER at the end (the name of the master the sentinels monitor)"
 #define UNKNOWN_PARAM(n) \
-    "unknown query parameter " #n " (only sentinel_user= and sentinel_password=; write '&' " \
-    "in a value as %26)"
+    "unknown query parameter " #n " (only sentinel_user=, sentinel_password= and " \
+    "sentinel_tls=; write '&' in a value as %26)"
 
 /* A URL and the text expected of it: a rejection's reason, or the masked
  * form. */
@@ -246,11 +246,13 @@ static const url_case bad_cases[] = {
     {"redis:/host", "missing scheme (expected " SCHEMES ")"},
     {"http://h", "unknown scheme 'http' (expected " SCHEMES ")"},
     {"://h", "unknown scheme '' (expected " SCHEMES ")"},
-    {"rediss-sentinel://h#m", "unknown scheme 'rediss-sentinel' (expected " SCHEMES ")"},
+    {"redisss-sentinel://h#m", "unknown scheme 'redisss-sentinel' (expected " SCHEMES ")"},
     {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa://h",
      "unknown scheme 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' (expected " SCHEMES ")"},
     {"re\tdis://h", "unknown scheme 're?dis' (expected " SCHEMES ")"},
-    {"rediss://h", "TLS (rediss://) is not supported"},
+    {"redisss://h", "unknown scheme 'redisss' (expected " SCHEMES ")"},
+    {"rediss-sentinel://h?sentinel_tls=off#m", "sentinel_tls takes yes or no"},
+    {"rediss://h?sentinel_tls=no", NO_QUERY("redis://")},
     {"redis://", "missing host"},
     {"redis://:6379", "missing host"},
     {"redis:///2", "missing host"},
@@ -405,6 +407,38 @@ static void test_url_bad(void **state)
         assert_int_equal(rc, DQ_EINVAL);
         assert_string_equal(err, bad_cases[i].want);
     }
+}
+
+/* The TLS forms: TLS to the nodes, and to the sentinels unless
+ * sentinel_tls=no; the plain forms: none, unless sentinel_tls=yes. */
+static void test_url_tls(void **state)
+{
+    static const struct {
+        const char *url;
+        int topology, tls, sentinel_tls;
+    } cases[] = {
+        {"rediss://h", DQ__TOPO_SINGLE, 1, 1},
+        {"REDISS://u:p@h:6380/2", DQ__TOPO_SINGLE, 1, 1},
+        {"rediss-cluster://a,b:7001", DQ__TOPO_CLUSTER, 1, 1},
+        {"rediss-sentinel://s1,s2#m", DQ__TOPO_SENTINEL, 1, 1},
+        {"rediss-sentinel://s1?sentinel_tls=no#m", DQ__TOPO_SENTINEL, 1, 0},
+        {"rediss-sentinel://s1?sentinel_user=u&sentinel_tls=NO#m", DQ__TOPO_SENTINEL, 1, 0},
+        {"redis-sentinel://s1?sentinel_tls=yes#m", DQ__TOPO_SENTINEL, 0, 1},
+        {"redis://h", DQ__TOPO_SINGLE, 0, 0},
+        {"redis-cluster://h", DQ__TOPO_CLUSTER, 0, 0},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dq__url u;
+        char err[200] = "";
+        assert_int_equal(dq__url_parse(cases[i].url, &u, err, sizeof err), 0);
+        assert_int_equal(u.topology, cases[i].topology);
+        assert_int_equal(u.tls, cases[i].tls);
+        assert_int_equal(u.sentinel_tls, cases[i].sentinel_tls);
+    }
+    dq__url u;
+    assert_int_equal(dq__url_parse("rediss-sentinel://s?sentinel_tls=no&sentinel_password=x#m", &u, NULL, 0), 0);
+    assert_string_equal(u.masked, "rediss-sentinel://s?sentinel_tls=no&sentinel_password=***#***");
 }
 
 static void test_url_null_arguments(void **state)
@@ -923,6 +957,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_good),
         cmocka_unit_test(test_url_bad),
+        cmocka_unit_test(test_url_tls),
         cmocka_unit_test(test_url_null_arguments),
         cmocka_unit_test(test_url_err_truncated),
         cmocka_unit_test(test_url_out_untouched_on_error),

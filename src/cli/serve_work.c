@@ -1,0 +1,229 @@
+/*
+ * serve_work.c - the work thread of 'delayq serve': the takes of the HTTP
+ * API, waiting without holding the server's thread.
+ *
+ * Owns the takes' client, its loop and the thread that runs it. The server's
+ * thread hands a take over (cli_work_take: a list under a mutex, and an
+ * ev_async to wake the loop) and suspends its connection; this thread
+ * schedules the queue (dq_schedule: serve runs the scheduler of every queue
+ * it takes from), starts dq_take_many_async, and when it ends fills the
+ * take's answer and calls its done(), which resumes the connection. The
+ * client is used by this thread alone, from the moment it starts until it
+ * is joined (then cli_work_stop frees it).
+ */
+#include <ev.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/serve.h"
+#include "util.h"
+
+/* A take under way: its dq_take_req, so that a stop can cancel it. */
+typedef struct running {
+    cli_take *t;
+    dq_take_req *req;
+    struct running *prev, *next;
+    struct cli_work *w;
+} running;
+
+struct cli_work {
+    dq_client *c;
+    struct ev_loop *loop;
+    ev_async wake;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    cli_take *inbox; /* mu's: handed over, not started yet     */
+    int stopping;    /* mu's                                   */
+    running *head;   /* the thread's: the takes under way      */
+};
+
+/* ------------------------------------------------------------ answers */
+
+/* A delivered message as the API shows it. */
+static json_t *msg_json(const dq_msg *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_stringn(m->id, m->id_len));
+    if (dq__utf8_valid(m->payload, m->payload_len)) {
+        json_object_set_new(o, "payload", json_stringn(m->payload_len ? m->payload : "", m->payload_len));
+    } else {
+        size_t size = sodium_base64_ENCODED_LEN(m->payload_len, sodium_base64_VARIANT_ORIGINAL);
+        char *b64 = malloc(size);
+        if (b64)
+            sodium_bin2base64(b64, size, m->payload, m->payload_len, sodium_base64_VARIANT_ORIGINAL);
+        json_object_set_new(o, "payload_base64", b64 ? json_string(b64) : json_null());
+        free(b64);
+    }
+    json_object_set_new(o, "due_ms", json_integer((json_int_t)m->due_ms));
+    json_object_set_new(o, "ready_ms", json_integer((json_int_t)m->ready_ms));
+    if (m->token) {
+        json_object_set_new(o, "attempt", json_integer(m->attempt));
+        json_object_set_new(o, "token", json_string(m->token));
+    }
+    return o;
+}
+
+static void finish(cli_work *w, running *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        w->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    cli_take *t = r->t;
+    free(r);
+    t->done(t); /* t is not ours from here on */
+}
+
+/* Ends the loop once a stop has cancelled every take. */
+static void maybe_end(cli_work *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int stop = w->stopping;
+    pthread_mutex_unlock(&w->mu);
+    if (stop && !w->head) {
+        ev_async_stop(w->loop, &w->wake);
+        ev_break(w->loop, EVBREAK_ALL);
+    }
+}
+
+static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata)
+{
+    running *r = privdata;
+    cli_work *w = r->w;
+    if (status >= 0) {
+        json_t *items = json_array(), *body = json_object();
+        for (size_t i = 0; i < n; i++) {
+            json_array_append_new(items, msg_json(msgs[i]));
+            dq_msg_free(msgs[i]);
+        }
+        json_object_set_new(body, "items", items);
+        cli_view_json(&r->t->v, 200, body);
+    } else if (status == DQ_ECLOSED) {
+        cli_view_error(&r->t->v, 503, "the server is stopping");
+    } else {
+        cli_view_failure(&r->t->v, c, status);
+    }
+    finish(w, r);
+    maybe_end(w);
+}
+
+/* ------------------------------------------------------------ the thread */
+
+static void start_take(cli_work *w, cli_take *t)
+{
+    running *r = calloc(1, sizeof *r);
+    dq_take_opts opts;
+    int rc = r ? dq_schedule(w->c, t->queue) : DQ_ENOMEM;
+    if (!r) {
+        cli_view_error(&t->v, 500, "out of memory");
+        t->done(t);
+        return;
+    }
+    r->t = t;
+    r->w = w;
+    r->next = w->head;
+    if (w->head)
+        w->head->prev = r;
+    w->head = r;
+    dq_take_opts_init(&opts);
+    opts.lease_ms = t->args.lease_ms;
+    if (!rc)
+        rc = dq_take_many_async(w->c, t->queue, &opts, t->args.wait_ms, t->args.count, on_taken, r, &r->req);
+    if (rc) {
+        cli_view_failure(&t->v, w->c, rc);
+        finish(w, r);
+    }
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *wake, int revents)
+{
+    cli_work *w = wake->data;
+    (void)loop, (void)revents;
+    pthread_mutex_lock(&w->mu);
+    cli_take *t = w->inbox;
+    int stop = w->stopping;
+    w->inbox = NULL;
+    pthread_mutex_unlock(&w->mu);
+    cli_take *fifo = NULL; /* the inbox is newest first */
+    while (t) {
+        cli_take *next = t->next;
+        t->next = fifo;
+        fifo = t;
+        t = next;
+    }
+    t = fifo;
+    while (t) {
+        cli_take *next = t->next;
+        start_take(w, t);
+        t = next;
+    }
+    if (stop)
+        for (running *r = w->head; r; r = r->next)
+            if (r->req)
+                dq_take_cancel(r->req); /* on_taken runs later, with what came or DQ_ECLOSED */
+    maybe_end(w);
+}
+
+static void *run(void *arg)
+{
+    cli_work *w = arg;
+    ev_run(w->loop, 0);
+    return NULL;
+}
+
+cli_work *cli_work_start(dq_client *c)
+{
+    cli_work *w = calloc(1, sizeof *w);
+    if (!w) {
+        cli_err("serve: out of memory");
+        return NULL;
+    }
+    w->c = c;
+    w->loop = dq_client_loop(c);
+    pthread_mutex_init(&w->mu, NULL);
+    ev_async_init(&w->wake, on_wake);
+    w->wake.data = w;
+    ev_async_start(w->loop, &w->wake);
+    if (pthread_create(&w->thread, NULL, run, w) != 0) {
+        cli_err("serve: cannot start the work thread");
+        ev_async_stop(w->loop, &w->wake);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int cli_work_take(cli_work *w, cli_take *t)
+{
+    pthread_mutex_lock(&w->mu);
+    int stop = w->stopping;
+    if (!stop) {
+        t->next = w->inbox;
+        w->inbox = t;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (stop)
+        return -1;
+    ev_async_send(w->loop, &w->wake);
+    return 0;
+}
+
+void cli_work_stop(cli_work *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    pthread_mutex_unlock(&w->mu);
+    ev_async_send(w->loop, &w->wake);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
