@@ -258,8 +258,11 @@ if ARGV[5] == '1' then
     local missing = rl - have
     if missing > 0 then signal(sig, math.min(missing, 1000)) end
   end
+  -- Only for a queue that exists (has its counters): a beat must not
+  -- bring back a key of a queue that was wiped (see wipe.py).
   local lasts = tonumber(ARGV[8] or '')
-  if ARGV[7] and ARGV[7] ~= '' and lasts and lasts > 0 and lasts < 86400000 then
+  if ARGV[7] and ARGV[7] ~= '' and lasts and lasts > 0 and lasts < 86400000 and
+     redis.call('EXISTS', counters) == 1 then
     redis.pcall('ZADD', schedulers_key(P), fmt(now + lasts), ARGV[7])
     redis.pcall('ZREMRANGEBYSCORE', schedulers_key(P), '-inf', '(' .. fmt(now - 60000))
   end

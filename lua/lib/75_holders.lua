@@ -29,7 +29,9 @@ end
 -- Every scheduler of a queue beats in P..'schedulers' (a sorted set: member,
 -- its name, host:pid; score, the server ms until which it counts as live)
 -- on its catch-up and safety runs of transfer.lua, which it makes anyway:
--- no call of its own. stats counts the live ones.
+-- no call of its own; only while the queue exists (its counters do), so a
+-- beat never brings back a key of a wiped queue. stats counts the live
+-- ones.
 local function schedulers_key(P) return P .. 'schedulers' end
 
 -- Schedulers of P live now (ms), by their beats.
