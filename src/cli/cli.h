@@ -199,6 +199,14 @@ int cli_connect(const cli_env *env, dq_client **out);
 
 /* As cli_connect, on loop (NULL: a private loop, as cli_connect). */
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out);
+/* cli_connect_on, trying again while Redis cannot be reached (refused,
+ * timed out), with a backoff from 100 ms to 5 s, for up to wait_ms (< 0:
+ * forever; 0: once): says so once on stderr, and once more when it
+ * connects. Other failures end it at once. Returns as cli_connect_on. */
+int cli_connect_wait(const cli_env *env, struct ev_loop *loop, int64_t wait_ms, dq_client **out);
+/* Parses --connect-wait's value (a duration, or "forever": -1) into *ms.
+ * Returns 0 or CLI_USAGE. */
+int cli_parse_connect_wait(const char *text, int64_t *ms);
 
 /* Reports what the client's background work has to say (scheduler
  * failures, reconnects, refused acks) on stderr, one "delayq: " line each. */

@@ -38,6 +38,7 @@
 const char cli_usage_take[] =
     "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
     "                   [--ack manual [--lease DUR] [--holder NAME] [--batch N]]\n"
+    "                   [--connect-wait DUR]\n"
     "\n"
     "Waits for N due items of QUEUE and prints them as they arrive, taking up to\n"
     "64 a round trip. Taking removes the item from the queue, unless --ack manual\n"
@@ -71,6 +72,9 @@ const char cli_usage_take[] =
     "                  next only once the reader has read every line before: no\n"
     "                  lease runs while its line waits in the pipe. A batch is\n"
     "                  faster, but its leases all start at once\n"
+    "  --connect-wait DUR  while Redis cannot be reached at the start, try\n"
+    "                  again (backoff 100ms to 5s) for up to DUR ('forever' for\n"
+    "                  no limit); default 0: exit 3 at once\n"
     "  --redis URL     the Redis server (see 'delayq --help')\n"
     "\n"
     "Without --json each item is printed as its raw payload bytes followed by a\n"
@@ -283,13 +287,14 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
     const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL, *holder = NULL;
-    const char *batch = NULL;
+    const char *batch = NULL, *wait = NULL;
+    int64_t wait_ms = 0;
     int json = 0, no_sched = 0, npos;
     const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
                             {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
                             {"ack", &ack, NULL},        {"lease", &lease, NULL},
                             {"holder", &holder, NULL},  {"batch", &batch, NULL},
-                            {NULL, NULL, NULL}};
+                            {"connect-wait", &wait, NULL}, {NULL, NULL, NULL}};
     take_run t = {.want = 1, .batch = TAKE_BATCH};
     dq_take_opts take_opts;
     int64_t timeout_ms = -1;
@@ -309,8 +314,10 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
         rc = parse_ack(ack, lease, holder, &take_opts, &t.opts);
     if (!rc)
         rc = parse_batch(batch, t.opts != NULL, &t.batch);
+    if (!rc && wait)
+        rc = cli_parse_connect_wait(wait, &wait_ms);
     if (!rc)
-        rc = cli_connect(env, &t.c);
+        rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
     if (rc)
         return rc;
     t.queue = argv[0];
