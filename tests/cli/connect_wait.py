@@ -7,7 +7,6 @@ is up, an item offered then is moved by that scheduler (a take with
 After a restart of Redis, the scheduler says "reconnected". `schedule
 --connect-wait 1s` with Redis down exits 3 after about a second."""
 import os
-import signal
 import subprocess
 import sys
 import tempfile
