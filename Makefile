@@ -79,7 +79,7 @@ PC = $(BUILD)/delayq.pc
 # Debian 12 packages the build, the tests and the demo need.
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
            libmicrohttpd-dev libcmocka-dev redis-server redis-tools python3 valgrind \
-           python3-prometheus-client libssl-dev openssl
+           python3-prometheus-client libssl-dev openssl tzdata python3-redis
 # What only the tests need besides: a browser for the dashboard's test.
 TEST_PKGS = chromium chromium-driver python3-selenium
 

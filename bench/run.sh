@@ -53,6 +53,8 @@
 #                           peer: bench/peer.py, BullMQ in the same run;
 #                           http: bench/http_api.py, the HTTP API's work
 #                           verbs through delayq serve;
+#                           python: bench/python_client.py, the Python
+#                           client's offers and take + ack;
 #                           parts, never by default: dqbench --only parts,
 #                           figure 5g, dq_worker's drain taken apart by
 #                           the clock: a worker, a leased take that never
@@ -180,7 +182,7 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
     grep -v '^calls$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' |
-    grep -v '^http$' | paste -sd, -)
+    grep -v '^http$' | grep -v '^python$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_CALLS=1
@@ -190,6 +192,7 @@ RUN_OPS=1
 RUN_SHARDS=1
 RUN_PEER=1
 RUN_HTTP=1
+RUN_PYTHON=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
@@ -201,6 +204,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,http,*) ;; *) RUN_HTTP=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,python,*) ;; *) RUN_PYTHON=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
 [ $RUN_CORE -eq 1 ] &&
@@ -319,6 +323,13 @@ fi
 if [ $rc -eq 0 ] && [ $RUN_HTTP -eq 1 ]; then
     # delayq serve's work verbs on a server of its own, unpinned; 180 s at most.
     run_phase "$RESULTS.http" timeout -k 10 180 python3 "$ROOT/bench/http_api.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_PYTHON -eq 1 ]; then
+    # The Python client on a server of its own, unpinned; Debian's python3
+    # (python3-redis lives there); 180 s at most.
+    PY3=python3
+    [ -x /usr/bin/python3 ] && PY3=/usr/bin/python3
+    run_phase "$RESULTS.python" timeout -k 10 180 "$PY3" "$ROOT/bench/python_client.py" "$BUILD_DIR"
 fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

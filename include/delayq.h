@@ -631,6 +631,94 @@ typedef struct dq_sched_counters {
 
 DQ_EXPORT void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out);
 
+/* ------------------------------------------------------------------ recurring schedules */
+
+/* A recurring schedule lives in Redis, in the queue's keys: any client sets,
+ * changes, pauses or removes it at run time, and the queue's schedulers
+ * (dq_scheduler_start, 'delayq schedule') turn each tick into one ordinary
+ * item, whatever their number, crashes and clocks: id "NAME@<tick ms>",
+ * due_ms the tick's time on the server clock, the schedule's payload.
+ * Schedules need a queue of one shard (the script refuses another:
+ * DQ_EREDIS, its message saying so), and a client without keys: sealed
+ * payloads are bound to one item id, which a schedule cannot know in
+ * advance (DQ_EINVAL with a key file). Setting, changing and listing run a
+ * writing script: a read-only ACL user cannot list schedules. */
+
+/* What to do with the ticks that came while no scheduler ran, or while the
+ * schedule was paused. */
+enum dq_missed {
+    DQ_MISSED_ONE = 0,  /* one item (the first missed tick's), then on time  */
+    DQ_MISSED_SKIP = 1, /* none; a tick more than 60 s late is skipped too   */
+    DQ_MISSED_ALL = 2   /* an item for each, each due at its own tick        */
+};
+
+#define DQ_RECURRING_NAME_MAX 64  /* name: 1..64 of A-Z a-z 0-9 _ . : -      */
+#define DQ_RECURRING_EVERY_MIN_MS 1000
+
+typedef struct dq_recurring_spec {
+    int64_t every_ms;    /* the interval, >= DQ_RECURRING_EVERY_MIN_MS       */
+    int64_t start_ms;    /* the first tick (server epoch ms; ticks are
+                            start + k * every_ms); 0: every_ms from now     */
+    int64_t end_ms;      /* no tick after it (server epoch ms); 0: never    */
+    int missed;          /* enum dq_missed                                  */
+    const void *payload; /* every tick's item's payload (copied)            */
+    size_t payload_len;
+    const char *cron;    /* NULL: every every_ms. Else a cron expression
+                            (five fields: minute hour day-of-month month
+                            day-of-week, with lists, ranges, steps, names; or
+                            @hourly, @daily, @weekly, @monthly, @yearly),
+                            and every_ms is not used; start_ms, if set, is
+                            the earliest tick                               */
+    const char *zone;    /* cron's IANA zone (read from the system's tz
+                            database); NULL: "UTC". A wall time a DST change
+                            skips runs at the end of the gap, once; one that
+                            comes twice runs at its first occurrence         */
+} dq_recurring_spec;
+
+/* Creates schedule name of queue, or replaces it (its pending tick goes, the
+ * first tick is computed anew: a change moves the next tick at once; a
+ * paused schedule replaced runs again). *next_ms (may be NULL) gets the
+ * first tick, -1 when none comes before end_ms. Returns 0 or a negative code:
+ * DQ_EINVAL for a bad name, interval, cron expression (the message names the
+ * field), zone, time or missed policy, or a client with keys; DQ_ETOOBIG for
+ * a payload over max_payload. A cron schedule's ticks are computed by the
+ * clients (this call, then the schedulers, 64 at a time). */
+DQ_EXPORT int dq_recurring_set(dq_client *c, const char *queue, const char *name,
+                               const dq_recurring_spec *spec, int64_t *next_ms) DQ_NODISCARD;
+
+/* Removes schedule name, and its pending tick's item (an item already ready
+ * or in flight stays its consumer's). Pause keeps the schedule but makes no
+ * items (its pending tick's item goes) until resume, whose missed policy then
+ * applies to the ticks that passed. Each returns 1, 0 for a name queue has no
+ * schedule of, or a negative code. */
+DQ_EXPORT int dq_recurring_remove(dq_client *c, const char *queue, const char *name) DQ_NODISCARD;
+DQ_EXPORT int dq_recurring_pause(dq_client *c, const char *queue, const char *name) DQ_NODISCARD;
+DQ_EXPORT int dq_recurring_resume(dq_client *c, const char *queue, const char *name) DQ_NODISCARD;
+
+/* A schedule as dq_recurring_list reports it. */
+typedef struct dq_recurring {
+    char *name;
+    char *spec;          /* "every 1s", or the cron expression              */
+    char *zone;          /* "" for every, the zone for cron                 */
+    int64_t every_ms, start_ms, end_ms; /* as set (end_ms 0: never)          */
+    int missed;          /* enum dq_missed                                  */
+    int paused;          /* 1 while paused                                  */
+    int64_t next_ms;     /* its next tick (server epoch ms), -1 once ended,
+                            -2 for cron waiting for its ticks (the refill
+                            by a scheduler failed: set it again)            */
+    int64_t last_ms;     /* the latest tick that made an item, -1 if none    */
+    size_t payload_len;
+    int bad;             /* 1: its spec in Redis does not decode (remove it) */
+} dq_recurring;
+
+/* The schedules of queue, in name order (at most 10,000): *list is a new
+ * array of *n entries (NULL when 0) that the caller frees with
+ * dq_recurring_list_free. Returns 0 or a negative code (then *list is NULL
+ * and *n 0). */
+DQ_EXPORT int dq_recurring_list(dq_client *c, const char *queue, dq_recurring **list,
+                                size_t *n) DQ_NODISCARD;
+DQ_EXPORT void dq_recurring_list_free(dq_recurring *list, size_t n);
+
 /* ------------------------------------------------------------------ consuming */
 
 /* A delivered item. Owned by whoever the function handing it out says;

@@ -29,11 +29,13 @@
 -- refuse the call before it writes.
 -- Can fail after writing only on an OOM.
 -- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
--- buried, epoch}: start_us is the server's clock when the run began, which clients
+-- buried, epoch[, refills]}: start_us is the server's clock when the run began, which clients
 -- use to map due times onto their own clocks (the server's, not the
 -- queue's: while a clock set back runs below the queue's mark, an item due
 -- after the mark falls due when the server's clock reaches it); epoch is
--- the queue's (0: none; see lib/20_counters.lua).
+-- the queue's (0: none; see lib/20_counters.lua); refills, only when there
+-- are any, lists the cron schedules whose windows of ticks run low
+-- (lib/80_recurring.lua).
 local zs, ready, aside, counters, dead, deadz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sig = KEYS[7]
 local P, chan = ARGV[1], ARGV[2]
@@ -52,6 +54,9 @@ local start_us = server_now_us()
 local now = queue_time_of(math.floor(start_us / 1000)) -- never before the queue's mark
 local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
+-- The recurring schedules whose tick has come make their items first (see
+-- lib/80_recurring.lua), so a tick's item moves in the call that made it.
+local refills, ticks_left = recur.advance(P, zs, counters, now)
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false
@@ -271,9 +276,13 @@ end
 local next_due = earliest_due(P, zs)
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
+if ticks_left then more = 1 end
 if done > 0 then
   clock_save(counters, false) -- it moved items by this time
   -- Tells the other schedulers of this queue that this deadline is served.
   redis.call('SPUBLISH', chan, fmt(next_due))
 end
-return {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried, queue_epoch()}
+local out = {moved, set_aside_n, fmt(next_due), fmt(start_us), more, expired, buried, queue_epoch()}
+-- Cron schedules short of ticks (see lib/80_recurring.lua), when any.
+if #refills > 0 then out[9] = refills end
+return out

@@ -112,7 +112,7 @@ typedef struct dead_list {
     size_t n;
 } dead_list;
 
-static char *dup_str(const redisReply *r) {
+char *dq__reply_dup(const redisReply *r) {
     char *s = malloc(r->len + 1);
     if (s) {
         memcpy(s, r->str, r->len);
@@ -127,13 +127,13 @@ static int letter_from(dq_dead_letter *d, redisReply **f) {
     if (f[0]->type != REDIS_REPLY_STRING || f[4]->type != REDIS_REPLY_STRING ||
         f[5]->type != REDIS_REPLY_STRING || f[6]->type != REDIS_REPLY_STRING)
         return DQ_EPROTO;
-    d->id = dup_str(f[0]);
+    d->id = dq__reply_dup(f[0]);
     d->died_ms = dq__reply_int(f[1]);
     d->attempts = (int)dq__reply_int(f[2]);
     d->due_ms = dq__reply_int(f[3]);
-    d->reason = dup_str(f[4]);
-    d->error = dup_str(f[5]);
-    d->payload = dup_str(f[6]);
+    d->reason = dq__reply_dup(f[4]);
+    d->error = dq__reply_dup(f[5]);
+    d->payload = dq__reply_dup(f[6]);
     d->payload_len = f[6]->len;
     return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
 }

@@ -296,6 +296,7 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_DEAD, DQ__LUA_CONFIG,
                   DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
                   DQ__LUA_METRICS, DQ__LUA_LIST, DQ__LUA_SHARDS,
+                  DQ__LUA_RECURRING,
                   DQ__LUA_COUNT };
 
 /* The slot of a queue's keys (their hash tag is the queue name). */
@@ -698,5 +699,13 @@ void dq__ack_args_pack(dq__ack_args *a);
 
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);
+/* A string reply's bytes as a malloc'ed C string (the caller frees), or
+ * NULL without memory (dead.c). */
+char *dq__reply_dup(const redisReply *r);
+/* A transfer's list of cron schedules short of ticks (name, expression,
+ * zone, last tick, per schedule): computes the next ticks of each and sends
+ * them, without waiting for the reply; a failure is logged, and the next
+ * transfer asks again (recurring.c). */
+void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *list);
 
 #endif

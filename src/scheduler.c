@@ -139,7 +139,7 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
         arm_safety_timer(s);
         return;
     }
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 8) {
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 8 || reply->elements > 9) {
         dq__sched_core_failed(&s->core);
         c->counters.errors++;
         if (reply) dq__backoff_next(c, &s->backoff, reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -178,6 +178,7 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     c->counters.transfers++;
     c->counters.moved += (uint64_t)moved;
     c->counters.set_aside += (uint64_t)aside;
+    if (reply->elements == 9) dq__recurring_refill(c, s->queue, reply->element[8]);
     if (aside > 0)
         dq__log(c, "queue %s: %" PRId64 " undecodable entries set aside in %s", s->queue, aside,
                 s->keys.aside);

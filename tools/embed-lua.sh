@@ -12,8 +12,9 @@
 # call each other's scripts. stats, lookup, metrics and list only read: they are flagged
 # no-writes (FCALL_RO runs them, for a user whose keys are read-only, and
 # they run while Redis is out of memory), and so is dead_ro, dead.lua again
-# for its reading operations (list, count). The others may not start while
-# Redis is out of memory.
+# for its reading operations (list, count), and protocol (the version of
+# PROTOCOL.md the library speaks, for clients in other languages). The others
+# may not start while Redis is out of memory.
 # Usage: tools/embed-lua.sh OUT.h lua/lib lua/a.lua lua/b.lua ...
 set -eu
 out=$1; libdir=$2; shift 2
@@ -57,7 +58,7 @@ LUA
   for f in "$@"; do
     name=$(basename "$f" .lua)
     case "$name" in
-      stats|lookup|metrics|list) register "$f" "$name" ", flags = {'no-writes'}" ;;
+      stats|lookup|metrics|list|protocol) register "$f" "$name" ", flags = {'no-writes'}" ;;
       dead) register "$f" dead ""; register "$f" dead_ro ", flags = {'no-writes'}" ;;
       *) register "$f" "$name" "" ;;
     esac

@@ -334,6 +334,9 @@ int cli_cmd_lookup(cli_env *env, int argc, char **argv);   /* cmd_browse.c */
 int cli_cmd_list(cli_env *env, int argc, char **argv);     /* cmd_browse.c */
 int cli_cmd_serve(cli_env *env, int argc, char **argv);    /* cmd_serve.c */
 int cli_cmd_doctor(cli_env *env, int argc, char **argv);   /* cmd_doctor.c */
+int cli_cmd_every(cli_env *env, int argc, char **argv);    /* cmd_recurring.c */
+int cli_cmd_schedules(cli_env *env, int argc, char **argv);
+int cli_cmd_cron(cli_env *env, int argc, char **argv);
 
 /* Usage text of each command, printed by its --help and by "delayq help". */
 extern const char cli_usage_offer[];
@@ -355,6 +358,9 @@ extern const char cli_usage_lookup[];
 extern const char cli_usage_list[];
 extern const char cli_usage_serve[];
 extern const char cli_usage_doctor[];
+extern const char cli_usage_every[];
+extern const char cli_usage_schedules[];
+extern const char cli_usage_cron[];
 
 /* Prints text to stdout; returns CLI_OK (for --help). */
 int cli_help(const char *text);

@@ -71,9 +71,9 @@ static const char *const commands_full[] = {
     "lrange", /* list's ready pages */
     /* inside the scripts (lua/NAME.lua) */
     "del", "exists", "get", "set", "rename", "type", "time", "spublish",
-    "hdel", "hexists", "hget", "hincrby", "hmget", "hset",
+    "hdel", "hexists", "hget", "hincrby", "hkeys", "hlen", "hmget", "hset",
     "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrangestore", "zrem",
-    "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore",
+    "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore", "zrank",
     "pttl", "pexpire", /* a holder's key, stretched by extend */
     NULL,
 };

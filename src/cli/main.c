@@ -41,6 +41,13 @@ static const char usage_main[] =
     "                       run CMD for each item (payload on stdin) until SIGTERM;\n"
     "                       exit status 0 acks, anything else retries\n"
     "  schedule QUEUE...    move due items to their ready lists until SIGINT/SIGTERM\n"
+    "  every QUEUE NAME INTERVAL [PAYLOAD] [--missed skip|one|all] [--start TIME]\n"
+    "        [--end TIME]   a recurring schedule: one item per tick, whatever the\n"
+    "                       number of schedulers\n"
+    "  cron QUEUE NAME EXPR [PAYLOAD] [--tz ZONE] [--missed P] [--start T] [--end T]\n"
+    "                       a recurring schedule by a cron expression in a zone\n"
+    "  schedules QUEUE [--json] | schedules QUEUE remove|pause|resume NAME\n"
+    "                       list or change a queue's recurring schedules\n"
     "  stats QUEUE [--json] pending, ready, next_due_in_ms, inflight, dead of a queue\n"
     "  dead QUEUE list [--json] | count | redrive [ID] | purge\n"
     "                       the items that ran out of attempts\n"
@@ -145,6 +152,9 @@ static const command commands[] = {
     {"list", cli_cmd_list, cli_usage_list},
     {"serve", cli_cmd_serve, cli_usage_serve},
     {"doctor", cli_cmd_doctor, cli_usage_doctor},
+    {"every", cli_cmd_every, cli_usage_every},
+    {"schedules", cli_cmd_schedules, cli_usage_schedules},
+    {"cron", cli_cmd_cron, cli_usage_cron},
     {NULL, NULL, NULL},
 };
 

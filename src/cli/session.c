@@ -88,6 +88,7 @@ static int refused_input(const char *msg)
         "ERR delayq: backoff_base_ms above backoff_max_ms",
         "ERR delayq: lease_ms must be at least ",
         "ERR delayq: bad value for ",
+        "ERR delayq: recurring schedules need ",
     };
 
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
