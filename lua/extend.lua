@@ -26,7 +26,7 @@ local score = slot_insert(P, zs, counters, deadline * ORD, r.batch and record_v2
 id_set(P, ik, id, score)
 clock_save(counters, false)
 announce_if_first(ARGV[5], score, bound)
-local hk = holder_key_of(P, ARGV[3])
+local hk = seen.holder_key_of(P, ARGV[3])
 local ttl = hk and redis.call('PTTL', hk)
 if ttl and ttl >= 0 and ttl < lease then redis.call('PEXPIRE', hk, nstr(lease)) end
 return {1, fmt(deadline)}

@@ -110,7 +110,7 @@ for _ = 1, 1000 do
         if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
         out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
         if cut then out[k + 4] = whole end
-        if holders then out[k + 5] = holder_of(P, r.token) end
+        if holders then out[k + 5] = seen.holder_of(P, r.token) end
         n = n + 1
       end
     end

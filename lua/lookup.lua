@@ -51,13 +51,13 @@ if score then
     local r, rs = registry_find(P, zs, id)
     if r then
       local ends = math.floor(rs / ORD)
-      return {3, fmt(ends), r.attempts, holder_of(P, r.token), ago(ends)}
+      return {3, fmt(ends), r.attempts, seen.holder_of(P, r.token), ago(ends)}
     end
     if in_ready(P .. 'r', id) then return {2, 0, 0} end
     return {0, 0, 0} -- its entry is gone (an evicted or deleted ready list)
   end
   local r = parse_record(rec, score, id)
-  if r and r.token ~= '' then return {3, at, r.attempts, holder_of(P, r.token), ago(tonumber(at))} end
+  if r and r.token ~= '' then return {3, at, r.attempts, seen.holder_of(P, r.token), ago(tonumber(at))} end
   return {1, at, r and r.attempts or 0, '', ago(tonumber(at))}
 end
 if redis.call('HEXISTS', dead, id) == 1 then return {4, 0, 0} end

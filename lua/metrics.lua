@@ -36,6 +36,6 @@ local v = redis.call('HMGET', KEYS[4], unpack(fields))
 for i = 1, #fields do out[#out + 1] = v[i] or false end
 out[#out + 1] = c[4]
 out[#out + 1] = queue_epoch()
-out[#out + 1] = schedulers_live(ARGV[1], now)
+out[#out + 1] = seen.schedulers_live(ARGV[1], now)
 out[#out + 1] = fmt(next_due >= 0 and math.max(0, now - next_due) or 0)
 return out

@@ -20,5 +20,5 @@ local next_due = earliest_due(ARGV[1], KEYS[1], true) -- read only: a no-writes 
 local next_in, now = -1, queue_now_ms()
 if next_due >= 0 then next_in = math.max(0, next_due - now) end
 local overdue = next_due >= 0 and math.max(0, now - next_due) or 0
-return {math.max(c[1], 0), ready, fmt(next_in), aside, math.max(c[2], 0), dead, c[4], schedulers_live(ARGV[1], now),
-        fmt(overdue)}
+return {math.max(c[1], 0), ready, fmt(next_in), aside, math.max(c[2], 0), dead, c[4],
+        seen.schedulers_live(ARGV[1], now), fmt(overdue)}

@@ -268,8 +268,8 @@ if ARGV[5] == '1' then
   local lasts = tonumber(ARGV[8] or '')
   if ARGV[7] and ARGV[7] ~= '' and lasts and lasts > 0 and lasts < 86400000 and
      redis.call('EXISTS', counters) == 1 then
-    redis.pcall('ZADD', schedulers_key(P), fmt(now + lasts), ARGV[7])
-    redis.pcall('ZREMRANGEBYSCORE', schedulers_key(P), '-inf', '(' .. fmt(now - 60000))
+    redis.pcall('ZADD', seen.schedulers_key(P), fmt(now + lasts), ARGV[7])
+    redis.pcall('ZREMRANGEBYSCORE', seen.schedulers_key(P), '-inf', '(' .. fmt(now - 60000))
   end
 end
 
