@@ -27,7 +27,7 @@ static const char usage_main[] =
     "                       add the DELAY<TAB>ID<TAB>PAYLOAD lines of FILE ('-' = stdin)\n"
     "  cancel QUEUE ID      remove a pending item (exit 1 if it was not pending)\n"
     "  take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
-    "             [--ack manual [--lease DUR]]\n"
+    "             [--ack manual [--lease DUR] [--holder NAME] [--batch N]]\n"
     "                       wait for due items and print them (with --ack manual:\n"
     "                       with a lease, each to be acked or nacked)\n"
     "  ack QUEUE ID TOKEN   done with a delivery of 'take --ack manual'\n"
