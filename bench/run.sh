@@ -16,7 +16,8 @@
 # bench/ops.py (phase ops: `delayq serve`'s scrapes with 100 queues), then
 # bench/shards.py (phase shards: one queue over 12 shards on 1, 2 and 3
 # masters next to the same queue unsharded), then
-# bench/peer.py (phase peer: BullMQ next to the CLI, A B A B). The figures go to stdout and to
+# bench/peer.py (phase peer: BullMQ next to the CLI, A B A B), then bench/tls.py (phase tls: the
+# CLI over TLS next to plain TCP). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
 # DQ_BENCH_TIMEOUT seconds (default 600).
@@ -24,7 +25,7 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics and before lease records, kept in
@@ -51,6 +52,9 @@
 #                           shards: bench/shards.py, a sharded queue on
 #                           clusters of its own;
 #                           peer: bench/peer.py, BullMQ in the same run;
+#                           tls: bench/tls.py, the CLI's offers, drain and
+#                           lateness over TLS next to plain TCP, one server
+#                           with both ports;
 #                           http: bench/http_api.py, the HTTP API's work
 #                           verbs through delayq serve;
 #                           python: bench/python_client.py, the Python
@@ -181,6 +185,7 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 # "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
     grep -v '^calls$' |
+    grep -v '^tls$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' |
     grep -v '^http$' | grep -v '^python$' | paste -sd, -)
 RUN_HA=1
@@ -191,6 +196,7 @@ RUN_USERS=1
 RUN_OPS=1
 RUN_SHARDS=1
 RUN_PEER=1
+RUN_TLS=1
 RUN_HTTP=1
 RUN_PYTHON=1
 RUN_CORE=1
@@ -203,6 +209,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,peer,*) ;; *) RUN_PEER=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,tls,*) ;; *) RUN_TLS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,http,*) ;; *) RUN_HTTP=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,python,*) ;; *) RUN_PYTHON=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
@@ -319,6 +326,11 @@ if [ $rc -eq 0 ] && [ $RUN_PEER -eq 1 ]; then
     # BullMQ on a server of its own, A B A B with the CLI; skipped (and
     # said so) where node is missing; 420 s at most.
     run_phase "$RESULTS.peer" timeout -k 10 420 python3 "$ROOT/bench/peer.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_TLS -eq 1 ]; then
+    # One server with a plain and a TLS port (pinned to core 0, the CLI to
+    # core 1), stopped by pid; 240 s at most.
+    run_phase "$RESULTS.tls" timeout -k 10 240 python3 "$ROOT/bench/tls.py" "$BUILD_DIR"
 fi
 if [ $rc -eq 0 ] && [ $RUN_HTTP -eq 1 ]; then
     # delayq serve's work verbs on a server of its own, unpinned; 180 s at most.

@@ -2,7 +2,8 @@
  * fuzz_reply.c - libFuzzer target: replies from Redis. The bytes go through
  * hiredis's RESP parser, and every complete reply through what the library
  * reads of replies without a connection: integers (dq__reply_int), error
- * codes (dq__reply_error_code) and the router's topology errors
+ * codes (dq__reply_error_code), an error's class, code word, persistence
+ * and ACL refusal of a key (errors.c) and the router's topology errors
  * (dq__reply_is_topology), on the reply and on each element of an array.
  */
 #include <stdint.h>
@@ -15,7 +16,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void visit(const redisReply *r, int depth) {
     (void)dq__reply_int(r);
-    if (r->type == REDIS_REPLY_ERROR) (void)dq__reply_error_code(r);
+    if (r->type == REDIS_REPLY_ERROR) {
+        char word[DQ__ERRKIND_MAX];
+        (void)dq__reply_error_code(r);
+        dq__error_code(r->str, word);
+        (void)dq__error_persists(r->str);
+        (void)dq__error_names_key(r->str);
+    }
     (void)dq__reply_is_topology(r);
     if (r->type == REDIS_REPLY_ARRAY && depth < 8)
         for (size_t i = 0; i < r->elements; i++) visit(r->element[i], depth + 1);

@@ -11,16 +11,16 @@
  * The cap is what bounds recovery: the first try after the error clears
  * comes within CAP_S.
  *
- * The log lines of those errors go through one per-client record of each
- * kind (the error's first word): the first failure of a kind is logged as
- * it is, the next ones are counted and reported in one line at most every
+ * Which errors those are is errors.c's to say (dq__error_persists). The
+ * log lines of those errors go through one per-client record of each kind
+ * (the error's code word): the first failure of a kind is logged as it is,
+ * the next ones are counted and reported in one line at most every
  * WINDOW_S ("... (repeated 412 times in the last 10 s)"), and a success of
  * something that failed with that kind says it cleared. A kind that comes
  * back within WINDOW_S of its last line is counted, not logged again, so a
  * condition that flaps writes a few lines per window, not one per flap.
  * Errors of other kinds are logged one line each, as before.
  */
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,27 +48,6 @@ struct dq__errlog {
     kind_log k[KINDS];
 };
 
-static const char *const persisting[] = {"OOM", "MISCONF", "NOREPLICAS", "READONLY", "LOADING", "BUSY"};
-
-/* The code word an error starts with ("OOM"), copied to out; "" when the
- * text does not start with an upper-case word. */
-static void error_kind(const char *text, char out[DQ__ERRKIND_MAX]) {
-    size_t n = 0;
-    if (!text) text = "";
-    while (isupper((unsigned char)text[n]) && n + 1 < DQ__ERRKIND_MAX) n++;
-    if (text[n] != ' ' && text[n] != '\0') n = 0;
-    memcpy(out, text, n);
-    out[n] = '\0';
-}
-
-int dq__error_persists(const char *text) {
-    char kind[DQ__ERRKIND_MAX];
-    error_kind(text, kind);
-    for (size_t i = 0; i < sizeof persisting / sizeof *persisting; i++)
-        if (strcmp(kind, persisting[i]) == 0) return 1;
-    return 0;
-}
-
 /* The record of kind, made if new in a free slot, else in the one quiet
  * longest; NULL when out of memory. */
 static kind_log *kind_get(dq_client *c, const char *kind) {
@@ -88,7 +67,7 @@ static kind_log *kind_get(dq_client *c, const char *kind) {
 
 static void log_line(dq_client *c, const char *error, const char *line) {
     char kind[DQ__ERRKIND_MAX];
-    error_kind(error, kind);
+    dq__error_code(error, kind);
     kind_log *k = dq__error_persists(error) ? kind_get(c, kind) : NULL;
     if (!k) {
         dq__log(c, "%s", line);
@@ -131,7 +110,7 @@ void dq__log_error(dq_client *c, const char *error, const char *fmt, ...) {
 }
 
 double dq__backoff_next(dq_client *c, dq__backoff *b, const char *error) {
-    error_kind(error, b->kind);
+    dq__error_code(error, b->kind);
     double wait = BASE_S;
     for (int i = 0; i < b->failures && wait < CAP_S; i++) wait *= 2;
     if (wait > CAP_S) wait = CAP_S;

@@ -220,7 +220,7 @@ static int role_is_master(const redisReply *reply) {
  * and serves reads: the connection is made, and each write gets the MISCONF
  * itself. */
 static int refuses_writes_only(const char *what, const redisReply *reply) {
-    return strcmp(what, "PING") == 0 && strncmp(reply->str, "MISCONF ", 8) == 0;
+    return strcmp(what, "PING") == 0 && dq__error_class(reply->str) == DQ__ERR_MISCONF;
 }
 
 static void handshake_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
@@ -523,18 +523,23 @@ void dq__conn_retire(dq__conn *conn) {
 }
 
 int dq__text_is_refusal(const char *text) {
-    return strncmp(text, "NOPERM", 6) == 0 || strstr(text, "user executing the script can't") != NULL;
+    enum dq__errclass class = dq__error_class(text);
+    return class == DQ__ERR_NOPERM || class == DQ__ERR_NOPERM_SCRIPT;
 }
 
 int dq__reply_is_refusal(const redisReply *reply) {
     return reply && reply->type == REDIS_REPLY_ERROR && reply->str && dq__text_is_refusal(reply->str);
 }
 
+enum dq__errclass dq__reply_class(const redisReply *reply) {
+    return reply && reply->type == REDIS_REPLY_ERROR ? dq__error_class(reply->str) : DQ__ERR_OTHER;
+}
+
 int dq__reply_error_code(const redisReply *reply) {
     if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str) return DQ_EPROTO;
-    if (strstr(reply->str, "WRONGTYPE")) return DQ_EWRONGTYPE;
-    if (strncmp(reply->str, "NOAUTH", 6) == 0 || strncmp(reply->str, "WRONGPASS", 9) == 0 ||
-        strncmp(reply->str, "NOPERM", 6) == 0)
-        return DQ_EAUTH;
-    return DQ_EREDIS;
+    switch (dq__error_class(reply->str)) {
+    case DQ__ERR_WRONGTYPE: return DQ_EWRONGTYPE;
+    case DQ__ERR_NOAUTH: case DQ__ERR_NOPERM: return DQ_EAUTH;
+    default: return DQ_EREDIS;
+    }
 }

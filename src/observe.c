@@ -203,7 +203,7 @@ typedef struct ping_call {
 static void ping_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     ping_call *p = privdata;
     p->done = 1;
-    if (reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "MISCONF ", 8) == 0)
+    if (dq__reply_class(reply) == DQ__ERR_MISCONF)
         p->status = dq__fail(p->c, 0, "%s", reply->str);
     else if (reply && reply->type != REDIS_REPLY_ERROR) p->status = 1;
     else p->status = dq__reply_failure(p->c, conn, reply, code, "(none)");

@@ -33,15 +33,16 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
     /* No connection: the router recorded the message on c already. */
     if (!reply) return conn ? dq__fail(c, code, "%s", conn->errstr) : code;
     if (reply->type == REDIS_REPLY_ERROR) {
-        const char *tail = strstr(reply->str, " script: ");
+        const char *tail = NULL; /* the last: Valkey's refusals say "ACL failure in script: " */
+        for (const char *p = reply->str; (p = strstr(p, " script: ")) != NULL; p++) tail = p;
         int len = tail ? (int)(tail - reply->str) : (int)strlen(reply->str);
         code = dq__reply_error_code(reply);
         /* ACL refusals: Redis names a refused command, never a refused key
          * (nor, from inside a script, the command): say which permission. */
-        if (strncmp(reply->str, "NOPERM", 6) == 0 && strstr(reply->str, "keys"))
+        if (dq__error_names_key(reply->str))
             return dq__fail(c, code, "%.*s (queue %s needs keys dq:{%s}:* and channel dq:{%s}:w: "
                             "see 'delayq acl')", len, reply->str, queue, queue, queue);
-        if (strstr(reply->str, "user executing the script can't"))
+        if (dq__error_class(reply->str) == DQ__ERR_NOPERM_SCRIPT)
             return dq__fail(c, code, "%.*s (queue %s: a command or key of its scripts is not "
                             "granted: 'delayq acl' prints the rule delayq needs)", len, reply->str, queue);
         if (code == DQ_EWRONGTYPE && !strstr(reply->str, "dq:{"))

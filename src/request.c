@@ -2,7 +2,8 @@
  * request.c - one command through the router: sent to the node that serves
  * its slot (or held while that node's connection is being made), MOVED and
  * ASK followed, TRYAGAIN, CLUSTERDOWN, LOADING, READONLY and MASTERDOWN
- * retried with a bounded backoff, an error reply rewritten once by the
+ * retried with a bounded backoff (a single node's READONLY longer, over
+ * connections made again: a demoted primary endpoint), an error reply rewritten once by the
  * caller's hook (script.c: a missing function library into FUNCTION LOAD and
  * EVAL) and the rewritten command's error explained by its other hook (a
  * user who may not load the library), and for a write, WAIT for
@@ -20,6 +21,7 @@
 
 #define REDIRECTS_MAX 5      /* MOVED/ASK hops for one command           */
 #define RETRIES_MAX 10       /* TRYAGAIN/CLUSTERDOWN/LOADING... retries   */
+#define DEMOTED_RETRIES_MAX 30 /* READONLY from a single node: ~14 s      */
 #define RETRY_MIN_S 0.02
 #define RETRY_MAX_S 0.5
 
@@ -226,6 +228,7 @@ static int try_dispatch(rreq *r) {
                  rt->map_loaded ? "incomplete" : "not loaded");
         return DQ_ECONNECT;
     }
+    dq__rt_node_renew_demoted(n);
     enum dq__conn_state st = n->cmd->state;
     if (st == DQ__CONNECTING || st == DQ__HANDSHAKE) {
         r->next = NULL;
@@ -293,7 +296,8 @@ static void settle(rreq *r) {
 /* What an error reply means for r: a redirect, a retry, or the answer. */
 static enum outcome judge_error(rreq *r, const redisReply *reply) {
     dq__router *rt = r->rt;
-    int moved = dq__rt_error_is(reply, "MOVED"), ask = dq__rt_error_is(reply, "ASK");
+    enum dq__errclass class = dq__reply_class(reply);
+    int moved = class == DQ__ERR_MOVED, ask = class == DQ__ERR_ASK;
     if ((moved || ask) && r->redirects < REDIRECTS_MAX) {
         char host[256];
         int port;
@@ -309,12 +313,17 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
         }
         return RESEND;
     }
-    int busy = dq__rt_error_is(reply, "TRYAGAIN") || dq__rt_error_is(reply, "CLUSTERDOWN") ||
-               dq__rt_error_is(reply, "LOADING") || dq__rt_error_is(reply, "READONLY") ||
-               dq__rt_error_is(reply, "MASTERDOWN");
-    if (busy && r->retries < RETRIES_MAX) {
+    int busy = class == DQ__ERR_TRYAGAIN || class == DQ__ERR_CLUSTERDOWN || class == DQ__ERR_LOADING ||
+               class == DQ__ERR_READONLY || class == DQ__ERR_MASTERDOWN;
+    /* A single node that says READONLY was demoted: its DNS name (a managed
+     * service's primary endpoint) may name the new master already, or it
+     * may be made master again. The command was not run: it waits longer
+     * for either, over a connection made again (dispatch). */
+    int demoted = class == DQ__ERR_READONLY && rt->topology == DQ__TOPO_SINGLE;
+    if (busy && r->retries < (demoted ? DEMOTED_RETRIES_MAX : RETRIES_MAX)) {
         r->retries++;
-        if (rt->topology == DQ__TOPO_CLUSTER && !dq__rt_error_is(reply, "TRYAGAIN")) dq__rt_refresh(rt);
+        if (demoted && rt->master) dq__rt_node_demoted(rt->master);
+        if (rt->topology == DQ__TOPO_CLUSTER && class != DQ__ERR_TRYAGAIN) dq__rt_refresh(rt);
         if (rt->topology == DQ__TOPO_SENTINEL) dq__rt_discover(rt);
         return RETRY_LATER;
     }

@@ -40,19 +40,18 @@
 
 #define HEAL_MIN_S 0.05      /* topology re-reads while a node is broken */
 #define HEAL_MAX_S 1.0
+#define RENEW_MIN_S 2.0      /* a demoted single node's renewals, apart  */
 
 /* ------------------------------------------------------------ replies */
 
-int dq__rt_error_is(const redisReply *r, const char *prefix) {
-    size_t n = strlen(prefix);
-    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, prefix, n) == 0 &&
-           (r->str[n] == ' ' || r->str[n] == '\0');
-}
-
 int dq__reply_is_topology(const redisReply *r) {
-    return dq__rt_error_is(r, "MOVED") || dq__rt_error_is(r, "ASK") || dq__rt_error_is(r, "TRYAGAIN") ||
-           dq__rt_error_is(r, "CLUSTERDOWN") || dq__rt_error_is(r, "READONLY") || dq__rt_error_is(r, "LOADING") ||
-           dq__rt_error_is(r, "MASTERDOWN") || dq__rt_error_is(r, "UNBLOCKED");
+    switch (dq__reply_class(r)) {
+    case DQ__ERR_MOVED: case DQ__ERR_ASK: case DQ__ERR_TRYAGAIN: case DQ__ERR_CLUSTERDOWN:
+    case DQ__ERR_READONLY: case DQ__ERR_LOADING: case DQ__ERR_MASTERDOWN: case DQ__ERR_UNBLOCKED:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* "MOVED <slot> <host>:<port>" or ASK: the address, split. Returns 0. */
@@ -217,6 +216,29 @@ static void node_drop_blocking(dq__node *n) {
     end_busy(n);
 }
 
+/* Makes all of n's connections again (each connect resolves the name
+ * again): blocking ones dropped, subscriptions moved, the command
+ * connection aborted (why) and started again: at once if it was down or
+ * now is set, else after its reconnect backoff. */
+static void node_renew(dq__node *n, const char *why, int now) {
+    dq__router *rt = n->rt;
+    node_drop_blocking(n);
+    if (n->push) {
+        dq__push_free(n->push);
+        n->push = NULL;
+        for (dq__sub *s = rt->subs; s; s = s->next)
+            if (s->node == n) s->node = NULL, s->confirmed = 0;
+    }
+    int was_down = n->cmd->state == DQ__DOWN;
+    if (!was_down) dq__conn_abort(n->cmd, DQ_ECONNECT, why);
+    if ((was_down || now) && n->cmd->state == DQ__DOWN) {
+        ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
+        dq__conn_start(n->cmd);
+    }
+    for (dq__sub *s = rt->subs; s; s = s->next)
+        if (!s->node) dq__rt_attach_sub(s);
+}
+
 /* Points node n (single or Sentinel master) at another address: its
  * connections are dropped and made again there. At the same address, a
  * held node's command connection starts again (dq__rt_node_hold). */
@@ -232,20 +254,21 @@ void dq__rt_node_move(dq__node *n, const char *host, int port) {
             n->ep.name);
     dq__endpoint_set(&n->ep, host, port, NULL);
     dq__endpoint_set(&n->cmd->ep, host, port, NULL);
-    node_drop_blocking(n);
-    if (n->push) {
-        dq__push_free(n->push);
-        n->push = NULL;
-        for (dq__sub *s = rt->subs; s; s = s->next)
-            if (s->node == n) s->node = NULL, s->confirmed = 0;
-    }
-    if (n->cmd->state != DQ__DOWN) dq__conn_abort(n->cmd, DQ_ECONNECT, "the master moved");
-    else {
-        ev_timer_stop(rt->c->loop, &n->cmd->retry_timer);
-        dq__conn_start(n->cmd);
-    }
-    for (dq__sub *s = rt->subs; s; s = s->next)
-        if (!s->node) dq__rt_attach_sub(s);
+    node_renew(n, "the master moved", 0);
+}
+
+void dq__rt_node_demoted(dq__node *n) {
+    n->demoted = 1;
+}
+
+int dq__rt_node_renew_demoted(dq__node *n) {
+    double now = ev_now(n->rt->c->loop);
+    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head || now - n->renewed_at < RENEW_MIN_S) return 0;
+    n->demoted = 0;
+    n->renewed_at = now;
+    /* node_cmd_down logs it, with "reconnecting". */
+    node_renew(n, "answered READONLY: no longer a master (a failover?); its name is resolved again", 1);
+    return 1;
 }
 
 /* Stops using node n until dq__rt_node_move names where the master is. */

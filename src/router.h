@@ -26,6 +26,9 @@ struct dq__node {
     dq__rreq *held, *held_tail; /* waiting for cmd to come up           */
     int on_hold;             /* Sentinel: a failover is replacing it, cmd
                                 stays down (dq__rt_node_hold)           */
+    int demoted;             /* single: answered READONLY, to be made
+                                again (dq__rt_node_renew_demoted)      */
+    double renewed_at;       /* ev_now() of the last such renewal       */
 };
 
 struct dq__sub {
@@ -92,11 +95,19 @@ void dq__rt_node_move(dq__node *n, const char *host, int port);
  * connection to it is dropped, blocking ones included, and its command
  * connection stays down until dq__rt_node_move names where it is. */
 void dq__rt_node_hold(dq__node *n, const char *why);
+/* A single-node URL's node answered READONLY: a replica now, maybe under a
+ * DNS name (a managed service's primary endpoint) that names the new
+ * master. Marks it for dq__rt_node_renew_demoted. */
+void dq__rt_node_demoted(dq__node *n);
+/* If n is marked demoted and no reply is owed on its command connection
+ * (the commands pipelined behind the refused one get their own answers
+ * first) and none was made again in the last 2 s, makes all its
+ * connections again, resolving its name again, and clears the mark:
+ * returns 1. Else 0. */
+int dq__rt_node_renew_demoted(dq__node *n);
 /* Reads the topology again after a backoff that grows while it stays
  * broken (reset when it reads whole). */
 void dq__rt_heal_later(dq__router *rt);
-/* 1 if r is an error reply whose first word is prefix. */
-int dq__rt_error_is(const redisReply *r, const char *prefix);
 /* The address of "MOVED <slot> <host>:<port>" or ASK, split. Returns 0. */
 int dq__rt_redirect_addr(const redisReply *r, char *host, size_t hostlen, int *port);
 

@@ -73,7 +73,7 @@ char *dq__library_load_command(size_t *len) {
 static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, size_t *newlen,
                      char **pre, size_t *pre_len) {
     static const char fcall[] = "$5\r\nFCALL\r\n", fcall_ro[] = "$8\r\nFCALL_RO\r\n";
-    if (strncmp(err->str, "ERR Function not found", 22) != 0) return NULL;
+    if (dq__error_class(err->str) != DQ__ERR_NOFUNCTION) return NULL;
     const char *crlf = memchr(cmd, '\n', cmd_len);
     if (!crlf) return NULL;
     size_t head = (size_t)(crlf + 1 - cmd), at;
@@ -114,7 +114,7 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
  * LOAD: the rule of 'delayq acl'): which node lacks the library, and what
  * loads it. The keys were granted: the FCALL's were checked first. */
 static char *no_library(const redisReply *err, const dq__conn *conn) {
-    if (strncmp(err->str, "NOPERM", 6) != 0) return NULL;
+    if (dq__error_class(err->str) != DQ__ERR_NOPERM) return NULL;
     const char *user = conn->ep.user && conn->ep.user[0] ? conn->ep.user : "default";
     dq__buf b = {0};
     if (dq__buf_printf(&b, "NOPERM %s lacks delayq's function library %s, and user %s may not load it "
@@ -129,7 +129,7 @@ static char *no_library(const redisReply *err, const dq__conn *conn) {
 static const dq__rewrite missing_library = {as_eval, no_library};
 
 int dq__text_is_no_library(const char *text) {
-    return strncmp(text, "NOPERM", 6) == 0 && strstr(text, NO_LIBRARY_HINT) != NULL;
+    return dq__error_class(text) == DQ__ERR_NOPERM && strstr(text, NO_LIBRARY_HINT) != NULL;
 }
 
 unsigned dq__queue_slot(const char *queue) { return dq__key_slot(queue, strlen(queue)); }

@@ -60,7 +60,7 @@ static void sub_refused(dq__node *n, const redisReply *reply) {
     dq__router *rt = n->rt;
     char host[256];
     int port;
-    if (dq__rt_error_is(reply, "MOVED") && rt->slots && dq__rt_redirect_addr(reply, host, sizeof host, &port) == 0) {
+    if (dq__reply_class(reply) == DQ__ERR_MOVED && rt->slots && dq__rt_redirect_addr(reply, host, sizeof host, &port) == 0) {
         unsigned slot = (unsigned)strtoul(strchr(reply->str, ' ') + 1, NULL, 10) % DQ__SLOTS;
         dq__node *to = dq__rt_node_get(rt, host, port);
         if (to && to != n) {

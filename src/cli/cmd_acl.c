@@ -18,6 +18,9 @@
  * command passes if the root or one selector grants it with all its keys.
  * The password comes from a
  * file and appears only as its SHA-256 (libsodium's crypto_hash_sha256).
+ * With --access-string: the rule alone, from "on", for the providers that
+ * take a user's rule and password apart and refuse 'reset' and inline
+ * passwords in it (ElastiCache's access strings).
  * Connects to nothing.
  */
 #include <errno.h>
@@ -33,6 +36,7 @@
 
 const char cli_usage_acl[] =
     "usage: delayq acl QUEUE... --user NAME [--password-file FILE] [--read-only]\n"
+    "       delayq acl QUEUE... --access-string [--read-only]\n"
     "\n"
     "Prints one ACL SETUSER command that lets user NAME run every delayq command on\n"
     "the queues given, and nothing else: their keys (dq:{QUEUE}:*, and their\n"
@@ -53,6 +57,11 @@ const char cli_usage_acl[] =
     "  --read-only           only what stats, lookup, list, dead list/count, serve\n"
     "                        and its /metrics need:\n"
     "                        read-only keys, no offer, take, ack or redrive\n"
+    "  --access-string       print the rule alone ('on ~... -@all +...'): no ACL\n"
+    "                        SETUSER, no 'reset', no password; for a provider that\n"
+    "                        takes the user's rule and password apart (ElastiCache:\n"
+    "                        create-user --access-string, the password with\n"
+    "                        --passwords)\n"
     "\n"
     "The rule starts with 'reset': it replaces whatever NAME had. Sentinel itself\n"
     "is not covered: a Sentinel with ACLs needs its own user (the URL's\n"
@@ -104,11 +113,12 @@ static int user_valid(const char *name)
 }
 
 
-/* The rule for queues[0..n-1], printed as one line. */
+/* The rule for queues[0..n-1], printed as one line: an ACL SETUSER of
+ * user from reset, or (user NULL) the access string alone. */
 static int print_rule(const char *user, const char *pw, int read_only, char **queues, int n)
 {
     dq__buf b = {0};
-    int bad = dq__buf_printf(&b, "ACL SETUSER %s reset on", user);
+    int bad = user ? dq__buf_printf(&b, "ACL SETUSER %s reset on", user) : dq__buf_printf(&b, "on");
     if (pw) {
         unsigned char hash[crypto_hash_sha256_BYTES];
         char hex[crypto_hash_sha256_BYTES * 2 + 1];
@@ -141,10 +151,11 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
     const char *user = NULL, *pwfile = NULL;
-    int read_only = 0, npos;
+    int read_only = 0, access = 0, npos;
     const cli_opt opts[] = {{"user", &user, NULL},
                             {"password-file", &pwfile, NULL},
                             {"read-only", NULL, &read_only},
+                            {"access-string", NULL, &access},
                             {NULL, NULL, NULL}};
     char pw[512];
 
@@ -155,6 +166,13 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
         rc = cli_want_args("acl", npos, 1, -1, names, argv);
     for (int i = 0; !rc && i < npos; i++)
         rc = cli_check_queue(argv[i]);
+    if (!rc && access && (user || pwfile)) {
+        cli_err("acl: --access-string prints the rule alone: the provider takes the user "
+                "name and the password apart (no --user, no --password-file)");
+        rc = CLI_USAGE;
+    }
+    if (!rc && access)
+        return print_rule(NULL, NULL, read_only, argv, npos);
     if (!rc && !user) {
         cli_err("acl: missing --user NAME (see 'delayq acl --help')");
         rc = CLI_USAGE;

@@ -270,7 +270,27 @@ for cmd in (("SADD", "dq:queues", "x"), ("SET", "dq:queues", "x"), ("EVAL_RO", "
     reply = user_cmd(PORT, "dqro", *cmd)
     ok(isinstance(reply, str) and reply.startswith("NOPERM"), f"{cmd[0]} {cmd[1]}: NOPERM", reply)
 
-R.cmd("ACL", "DELUSER", "dqapp", "dqro")
+# ------------------------------------------------------------------ a provider's access string
+section("--access-string: the rule alone, for a provider that takes the password apart")
+r = dq("acl", "aq1", "aq2", "--access-string", redis=False)
+acc = r.text.split()
+ok(r.rc == 0 and r.text.count("\n") == 1 and acc[:1] == ["on"], "one line, from 'on'", r)
+ok(not any(w in ("reset", "ACL", "SETUSER", "nopass") or w[:1] in ("#", ">", "<") for w in acc),
+   "no ACL SETUSER, no reset, no password", acc)
+full = rule("aq1", "aq2", "--user", "dqapp", "--password-file", pwfile)
+ok(acc == [w for w in full[4:] if not w.startswith("#")], "the same grants as the SETUSER rule", acc)
+for bad in (("--user", "x"), ("--password-file", pwfile)):
+    eq(dq("acl", "aq1", "--access-string", *bad, redis=False).rc, 2, f"--access-string {bad[0]}: exit 2")
+# As a provider applies it: the user and its password made apart, then the string.
+eq(R.cmd("ACL", "SETUSER", "dqprov", ">" + PASSWORD), "OK", "the provider's user, its password apart")
+apply(PORT, ["ACL", "SETUSER", "dqprov", *acc])
+purl = f"redis://dqprov:{PASSWORD}@127.0.0.1:{PORT}"
+eq(as_user(purl, "offer", "aq2", "0", "p", "--id", "p1").rc, 0, "offer as the provider's user")
+r = as_user(purl, "take", "aq2", "--json", "--timeout", "5s")
+ok(r.rc == 0 and r.json_lines() and r.json_lines()[0].get("id") == "p1", "take", r)
+refused(as_user(purl, "offer", "other", "0", "x"), "another queue", "dq:{other}:*")
+
+R.cmd("ACL", "DELUSER", "dqapp", "dqro", "dqprov")
 
 # ------------------------------------------------------------------ Sentinel and Cluster
 section("through a Sentinel group")

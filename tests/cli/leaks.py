@@ -106,6 +106,33 @@ if key:
     ok(b'"payload":"secret"' in r.out, "the sealed payload opens", r)
 run(0, "acl", Q, "--user", "app", redis=False)
 
+section("TLS: a round trip, mutual TLS and a refused certificate")
+# OpenSSL's contexts, sessions and verification errors are freed too.
+import ssl  # noqa: E402
+import topology  # noqa: E402
+from tlsca import TestCA, tls_args  # noqa: E402
+
+ca, other = TestCA(), TestCA("other")
+server, client = ca.issue("server", ["IP:127.0.0.1"]), ca.issue("client")
+peek = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+peek.check_hostname, peek.verify_mode = False, ssl.CERT_NONE
+peek.load_cert_chain(*client)
+tls_group = topology._Group("delayq-leaks-tls.")
+tls_group.tls = peek
+try:
+    tport = topology.free_port()
+    tls_group._server(tport, *tls_args(tport, server[0], server[1], ca.ca, True))
+    ok(tls_group.wait_ping([tport]), "a TLS-only redis-server with tls-auth-clients started")
+    TU = ["--redis", f"rediss://127.0.0.1:{tport}", "--tls-ca", ca.ca, "--tls-cert", client[0],
+          "--tls-key", client[1]]
+    run(0, *TU, "offer", "tlsq", "0", "over-tls", redis=False)
+    r = run(0, *TU, "take", "tlsq", "--timeout", "5s", redis=False)
+    ok(r.text == "over-tls\n", "the item came back over TLS", r)
+    run(3, "--redis", f"rediss://127.0.0.1:{tport}", "--tls-ca", other.ca, "stats", "tlsq", redis=False)
+    run(3, "--redis", f"rediss://127.0.0.1:{tport}", "--tls-ca", ca.ca, "stats", "tlsq", redis=False)
+finally:
+    tls_group.stop()
+
 section("bad input and Redis out of reach")
 run(2, "offer", Q, "5x", "p")
 run(2, "offer", "bad queue", "0", "p")

@@ -7,6 +7,10 @@ file makes with openssl in a temp dir (tests/lib/tlsca.py).
    --no-scheduler take gets the item well before the 5 s safety check),
    work --exec; $DELAYQ_TLS_CA does what --tls-ca does; the name checked
    is the URL's host (localhost by DNS name, 127.0.0.1 by IP entry).
+1b. The rest of the CLI, each command once: lookup, list, cancel, config,
+   functions status and load, doctor, every, schedules, a leased take with
+   extend and nack, dead count, list, redrive and purge, offer --batch, and
+   serve (its /metrics reads the queue over TLS).
 2. Mutual TLS (tls-auth-clients yes): --tls-cert/--tls-key work; without
    them exit 3, the message names the client certificate.
 3. Failures: each exits 3 within the connect timeout with a message naming
@@ -129,6 +133,58 @@ def done_lines():
 ok(wait_for(lambda: len(done_lines()) == 3, 15), "work --exec over TLS ran all three", done_lines())
 ok(done_lines() == ["job0", "job1", "job2"], "... each once, with its payload", done_lines())
 ok(work.stop() == 0, "work exits 0 on SIGTERM", work.err[-300:])
+
+section("1b. the rest of the CLI over rediss://")
+# Each command that connects, once, with what it must answer: TLS carries
+# them all the same way, so one run each shows none bypasses it.
+R = run(U, *TLS_CA, "offer", "tr", "1h", "p", "--id", "r1")
+ok(R.rc == 0, "offer r1", R)
+for args, rc, what in [
+        (["lookup", "tr", "r1", "--json"], 0, "lookup"),
+        (["list", "tr", "--state", "pending", "--json"], 0, "list"),
+        (["cancel", "tr", "r1"], 0, "cancel"),
+        (["offer", "tr", "0", "n", "--id", "r2"], 0, "offer r2"),
+        (["config", "tr", "--max-attempts", "1", "--json"], 0, "config"),
+        (["functions", "status"], 0, "functions status"),
+        (["functions", "load"], 0, "functions load"),
+        (["doctor", "--json"], None, "doctor (its findings may be unsafe: exit 0 or 1)"),
+        (["every", "tr", "tick", "1h", "x"], 0, "every"),
+        (["schedules", "tr", "--json"], 0, "schedules"),
+        (["schedules", "tr", "remove", "tick"], 0, "schedules remove")]:
+    R = run(U, *TLS_CA, *args)
+    ok(R.rc == rc if rc is not None else R.rc in (0, 1), f"{what} over TLS: exit {rc if rc is not None else '0 or 1'}",
+       R)
+R = run(U, *TLS_CA, "take", "tr", "--ack", "manual", "--lease", "30s", "--json", "--timeout", "5s")
+it = json.loads(R.text) if R.rc == 0 else {}
+ok(it.get("id") == "r2", "leased take of r2", R)
+R = run(U, *TLS_CA, "extend", "tr", "r2", it.get("token", "?"), "1m")
+ok(R.rc == 0, "extend over TLS", R)
+R = run(U, *TLS_CA, "nack", "tr", "r2", it.get("token", "?"), "--error", "boom")
+ok(R.rc == 0, "nack over TLS (its last attempt: a dead letter)", R)
+for args, want, what in [(["dead", "tr", "count"], "1", "dead count"),
+                         (["dead", "tr", "list", "--json"], "boom", "dead list"),
+                         (["dead", "tr", "redrive"], None, "dead redrive"),
+                         (["dead", "tr", "purge"], None, "dead purge")]:
+    R = run(U, *TLS_CA, *args)
+    ok(R.rc == 0 and (want is None or want in R.text), f"{what} over TLS", R)
+R = run(U, *TLS_CA, "offer", "tr", "--batch", "-", stdin=b"0\tb1\tone\n0\tb2\ttwo\n")
+ok(R.rc == 0 and R.text.split() == ["2"], "offer --batch over TLS: 2 offered", R)
+sport = topology.free_port()
+srv = Bg([BIN, "--redis", U, *TLS_CA, "serve", "--listen", f"127.0.0.1:{sport}", "tr"], name="serve over TLS")
+
+
+def scrape():
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{sport}/metrics", timeout=2) as resp:
+            return resp.read().decode()
+    except OSError:
+        return ""
+
+
+ok(wait_for(lambda: 'delayq_up 1' in scrape(), 10), "serve over TLS: /metrics says Redis is up")
+ok('queue="tr"' in scrape() and 'delayq_items{' in scrape(), "... and reads the queue", scrape()[-400:])
+ok(srv.stop() == 0, "serve exits 0 on SIGTERM")
 
 section("2. mutual TLS (tls-auth-clients yes)")
 M = url(mutual)

@@ -466,11 +466,14 @@ class Client:
         except (redis.ConnectionError, redis.TimeoutError):
             args[8] = "1"
             reply = self.fcall("take", k, args, keys.queue)
-        if not reply:
+        # The reply ends with the queue's epoch (PROTOCOL.md): what comes
+        # before it is {} when nothing was ready, else {lease, e1, ..., en}.
+        entries = reply[:-1] if reply else []
+        if not entries:
             return None
-        score = int(reply[0])
+        score = int(entries[0])
         msgs = []
-        for i, raw in enumerate(reply[1:], start=1):
+        for i, raw in enumerate(entries[1:], start=1):
             if not raw or raw.startswith(b"k|"):
                 continue  # set aside by the function, or sealed for a key we lack
             token = f"{request}.{i}.{score}" if score else None
