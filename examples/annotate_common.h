@@ -91,13 +91,15 @@ static inline const char *fmt_at(char *buf, size_t len, int64_t at)
 struct claim {
     char res[DQ_ID_MAX + 1];
     char who[40];
-    int attempt;            /* msg->attempt: how often delayq handed it out */
+    int nclaim;             /* this claim's number among the resource's
+                               (the ledger counts them: a release counts
+                               no attempt in delayq)                       */
     int64_t take_ms;        /* server ms of the take                        */
     int64_t lease_end;      /* server ms; moves with dq_extend              */
     int64_t limit, work;    /* ms                                           */
     char plan[16];          /* "intime", "extend" or "overrun"              */
     int64_t ready_ms;       /* when the resource became free for this claim */
-    int64_t rel_start;      /* server ms just before the nack, 0 before     */
+    int64_t rel_start;      /* server ms just before the release, 0 before  */
     int64_t end_ms;         /* server ms just after it, 0 before            */
     char outcome[16];       /* "held", "releasing", "released", "refused"   */
 };
@@ -105,7 +107,7 @@ struct claim {
 static inline void claim_format(const struct claim *k, char *buf, size_t len)
 {
     snprintf(buf, len, "%s %s %d %lld %lld %lld %lld %s %lld %lld %lld %s", k->res, k->who,
-             k->attempt, (long long)k->take_ms, (long long)k->lease_end, (long long)k->limit,
+             k->nclaim, (long long)k->take_ms, (long long)k->lease_end, (long long)k->limit,
              (long long)k->work, k->plan, (long long)k->ready_ms, (long long)k->rel_start,
              (long long)k->end_ms, k->outcome);
 }
@@ -115,7 +117,7 @@ static inline int claim_parse(const char *text, struct claim *k)
     long long v[7];
     memset(k, 0, sizeof *k);
     int n = sscanf(text, "%128s %39s %d %lld %lld %lld %lld %15s %lld %lld %lld %15s", k->res,
-                   k->who, &k->attempt, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
+                   k->who, &k->nclaim, &v[0], &v[1], &v[2], &v[3], k->plan, &v[4], &v[5], &v[6],
                    k->outcome);
     k->take_ms = v[0], k->lease_end = v[1], k->limit = v[2], k->work = v[3];
     k->ready_ms = v[4], k->rel_start = v[5], k->end_ms = v[6];

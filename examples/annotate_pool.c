@@ -15,7 +15,8 @@
  *          offers r1..rN with delay 0. Offering an id that is ready or in
  *          flight keeps the existing copy, so seeding twice never makes a
  *          second copy of a resource. --fresh: the pool must be empty; also
- *          clears the demo's ledger (annot:claims, annot:claim, annot:last).
+ *          clears the demo's ledger (annot:claims, annot:claim, annot:last,
+ *          annot:nclaim).
  *        annotate_pool URL check N [ABANDONED]
  *          runs a scheduler for the pool until every resource is back (at
  *          most 8 s), then checks the queue and the annotators' ledger (see
@@ -55,7 +56,7 @@ static int refused(const struct claim *k) { return strcmp(k->outcome, "refused")
 /* Never ended: its annotator died while holding it (or while releasing it). */
 static int abandoned(const struct claim *k) { return !released(k) && !refused(k); }
 
-/* When the resource stopped being k's: at the nack that gave it back (no
+/* When the resource stopped being k's: at the release that gave it back (no
  * earlier than rel_start, taken just before it), else at the lease's end. */
 static int64_t hold_end(const struct claim *k) { return released(k) ? k->rel_start : k->lease_end; }
 
@@ -107,7 +108,7 @@ static int cmd_seed(redisContext *app, const char *url, int n, int fresh)
             dq_client_free(c);
             return 3;
         }
-        redisReply *rep = must(app, redisCommand(app, "DEL annot:claims annot:claim annot:last"),
+        redisReply *rep = must(app, redisCommand(app, "DEL annot:claims annot:claim annot:last annot:nclaim"),
                                "DEL");
         if (!rep) {
             dq_client_free(c);
@@ -258,7 +259,7 @@ static int cmd_check(redisContext *app, const char *url, int n, int expect_aband
     } while (0)
 
     /* One resource at a time: in claim order, each claim of a resource
-     * starts after the previous one ended (its nack, or its lease's end);
+     * starts after the previous one ended (its release, or its lease's end);
      * and the resource became ready again no earlier than that. The pool
      * lines of the timeline come from here: when a lease ran out, the next
      * claim tells when a scheduler made the resource free again. */

@@ -4,15 +4,18 @@
  * The pool of resources IS the delayq queue "annotation-pool": each free
  * resource is one ready item (id "r1", payload its description). So:
  *
- *   claim     = a reliable take (dq_take_many with a lease): the lease is this
- *               task's time limit, and max_attempts 0 means no limit (a
- *               resource must never become a dead letter).
- *   finish    = dq_nack(..., delay 0): the resource goes back to the pool.
+ *   claim     = a reliable take (dq_take_many with a lease, naming the
+ *               annotator its holder): the lease is this task's time
+ *               limit, and max_attempts 0 means no limit (a resource must
+ *               never become a dead letter, not even one whose holders
+ *               keep running out of time).
+ *   finish    = dq_release: the resource goes back to the pool, ready at
+ *               once, and the claim counts as no attempt.
  *   time out  = nothing to do: when the lease runs out, a scheduler (every
  *               annotator runs one for the pool, see idle() in
  *               annotate_common.h) puts the resource back in the ready
  *               list. No release task, no cron.
- *   too late  = the nack is refused (stale token): the resource has gone
+ *   too late  = the release is refused (stale token): the resource has gone
  *               back, maybe to another annotator, and the work is discarded.
  *
  * "At most one resource per annotator" is this program's rule: it claims one,
@@ -23,12 +26,15 @@
  * For the final check (annotate_pool check) each claim is also written to a
  * ledger of the demo's own, with plain hiredis (delayq does not need it):
  *   annot:claims  LIST  lease tokens, in claim order
- *   annot:claim   HASH  token -> "res who attempt take_ms lease_end limit work
+ *   annot:claim   HASH  token -> "res who nclaim take_ms lease_end limit work
  *                        plan ready_ms rel_start end_ms outcome"
  *   annot:last    HASH  resource -> token of its latest claim
+ *   annot:nclaim  HASH  resource -> how many claims it has had (the claim
+ *                       numbers of the timeline: delayq's attempt number
+ *                       counts no released claim)
  * Its times are the Redis server's: take_ms and lease_end come from
  * dq_lookup (the lease end is exactly the take's time plus the lease),
- * rel_start and end_ms from TIME just before and after the nack.
+ * rel_start and end_ms from TIME just before and after the release.
  *
  * usage: annotator URL NAME LIMIT WORK[,WORK...] ROUNDS [EXTEND]
  *   LIMIT  the time limit of each task (the lease): 2s, 1500ms, ...
@@ -68,6 +74,17 @@ static const char *me = "annotator"; /* this annotator's name (argv[2]) */
 
 /* ------------------------------------------------------------------ the ledger */
 
+/* The next claim number of resource res, or -1. */
+static int ledger_number(redisContext *r, const char *res)
+{
+    redisReply *rep = must(r, redisCommand(r, "HINCRBY annot:nclaim %s 1", res), "ledger");
+    if (!rep)
+        return -1;
+    int n = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
+    freeReplyObject(rep);
+    return n;
+}
+
 static int ledger_claim(redisContext *r, const char *token, const struct claim *k)
 {
     char rec[512];
@@ -103,7 +120,7 @@ static void current_holder(redisContext *r, const char *res, const char *my_toke
         struct claim k;
         char at[32];
         if (rec && rec->type == REDIS_REPLY_STRING && claim_parse(rec->str, &k) == 0)
-            snprintf(buf, len, "is %s's now (claim #%d, since %s)", k.who, k.attempt,
+            snprintf(buf, len, "is %s's now (claim #%d, since %s)", k.who, k.nclaim,
                      fmt_at(at, sizeof at, k.take_ms));
         if (rec)
             freeReplyObject(rec);
@@ -126,6 +143,12 @@ static int64_t lease_end_of(dq_client *c, const char *id)
     if (info.state != DQ_STATE_IN_FLIGHT) {
         fprintf(stderr, "annotator %s: %s is not in flight right after the take (state %d)\n",
                 me, id, info.state);
+        return -1;
+    }
+    /* The take named us its holder: anyone's dq_lookup (or 'delayq lookup')
+     * says who holds the resource while the lease lasts. */
+    if (strcmp(info.holder, me) != 0) {
+        fprintf(stderr, "annotator %s: %s's holder is '%s', not us\n", me, id, info.holder);
         return -1;
     }
     return info.due_ms;
@@ -192,9 +215,9 @@ int main(int argc, char **argv)
     }
 
     /* The claim: the lease is the task's time limit. max_attempts 0: no
-     * limit, because every claim of a resource counts as an attempt and a
-     * resource must never end up a dead letter. */
-    dq_take_opts opts = {.lease_ms = limit, .max_attempts = 0};
+     * limit, because a claim whose lease runs out counts as an attempt and
+     * a resource must never end up a dead letter. */
+    dq_take_opts opts = {.lease_ms = limit, .max_attempts = 0, .holder = me};
     int claims = 0, finished = 0, discarded = 0;
     char b1[32], b2[32], b3[32], b4[32];
     for (int round = 1; round <= rounds; round++) {
@@ -218,8 +241,10 @@ int main(int argc, char **argv)
         }
         claims++;
 
-        struct claim k = {.attempt = msg->attempt, .limit = limit, .work = w,
+        struct claim k = {.nclaim = ledger_number(app, msg->id), .limit = limit, .work = w,
                           .ready_ms = msg->ready_ms};
+        if (k.nclaim < 0)
+            goto fail_msg;
         snprintf(k.res, sizeof k.res, "%s", msg->id);
         snprintf(k.who, sizeof k.who, "%s", me);
         snprintf(k.outcome, sizeof k.outcome, "held");
@@ -243,13 +268,13 @@ int main(int argc, char **argv)
         fmt_dur(b3, sizeof b3, w);
         if (strcmp(k.plan, "intime") == 0)
             say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; works %s", msg->id,
-                   msg->attempt, b1, b2, b3);
+                   k.nclaim, b1, b2, b3);
         else if (extends)
             say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; a long task "
-                   "(%s)", msg->id, msg->attempt, b1, b2, b3);
+                   "(%s)", msg->id, k.nclaim, b1, b2, b3);
         else
             say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s ... and falls "
-                   "asleep for %s", msg->id, msg->attempt, b1, b2, b3);
+                   "asleep for %s", msg->id, k.nclaim, b1, b2, b3);
 
         /* Work. The client's loop runs meanwhile (see idle). */
         if (extends) {
@@ -277,8 +302,8 @@ int main(int argc, char **argv)
         }
 
         /* Give it back (the timeline stamps this at rel_start, which comes
-         * before the nack and so before any next claim of the resource).
-         * Why a nack with delay 0 and not ack + offer:
+         * before the release and so before any next claim of the resource).
+         * Why a release and not ack + offer:
          *  - one script, so atomic: the id moves from in flight straight to
          *    the pool. With ack + offer the resource exists nowhere between
          *    the two calls, and a crash there loses it for good;
@@ -287,20 +312,17 @@ int main(int argc, char **argv)
          *    gets 0, and nothing changes);
          *  - it keeps the id in Redis all along: the pool holds each
          *    resource exactly once, whatever happens.
-         * The costs: every claim counts as an attempt (max_attempts 0, so
-         * no limit), the "error" text is kept as the resource's last error,
-         * and the resource passes through pending: a scheduler makes it
-         * ready a few ms later, like a resource whose lease ran out. */
+         * And not a nack: a release counts the claim as no attempt and
+         * records no error. The resource passes through pending, due at
+         * once: a scheduler makes it ready a few ms later, like a resource
+         * whose lease ran out. */
         k.rel_start = server_ms(app);
         snprintf(k.outcome, sizeof k.outcome, "releasing");
         if (k.rel_start < 0 || ledger_update(app, msg->token, &k) < 0)
             goto fail_msg;
-        char note[64];
-        snprintf(note, sizeof note, "released by %s", me);
-        rc = dq_nack(c, QUEUE, msg->id, msg->token, 0, note);
-        if (rc < 0 || rc == 2) {
-            fprintf(stderr, "annotator %s: nack: %s\n", me,
-                    rc == 2 ? "the resource became a dead letter" : dq_client_errstr(c));
+        rc = dq_release(c, QUEUE, msg->id, msg->token, 0);
+        if (rc < 0) {
+            fprintf(stderr, "annotator %s: release: %s\n", me, dq_client_errstr(c));
             goto fail_msg;
         }
         k.end_ms = server_ms(app);
@@ -313,7 +335,7 @@ int main(int argc, char **argv)
             finished++;
             if (k.lease_end - k.take_ms > limit)
                 snprintf(b2 + strlen(b2), sizeof b2 - strlen(b2), ", extended");
-            say_at(k.rel_start, "finished %s in %s (limit %s): nack(delay 0) accepted, %s back in "
+            say_at(k.rel_start, "finished %s in %s (limit %s): release accepted, %s back in "
                    "the pool", msg->id, b1, b2, msg->id);
         } else {
             discarded++;

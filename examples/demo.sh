@@ -4,11 +4,11 @@
 # The pool of 3 resources IS the delayq queue "annotation-pool": a free
 # resource is a ready item. 5 annotators (examples/annotator.c) share it, each
 # with its own time limit. A claim is a reliable take whose lease is the
-# task's time limit; finishing is a nack with delay 0 (the resource goes
-# straight back); running over the limit needs no release task at all: the
-# lease runs out and a scheduler (every annotator runs one) returns the
-# resource. Who comes back too late finds the release refused: the work is
-# discarded.
+# task's time limit; finishing is a release (the resource goes straight
+# back, and the claim counts as no attempt); running over the limit needs no
+# release task at all: the lease runs out and a scheduler (every annotator
+# runs one) returns the resource. Who comes back too late finds the release
+# refused: the work is discarded.
 #
 #   erin   is killed with SIGKILL mid-task: her resource comes back when her
 #          lease ends, with nobody left to release it.
@@ -174,6 +174,14 @@ note "kill -KILL erin (pid $ERIN_PID) in the middle of her task"
 kill -KILL "$ERIN_PID"
 wait "$ERIN_PID" 2>/dev/null || true
 ERIN_PID=""
+# Each take names its annotator as the holder: lookup shows it while the
+# lease lasts (erin's too: her lease has not ended yet).
+held=""
+for r in r1 r2 r3; do
+  h=$("$BUILD/delayq" --redis "$URL" lookup annotation-pool "$r" 2>/dev/null | sed -n 's/^holder //p')
+  held="$held $r ${h:-free},"
+done
+note "delayq lookup: who holds what:${held%,}"
 
 # A re-run of the seeding job while resources are claimed: nothing doubles.
 sleep_until 2500

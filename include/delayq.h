@@ -78,6 +78,7 @@ struct ev_loop;
  * (0x21..0x7e). */
 #define DQ_QUEUE_MAX 128
 #define DQ_ID_MAX 128
+#define DQ_HOLDER_MAX 64 /* longest dq_take_opts.holder, in bytes */
 /* Length of a generated id: 128 random bits, base64url without padding,
  * never starting with '-'. */
 #define DQ_ID_GENERATED_LEN 22
@@ -402,6 +403,12 @@ typedef struct dq_item_info {
     int64_t due_ms; /* PENDING: its due time; IN_FLIGHT: its lease's end;
                        else 0                                               */
     int attempts;   /* deliveries so far (PENDING and IN_FLIGHT)            */
+    char holder[DQ_HOLDER_MAX + 1]; /* IN_FLIGHT: the take's holder
+                                       (dq_take_opts.holder) while its lease
+                                       lasts; else ""                     */
+    int64_t overdue_ms; /* PENDING, IN_FLIGHT: how long ago (server ms) its
+                           due time or lease end passed, 0 if it has not:
+                           the item waits for a scheduler to move it     */
 } dq_item_info;
 
 /* Looks an id up. Returns 0 and fills *info, or a negative code. O(1). */
@@ -418,6 +425,13 @@ typedef struct dq_stats {
                                decode, kept with a reason (never dropped)   */
     int64_t in_flight;      /* taken with a lease, not acked yet            */
     int64_t dead;           /* dead letters                                 */
+    int64_t schedulers;     /* processes scheduling the queue now, by their
+                               heartbeats (every catch-up and safety run:
+                               a scheduler that stops beating stops
+                               counting after 3 x its safety_check_ms)    */
+    int64_t overdue_ms;     /* how long the earliest pending item or lease
+                               end has been past due (server ms), 0 when
+                               none is: work that waits for a scheduler   */
 } dq_stats;
 
 /* Counts of one queue. Returns 0 and fills *stats, or a negative code.
@@ -508,6 +522,9 @@ typedef struct dq_listed {
     size_t payload_len;
     size_t payload_full_len; /* the payload's whole size: payload_len, or
                                 more when dq_list_cut cut it             */
+    char holder[DQ_HOLDER_MAX + 1]; /* IN_FLIGHT: its take's holder
+                                       (dq_take_opts.holder) while the
+                                       lease lasts; else ""               */
 } dq_listed;
 
 /* Longest cursor of dq_list, without its NUL. */
@@ -757,6 +774,12 @@ typedef struct dq_take_opts {
     int max_attempts;  /* with a lease: deliveries before an item that keeps
                           failing or timing out becomes a dead letter;
                           0 = no limit; DQ_QUEUE_SETTING: the queue's       */
+    const char *holder; /* with a lease: who holds the items (a name, 1 to
+                          DQ_HOLDER_MAX bytes of UTF-8, no control
+                          character; else DQ_EINVAL), shown
+                          by dq_lookup while the lease lasts; NULL: none.
+                          Copied by the take calls; a worker keeps the
+                          pointer, which must outlive it                   */
 } dq_take_opts;
 
 #define DQ_LEASE_DEFAULT_MS 30000
@@ -863,6 +886,15 @@ DQ_EXPORT int dq_ack(dq_client *c, const char *queue, const char *id, const char
  * its max attempts and is now a dead letter, 0 if stale (see above). */
 DQ_EXPORT int dq_nack(dq_client *c, const char *queue, const char *id, const char *token,
                       int64_t delay_ms, const char *error) DQ_NODISCARD;
+
+/* Not failed, only given back (a resource of a pool, work left for another
+ * consumer): back to the queue, due after delay_ms (<= 0: ready at once),
+ * as it was before this take: the take counts as no attempt (the next
+ * take of the item carries this one's attempt number), so a release never
+ * makes a dead letter, and the item keeps its last error. Returns 1 if
+ * released, 0 if stale (see above). */
+DQ_EXPORT int dq_release(dq_client *c, const char *queue, const char *id, const char *token,
+                         int64_t delay_ms) DQ_NODISCARD;
 
 /* Still working: the lease ends lease_ms from now instead. */
 DQ_EXPORT int dq_extend(dq_client *c, const char *queue, const char *id, const char *token,

@@ -3,6 +3,8 @@
 -- ARGV[3] token, ARGV[4] lease ms, ARGV[5] wake channel, ARGV[6] the shard
 -- count the client routed by (see shards_refusal).
 -- Returns {1, new lease end ms}, or {0, 0} for an unknown id or a stale token.
+-- A holder the take named (lib/75_holders.lua) lasts as long as the longest
+-- lease of its take.
 -- Reads and checks first (the lease, the counters: a new slot counts in
 -- them), then writes. Can fail after writing only on an OOM.
 local zs, counters, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
@@ -24,4 +26,7 @@ local score = slot_insert(P, zs, counters, deadline * ORD, r.batch and record_v2
 id_set(P, ik, id, score)
 clock_save(counters, false)
 announce_if_first(ARGV[5], score, bound)
+local hk = seen.holder_key_of(P, ARGV[3])
+local ttl = hk and redis.call('PTTL', hk)
+if ttl and ttl >= 0 and ttl < lease then redis.call('PEXPIRE', hk, nstr(lease)) end
 return {1, fmt(deadline)}

@@ -3,9 +3,11 @@
 -- ARGV[3] cursor ('' for the first page, else '<score>:<skip>' as a page
 -- returned it), ARGV[4] limit (1..1000), ARGV[5] (optional) the most
 -- payload bytes an item brings: longer payloads are cut to that many here,
--- so the rest never leaves Redis (0 or absent: whole).
+-- so the rest never leaves Redis (0 or absent: whole), ARGV[6] (optional,
+-- with ARGV[5]) '1': each in-flight item also brings its holder, '' for
+-- none (see lib/75_holders.lua).
 -- Returns {next cursor or '', then per item: time, attempts, entry, and
--- with ARGV[5] the payload's whole length}: time
+-- with ARGV[5] the payload's whole length, with ARGV[6] the holder}: time
 -- is the due time (pending) or the lease's end (in flight), in ms; entry is
 -- the item as a ready entry (its id, due time, last error and payload;
 -- src/codec.c decodes it). Pending items come by due time and in-flight ones
@@ -17,6 +19,7 @@ local zs, P, want = KEYS[1], ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[4])
 local cut = ARGV[5] and tonumber(ARGV[5])
 local cutting = cut and cut > 0
+local holders = ARGV[6] == '1' and cut ~= nil
 if (want ~= 'pending' and want ~= 'inflight') or not limit or limit < 1 or limit > 1000 or
    (ARGV[5] and (not cut or cut < 0 or cut ~= math.floor(cut))) then
   return redis.error_reply('ERR delayq: malformed list arguments')
@@ -107,6 +110,7 @@ for _ = 1, 1000 do
         if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
         out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
         if cut then out[k + 4] = whole end
+        if holders then out[k + 5] = seen.holder_of(P, r.token) end
         n = n + 1
       end
     end

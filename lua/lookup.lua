@@ -5,7 +5,10 @@
 -- brings
 -- Returns {state, due_ms, attempts}: state 0 unknown, 1 pending (due_ms is
 -- its due time), 2 ready, 3 in flight (due_ms is the lease's
--- end), 4 dead. An id whose index entry is in no slot is ready unless a
+-- end, and a 4th element the holder its take named, '' for none: see
+-- lib/75_holders.lua), 4 dead; pending and in flight add a 5th, how long
+-- ago the due time or lease end passed (ms, 0 if it has not): what waits
+-- for a scheduler. An id whose index entry is in no slot is ready unless a
 -- lease record the lease registry names holds it (see
 -- lib/70_registry.lua), and if the ready list holds its entry (else
 -- unknown: see in_ready). Read only: a key of another type is an error. A record of
@@ -42,6 +45,8 @@ local function dead_payload(d)
   if not rl or #rl > 4 or #el > 9 or pos + tonumber(rl) + tonumber(el) - 1 > #d then return nil end
   return string.sub(d, pos + tonumber(rl) + tonumber(el))
 end
+local now = queue_now_ms()
+local function ago(t) return fmt(math.max(0, now - t)) end
 -- Whether the ready list holds an entry of id (the id index says so, but
 -- the list may have gone: evicted, deleted). A list longer than READY_SCAN
 -- is not read (too long for a look-up to block Redis): the index is
@@ -71,14 +76,19 @@ if score then
     -- Ready, or in flight under a take's lease (see
     -- lib/70_registry.lua).
     local r, rs = registry_find(P, zs, id)
-    if r then return answer({3, fmt(math.floor(rs / ORD)), r.attempts}, not r.bad and r.payload) end
+    if r then
+      local ends = math.floor(rs / ORD)
+      return answer({3, fmt(ends), r.attempts, seen.holder_of(P, r.token), ago(ends)}, not r.bad and r.payload)
+    end
     local found, e = in_ready(P .. 'r', id)
     if found then return answer({2, 0, 0}, e and entry_payload(e)) end
     return answer({0, 0, 0}) -- its entry is gone (an evicted or deleted ready list)
   end
   local r = parse_record(rec, score, id)
-  if r and r.token ~= '' then return answer({3, at, r.attempts}, not r.bad and r.payload) end
-  return answer({1, at, r and r.attempts or 0}, r and r.payload)
+  if r and r.token ~= '' then
+    return answer({3, at, r.attempts, seen.holder_of(P, r.token), ago(tonumber(at))}, not r.bad and r.payload)
+  end
+  return answer({1, at, r and r.attempts or 0, '', ago(tonumber(at))}, r and r.payload)
 end
 if redis.call('HEXISTS', dead, id) == 1 then
   return answer({4, 0, 0}, cut and dead_payload(redis.call('HGET', dead, id)))

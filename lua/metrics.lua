@@ -7,7 +7,8 @@
 -- lat_sum, lat:1 .. lat:<#LAT_MS + 1>, then the shard count these keys'
 -- counters hold (a sharded queue's metrics are the sums over its shards and
 -- its own keys: the client learns the count here), then the queue's epoch
--- (0: none; see lib/20_counters.lua)}. The client checks the metric
+-- (0: none; see lib/20_counters.lua), then the live schedulers and
+-- overdue_ms as stats.lua gives them}. The client checks the metric
 -- fields (they are written with pcall and may hold anything someone put
 -- there); the counts are checked here as stats.lua does.
 local c, err = read_counters(KEYS[4])
@@ -35,4 +36,6 @@ local v = redis.call('HMGET', KEYS[4], unpack(fields))
 for i = 1, #fields do out[#out + 1] = v[i] or false end
 out[#out + 1] = c[4]
 out[#out + 1] = queue_epoch()
+out[#out + 1] = seen.schedulers_live(ARGV[1], now)
+out[#out + 1] = fmt(next_due >= 0 and math.max(0, now - next_due) or 0)
 return out

@@ -7,7 +7,11 @@
 -- 1000 bytes max), ARGV[7] backoff base ms, ARGV[8] backoff cap ms (each -1:
 -- the queue's setting),
 -- ARGV[9] a random fraction in [0, 1] for the backoff's jitter,
--- ARGV[10] the shard count the client routed by (see shards_refusal).
+-- ARGV[10] the shard count the client routed by (see shards_refusal),
+-- ARGV[11] '1' for a release (optional): the item goes back as it was
+-- before this take (its attempts one less, its error unchanged: a release
+-- is not a failure, so it never buries), after ARGV[5] ms; ARGV[6..9] are
+-- then unused.
 -- The backoff is base * 2^(attempts - 1), capped, times (1 + fraction) / 2;
 -- computed here, where the attempt count is, so no extra round trip, and in
 -- closed form (backoff_ms): the attempt count comes from Redis.
@@ -30,9 +34,15 @@ local now = queue_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[4], now)
 if not r then return {0, 0} end
 r.token = ''
-r.err = string.sub(ARGV[6], 1, 1000)
+local release = ARGV[11] == '1'
+if release then
+  r.attempts = math.max(r.attempts - 1, 0)
+  if delay < 0 then delay = 0 end
+else
+  r.err = string.sub(ARGV[6], 1, 1000)
+end
 local reason = nil
-if r.max > 0 and r.attempts >= r.max then
+if not release and r.max > 0 and r.attempts >= r.max then
   reason = 'failed attempt ' .. r.attempts .. ' of ' .. r.max
 elseif delay < 0 then
   local base, cap
@@ -46,7 +56,7 @@ end
 -- Writes.
 lease_remove(P, key, rec, r)
 redis.call('HINCRBY', counters, 'inflight', -1)
-metric_add(counters, 'nacked', 1)
+metric_add(counters, release and 'released' or 'nacked', 1)
 if reason then
   metric_add(counters, 'dead', 1)
   ensure_type(P, dead, 'hash')

@@ -14,7 +14,9 @@
 -- ARGV[10] the key ids the caller holds, 16 hex digits each, concatenated
 -- ('' or absent: none),
 -- ARGV[11] the shard count the caller takes the queue's shards by (see
--- shards_refusal; absent or '': not checked). A sealed entry (its payload starts "\0dqs1", then
+-- shards_refusal; absent or '': not checked),
+-- ARGV[12] (optional) the holder the take names, 1 to 64 bytes:
+-- kept while the lease lasts (see lib/75_holders.lua). A sealed entry (its payload starts "\0dqs1", then
 -- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
 -- handed out: it stays ready for a consumer that holds the key, moved to
 -- the tail of the ready list (with its wake token), and the take goes on to
@@ -69,9 +71,10 @@ local P, chan = ARGV[1], ARGV[2]
 local lease, tprefix, max = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local count = tonumber(ARGV[3])
 local keys_held = ARGV[10] or ''
+local holder = ARGV[12] or ''
 if not lease or not max or not count or count < 1 or count > 1000 or count % 1 ~= 0 or
    lease < -1 or lease > DUE_MAX or lease % 1 ~= 0 or max < -1 or max > ATTEMPTS_MAX or max % 1 ~= 0 or
-   #tprefix > TOKEN_MAX - 5 or #keys_held % 16 ~= 0 or #keys_held > 16 * 64 or
+   #tprefix > TOKEN_MAX - 5 or #keys_held % 16 ~= 0 or #keys_held > 16 * 64 or #holder > seen.HOLDER_MAX or
    string.find(keys_held, '[^0-9a-f]') then
   return redis.error_reply('ERR delayq: malformed take arguments')
 end
@@ -247,6 +250,7 @@ end
 if leased > 0 then
   clock_save(counters, false, 'inflight', fmt(counts[2] + leased)) -- with the clock's mark
   announce_if_first(chan, first, bound)
+  if holder ~= '' then redis.call('SET', seen.holder_key(P, tprefix), holder, 'PX', nstr(lease)) end
 end
 -- For a repeat (see the result key above): every entry leased, the record's
 -- score; else the reply.

@@ -11,7 +11,10 @@
 -- its BLPOP and its take; not on every run, where consumers woken but not
 -- yet taking would make it add tokens nobody needs),
 -- ARGV[6] the shard count the scheduler runs the queue's shards by (see
--- shards_refusal: a scheduler learns a queue's count this way).
+-- shards_refusal: a scheduler learns a queue's count this way),
+-- ARGV[7] (optional, with ARGV[5] '1') the scheduler's name for its beat,
+-- ARGV[8] how long the beat counts, in ms (see Schedulers in
+-- lib/75_holders.lua).
 -- Works in chunks of whole ranks of the first slot, with a few calls per
 -- chunk and none per item (but a ZSCORE for a record other than version 1
 -- in a burst, below): the record is the member, and the id index keeps
@@ -259,6 +262,14 @@ if ARGV[5] == '1' then
   if type(have) == 'number' and type(rl) == 'number' then
     local missing = rl - have
     if missing > 0 then signal(sig, math.min(missing, 1000)) end
+  end
+  -- Only for a queue that exists (has its counters): a beat must not
+  -- bring back a key of a queue that was wiped (see wipe.py).
+  local lasts = tonumber(ARGV[8] or '')
+  if ARGV[7] and ARGV[7] ~= '' and lasts and lasts > 0 and lasts < 86400000 and
+     redis.call('EXISTS', counters) == 1 then
+    redis.pcall('ZADD', seen.schedulers_key(P), fmt(now + lasts), ARGV[7])
+    redis.pcall('ZREMRANGEBYSCORE', seen.schedulers_key(P), '-inf', '(' .. fmt(now - 60000))
   end
 end
 

@@ -620,16 +620,23 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
 /* Checks of a queue name and an id, with the failure recorded on c. */
 int dq__check_queue(dq_client *c, const char *queue);
 int dq__check_id(dq_client *c, const char *id);
+/* This process's name for heartbeats: "host:pid" (static storage). */
+const char *dq__process_name(void);
+/* Whether holder is a valid dq_take_opts.holder (1 to DQ_HOLDER_MAX bytes
+ * of UTF-8, no control character). */
+int dq__holder_valid(const char *holder);
 /* DQ_EBUSY (recorded) when called from inside one of c's callbacks. */
 int dq__not_in_callback(dq_client *c);
 
-/* Runs a script synchronously and collects up to 8 integers of its reply
- * (an integer, or an array of integers/numeric strings) into s. */
+/* Runs a script synchronously and collects up to 10 integers of its reply
+ * (an integer, or an array of integers/numeric strings) into s; text gets
+ * the 4th element too when it is a string (lookup's holder). */
 typedef struct dq__sync_ints {
     dq_client *c;
     const char *queue;
     int done, status, count;
-    int64_t v[8];
+    int64_t v[10];
+    char text[DQ_HOLDER_MAX + 1];
 } dq__sync_ints;
 int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
                   int nkeys, int nargs, const char **argv, dq__sync_ints *s);

@@ -76,8 +76,8 @@ enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
 static int decode_metrics(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     dq_metrics *m = out;
     size_t count = METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1;
-    /* Then the shard count, then the epoch. */
-    if (reply->elements != count + 2 || dq__epoch_reply(c, queue, reply->element[count + 1]) != 0)
+    /* Then the shard count, then the epoch, the schedulers and overdue_ms. */
+    if (reply->elements != count + 4 || dq__epoch_reply(c, queue, reply->element[count + 1]) != 0)
         return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     int64_t shards = dq__reply_int(reply->element[count]);
     if (shards < 0 || shards > DQ__SHARDS_MAX) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
@@ -92,6 +92,8 @@ static int decode_metrics(dq_client *c, const char *queue, const redisReply *rep
     m->stats.in_flight = dq__reply_int(e[4]);
     m->stats.dead = dq__reply_int(e[5]);
     m->oldest_ready_age_ms = dq__reply_int(e[6]);
+    m->stats.schedulers = dq__reply_int(e[count + 2]);
+    m->stats.overdue_ms = dq__reply_int(e[count + 3]);
     static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
                                                      "dead",    "expired",   "lat_sum"};
     int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
@@ -129,6 +131,8 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
     if (b->next_due_in_ms >= 0 && (a->next_due_in_ms < 0 || b->next_due_in_ms < a->next_due_in_ms))
         a->next_due_in_ms = b->next_due_in_ms;
     if (one->oldest_ready_age_ms > sum->oldest_ready_age_ms) sum->oldest_ready_age_ms = one->oldest_ready_age_ms;
+    if (b->schedulers > a->schedulers) a->schedulers = b->schedulers; /* each beats on every shard */
+    if (b->overdue_ms > a->overdue_ms) a->overdue_ms = b->overdue_ms;
     sum->offered += one->offered, sum->delivered += one->delivered, sum->acked += one->acked;
     sum->nacked += one->nacked, sum->dead += one->dead, sum->lease_expired += one->lease_expired;
     for (int i = 0; i <= DQ_LATENESS_BUCKETS; i++) sum->lateness[i] += one->lateness[i];
@@ -255,11 +259,12 @@ static int item_of_entry(dq_listed *it, const char *buf, size_t len) {
 }
 
 /* list.lua's reply: {next cursor, (time, attempts, entry[, whole payload
- * length when cut])...}. */
+ * length when cut or in flight][, holder when in flight])...}. */
 static int decode_slots_page(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     (void)queue;
     page *p = out;
-    size_t stride = p->cut ? 4 : 3;
+    int inflight = p->state == DQ_STATE_IN_FLIGHT;
+    size_t stride = inflight ? 5 : p->cut ? 4 : 3;
     if (reply->elements < 1 || (reply->elements - 1) % stride != 0 ||
         reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len > DQ_CURSOR_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected list reply");
@@ -279,10 +284,12 @@ static int decode_slots_page(dq_client *c, const char *queue, const redisReply *
         it->attempts = (int)dq__reply_int(e[1]);
         it->ready_ms = 0;
         if (p->state == DQ_STATE_IN_FLIGHT) it->lease_end_ms = dq__reply_int(e[0]);
-        if (p->cut) {
+        if (stride > 3) {
             int64_t whole = dq__reply_int(e[3]);
             it->payload_full_len = whole > (int64_t)it->payload_len ? (size_t)whole : it->payload_len;
         }
+        if (inflight && e[4]->type == REDIS_REPLY_STRING && e[4]->len < sizeof it->holder)
+            memcpy(it->holder, e[4]->str, e[4]->len); /* calloc'd: NUL-ended */
     }
     return 0;
 }
@@ -353,10 +360,11 @@ static int list_keys(dq_client *c, const char *queue, const char *name, const ch
     if (slots) {
         snprintf(num[0], sizeof num[0], "%zu", p->limit);
         snprintf(num[1], sizeof num[1], "%zu", p->cut);
-        const char *argv[6] = {k.z, k.prefix, p->state == DQ_STATE_PENDING ? "pending" : "inflight", cursor,
-                               num[0], num[1]};
+        /* In flight: with the holders, so with the whole lengths too. */
+        int inflight = p->state == DQ_STATE_IN_FLIGHT;
+        const char *argv[7] = {k.z, k.prefix, inflight ? "inflight" : "pending", cursor, num[0], num[1], "1"};
         s.decode = decode_slots_page;
-        return run_sync(&s, DQ__LUA_LIST, 1, p->cut ? 5 : 4, argv);
+        return run_sync(&s, DQ__LUA_LIST, 1, inflight ? 6 : p->cut ? 5 : 4, argv);
     }
     snprintf(num[0], sizeof num[0], "%zu", p->offset);
     snprintf(num[1], sizeof num[1], "%zu", p->offset + p->limit - 1);

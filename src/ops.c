@@ -125,9 +125,11 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     } else if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
         s->count = 1;
-    } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 8) {
+    } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements <= 10) {
         for (size_t i = 0; i < reply->elements; i++) s->v[i] = dq__reply_int(reply->element[i]);
         s->count = (int)reply->elements;
+        const redisReply *t = reply->elements > 3 ? reply->element[3] : NULL;
+        if (t && t->type == REDIS_REPLY_STRING && t->len < sizeof s->text) memcpy(s->text, t->str, t->len);
     } else {
         s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }
@@ -203,11 +205,13 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
         if (rc == 0) break;
         if (rc != DQ__ESHARDS) return rc;
     }
-    if (s.count != 3 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
+    if (s.count < 3 || s.count > 5 || s.v[0] < 0 || s.v[0] > DQ_STATE_DEAD)
         return dq__fail(c, DQ_EPROTO, "unexpected lookup reply");
     info->state = (int)s.v[0];
     info->due_ms = s.v[1];
     info->attempts = (int)s.v[2];
+    memcpy(info->holder, s.text, sizeof info->holder); /* "" unless the reply had one */
+    info->overdue_ms = s.count == 5 && s.v[4] > 0 ? s.v[4] : 0;
     return 0;
 }
 
@@ -237,6 +241,10 @@ static int item_decode(item_call *s, const redisReply *reply) {
     if (state == DQ_STATE_PENDING) it->due_ms = at;
     if (state == DQ_STATE_IN_FLIGHT) it->lease_end_ms = at;
     it->attempts = (int)dq__reply_int(reply->element[2]);
+    /* In flight: the holder its take named follows (lookup.lua), before the
+     * payload's two elements. */
+    const redisReply *h = n >= 7 && state == DQ_STATE_IN_FLIGHT ? reply->element[3] : NULL;
+    if (h && h->type == REDIS_REPLY_STRING && h->len <= DQ_HOLDER_MAX) memcpy(it->holder, h->str, h->len);
     if (whole < 0) return 0; /* not read */
     if (!(it->payload = dq__reply_dup(reply->element[n - 2]))) return DQ_ENOMEM;
     it->payload_len = reply->element[n - 2]->len;
@@ -325,7 +333,7 @@ static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned sha
     sync_ints s;
     rc = dq__eval_ints_on(c, queue, at.name, 0, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
-    if (s.count != 7 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
+    if (s.count != 9 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];
     st->ready = s.v[1];
@@ -333,6 +341,8 @@ static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned sha
     st->set_aside = s.v[3];
     st->in_flight = s.v[4];
     st->dead = s.v[5];
+    st->schedulers = s.v[7];
+    st->overdue_ms = s.v[8];
     *told = (unsigned)s.v[6];
     return 0;
 }
@@ -345,7 +355,7 @@ int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n) {
 }
 
 /* A sharded queue's stats are the sums of its shards' (the earliest next
- * due time), read shard by shard. A shard that says another count than the
+ * due time, the most schedulers, the longest overdue), read shard by shard. A shard that says another count than the
  * one read by starts the sum over with that count. */
 int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     int bad = check_sync(c, queue, NULL, 0);
@@ -353,7 +363,7 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     for (int round = 0; round < DQ__SHARD_ROUNDS; round++) {
         unsigned shards = dq__shards_of(c, queue), told = shards;
         if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
-        dq_stats sum = {0, 0, -1, 0, 0, 0};
+        dq_stats sum = {0, 0, -1, 0, 0, 0, 0, 0};
         for (unsigned i = 0; i < shards && told == shards; i++) {
             dq_stats one;
             int rc = shard_stats(c, queue, i, shards, &one, &told);
@@ -362,6 +372,9 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
             sum.in_flight += one.in_flight, sum.dead += one.dead;
             if (one.next_due_in_ms >= 0 && (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
                 sum.next_due_in_ms = one.next_due_in_ms;
+            /* A scheduler of the queue beats on each shard it moves. */
+            if (one.schedulers > sum.schedulers) sum.schedulers = one.schedulers;
+            if (one.overdue_ms > sum.overdue_ms) sum.overdue_ms = one.overdue_ms;
         }
         if (told == shards) {
             *st = sum;

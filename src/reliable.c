@@ -1,6 +1,6 @@
 /*
  * reliable.c - what a consumer does with a delivery it holds a lease on:
- * ack, nack with backoff, extend. Every call is one script; the token check
+ * ack, nack with backoff, release, extend. Every call is one script; the token check
  * happens inside it, so a stale token can never touch another consumer's
  * delivery. The dead letters are in dead.c, a queue's settings in qconfig.c.
  */
@@ -218,12 +218,12 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
     return 0;
 }
 
-int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
-                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
-                   void *privdata) {
+/* The nack script's call for a nack, or (release) a release: the script
+ * then gives the take back uncounted (see lua/nack.lua). */
+static int nack_send(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+                     const char *error, int release, dq__settle_cb *cb, void *privdata) {
     int rc = check_lease_args(c, queue, id, token);
     if (rc) return rc;
-    (void)attempt; /* the script knows it */
     if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
     dq__shard_at at;
     if ((rc = dq__shard_for_id(c, queue, id, 0, &at, NULL)) != 0) return rc;
@@ -233,11 +233,18 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
     snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
     snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
     snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
-    const char *argv[15] = {k->z, k->counters, k->dead, k->dead_times, k->config, k->prefix, k->chan,
-                            id, token, delay, error ? error : "", base, cap, frac, at.count};
-    size_t lens[15];
-    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
-    return settle_send(c, queue, at.name, DQ__LUA_NACK, 5, 10, argv, lens, cb, privdata);
+    const char *argv[16] = {k->z, k->counters, k->dead, k->dead_times, k->config, k->prefix, k->chan, id,
+                            token, delay, error ? error : "", base, cap, frac, at.count, "1"};
+    size_t lens[16];
+    for (int i = 0; i < 16; i++) lens[i] = strlen(argv[i]);
+    return settle_send(c, queue, at.name, DQ__LUA_NACK, 5, release ? 11 : 10, argv, lens, cb, privdata);
+}
+
+int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
+                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
+                   void *privdata) {
+    (void)attempt; /* the script knows it */
+    return nack_send(c, queue, id, token, delay_ms, error, 0, cb, privdata);
 }
 
 /* ------------------------------------------------------------ sync */
@@ -279,17 +286,27 @@ int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
     }
 }
 
-int dq_nack(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
-            const char *error) {
+/* dq_nack and dq_release: nack_send, waited for. */
+static int nack_sync(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+                     const char *error, int release) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     for (int round = 0;; round++) {
         unsigned before = dq__shards_of(c, queue);
         sync_settle s = {0, 0};
-        int rc = dq__nack_async(c, queue, id, token, delay_ms, error, 0, sync_settle_cb, &s);
+        int rc = nack_send(c, queue, id, token, delay_ms, error, release, sync_settle_cb, &s);
         if (rc) return rc;
         dq__wait(c, &s.done);
         if (!settle_again(c, queue, s.status, before, round)) return s.status;
     }
+}
+
+int dq_nack(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+            const char *error) {
+    return nack_sync(c, queue, id, token, delay_ms, error, 0);
+}
+
+int dq_release(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms) {
+    return nack_sync(c, queue, id, token, delay_ms < 0 ? 0 : delay_ms, NULL, 1);
 }
 
 int dq_extend(dq_client *c, const char *queue, const char *id, const char *token, int64_t lease_ms) {

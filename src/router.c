@@ -157,7 +157,12 @@ unsigned *dq__route_master_slots(dq_client *c, size_t *n) {
 static void node_cmd_up(dq__conn *conn, void *privdata) {
     dq__node *n = privdata;
     dq__router *rt = n->rt;
-    if (conn->ups > 1) rt->c->counters.reconnects++;
+    if (conn->ups > 1) {
+        rt->c->counters.reconnects++;
+        /* The pair of node_cmd_down's "reconnecting": logs say when it
+         * was over. */
+        dq__log(rt->c, "%s: reconnected", n->ep.name);
+    }
     if (n == rt->master) rt->heal_s = 0;
     dq__rt_send_held(n);
     if (rt->topology == DQ__TOPO_CLUSTER && rt->refresh_again) dq__rt_refresh(rt);

@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "sched_core.h"
@@ -106,6 +107,16 @@ static void on_safety_timer(struct ev_loop *loop, ev_timer *w, int revents) {
 }
 
 /* ------------------------------------------------------------ transfer */
+
+const char *dq__process_name(void) {
+    static char name[300];
+    if (!name[0]) {
+        char host[256] = "";
+        if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "unknown");
+        snprintf(name, sizeof name, "%s:%ld", host, (long)getpid());
+    }
+    return name;
+}
 
 static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dq__sched *s = privdata;
@@ -198,16 +209,21 @@ static void transfer(dq__sched *s, int64_t fired_for) {
     const dq__keys *k = &s->keys;
     /* Runs not fired by a due time (catch-up, safety) also top up the wake
      * tokens, which a dying consumer can lose. */
-    const char *argv[13] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
+    /* Those runs also carry the heartbeat (stats' schedulers), which lasts
+     * three safety intervals. */
+    char lasts[24];
+    snprintf(lasts, sizeof lasts, "%d", 3 * c->opt.safety_check_ms);
+    const char *argv[15] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
                             k->signal, k->prefix, k->chan, batch, budget,
-                            fired_for < 0 ? "1" : "0", s->shards_text};
-    size_t lens[13];
+                            fired_for < 0 ? "1" : "0", s->shards_text, dq__process_name(), lasts};
+    size_t lens[15];
     snprintf(batch, sizeof batch, "%d", c->opt.transfer_batch);
     snprintf(budget, sizeof budget, "%d", c->opt.transfer_budget_us);
-    for (int i = 0; i < 13; i++) lens[i] = strlen(argv[i]);
+    for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, 6, argv, lens, transfer_reply, s) != 0) {
+    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, fired_for < 0 ? 8 : 6, argv, lens, transfer_reply, s) !=
+        0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);

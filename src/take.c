@@ -69,7 +69,8 @@ struct dq_take_req {
     uint64_t found_empty;             /* bit j: shard j was found empty since
                                          the take last retried              */
     dq__waiter *waiters[DQ__SHARDS_MAX];
-    dq_take_opts opts;
+    dq_take_opts opts;      /* its holder is NULL: see holder            */
+    char holder[DQ_HOLDER_MAX + 1]; /* opts.holder's copy, "" for none  */
     size_t max;             /* messages one script run may pop           */
     take_done_fn *done_fn;
     dq_take_cb *cb;         /* dq_take_async's callback                   */
@@ -115,6 +116,7 @@ static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *repl
 void dq_take_opts_init(dq_take_opts *o) {
     o->lease_ms = DQ_QUEUE_SETTING;
     o->max_attempts = DQ_QUEUE_SETTING;
+    o->holder = NULL;
 }
 
 /* ------------------------------------------------------------ ending */
@@ -323,15 +325,16 @@ static void run_script(dq_take_req *t) {
     const dq__keys *k = &t->keys;
     char held[64 * DQ__KEY_ID_LEN * 2 + 1]; /* the key ids this client holds */
     dq__keyring_ids_hex(c->keyring, held, sizeof held);
-    const char *argv[17] = {k->z,   k->ready, k->aside, k->counters, k->signal,
+    const char *argv[18] = {k->z,   k->ready, k->aside, k->counters, k->signal,
                             k->config, k->prefix, k->chan, count, lease,
-                            tprefix, max, woke, t->result_key, repeat, held, t->shards_text};
-    size_t lens[17];
-    for (int i = 0; i < 17; i++) lens[i] = strlen(argv[i]);
+                            tprefix, max, woke, t->result_key, repeat, held, t->shards_text, t->holder};
+    size_t lens[18];
+    for (int i = 0; i < 18; i++) lens[i] = strlen(argv[i]);
     /* A leased take writes what must survive a failover; a plain take
      * hands its items out for good either way. */
     unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
-    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, 11, argv, lens, script_reply, token) != 0) {
+    int nargs = t->holder[0] ? 12 : 11;
+    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, nargs, argv, lens, script_reply, token) != 0) {
         free(token);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
@@ -568,6 +571,14 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
 
 /* ------------------------------------------------------------ public */
 
+int dq__holder_valid(const char *holder) {
+    size_t n = strlen(holder);
+    if (n < 1 || n > DQ_HOLDER_MAX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)holder[i] < 0x20 || holder[i] == 0x7f) return 0;
+    return dq__utf8_valid(holder, n);
+}
+
 /* A take, not started yet (see take_start). On failure returns NULL with
  * the code in *rc. */
 static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts *opts,
@@ -578,6 +589,11 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
                  opts->max_attempts < DQ_QUEUE_SETTING)) {
         *rc = dq__fail(c, DQ_EINVAL, "invalid take options: lease %" PRId64 " ms, max attempts %d",
                        opts->lease_ms, opts->max_attempts);
+        return NULL;
+    }
+    if (opts && opts->holder && (opts->lease_ms == 0 || !dq__holder_valid(opts->holder))) {
+        *rc = dq__fail(c, DQ_EINVAL, "invalid holder: a leased take's, 1 to %d bytes of UTF-8, no control "
+                       "character", DQ_HOLDER_MAX);
         return NULL;
     }
     dq_take_req *t = calloc(1, sizeof *t);
@@ -596,6 +612,8 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
         return NULL;
     }
     if (opts) t->opts = *opts;
+    if (opts && opts->holder) snprintf(t->holder, sizeof t->holder, "%s", opts->holder);
+    t->opts.holder = NULL;
     t->max = max;
     ev_timer_init(&t->timer, on_timer, 0, 0);
     t->timer.data = t;

@@ -105,7 +105,7 @@ static void child_consumer(int idx, const cons_args *a) {
         if (!(a->wflags & DQ_WORKER_NO_SCHEDULER) && dq_schedule(c, a->queue) != 0)
             child_fail(s, "dq_schedule", dq_client_errstr(c));
         if (a->wflags & DQ_WORKER_NO_SCHEDULER) __atomic_store_n(&s->ready, 1, __ATOMIC_SEQ_CST);
-        dq_take_opts lease = {30000, 0};
+        dq_take_opts lease = {.lease_ms = 30000, .max_attempts = 0};
         int batch = a->conc > 0 && a->conc < TAKE_MANY_MAX ? a->conc : TAKE_MANY_MAX;
         take_many_loop(c, s, a->queue, a->mode == CONS_TAKE_LEASED ? &lease : NULL, batch);
         dq_get_sched_counters(c, &s->sc);

@@ -17,6 +17,10 @@
 --                         lease (the registry tells which)
 --   P..l            ZSET  the lease registry: the takes' lease records, by
 --                         score, with their ids (see lib/70_registry.lua)
+--   P..h:<tprefix> STRING the holder a leased take named, until its lease
+--                         ends (see lib/75_holders.lua)
+--   P..schedulers  ZSET  the queue's schedulers (host:pid) by when their
+--                         last beat stops counting (see lib/75_holders.lua)
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all

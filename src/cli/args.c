@@ -238,6 +238,15 @@ int cli_check_payload(const char *where, size_t len, size_t limit)
     return CLI_USAGE;
 }
 
+int cli_parse_connect_wait(const char *text, int64_t *ms)
+{
+    if (strcmp(text, "forever") == 0) {
+        *ms = -1;
+        return 0;
+    }
+    return cli_parse_delay("", "connect-wait", text, ms) ? CLI_USAGE : 0;
+}
+
 int cli_parse_count(const char *text, int64_t *count)
 {
     char *end;

@@ -199,6 +199,14 @@ int cli_connect(const cli_env *env, dq_client **out);
 
 /* As cli_connect, on loop (NULL: a private loop, as cli_connect). */
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out);
+/* cli_connect_on, trying again while Redis cannot be reached (refused,
+ * timed out), with a backoff from 100 ms to 5 s, for up to wait_ms (< 0:
+ * forever; 0: once): says so once on stderr, and once more when it
+ * connects. Other failures end it at once. Returns as cli_connect_on. */
+int cli_connect_wait(const cli_env *env, struct ev_loop *loop, int64_t wait_ms, dq_client **out);
+/* Parses --connect-wait's value (a duration, or "forever": -1) into *ms.
+ * Returns 0 or CLI_USAGE. */
+int cli_parse_connect_wait(const char *text, int64_t *ms);
 
 /* Reports what the client's background work has to say (scheduler
  * failures, reconnects, refused acks) on stderr, one "delayq: " line each. */
@@ -314,6 +322,7 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv); /* cmd_schedule.c */
 int cli_cmd_stats(cli_env *env, int argc, char **argv);    /* cmd_stats.c */
 int cli_cmd_ack(cli_env *env, int argc, char **argv);      /* cmd_lease.c */
 int cli_cmd_nack(cli_env *env, int argc, char **argv);     /* cmd_lease.c */
+int cli_cmd_release(cli_env *env, int argc, char **argv);  /* cmd_lease.c */
 int cli_cmd_extend(cli_env *env, int argc, char **argv);   /* cmd_lease.c */
 int cli_cmd_dead(cli_env *env, int argc, char **argv);     /* cmd_dead.c */
 int cli_cmd_work(cli_env *env, int argc, char **argv);     /* cmd_work.c */
@@ -337,6 +346,7 @@ extern const char cli_usage_schedule[];
 extern const char cli_usage_stats[];
 extern const char cli_usage_ack[];
 extern const char cli_usage_nack[];
+extern const char cli_usage_release[];
 extern const char cli_usage_extend[];
 extern const char cli_usage_dead[];
 extern const char cli_usage_work[];

@@ -83,6 +83,7 @@ static const char *const commands_full[] = {
     "hdel", "hexists", "hget", "hincrby", "hkeys", "hlen", "hmget", "hset",
     "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrangestore", "zrem",
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore", "zrank",
+    "pttl", "pexpire", /* a holder's key, stretched by extend */
     NULL,
 };
 
@@ -93,6 +94,7 @@ static const char *const commands_read[] = {
     "fcall_ro", "lrange",
     "type", "time", "hget", "hexists", "hmget", "llen", "zcard", "zrange",
     "zrangebyscore", "zrevrangebyscore", "lindex", "zscore",
+    "get", /* a holder's key (lookup, list) */
     NULL,
 };
 

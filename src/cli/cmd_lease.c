@@ -1,9 +1,10 @@
 /*
- * cmd_lease.c - settling a leased delivery: ack, nack, extend.
+ * cmd_lease.c - settling a leased delivery: ack, nack, release, extend.
  *
- * Owns the three commands that take back what "delayq take --ack manual"
+ * Owns the four commands that take back what "delayq take --ack manual"
  * handed out, each by QUEUE, ID and the delivery's TOKEN: checking them
- * before Redis is contacted, one library call (dq_ack, dq_nack, dq_extend),
+ * before Redis is contacted, one library call (dq_ack, dq_nack, dq_release,
+ * dq_extend),
  * and the exit code of its answer: 0 when it was done, 1 when the id is not
  * in flight with that token (acked already, unknown, or the lease ran out
  * and the item went elsewhere). Nothing goes to stdout.
@@ -40,6 +41,22 @@ const char cli_usage_nack[] =
     "\n"
     "Exit codes: 0 nacked (retry scheduled, or now a dead letter), 1 ID is not in\n"
     "flight with TOKEN, 2 usage error, 3 Redis unreachable or erroring.\n";
+
+const char cli_usage_release[] =
+    "usage: delayq release QUEUE ID TOKEN [--delay DUR]\n"
+    "\n"
+    "Gives back a delivery of 'delayq take --ack manual' that did not fail (a\n"
+    "resource of a pool, done with for now): item ID goes back to QUEUE, ready\n"
+    "at once, as it was before this take: the take counts as no attempt, so a\n"
+    "release never makes a dead letter, and no error is recorded.\n"
+    "\n"
+    "  --delay DUR   ready again after DUR instead (250ms, 30s, 5m, 2h, 1d,\n"
+    "                milliseconds)\n"
+    "  --redis URL   the Redis server (see 'delayq --help')\n"
+    "\n"
+    "Exit codes: 0 released, 1 ID is not in flight with TOKEN (acked already,\n"
+    "unknown, or its lease ran out), 2 usage error, 3 Redis unreachable or\n"
+    "erroring.\n";
 
 const char cli_usage_extend[] =
     "usage: delayq extend QUEUE ID TOKEN DUR\n"
@@ -103,6 +120,27 @@ int cli_cmd_ack(cli_env *env, int argc, char **argv)
     return rc;
 }
 
+/* The start of nack and release (QUEUE ID TOKEN, options opts, one of them
+ * --delay, its value at *delay, parsed into *delay_ms when given): *c is the
+ * connected client, or NULL when the command is over already (help, a
+ * usage error, no connection), with the exit code returned. */
+static int delayed_open(cli_env *env, const char *cmd, const char *usage, int argc, char **argv,
+                        const cli_opt *opts, const char *const *delay, int64_t *delay_ms,
+                        dq_client **c)
+{
+    *c = NULL;
+    int rc = lease_args(env, cmd, argc, argv, opts, 0);
+    if (rc == CLI_HELP)
+        return cli_help(usage);
+    if (!rc && *delay)
+        rc = cli_parse_delay("", "delay", *delay, delay_ms);
+    if (!rc)
+        rc = cli_connect(env, c);
+    if (rc)
+        *c = NULL;
+    return rc;
+}
+
 int cli_cmd_nack(cli_env *env, int argc, char **argv)
 {
     const char *delay = NULL, *error = NULL;
@@ -110,19 +148,28 @@ int cli_cmd_nack(cli_env *env, int argc, char **argv)
     int64_t delay_ms = -1;
     dq_client *c;
 
-    int rc = lease_args(env, "nack", argc, argv, opts, 0);
-    if (rc == CLI_HELP)
-        return cli_help(cli_usage_nack);
-    if (!rc && delay)
-        rc = cli_parse_delay("", "delay", delay, &delay_ms);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
+    int rc = delayed_open(env, "nack", cli_usage_nack, argc, argv, opts, &delay, &delay_ms, &c);
+    if (!c)
         return rc;
     int n = dq_nack(c, argv[0], argv[1], argv[2], delay_ms, error);
     rc = settled(c, n, "nack", argv);
     if (n == 2)
         cli_err("%s had its last attempt: now a dead letter", cli_quote(argv[1]));
+    dq_client_free(c);
+    return rc;
+}
+
+int cli_cmd_release(cli_env *env, int argc, char **argv)
+{
+    const char *delay = NULL;
+    const cli_opt opts[] = {{"delay", &delay, NULL}, {NULL, NULL, NULL}};
+    int64_t delay_ms = 0;
+    dq_client *c;
+
+    int rc = delayed_open(env, "release", cli_usage_release, argc, argv, opts, &delay, &delay_ms, &c);
+    if (!c)
+        return rc;
+    rc = settled(c, dq_release(c, argv[0], argv[1], argv[2], delay_ms), "release", argv);
     dq_client_free(c);
     return rc;
 }

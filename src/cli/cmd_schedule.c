@@ -11,12 +11,15 @@
 #include "cli/cli.h"
 
 const char cli_usage_schedule[] =
-    "usage: delayq schedule QUEUE...\n"
+    "usage: delayq schedule QUEUE... [--connect-wait DUR]\n"
     "\n"
     "Moves due items of each QUEUE to its ready list, in the foreground, until\n"
     "SIGINT or SIGTERM. Any number of schedulers (and 'delayq take' without\n"
     "--no-scheduler) may run for the same queue at once.\n"
     "\n"
+    "  --connect-wait DUR  while Redis cannot be reached at the start, try again\n"
+    "                (backoff 100ms to 5s) for up to DUR (0: exit 3 at once);\n"
+    "                default: forever\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "Exit codes: 0 stopped by a signal, 2 usage error, 3 Redis unreachable or\n"
@@ -80,8 +83,10 @@ static int run(sched_run *s, int n, char **queues)
 int cli_cmd_schedule(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const cli_opt opts[] = {{NULL, NULL, NULL}};
+    const char *wait = NULL;
+    const cli_opt opts[] = {{"connect-wait", &wait, NULL}, {NULL, NULL, NULL}};
     sched_run s = {0};
+    int64_t wait_ms = -1;
     int npos;
 
     int rc = cli_parse(env, "schedule", argc, argv, opts, &npos);
@@ -91,8 +96,10 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv)
         rc = cli_want_args("schedule", npos, 1, -1, names, argv);
     for (int i = 0; !rc && i < npos; i++)
         rc = cli_check_queue(argv[i]);
+    if (!rc && wait)
+        rc = cli_parse_connect_wait(wait, &wait_ms);
     if (!rc)
-        rc = cli_connect(env, &s.c);
+        rc = cli_connect_wait(env, NULL, wait_ms, &s.c);
     if (rc)
         return rc;
     rc = run(&s, npos, argv);

@@ -3,7 +3,8 @@
  *
  * Owns reading dq_get_stats for a queue and printing it through output.c:
  * "pending N", "ready N", "next_due_in_ms N", "inflight N", "dead N" lines
- * (and "set_aside N" when some entries were set aside), or with --json one
+ * (and "set_aside N" when some entries were set aside), "schedulers N",
+ * "overdue_ms N", or with --json one
  * object holding the same fields, set_aside always included.
  */
 #include "cli/cli.h"
@@ -20,9 +21,14 @@ const char cli_usage_stats[] =
     "                     and not acked yet\n"
     "  dead N             dead letters (see 'delayq dead')\n"
     "  set_aside N        (only when N > 0) entries that could not be decoded\n"
+    "  schedulers N       processes scheduling QUEUE now, by their heartbeats\n"
+    "  overdue_ms N       how long the earliest pending item or lease end has\n"
+    "                     been past due, 0 when none: with schedulers 0, work\n"
+    "                     waits for a scheduler ('delayq schedule')\n"
     "\n"
     "  --json        one object: {\"pending\":N,\"ready\":N,\"next_due_in_ms\":N,\n"
-    "                \"set_aside\":N,\"inflight\":N,\"dead\":N}\n"
+    "                \"set_aside\":N,\"inflight\":N,\"dead\":N,\"schedulers\":N,\n"
+    "                \"overdue_ms\":N}\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";

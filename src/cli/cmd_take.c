@@ -14,21 +14,31 @@
  * with --ack manual they come back when their leases end.
  * With --ack manual each take holds a lease (--lease) instead of removing the
  * item: it is printed with its id and token for a later "delayq ack", and
- * comes back by itself if nobody acks it in time.
+ * comes back by itself if nobody acks it in time. A lease runs from its
+ * take, so a leased take asks for one item at a time (--batch N: up to N),
+ * and, when stdout is a pipe, only once the reader has read every line
+ * printed before (FIONREAD, checked every DRAIN_CHECK_S): no lease runs
+ * out while its line waits in the pipe behind a slow reader's backlog.
  */
 #include <ev.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
 #define TAKE_BATCH 64 /* items one take asks for: dq_take_many_async's limit */
+#define DRAIN_CHECK_S 0.01 /* how often a leased take looks at the pipe, at
+                              most: from 1 ms, doubling while it waits */
 
 const char cli_usage_take[] =
     "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
-    "                   [--ack manual [--lease DUR]]\n"
+    "                   [--ack manual [--lease DUR] [--holder NAME] [--batch N]]\n"
+    "                   [--connect-wait DUR]\n"
     "\n"
     "Waits for N due items of QUEUE and prints them as they arrive, taking up to\n"
     "64 a round trip. Taking removes the item from the queue, unless --ack manual\n"
@@ -53,6 +63,18 @@ const char cli_usage_take[] =
     "                  object adds \"attempt\" (1 on first delivery) and \"token\"\n"
     "  --lease DUR     with --ack manual: how long the lease lasts; default: the\n"
     "                  queue's (delayq config), else 30s\n"
+    "  --holder NAME   with --ack manual: who holds the items (1 to 64 bytes of\n"
+    "                  UTF-8, no control character), shown by 'delayq lookup'\n"
+    "                  while the lease lasts\n"
+    "  --batch N       with --ack manual: items a take asks for, 1 to 64; default\n"
+    "                  1. A lease starts when its item is taken, so a leased take\n"
+    "                  takes one item at a time and, when stdout is a pipe, the\n"
+    "                  next only once the reader has read every line before: no\n"
+    "                  lease runs while its line waits in the pipe. A batch is\n"
+    "                  faster, but its leases all start at once\n"
+    "  --connect-wait DUR  while Redis cannot be reached at the start, try\n"
+    "                  again (backoff 100ms to 5s) for up to DUR ('forever' for\n"
+    "                  no limit); default 0: exit 3 at once\n"
     "  --redis URL     the Redis server (see 'delayq --help')\n"
     "\n"
     "Without --json each item is printed as its raw payload bytes followed by a\n"
@@ -73,21 +95,44 @@ typedef struct take_run {
     const char *stop_why; /* "timeout", "SIGINT", "SIGTERM"               */
     int rc;               /* exit code of a failure, 0 if none            */
     double deadline;      /* ev_now() time --timeout ends; < 0: none      */
+    int64_t batch;        /* items a take asks for (at most)              */
+    int pipe_out;         /* leased, and stdout is a pipe: wait for the
+                             reader to read it all before the next take   */
+    ev_timer drain;       /* that wait, while it lasts                    */
+    double drain_in;      /* the wait's next check, in s                  */
 } take_run;
 
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata);
 
-/* Starts the next take. Returns 0, or -1 with t->rc set. */
+/* Bytes printed to stdout (a pipe) that its reader has not read yet. */
+static int unread_out(void)
+{
+    int n = 0;
+    return ioctl(STDOUT_FILENO, FIONREAD, &n) == 0 ? n : 0;
+}
+
+/* Starts the next take, or, for a leased one whose reader has not read all
+ * that came before, the wait for it (on_drain). Returns 0, or -1 with t->rc
+ * set. */
 static int start_take(take_run *t)
 {
+    struct ev_loop *loop = dq_client_loop(t->c);
+    if (t->pipe_out && unread_out() > 0) {
+        /* A reader that keeps up reads within a millisecond or so. */
+        ev_timer_set(&t->drain, t->drain_in, 0);
+        ev_timer_start(loop, &t->drain);
+        t->drain_in = t->drain_in * 2 < DRAIN_CHECK_S ? t->drain_in * 2 : DRAIN_CHECK_S;
+        return 0;
+    }
+    t->drain_in = 0.001;
     /* Each take gets what is left of --timeout as its own timeout, so a take
      * that ends it still looks at the queue once (--timeout 0 included). */
     int64_t left = -1;
     if (t->deadline >= 0) {
-        double s = t->deadline - ev_now(dq_client_loop(t->c));
+        double s = t->deadline - ev_now(loop);
         left = s > 0 ? (int64_t)(s * 1000.0 + 0.5) : 0;
     }
-    int64_t batch = TAKE_BATCH;
+    int64_t batch = t->batch;
     if (t->want && t->want - t->got < batch)
         batch = t->want - t->got;
     int rc = dq_take_many_async(t->c, t->queue, t->opts, left, (size_t)batch, on_take, t,
@@ -105,9 +150,24 @@ static void finish(take_run *t, const char *why)
         return;
     t->stopping = 1;
     t->stop_why = why;
+    ev_timer_stop(dq_client_loop(t->c), &t->drain);
     if (t->req)
         dq_take_cancel(t->req);
     else
+        dq_stop(t->c);
+}
+
+/* The wait for the reader: the next take once it has read all, the end at
+ * --timeout. */
+static void on_drain(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    take_run *t = w->data;
+    (void)revents;
+    if (t->deadline >= 0 && ev_now(loop) >= t->deadline) {
+        finish(t, "timeout");
+        return;
+    }
+    if (start_take(t) < 0)
         dq_stop(t->c);
 }
 
@@ -153,11 +213,16 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
         return cli_fail(t->c, rc, "schedule");
     ev_now_update(loop);
     t->deadline = timeout_ms >= 0 ? ev_now(loop) + (double)timeout_ms / 1000.0 : -1;
+    struct stat st;
+    t->pipe_out = t->opts && fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+    ev_timer_init(&t->drain, on_drain, DRAIN_CHECK_S, 0);
+    t->drain.data = t;
     if (start_take(t) < 0)
         return t->rc;
     cli_signals_start(loop, on_signal, t);
     dq_run(t->c);
     cli_signals_stop(loop);
+    ev_timer_stop(loop, &t->drain);
     if (t->rc)
         return t->rc;
     if (t->want && t->got < t->want) {
@@ -168,16 +233,16 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
     return CLI_OK;
 }
 
-/* Checks --ack and --lease; *out gets opts filled in for a leased take, or
- * NULL. Returns 0 or CLI_USAGE. */
-static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
+/* Checks --ack, --lease and --holder; *out gets opts filled in for a
+ * leased take, or NULL. Returns 0 or CLI_USAGE. */
+static int parse_ack(const char *ack, const char *lease, const char *holder, dq_take_opts *opts,
                      const dq_take_opts **out)
 {
     *out = NULL;
     if (!ack) {
-        if (!lease)
+        if (!lease && !holder)
             return 0;
-        cli_err("take: --lease needs --ack manual");
+        cli_err("take: --%s needs --ack manual", lease ? "lease" : "holder");
         return CLI_USAGE;
     }
     if (strcmp(ack, "manual") != 0) {
@@ -191,20 +256,46 @@ static int parse_ack(const char *ack, const char *lease, dq_take_opts *opts,
         cli_err("take: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
+    opts->holder = holder; /* checked by the library's take (exit 2) */
     *out = opts;
+    return 0;
+}
+
+/* Checks --batch (a leased take's only; default 1) into *out. Returns 0 or
+ * CLI_USAGE. */
+static int parse_batch(const char *batch, int leased, int64_t *out)
+{
+    if (!batch) {
+        if (leased)
+            *out = 1;
+        return 0;
+    }
+    if (!leased) {
+        cli_err("take: --batch needs --ack manual");
+        return CLI_USAGE;
+    }
+    if (cli_parse_count(batch, out))
+        return CLI_USAGE;
+    if (*out < 1 || *out > TAKE_BATCH) {
+        cli_err("take: invalid --batch '%s': 1 to %d", cli_quote(batch), TAKE_BATCH);
+        return CLI_USAGE;
+    }
     return 0;
 }
 
 int cli_cmd_take(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL;
+    const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL, *holder = NULL;
+    const char *batch = NULL, *wait = NULL;
+    int64_t wait_ms = 0;
     int json = 0, no_sched = 0, npos;
     const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
                             {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
                             {"ack", &ack, NULL},        {"lease", &lease, NULL},
-                            {NULL, NULL, NULL}};
-    take_run t = {.want = 1};
+                            {"holder", &holder, NULL},  {"batch", &batch, NULL},
+                            {"connect-wait", &wait, NULL}, {NULL, NULL, NULL}};
+    take_run t = {.want = 1, .batch = TAKE_BATCH};
     dq_take_opts take_opts;
     int64_t timeout_ms = -1;
 
@@ -220,9 +311,13 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
     if (!rc && timeout)
         rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
     if (!rc)
-        rc = parse_ack(ack, lease, &take_opts, &t.opts);
+        rc = parse_ack(ack, lease, holder, &take_opts, &t.opts);
     if (!rc)
-        rc = cli_connect(env, &t.c);
+        rc = parse_batch(batch, t.opts != NULL, &t.batch);
+    if (!rc && wait)
+        rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc)
+        rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
     if (rc)
         return rc;
     t.queue = argv[0];

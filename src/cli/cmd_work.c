@@ -42,7 +42,7 @@ extern char **environ;
 
 const char cli_usage_work[] =
     "usage: delayq work QUEUE --exec CMD [--concurrency N] [--lease DUR]\n"
-    "                  [--max-attempts N] [--pass-credentials]\n"
+    "                  [--max-attempts N] [--pass-credentials] [--connect-wait DUR]\n"
     "\n"
     "Runs CMD (with /bin/sh -c) once for every item of QUEUE as it becomes due,\n"
     "until SIGINT or SIGTERM. Also moves due items of QUEUE to its ready list\n"
@@ -75,6 +75,9 @@ const char cli_usage_work[] =
     "                      DELAYQ_PASSWORD_FILE, DELAYQ_SENTINEL_PASSWORD_FILE\n"
     "                      and DELAYQ_KEY_FILE (those the worker has), for a\n"
     "                      CMD that runs delayq itself\n"
+    "  --connect-wait DUR  while Redis cannot be reached at the start, try again\n"
+    "                      (backoff 100ms to 5s) for up to DUR (0: exit 3 at\n"
+    "                      once); default: forever\n"
     "  --redis URL         the Redis server (see 'delayq --help')\n"
     "\n"
     "The first SIGINT or SIGTERM stops taking items and waits for the running\n"
@@ -535,13 +538,15 @@ static int parse_options(const char *conc, const char *lease, const char *max,
 int cli_cmd_work(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL;
+    const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL, *wait = NULL;
+    int64_t wait_ms = -1;
     int pass = 0;
     const cli_opt opts[] = {{"exec", &exec, NULL},
                             {"pass-credentials", NULL, &pass},
                             {"concurrency", &conc, NULL},
                             {"lease", &lease, NULL},
                             {"max-attempts", &max, NULL},
+                            {"connect-wait", &wait, NULL},
                             {NULL, NULL, NULL}};
     work_run r = {0};
     dq_take_opts take_opts;
@@ -560,6 +565,8 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
     }
     if (!rc)
         rc = parse_options(conc, lease, max, &take_opts, &concurrency);
+    if (!rc && wait)
+        rc = cli_parse_connect_wait(wait, &wait_ms);
     if (rc)
         return rc;
     open_std_fds();
@@ -572,7 +579,7 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
         env_free(&r);
         return CLI_FAIL;
     }
-    rc = cli_connect_on(env, r.loop, &r.c);
+    rc = cli_connect_wait(env, r.loop, wait_ms, &r.c);
     if (!rc && r.max_attempts < 0) {
         /* For the "last attempt" line: the queue's setting. */
         dq_queue_config qc;

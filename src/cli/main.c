@@ -27,12 +27,14 @@ static const char usage_main[] =
     "                       add the DELAY<TAB>ID<TAB>PAYLOAD lines of FILE ('-' = stdin)\n"
     "  cancel QUEUE ID      remove a pending item (exit 1 if it was not pending)\n"
     "  take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"
-    "             [--ack manual [--lease DUR]]\n"
+    "             [--ack manual [--lease DUR] [--holder NAME] [--batch N]]\n"
     "                       wait for due items and print them (with --ack manual:\n"
     "                       with a lease, each to be acked or nacked)\n"
     "  ack QUEUE ID TOKEN   done with a delivery of 'take --ack manual'\n"
     "  nack QUEUE ID TOKEN [--delay DUR] [--error TEXT]\n"
     "                       failed it: retry later, or bury it after its last attempt\n"
+    "  release QUEUE ID TOKEN [--delay DUR]\n"
+    "                       give it back unfailed: ready again, no attempt counted\n"
     "  extend QUEUE ID TOKEN DUR\n"
     "                       still working on it: the lease ends DUR from now\n"
     "  work QUEUE --exec CMD [--concurrency N] [--lease DUR] [--max-attempts N]\n"
@@ -138,6 +140,7 @@ static const command commands[] = {
     {"stats", cli_cmd_stats, cli_usage_stats},
     {"ack", cli_cmd_ack, cli_usage_ack},
     {"nack", cli_cmd_nack, cli_usage_nack},
+    {"release", cli_cmd_release, cli_usage_release},
     {"extend", cli_cmd_extend, cli_usage_extend},
     {"work", cli_cmd_work, cli_usage_work},
     {"dead", cli_cmd_dead, cli_usage_dead},

@@ -304,7 +304,8 @@ int cli_print_stats(const dq_stats *st, int json)
         if (o && (json_int(o, "pending", st->pending) || json_int(o, "ready", st->ready) ||
                   json_int(o, "next_due_in_ms", st->next_due_in_ms) ||
                   json_int(o, "set_aside", st->set_aside) ||
-                  json_int(o, "inflight", st->in_flight) || json_int(o, "dead", st->dead))) {
+                  json_int(o, "inflight", st->in_flight) || json_int(o, "dead", st->dead) ||
+                  json_int(o, "schedulers", st->schedulers) || json_int(o, "overdue_ms", st->overdue_ms))) {
             json_decref(o);
             o = NULL;
         }
@@ -317,6 +318,8 @@ int cli_print_stats(const dq_stats *st, int json)
     if (st->set_aside > 0)
         n += snprintf(line + n, sizeof line - (size_t)n, "set_aside %" PRId64 "\n",
                       st->set_aside);
+    n += snprintf(line + n, sizeof line - (size_t)n, "schedulers %" PRId64 "\noverdue_ms %" PRId64 "\n",
+                  st->schedulers, st->overdue_ms);
     return cli_write_out(line, (size_t)n);
 }
 
@@ -459,7 +462,9 @@ json_t *cli_json_listed(const dq_listed *it)
         json_object_set_new(o, "payload_sealed_with", sealed ? json_string(kid) : json_null()) ||
         (it->reason[0] ? json_words(o, "reason", it->reason)
                        : json_object_set_new(o, "reason", json_null())) ||
-        (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null()))) {
+        (it->error[0] ? json_words(o, "error", it->error) : json_object_set_new(o, "error", json_null())) ||
+        (it->holder[0] ? json_bytes(o, "holder", it->holder, strlen(it->holder))
+                       : json_object_set_new(o, "holder", json_null()))) {
         json_decref(o);
         o = NULL;
     }
@@ -503,7 +508,9 @@ json_t *cli_json_lookup(const char *id, const dq_item_info *info)
         json_object_set_new(o, "state", json_string(cli_state_name(info->state))) ||
         json_time(o, "due_ms", info->state == DQ_STATE_PENDING ? info->due_ms : 0) ||
         json_time(o, "lease_end_ms", info->state == DQ_STATE_IN_FLIGHT ? info->due_ms : 0) ||
-        json_int(o, "attempts", info->attempts)) {
+        json_int(o, "attempts", info->attempts) || json_int(o, "overdue_ms", info->overdue_ms) ||
+        (info->holder[0] ? json_bytes(o, "holder", info->holder, strlen(info->holder))
+                         : json_object_set_new(o, "holder", json_null()))) {
         json_decref(o);
         return NULL;
     }
@@ -523,5 +530,13 @@ int cli_print_lookup(const char *id, const dq_item_info *info, int json)
         rc = dq__buf_printf(&b, "lease_end_ms %" PRId64 "\n", info->due_ms);
     if (!rc)
         rc = dq__buf_printf(&b, "attempts %d\n", info->attempts);
+    if (!rc && info->holder[0])
+        rc = dq__buf_printf(&b, "holder %s\n", info->holder);
+    /* A scheduler moves what is due within milliseconds: a second late is
+     * worth a line. */
+    if (!rc && info->overdue_ms >= 1000)
+        rc = dq__buf_printf(&b, "%s %.0f s ago, waiting for a scheduler\n",
+                            info->state == DQ_STATE_IN_FLIGHT ? "lease ended" : "due",
+                            (double)info->overdue_ms / 1000.0);
     return write_text(&b, rc, "an item");
 }

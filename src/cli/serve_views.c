@@ -244,6 +244,20 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
         if (okq[i] && m[i].stats.next_due_in_ms >= 0)
             dq__buf_printf(b, "delayq_next_due_seconds{queue=\"%s\"} %.3f\n", names[i],
                            seconds(m[i].stats.next_due_in_ms));
+    static const family sch = {"delayq_schedulers", "gauge",
+                               "Processes scheduling the queue, by their heartbeats."};
+    family_head(b, &sch);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i])
+            dq__buf_printf(b, "delayq_schedulers{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].stats.schedulers);
+    static const family over = {"delayq_overdue_seconds", "gauge",
+                                "How long the earliest pending item or lease end has been past due "
+                                "(0 when none): work waiting for a scheduler."};
+    family_head(b, &over);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i])
+            dq__buf_printf(b, "delayq_overdue_seconds{queue=\"%s\"} %.3f\n", names[i],
+                           seconds(m[i].stats.overdue_ms));
 }
 
 /* The doctor's findings at the start: one sample per check, its status a
@@ -481,8 +495,10 @@ void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id
     if (it->state == DQ_STATE_UNKNOWN) {
         cli_view_error(v, 404, "no such item");
     } else if (!it->payload) { /* not read: the look-up's answer without it */
-        dq_item_info info = {it->state, it->state == DQ_STATE_IN_FLIGHT ? it->lease_end_ms : it->due_ms,
-                             it->attempts};
+        dq_item_info info = {.state = it->state,
+                             .due_ms = it->state == DQ_STATE_IN_FLIGHT ? it->lease_end_ms : it->due_ms,
+                             .attempts = it->attempts};
+        memcpy(info.holder, it->holder, sizeof info.holder);
         view_json(v, 200, cli_json_lookup(id, &info));
     } else {
         view_json(v, 200, listed_json(it));

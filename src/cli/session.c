@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "util.h"
@@ -140,7 +141,54 @@ static void tls_options(const cli_env *env, dq_options *opts)
                 "not verified; anyone in the path can read and change the traffic");
 }
 
+/* cli_connect_on, but a failure to reach Redis (DQ_ECONNECT,
+ * DQ_ETIMEDOUT) is not printed when quiet: its text goes to why (whysize
+ * bytes) and *unreachable is set. */
+static int connect_try(const cli_env *env, struct ev_loop *loop, dq_client **out, int quiet, char *why,
+                       size_t whysize, int *unreachable);
+
 int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
+{
+    int unreachable;
+    return connect_try(env, loop, out, 0, NULL, 0, &unreachable);
+}
+
+int cli_connect_wait(const cli_env *env, struct ev_loop *loop, int64_t wait_ms, dq_client **out)
+{
+    char why[512] = "", shown[DQ__URL_MASKED_MAX + 1];
+    double waited = 0, pause = 0.1;
+    int said = 0;
+
+    dq__url_mask(env->redis_url, shown, sizeof shown);
+    for (;;) {
+        int unreachable = 0;
+        int rc = connect_try(env, loop, out, wait_ms != 0, why, sizeof why, &unreachable);
+        if (rc == 0) {
+            if (said)
+                cli_err("connected to %s after %.1f s", shown, waited);
+            return 0;
+        }
+        if (!unreachable || wait_ms == 0)
+            return rc; /* said already */
+        if (wait_ms >= 0 && waited * 1000.0 >= (double)wait_ms) {
+            cli_err("%s (waited %.1f s: --connect-wait)", why, waited);
+            return rc;
+        }
+        if (!said)
+            cli_err("%s; waiting for it (--connect-wait)", why);
+        said = 1;
+        /* Backoff from 100 ms to 5 s, the last pause cut to the deadline. */
+        double left = wait_ms >= 0 ? (double)wait_ms / 1000.0 - waited : pause;
+        double s = pause < left ? pause : left;
+        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+        waited += s;
+        pause = pause * 2 < 5 ? pause * 2 : 5;
+    }
+}
+
+static int connect_try(const cli_env *env, struct ev_loop *loop, dq_client **out, int quiet, char *why_out,
+                       size_t whysize, int *unreachable)
 {
     dq_options opts;
     char shown[DQ__URL_MASKED_MAX + 1];
@@ -172,13 +220,19 @@ int cli_connect_on(const cli_env *env, struct ev_loop *loop, dq_client **out)
     }
     /* The library's message names the URL when it is about connecting. */
     const char *why = cause(c, rc);
+    char line[512];
     if (strncmp(why, "cannot connect to ", 18) == 0 ||
         strncmp(why, "invalid Redis URL", 17) == 0 || strncmp(why, "key file ", 9) == 0) {
-        cli_err("%s", why);
+        snprintf(line, sizeof line, "%s", why);
     } else {
         dq__url_mask(env->redis_url, shown, sizeof shown);
-        cli_err("cannot connect to %s: %s", shown, why);
+        snprintf(line, sizeof line, "cannot connect to %s: %s", shown, why);
     }
+    *unreachable = rc == DQ_ECONNECT || rc == DQ_ETIMEDOUT;
+    if (quiet && *unreachable)
+        snprintf(why_out, whysize, "%s", line);
+    else
+        cli_err("%s", line);
     dq_client_free(c);
     return cli_exit_code(rc);
 }

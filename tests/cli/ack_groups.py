@@ -68,7 +68,7 @@ def inflight():
 section("items leased in one take through the CLI")
 for i in range(1, 7):
     eq(dq("offer", Q, "0", f"payload {i}", "--id", f"g{i}").rc, 0, f"offer g{i}")
-r, msgs = take_manual(Q, "--count", "6", "--timeout", "5s")
+r, msgs = take_manual(Q, "--count", "6", "--batch", "64", "--timeout", "5s")
 eq(sorted(m.get("id") for m in msgs), [f"g{i}" for i in range(1, 7)], "one take leases g1..g6")
 tok = {m["id"]: m["token"] for m in msgs}
 pre, _, suf = cut(tok["g1"])
@@ -128,7 +128,7 @@ def lease_six(tag):
     in block order."""
     for i in range(1, 7):
         eq(dq("offer", Q, "0", f"payload {i}", "--id", f"{tag}{i}").rc, 0, f"offer {tag}{i}")
-    _, msgs = take_manual(Q, "--count", "6", "--timeout", "5s")
+    _, msgs = take_manual(Q, "--count", "6", "--batch", "64", "--timeout", "5s")
     eq(len(msgs), 6, f"one take leases {tag}1..{tag}6")
     return sorted((int(cut(m["token"])[1]), m["id"], m["token"]) for m in msgs)
 

@@ -256,9 +256,10 @@ FORMS = [
     f"redis-cluster://:{pw}@{H}/3?sentinel_password={pw}",
 ]
 COMMANDS = [
-    ["offer", "q", "0", "x"], ["cancel", "q", "i1"], ["take", "q", "--timeout", "0"], ["schedule", "q"],
+    ["offer", "q", "0", "x"], ["cancel", "q", "i1"], ["take", "q", "--timeout", "0"],
+    ["schedule", "q", "--connect-wait", "300ms"],
     ["stats", "q"], ["ack", "q", "i1", "t1"], ["nack", "q", "i1", "t1"], ["extend", "q", "i1", "t1", "1s"],
-    ["work", "q", "--exec", "true"], ["dead", "q", "count"], ["config", "q"], ["acl", "q", "--user", "u"],
+    ["work", "q", "--exec", "true", "--connect-wait", "300ms"], ["dead", "q", "count"], ["config", "q"], ["acl", "q", "--user", "u"],
     ["keygen"], ["lookup", "q", "i1"], ["list", "q"], ["serve", "--listen", f"127.0.0.1:{P2}"],
     ["help", "stats"],
 ]

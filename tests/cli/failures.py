@@ -57,7 +57,7 @@ port = closed_port()
 bad = f"redis://127.0.0.1:{port}"
 DOWN = [b"refused", b"connect", b"unreachable"]
 for args in (["offer", "q", "0", "x"], ["cancel", "q", "x"], ["stats", "q"], ["take", "q", "--timeout", "1s"],
-             ["schedule", "q"]):
+             ["schedule", "q", "--connect-wait", "0"]):
     t0 = time.monotonic()
     r = dq("--redis", bad, *args, redis=False, timeout=20)
     secs = time.monotonic() - t0

@@ -126,11 +126,11 @@ section("5,000 leases taken in batches and never acked: all come back once, on a
 Q = "rel-expire"
 batch = "".join(f"0\texp{i:04d}\tpayload {i}\n" for i in range(5000)).encode()
 eq(dq("offer", Q, "--batch", "-", stdin=batch).rc, 0, "offer --batch of 5000")
-r, msgs = take_manual(Q, "--count", "5000", "--lease", "1s", "--timeout", "20s", timeout=60)
+r, msgs = take_manual(Q, "--count", "5000", "--lease", "1s", "--batch", "64", "--timeout", "20s", timeout=60)
 eq((r.rc, len(msgs)), (0, 5000), "take --ack manual --count 5000 --lease 1s: all delivered")
 expect_stats(Q, "5000 leased", pending=0, ready=0, inflight=5000)
 time.sleep(1.2)
-r, again = take_manual(Q, "--count", "5000", "--lease", "2m", "--timeout", "20s", timeout=60)
+r, again = take_manual(Q, "--count", "5000", "--lease", "2m", "--batch", "64", "--timeout", "20s", timeout=60)
 eq((r.rc, len(again), len({m.get("id") for m in again})), (0, 5000, 5000),
    "after the lease: 5000 distinct items delivered again")
 eq(sorted({m.get("attempt") for m in again}), [2], "each on attempt 2")

@@ -477,7 +477,7 @@ static void test_cancel_lookup(void **state)
     dq_offer_result res;
     DQT_EXPECT(c, dq_offer(c, q, &it, &res), 0);
 
-    dq_item_info info = {-1, -1, -1};
+    dq_item_info info = {.state = -1, .due_ms = -1, .attempts = -1, .holder = "x"};
     DQT_EXPECT(c, dq_lookup(c, q, "c1", &info), 0);
     assert_int_equal(info.state, DQ_STATE_PENDING);
     assert_int_equal(info.due_ms, res.due_ms);
