@@ -20,59 +20,27 @@ AOF read the shifted clock), a scheduler and a consumer running:
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "lib")))
 from dqtest import *  # noqa: E402,F403
-from topology import free_port  # noqa: E402
 import dqtest  # noqa: E402
+from ownserver import OwnServer  # noqa: E402
 
 JUMP_MS = 60000
 SLACK_MS = 1500  # a delivery's own path: scheduler, consumer, process start
 SHIM = os.path.join(os.path.dirname(BIN), "tests", "tools", "clockshift.so")
 
-tmp = tempfile.mkdtemp(prefix="delayq-clock.")
-port = free_port()
-url = f"redis://127.0.0.1:{port}"
-server = None
-
-
-def ping():
-    try:
-        with Redis(port=port, timeout=1) as r:
-            return r.cmd("PING") == "PONG"
-    except (OSError, RedisError):
-        return False
+own = OwnServer("delayq-clock.")
+tmp, port, url = own.dir, own.port, own.url
+stop_server, rcmd = own.stop, own.cmd
 
 
 def start_server(shift_ms):
-    """redis-server on port, dir tmp, AOF always, its clock shifted by shift_ms."""
-    global server
-    env = dict(os.environ, LD_PRELOAD=SHIM, CLOCKSHIFT_MS=str(shift_ms))
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
-                               "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-                               "--protected-mode", "no"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return wait_for(ping, 10)
-
-
-def stop_server():
-    if server and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def rcmd(*args):
-    with Redis(port=port) as r:
-        return r.cmd(*args)
+    """The server with AOF, fsync always, its clock shifted by shift_ms."""
+    return own.start("--save", "", "--appendonly", "yes", "--appendfsync", "always",
+                     env={"LD_PRELOAD": SHIM, "CLOCKSHIFT_MS": str(shift_ms)})
 
 
 def server_clock_ms():

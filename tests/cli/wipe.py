@@ -19,10 +19,7 @@ On a redis-server of its own without persistence (no RDB, no AOF; a free
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -30,46 +27,19 @@ sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__
 from dqtest import *  # noqa: E402,F403
 from topology import free_port  # noqa: E402
 import dqtest  # noqa: E402
+from ownserver import OwnServer  # noqa: E402
 
 VANISHED = b"keys vanished"
 REMADE = b"keys were lost and made anew"
 
-tmp = tempfile.mkdtemp(prefix="delayq-wipe.")
-port = free_port()
-url = f"redis://127.0.0.1:{port}"
-server = None
+own = OwnServer("delayq-wipe.")
+tmp, port, url = own.dir, own.port, own.url
+stop_server, rcmd = own.stop, own.cmd
 
 
 def start_server(*extra):
-    """A redis-server without persistence on port (dir tmp); waits for PING."""
-    global server
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
-                               "--save", "", "--appendonly", "no", "--protected-mode", "no", *extra],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return wait_for(lambda: ping(), 10)
-
-
-def ping():
-    try:
-        with Redis(port=port, timeout=1) as r:
-            return r.cmd("PING") == "PONG"
-    except (OSError, RedisError):
-        return False
-
-
-def stop_server():
-    if server and server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def rcmd(*args):
-    with Redis(port=port) as r:
-        return r.cmd(*args)
+    """The server without persistence (no RDB, no AOF); waits for PING."""
+    return own.start("--save", "", "--appendonly", "no", *extra)
 
 
 def run(*args, stdin=None):
