@@ -66,8 +66,10 @@ sched = bg_dq("schedule", QS)
 ok(wait_for(lambda: all(int(redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{q}}}:w")[1]) >= 1 for q in (QT, QW, QS)), 5),
    "the three schedulers subscribed")
 for q in (QT, QW, QS, QL):
-    batch = "".join(f"1s\t{q}-{i}\tpayload {i}\n" for i in range(N)).encode()
-    eq(dq("offer", q, "--batch", "-", stdin=batch).rc, 0, f"{N} items offered to {q}, due in 1 s")
+    # Due in 2 s: inside the refusal even when the offering process is slow
+    # to exit (a sanitizer's leak check at exit can take most of a second).
+    batch = "".join(f"2s\t{q}-{i}\tpayload {i}\n" for i in range(N)).encode()
+    eq(dq("offer", q, "--batch", "-", stdin=batch).rc, 0, f"{N} items offered to {q}, due in 2 s")
 policy = redis("CONFIG", "GET", "maxmemory-policy")[1]
 redis("CONFIG", "SET", "maxmemory-policy", "noeviction")
 redis("CONFIG", "SET", "maxmemory", "1")
@@ -137,8 +139,10 @@ def short_refusal(kind, q, begin, end):
     section(f"{kind} for 3 s under take")
     p = bg_dq("take", q, "--count", "0", "--json")
     ok(wait_for(lambda: int(redis("PUBSUB", "SHARDNUMSUB", f"dq:{{{q}}}:w")[1]) >= 1, 5), "the take's scheduler subscribed")
-    batch = "".join(f"1s\t{q}-{i}\tpayload {i}\n" for i in range(N)).encode()
-    eq(dq("offer", q, "--batch", "-", stdin=batch).rc, 0, f"{N} items offered to {q}, due in 1 s")
+    # Due in 2 s: inside the refusal even when the offering process is slow
+    # to exit (a sanitizer's leak check at exit can take most of a second).
+    batch = "".join(f"2s\t{q}-{i}\tpayload {i}\n" for i in range(N)).encode()
+    eq(dq("offer", q, "--batch", "-", stdin=batch).rc, 0, f"{N} items offered to {q}, due in 2 s")
     helper = begin()
     try:
         time.sleep(0.2)
