@@ -218,6 +218,10 @@ try:
     rep = server("--appendonly", "yes", "--save", "", "--replicaof", "127.0.0.1", str(good), shift_ms=60000)
     ok(topology.wait_until(lambda: topology.info(rep, "replication").get("master_link_status") == "up", 10),
        "the replica is linked")
+    # The replica says it is linked a moment before its master lists it
+    # (ROLE), which is what doctor reads.
+    ok(topology.wait_until(lambda: len(topology.call(good, "ROLE")[2] or []) == 1, 10),
+       "the master lists it (ROLE)")
     r = doctor(url(good), "--json")
     eq(r.rc, 1, "doctor on the master's URL exits 1")
     f = findings(r)
