@@ -118,6 +118,29 @@ enum dq_error {
 /* Static text for a DQ_E* code ("invalid argument", ...). Never NULL. */
 DQ_EXPORT const char *dq_strerror(int code);
 
+/* The class of a refusal by the queue's own functions (lua/): their error
+ * replies carry it as a word right after "delayq:", before the prose
+ * ("ERR delayq:input due time beyond ...": PROTOCOL.md, Errors). A failure
+ * that is no such refusal (a lost connection, Redis's own errors, a check
+ * of the client's) is DQ_REFUSAL_NONE. Read the class, never the prose,
+ * which may be reworded. */
+enum dq_refusal {
+    DQ_REFUSAL_NONE = 0, /* not a refusal by the queue's functions          */
+    DQ_REFUSAL_INPUT,    /* a value the caller gave is out of range or
+                            breaks the queue's settings (a due time past
+                            DQ_DUE_MAX_MS, a backoff base above its max,
+                            recurring schedules on a sharded queue): fix
+                            the input; nothing changed                      */
+    DQ_REFUSAL_STATE,    /* the queue's state refuses the call for now (its
+                            shard count changes only when it is empty, a
+                            change is under way); nothing changed           */
+    DQ_REFUSAL_CORRUPT,  /* a value Redis holds breaks the rules (a counter,
+                            setting or record, named in the message): the
+                            call refused before writing                     */
+    DQ_REFUSAL_PROTO     /* the call's arguments break the protocol: a
+                            client and a library of different versions      */
+};
+
 /* ------------------------------------------------------------------ parsing helpers */
 
 /* Parses a duration: "250ms", "30s", "5m", "2h", "1d", or bare digits meaning
@@ -261,6 +284,10 @@ DQ_EXPORT struct ev_loop *dq_client_loop(const dq_client *c);
 /* Message of the client's last failure, "" if none. Owned by the client;
  * valid until its next call. */
 DQ_EXPORT const char *dq_client_errstr(const dq_client *c);
+
+/* The class of the client's last failure (the one dq_client_errstr
+ * describes: enum dq_refusal); DQ_REFUSAL_NONE for NULL or no failure. */
+DQ_EXPORT enum dq_refusal dq_client_refusal(const dq_client *c);
 
 /* Receives what the client's background work (schedulers, reconnects,
  * set-aside entries) has to report, one line without a newline; msg is valid

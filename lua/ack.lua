@@ -53,11 +53,11 @@ for _ = 1, n_args do
   if g > n_args then break end
   local k, packed = group_count(ARGV[g + 2])
   if not k or g + 2 + group_args(k, packed) > n_args then
-    return redis.error_reply('ERR delayq: malformed ack arguments')
+    return redis.error_reply('ERR delayq:proto malformed ack arguments')
   end
   g = g + 3 + group_args(k, packed)
 end
-if g ~= n_args + 1 then return redis.error_reply('ERR delayq: malformed ack arguments') end
+if g ~= n_args + 1 then return redis.error_reply('ERR delayq:proto malformed ack arguments') end
 local counts, err = read_counters(KEYS[2])
 err = err or shards_refusal(counts[4], ARGV[2])
 if err then return err end

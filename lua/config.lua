@@ -23,7 +23,7 @@ if KEYS[2] then
 end
 local FIELDS = {'lease_ms', 'max_attempts', 'backoff_base_ms', 'backoff_max_ms'}
 local new, given = {}, {}
-if #ARGV % 2 ~= 0 then return redis.error_reply('ERR delayq: queue settings come in pairs') end
+if #ARGV % 2 ~= 0 then return redis.error_reply('ERR delayq:proto queue settings come in pairs') end
 -- A call that sets or resets a field repairs settings that are gone (see
 -- stored_setting): the fields it leaves out take their defaults.
 for i = 2, #ARGV, 2 do
@@ -32,7 +32,7 @@ end
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if CFG_DEFAULTS[field] == nil then
-    return redis.error_reply('ERR delayq: unknown queue setting ' .. quoted(field))
+    return redis.error_reply('ERR delayq:proto unknown queue setting ' .. quoted(field))
   end
   if value == '-' then
     new[field], given[field] = CFG_DEFAULTS[field], true
@@ -40,7 +40,7 @@ for i = 1, #ARGV, 2 do
     local lo, hi = cfg_range(field)
     local n = uint_of(value, 16, hi)
     if not n or n < lo then
-      return redis.error_reply('ERR delayq: bad value for ' .. field .. ': ' .. quoted(value) ..
+      return redis.error_reply('ERR delayq:input bad value for ' .. field .. ': ' .. quoted(value) ..
                                ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
     end
     new[field], given[field] = n, true
@@ -53,7 +53,7 @@ for _, field in ipairs(FIELDS) do
   end
 end
 if new.backoff_base_ms > new.backoff_max_ms then
-  return redis.error_reply('ERR delayq: backoff_base_ms above backoff_max_ms')
+  return redis.error_reply('ERR delayq:input backoff_base_ms above backoff_max_ms')
 end
 for i = 1, #ARGV, 2 do
   if ARGV[i + 1] == '-' then redis.call('HDEL', cfg, ARGV[i])

@@ -78,7 +78,7 @@ if op == 'count' then return redis.call('ZCARD', deadz) end
 if op == 'list' then
   local off, lim = uint_of(ARGV[3], 10, 2147483647), uint_of(ARGV[4], 6, 100000)
   if not off or not lim or lim < 1 then
-    return redis.error_reply('ERR delayq: malformed dead-letter list arguments')
+    return redis.error_reply('ERR delayq:proto malformed dead-letter list arguments')
   end
   local ids = redis.call('ZRANGE', deadz, fmt(off), fmt(off + lim - 1))
   local out = {}
@@ -102,7 +102,7 @@ if op == 'redrive' then
 end
 if op == 'redrive_all' or op == 'purge' then
   local lim = uint_of(ARGV[3], 6, 100000)
-  if not lim or lim < 1 then return redis.error_reply('ERR delayq: malformed dead-letter arguments') end
+  if not lim or lim < 1 then return redis.error_reply('ERR delayq:proto malformed dead-letter arguments') end
   ensure_type(P, ready, 'list')
   local ids = redis.call('ZRANGE', deadz, '0', fmt(lim - 1))
   local now, n = server_now_ms(), 0
@@ -116,4 +116,4 @@ if op == 'redrive_all' or op == 'purge' then
   end
   return {#ids, n}
 end
-return redis.error_reply('ERR delayq: unknown dead-letter operation ' .. quoted(tostring(op)))
+return redis.error_reply('ERR delayq:proto unknown dead-letter operation ' .. quoted(tostring(op)))

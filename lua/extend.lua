@@ -10,7 +10,7 @@
 local zs, counters, P, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[4])
 if not lease or lease < 1 or lease > DUE_MAX or lease % 1 ~= 0 then
-  return redis.error_reply('ERR delayq: malformed extend arguments')
+  return redis.error_reply('ERR delayq:proto malformed extend arguments')
 end
 local counts, err = read_counters(counters)
 err = err or shards_refusal(counts[4], ARGV[6])

@@ -22,7 +22,7 @@ local cutting = cut and cut > 0
 local holders = ARGV[6] == '1' and cut ~= nil
 if (want ~= 'pending' and want ~= 'inflight') or not limit or limit < 1 or limit > 1000 or
    (ARGV[5] and (not cut or cut < 0 or cut ~= math.floor(cut))) then
-  return redis.error_reply('ERR delayq: malformed list arguments')
+  return redis.error_reply('ERR delayq:proto malformed list arguments')
 end
 local err = require_type(zs, 'zset')
 if err then return err end
@@ -32,7 +32,7 @@ if ARGV[3] ~= '' then
   local s, k = string.match(ARGV[3], '^(%d+):(%d+)$')
   start, skip = s and #s <= 16 and tonumber(s), k and #k <= 6 and tonumber(k)
   if not start or not skip or start > SCORE_MAX then
-    return redis.error_reply('ERR delayq: bad cursor')
+    return redis.error_reply('ERR delayq:input bad cursor')
   end
 end
 local now = server_now_ms()

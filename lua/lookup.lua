@@ -25,7 +25,7 @@ err = err or shards_refusal(shards, ARGV[3]) or require_type(zs, 'zset') or
 if err then return err end
 local cut = ARGV[4] and tonumber(ARGV[4])
 if ARGV[4] and (not cut or cut < 0 or cut ~= math.floor(cut)) then
-  return redis.error_reply('ERR delayq: malformed lookup arguments')
+  return redis.error_reply('ERR delayq:proto malformed lookup arguments')
 end
 -- The reply t, with the payload when ARGV[4] asks for it (r.bad: a lease
 -- record's item whose entry does not decode has none).

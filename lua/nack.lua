@@ -25,7 +25,7 @@ local P, chan, id = ARGV[1], ARGV[2], ARGV[3]
 local delay, gbase, gcap, frac = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 if not delay or delay > DUE_MAX or delay % 1 ~= 0 or not gbase or gbase > DUE_MAX or gbase % 1 ~= 0 or
    not gcap or gcap > DUE_MAX or gcap % 1 ~= 0 or not frac or not (frac >= 0 and frac <= 1) then
-  return redis.error_reply('ERR delayq: malformed nack arguments')
+  return redis.error_reply('ERR delayq:proto malformed nack arguments')
 end
 local counts, err = read_counters(counters)
 err = err or shards_refusal(counts[4], ARGV[10])

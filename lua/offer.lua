@@ -42,11 +42,11 @@ for i = 1, n do
   local f, due, h = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 5])
   if not f or not due or f < 0 or f > 7 or f % 1 ~= 0 or not h or h < 0 or h >= ID_BUCKETS or
      h % 1 ~= 0 or due < 0 or due % 1 ~= 0 or not id_ok(ARGV[b + 1]) then
-    return redis.error_reply('ERR delayq: malformed offer arguments for item ' .. i)
+    return redis.error_reply('ERR delayq:proto malformed offer arguments for item ' .. i)
   end
   if f % 2 == 0 then due = now + due end
   if due > DUE_MAX then
-    return redis.error_reply('ERR delayq: due time beyond ' .. DUE_MAX .. ' ms after the epoch')
+    return redis.error_reply('ERR delayq:input due time beyond ' .. DUE_MAX .. ' ms after the epoch')
   end
   dues[i], flags[i] = due, f
 end

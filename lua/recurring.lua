@@ -29,7 +29,7 @@ local P, chan, op, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local counts, err = read_counters(counters)
 if err then return err end
 if counts[4] ~= 1 then
-  return redis.error_reply('ERR delayq: recurring schedules need a queue of one shard (this one has ' ..
+  return redis.error_reply('ERR delayq:input recurring schedules need a queue of one shard (this one has ' ..
                            fmt(counts[4]) .. ')')
 end
 ensure_type(P, recur.sched_key(P), 'hash')
@@ -67,7 +67,7 @@ if op == 'list' then
 end
 
 if not name_ok(name) then
-  return redis.error_reply('ERR delayq: malformed schedule name')
+  return redis.error_reply('ERR delayq:proto malformed schedule name')
 end
 
 if op == 'set' then
@@ -78,7 +78,7 @@ if op == 'set' then
      (missed ~= 'skip' and missed ~= 'one' and missed ~= 'all') or not text or not payload or
      (ARGV[11] and (ARGV[11] ~= 'cron' or not ARGV[12] or #ARGV[12] > 200)) or
      (not ARGV[11] and every < 1000) then
-    return redis.error_reply('ERR delayq: malformed schedule arguments')
+    return redis.error_reply('ERR delayq:proto malformed schedule arguments')
   end
   local old = recur.spec_read(P, name)
   if old and old.paused == 0 then recur.uninsert(P, zs, counters, name, old.next) end
@@ -108,19 +108,19 @@ if op == 'remove' then
 end
 if not s then
   if redis.call('HEXISTS', recur.sched_key(P), name) == 1 then
-    return redis.error_reply('ERR delayq: schedule ' .. quoted(name) .. ' does not decode: remove it')
+    return redis.error_reply('ERR delayq:corrupt schedule ' .. quoted(name) .. ' does not decode: remove it')
   end
   return 0
 end
 if op == 'refill' then
   local wlast, ticks, prev = tonumber(ARGV[5]), {}, tonumber(ARGV[5])
   if not wlast or s.kind ~= 'cron' or #ARGV - 5 > recur.WIN then
-    return redis.error_reply('ERR delayq: malformed refill arguments')
+    return redis.error_reply('ERR delayq:proto malformed refill arguments')
   end
   for i = 6, #ARGV do
     local t = tonumber(ARGV[i])
     if not t or t % 1 ~= 0 or t <= prev or t > DUE_MAX then
-      return redis.error_reply('ERR delayq: malformed refill arguments')
+      return redis.error_reply('ERR delayq:proto malformed refill arguments')
     end
     ticks[#ticks + 1], prev = t, t
   end
@@ -156,4 +156,4 @@ if op == 'resume' then
   end
   return 1
 end
-return redis.error_reply('ERR delayq: unknown schedule operation')
+return redis.error_reply('ERR delayq:proto unknown schedule operation')

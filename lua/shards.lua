@@ -29,7 +29,7 @@ local STALE_MS = 60000
 local n = tonumber(arg)
 local ops = {lock = true, set = true, begin = true, locked = true, ['end'] = true}
 if not ops[op] or not n or n % 1 ~= 0 or n < 1 or n > SHARDS_MAX then
-  return redis.error_reply('ERR delayq: malformed shard count arguments')
+  return redis.error_reply('ERR delayq:proto malformed shard count arguments')
 end
 local counts, err = read_counters(counters)
 if err then return err end
@@ -53,13 +53,13 @@ if op == 'begin' then
     local at = uint_of(f[3], 15, DUE_MAX)
     if not from or from < 1 or not to or to < 1 or not at or (f[4] ~= '0' and f[4] ~= '1') then
       local function shown(s) return s and quoted(s) or 'none' end
-      return redis.error_reply('ERR delayq: corrupt shard change record in ' .. counters .. ': from ' ..
+      return redis.error_reply('ERR delayq:corrupt corrupt shard change record in ' .. counters .. ': from ' ..
                                shown(f[1]) .. ', to ' .. shown(f[2]) .. ', at ' .. shown(f[3]) ..
                                ', locked ' .. shown(f[4]) .. ' (HDEL chg_from chg_to chg_ms' ..
                                ' chg_locked to drop it)')
     end
     if now - at < STALE_MS then
-      return redis.error_reply('ERR delayq: a change of the shard count from ' .. nstr(from) .. ' to ' ..
+      return redis.error_reply('ERR delayq:state a change of the shard count from ' .. nstr(from) .. ' to ' ..
                                nstr(to) .. ' began ' .. nstr(now - at) .. ' ms ago and is under way' ..
                                ' (if its client died, it is taken over ' .. nstr(STALE_MS / 1000) ..
                                ' s after it began)')
@@ -68,7 +68,7 @@ if op == 'begin' then
     return {2, from, to, f[4] == '1' and 1 or 0}
   end
   if counts[4] < 1 then
-    return redis.error_reply('ERR delayq: ' .. counters .. ' says 0 shards with no change recorded')
+    return redis.error_reply('ERR delayq:corrupt ' .. counters .. ' says 0 shards with no change recorded')
   end
   redis.call('HSET', counters, 'chg_from', nstr(counts[4]), 'chg_to', nstr(n), 'chg_ms', nstr(now),
              'chg_locked', '0')
@@ -84,7 +84,7 @@ if r > 0 then held[#held + 1] = fmt(r) .. ' ready' end
 local d = redis.call('ZCARD', deadz)
 if d > 0 then held[#held + 1] = fmt(d) .. ' dead' end
 if #held > 0 then
-  return redis.error_reply('ERR delayq: the shard count changes only on an empty queue; ' ..
+  return redis.error_reply('ERR delayq:state the shard count changes only on an empty queue; ' ..
                            counters .. ' holds ' .. table.concat(held, ', '))
 end
 redis.call('HSET', counters, 'shards', '0')

@@ -76,7 +76,7 @@ if not lease or not max or not count or count < 1 or count > 1000 or count % 1 ~
    lease < -1 or lease > DUE_MAX or lease % 1 ~= 0 or max < -1 or max > ATTEMPTS_MAX or max % 1 ~= 0 or
    #tprefix > TOKEN_MAX - 5 or #keys_held % 16 ~= 0 or #keys_held > 16 * 64 or #holder > seen.HOLDER_MAX or
    string.find(keys_held, '[^0-9a-f]') then
-  return redis.error_reply('ERR delayq: malformed take arguments')
+  return redis.error_reply('ERR delayq:proto malformed take arguments')
 end
 
 -- Everything this script writes after the LPOP must not fail half way, so
@@ -92,7 +92,7 @@ if err then return err end
 if lease > 0 then
   max, err = queue_setting(cfg, 'max_attempts', max)
   if err then return err end
-  if #tprefix < 1 then return redis.error_reply('ERR delayq: malformed take arguments') end
+  if #tprefix < 1 then return redis.error_reply('ERR delayq:proto malformed take arguments') end
   if cerr then return cerr end
   shards = counts[4]
 else
@@ -134,11 +134,11 @@ if ARGV[9] == '1' then
     if string.byte(replay, #tag + 1) == 76 then -- 'L'
       local out = leased_reply(string.sub(replay, #tag + 2))
       if out then return with_epoch(out) end
-      return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
+      return redis.error_reply('ERR delayq:corrupt take result ' .. ARGV[8] .. ' is unreadable')
     end
     local ok, out = pcall(cmsgpack.unpack, string.sub(replay, #tag + 1))
     if ok and type(out) == 'table' then return with_epoch(out) end
-    return redis.error_reply('ERR delayq: take result ' .. ARGV[8] .. ' is unreadable')
+    return redis.error_reply('ERR delayq:corrupt take result ' .. ARGV[8] .. ' is unreadable')
   end
 end
 local entries = kcall(P, 'LPOP', ready, ARGV[3])

@@ -42,7 +42,7 @@ local P, chan = ARGV[1], ARGV[2]
 local max_items, budget_us = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 100
 if not max_items or not budget_us or max_items < 1 or max_items > 1000000 then
-  return redis.error_reply('ERR delayq: malformed transfer arguments')
+  return redis.error_reply('ERR delayq:proto malformed transfer arguments')
 end
 
 -- Everything that can refuse the call, before the first write.

@@ -63,6 +63,7 @@ dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
 }
 
 const char *dq_client_errstr(const dq_client *c) { return c ? c->errstr : ""; }
+enum dq_refusal dq_client_refusal(const dq_client *c) { return dq__refusal_class(c ? c->errstr : NULL); }
 struct ev_loop *dq_client_loop(const dq_client *c) { return c->loop; }
 
 /* Copies one password of the options over the URL's into field (size

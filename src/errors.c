@@ -12,6 +12,10 @@
  * Redis may again. Only the few refusals that come under the generic ERR
  * are told by their first words, the ones Redis 7.0, 7.2 and Valkey 8
  * share. tests/unit/test_errors.c holds both servers' texts.
+ *
+ * The queue's own functions refuse with "ERR delayq:CLASS prose" (or a
+ * code word of Redis's, WRONGTYPE, or DQSHARDS): dq__refusal_class reads
+ * CLASS, so callers act on it rather than on the prose.
  */
 #include <ctype.h>
 #include <string.h>
@@ -106,4 +110,29 @@ int dq__error_names_key(const char *text) {
     int refusal = class == DQ__ERR_NOPERM || class == DQ__ERR_NOPERM_SCRIPT;
     const char *access = refusal ? strstr(text, "access") : NULL;
     return access && strstr(access, " key") != NULL;
+}
+
+/* ------------------------------------------------------------ the queue's functions' refusals */
+
+/* Each class by its word: lua/ writes "ERR delayq:WORD prose". */
+static const struct {
+    const char *word;
+    enum dq_refusal class;
+} refusals[] = {
+    {"input", DQ_REFUSAL_INPUT},
+    {"state", DQ_REFUSAL_STATE},
+    {"corrupt", DQ_REFUSAL_CORRUPT},
+    {"proto", DQ_REFUSAL_PROTO},
+};
+
+enum dq_refusal dq__refusal_class(const char *text) {
+    static const char head[] = "ERR delayq:";
+    if (!text || strncmp(text, head, sizeof head - 1) != 0) return DQ_REFUSAL_NONE;
+    const char *word = text + sizeof head - 1;
+    size_t n = strcspn(word, " ");
+    if (word[n] != ' ') return DQ_REFUSAL_NONE; /* a class word is followed by its prose */
+    for (size_t i = 0; i < sizeof refusals / sizeof *refusals; i++)
+        if (strlen(refusals[i].word) == n && strncmp(word, refusals[i].word, n) == 0)
+            return refusals[i].class;
+    return DQ_REFUSAL_NONE;
 }

@@ -558,6 +558,9 @@ void dq__error_code(const char *text, char out[DQ__ERRKIND_MAX]);
 int dq__error_persists(const char *text);
 /* 1 if text is an ACL refusal of a key (not of a command or channel). */
 int dq__error_names_key(const char *text);
+/* The class word of a refusal by the queue's functions ("ERR delayq:input
+ * ..."), DQ_REFUSAL_NONE for NULL or any other text. */
+enum dq_refusal dq__refusal_class(const char *text);
 /* The class of reply (conn.c): DQ__ERR_OTHER for NULL or a non-error. */
 enum dq__errclass dq__reply_class(const redisReply *reply);
 /* A failure of what b retries, with error (the Redis error text, or a

@@ -27,7 +27,7 @@ local function meta_parse(counters, v, i)
               (k and (#k > 2 or string.find(k, '%D')) and 'cfgset')
   if bad then
     local val = bad == 'clock' and c or bad == 'epoch' and e or k
-    return redis.error_reply('ERR delayq: field ' .. bad .. ' in ' .. counters .. ' is ' .. quoted(val) ..
+    return redis.error_reply('ERR delayq:corrupt field ' .. bad .. ' in ' .. counters .. ' is ' .. quoted(val) ..
                              ': expected an integer (HDEL it to reset it)')
   end
   qmeta.clock, qmeta.epoch, qmeta.cfgset, qmeta.counters = c and tonumber(c), e, k, counters
@@ -46,7 +46,7 @@ end
 local function shard_count_of(counters, sh)
   if not sh then return 1 end
   if string.find(sh, '^%d%d?$') and tonumber(sh) <= SHARDS_MAX then return tonumber(sh) end
-  return nil, redis.error_reply('ERR delayq: shard count in ' .. counters .. ' is ' .. quoted(sh) ..
+  return nil, redis.error_reply('ERR delayq:corrupt shard count in ' .. counters .. ' is ' .. quoted(sh) ..
                                 ': expected 0..' .. SHARDS_MAX)
 end
 
@@ -80,7 +80,7 @@ local function read_counters(counters)
       out[i] = tonumber(s)
     else
       local field = i == 1 and 'pending' or i == 2 and 'inflight' or 'slots'
-      return nil, redis.error_reply('ERR delayq: counter ' .. field .. ' in ' .. counters ..
+      return nil, redis.error_reply('ERR delayq:corrupt counter ' .. field .. ' in ' .. counters ..
                                     ' is ' .. quoted(s) .. ': expected an integer (HDEL it to reset it)')
     end
   end
@@ -231,7 +231,7 @@ local function stored_setting(cfg, field)
     -- counters say settings were set (an eviction of that key alone, a DEL).
     local set = qmeta.cfgset
     if set and set ~= '0' and not qmeta.cfg_repair and redis.call('EXISTS', cfg) == 0 then
-      return nil, redis.error_reply('ERR delayq: settings key ' .. cfg .. ' is gone (evicted or deleted) while ' ..
+      return nil, redis.error_reply('ERR delayq:corrupt settings key ' .. cfg .. ' is gone (evicted or deleted) while ' ..
                                     qmeta.counters .. ' says ' .. set .. ' setting(s) were set: ' ..
                                     'refused rather than run on the defaults (set them again with delayq config)')
     end
@@ -240,7 +240,7 @@ local function stored_setting(cfg, field)
   local lo, hi = cfg_range(field)
   local n = uint_of(v, 16, hi)
   if n and n >= lo then return n end
-  return nil, redis.error_reply('ERR delayq: setting ' .. field .. ' in ' .. cfg .. ' is ' .. quoted(v) ..
+  return nil, redis.error_reply('ERR delayq:corrupt setting ' .. field .. ' in ' .. cfg .. ' is ' .. quoted(v) ..
                                 ': expected ' .. fmt(lo) .. '..' .. fmt(hi))
 end
 

@@ -217,14 +217,18 @@ void cli_log_start(dq_client *c);
 void cli_close(dq_client *c);
 
 /* Exit code for a DQ_E* code: CLI_USAGE for DQ_EINVAL and DQ_ETOOBIG,
- * CLI_FAIL for everything else. */
+ * CLI_NOT_DURABLE for DQ_ENOTDURABLE, CLI_FAIL for everything else. */
 int cli_exit_code(int dq_code);
+/* The one map from a failure to an exit code: cli_exit_code's, except that
+ * a DQ_EREDIS the queue's functions refused as DQ_REFUSAL_INPUT (a value
+ * given to them: a due time beyond DQ_DUE_MAX_MS, a backoff base above its
+ * max) is CLI_USAGE. The other classes are Redis's side: CLI_FAIL. */
+int cli_exit_for(int dq_code, enum dq_refusal class);
 
 /* Prints "delayq: <what>: <cause>" where the cause is the client's last
- * error (or the code's name) and returns cli_exit_code(code), except that a
- * script's refusal of a value given to it (a due time beyond DQ_DUE_MAX_MS,
- * a backoff base above its max) is CLI_USAGE. what is the CLI's own words:
- * quote outside input in it with cli_quote. */
+ * error (or the code's name) and returns cli_exit_for(code, the client's
+ * dq_client_refusal). what is the CLI's own words: quote outside input in
+ * it with cli_quote. */
 int cli_fail(const dq_client *c, int code, const char *what);
 
 /* Called when SIGINT or SIGTERM arrives while cli_signals_start() is on. */

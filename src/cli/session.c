@@ -26,9 +26,21 @@
 
 int cli_exit_code(int dq_code)
 {
-    if (dq_code == DQ_ENOTDURABLE)
-        return CLI_NOT_DURABLE;
-    return dq_code == DQ_EINVAL || dq_code == DQ_ETOOBIG ? CLI_USAGE : CLI_FAIL;
+    return cli_exit_for(dq_code, DQ_REFUSAL_NONE);
+}
+
+int cli_exit_for(int dq_code, enum dq_refusal class)
+{
+    /* A value the caller gave, refused by a script: bad input, not a
+     * failing Redis. Values Redis holds that break the rules are no input
+     * of ours and stay CLI_FAIL. */
+    if (dq_code == DQ_EREDIS && class == DQ_REFUSAL_INPUT)
+        return CLI_USAGE;
+    switch (dq_code) {
+    case DQ_ENOTDURABLE: return CLI_NOT_DURABLE;
+    case DQ_EINVAL: case DQ_ETOOBIG: return CLI_USAGE;
+    default: return CLI_FAIL;
+    }
 }
 
 /* --wait-replicas and --wait-timeout into opts. Returns 0 or CLI_USAGE. */
@@ -78,33 +90,12 @@ static const char *cause(const dq_client *c, int code)
     return msg[0] ? msg : dq_strerror(code);
 }
 
-/* 1 if msg is a script's refusal of a value the caller gave (a due time out
- * of range, inconsistent settings): bad input, not a failing Redis. Values
- * Redis holds that break the rules are no input of ours and stay exit 3. */
-static int refused_input(const char *msg)
-{
-    static const char *const refusals[] = {
-        "ERR delayq: due time beyond ",
-        "ERR delayq: backoff_base_ms above backoff_max_ms",
-        "ERR delayq: lease_ms must be at least ",
-        "ERR delayq: bad value for ",
-        "ERR delayq: recurring schedules need ",
-    };
-
-    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
-        if (strncmp(msg, refusals[i], strlen(refusals[i])) == 0)
-            return 1;
-    return 0;
-}
-
 int cli_fail(const dq_client *c, int code, const char *what)
 {
     const char *why = cause(c, code);
 
     cli_err("%s: %s", what, why);
-    if (code == DQ_EREDIS && refused_input(why))
-        return CLI_USAGE;
-    return cli_exit_code(code);
+    return cli_exit_for(code, dq_client_refusal(c));
 }
 
 /* ------------------------------------------------------------ connecting */

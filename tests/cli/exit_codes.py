@@ -149,6 +149,32 @@ eq(dq("config", "cr", "--json").text.strip(),
    '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1500,"backoff_max_ms":2000,"shards":1}',
    "refused settings changed nothing")
 
+section("refusals Redis's side causes: exit 3, told by their class, not their text")
+redis("HSET", "dq:{cc}:n", "pending", "abc")
+r = dq("offer", "cc", "1s", "p")
+ok(r.rc == 3 and one_line(r.err) and b"delayq:corrupt counter pending in dq:{cc}:n" in r.err,
+   "an offer onto a corrupt counter: exit 3, the class word and the field named", r)
+eq(dq("offer", "sq", "1h", "p").rc, 0, "offer sq 1h p")
+r = dq("config", "sq", "--shards", "4")
+ok(r.rc == 3 and one_line(r.err) and b"delayq:state the shard count changes only on an empty queue" in r.err,
+   "a shard count change on a queue holding an item: exit 3 (the queue's state, no bad input)", r)
+
+section("every refusal of the library's functions carries a class word")
+LUA = os.path.join(os.environ.get("DQ_TEST_ROOT", os.path.join(os.path.dirname(__file__), "..", "..")), "lua")
+words = {}
+for d, _, files in os.walk(LUA):
+    for f in sorted(files):
+        if f.endswith(".lua"):
+            with open(os.path.join(d, f), encoding="utf-8") as src:
+                for n, line in enumerate(src, 1):
+                    if "error_reply('ERR delayq:" in line:
+                        w = line.split("error_reply('ERR delayq:", 1)[1].split(" ", 1)[0]
+                        words.setdefault(w, []).append(f"{f}:{n}")
+ok(len(words) > 0 and sum(map(len, words.values())) >= 30, "the scripts' ERR delayq: refusals are found", words)
+ok(set(words) <= {"input", "state", "corrupt", "proto"},
+   "each is ERR delayq:input, :state, :corrupt or :proto (PROTOCOL.md, Errors)",
+   {w: v for w, v in words.items() if w not in ("input", "state", "corrupt", "proto")})
+
 section("messages quote outside input escaped and cut")
 r = dq("offer", LONG, "1s", "p")
 ok(r.rc == 2 and b"q" * 64 + b"..." in r.err and b"q" * 65 not in r.err,

@@ -166,6 +166,9 @@ def run_vectors():
                 text = step["error"][4:] if step["error"].startswith("ERR ") else step["error"]
                 ok(isinstance(got, Exception) and str(got) == text,
                    f"{what}: error {step['error']}", got)
+                if text.startswith("delayq:") and isinstance(got, Exception):
+                    word = text[len("delayq:"):].split(" ", 1)[0]
+                    eq(delayq.client._error(got, "vx").refusal, word, f"{what}: the client's refusal class")
             elif "reply" in step:
                 ok(not isinstance(got, Exception) and vec_match(step["reply"], got, wins),
                    f"{what}: reply {json.dumps(step['reply'])[:80]}", got)

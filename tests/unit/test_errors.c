@@ -138,6 +138,43 @@ static void test_refusals_of_a_key(void **state)
     assert_false(dq__error_names_key(NULL));
 }
 
+/* The class word after "ERR delayq:" (lua/ writes them), never the prose. */
+static void test_refusal_classes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        enum dq_refusal class;
+    } rows[] = {
+        {"ERR delayq:input due time beyond 253402300799999 ms after the epoch", DQ_REFUSAL_INPUT},
+        {"ERR delayq:input backoff_base_ms above backoff_max_ms", DQ_REFUSAL_INPUT},
+        {"ERR delayq:state the shard count changes only on an empty queue; dq:{q}:n holds 1 pending",
+         DQ_REFUSAL_STATE},
+        {"ERR delayq:corrupt counter pending in dq:{q}:n is 'x'", DQ_REFUSAL_CORRUPT},
+        {"ERR delayq:proto malformed offer arguments for item 1", DQ_REFUSAL_PROTO},
+        /* the prose alone tells nothing */
+        {"ERR delayq: due time beyond 253402300799999 ms after the epoch", DQ_REFUSAL_NONE},
+        {"ERR delayq: backoff_base_ms above backoff_max_ms", DQ_REFUSAL_NONE},
+        /* near misses */
+        {"ERR delayq:inputs due time", DQ_REFUSAL_NONE},
+        {"ERR delayq:inp due time", DQ_REFUSAL_NONE},
+        {"ERR delayq:input", DQ_REFUSAL_NONE},
+        {"ERR delayq:INPUT due time", DQ_REFUSAL_NONE},
+        {"WRONGTYPE delayq: key dq:{q}:r holds a string, expected a list", DQ_REFUSAL_NONE},
+        {"DQSHARDS 4", DQ_REFUSAL_NONE},
+        {"OOM command not allowed when used memory > 'maxmemory'.", DQ_REFUSAL_NONE},
+        {"offer: ERR delayq:input due time beyond", DQ_REFUSAL_NONE},
+        {"", DQ_REFUSAL_NONE},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        enum dq_refusal got = dq__refusal_class(rows[i].text);
+        if (got != rows[i].class)
+            fail_msg("\"%s\": class %d, want %d", rows[i].text, (int)got, (int)rows[i].class);
+    }
+    assert_int_equal(dq__refusal_class(NULL), DQ_REFUSAL_NONE);
+    assert_int_equal(dq_client_refusal(NULL), DQ_REFUSAL_NONE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_persisting_classes),
         cmocka_unit_test(test_code_word),
         cmocka_unit_test(test_refusals_of_a_key),
+        cmocka_unit_test(test_refusal_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

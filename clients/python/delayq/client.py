@@ -43,11 +43,16 @@ REGISTRY_KEY = "dq:queues"
 Payload = Union[bytes, str]
 _ID_RE = re.compile(r"[!-~]{1,%d}" % ID_MAX)
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,%d}" % QUEUE_MAX)
+_REFUSAL_RE = re.compile(r"(?:ERR )?delayq:(input|state|corrupt|proto) ")
 
 
 class DelayqError(Exception):
     """A call refused: bad arguments (nothing was sent), or an error Redis or
-    the library's function answered (its text kept)."""
+    the library's function answered (its text kept). refusal is the class
+    word of a refusal by the library's functions ("input", "state",
+    "corrupt", "proto": PROTOCOL.md, Errors), or None."""
+
+    refusal: Optional[str] = None
 
 
 class NoLibraryError(DelayqError):
@@ -587,4 +592,8 @@ def _error(e: Exception, queue: str) -> DelayqError:
     text = str(e)
     if text.startswith("DQSHARDS "):
         return ShardedQueueError(queue, int(text.split()[1]))
-    return DelayqError(f"queue {queue}: {text}")
+    err = DelayqError(f"queue {queue}: {text}")
+    # redis-py drops the leading "ERR ": "delayq:CLASS text".
+    m = _REFUSAL_RE.match(text)
+    err.refusal = m.group(1) if m else None
+    return err
