@@ -497,7 +497,7 @@ static void check_clock(const node *nd, const char *name, report *r) {
         advise(r, 1, "delayq times everything by the server's clock, and a clock this far off "
                      "gets set right with a jump: forward, items due within the jump come early "
                      "by up to the jump and leases end early; backward, items come late by the "
-                     "jump. Synchronise the clocks (NTP) on both hosts (README, 'Clocks').");
+                     "jump. Synchronise the clocks (NTP) on both hosts (docs/operations.md, 'Clocks').");
     } else {
         fine(r, "within %.0f ms of this host's clock", fabs(off) + half);
     }

@@ -41,8 +41,9 @@ const char cli_usage_list[] =
     "  --state S     pending, ready, inflight or dead\n"
     "  --limit N     items a page, 1 to 1000 (default 100)\n"
     "  --cursor C    the page after the one that printed 'next: C'\n"
-    "  --json        one object per item (see README, 'The HTTP API'); an item\n"
-    "                in flight has its take's \"holder\" while the lease lasts\n"
+    "  --json        one object per item (see docs/operations.md, 'The HTTP\n"
+    "                API'); an item in flight has its take's \"holder\" while\n"
+    "                the lease lasts\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";
