@@ -3,8 +3,9 @@
 #   make              library (static + shared), CLI, examples, unit tests
 #   make demo         the seed-000 annotation demo on a private redis-server
 #   make test         the whole suite (unit + integration) on a private redis-server
+#   make test-fast    the fast tier: C binaries and the quick CLI tests (tests/README.md)
 #   make test-asan    the suite built with AddressSanitizer + UBSan
-#   make valgrind     the suite's C programs, and each CLI command once (tests/cli/leaks.py),
+#   make valgrind     the suite's C programs, and each CLI command once (tests/cli/ops/leaks.py),
 #                     under valgrind (leaks are errors)
 #   make bench        speed, lateness, memory and Redis cost next to references
 #   make fuzz         libFuzzer targets (fuzz/fuzz_*.c), FUZZ_SECONDS each (60)
@@ -158,6 +159,13 @@ demo: deps
 test: deps-test
 	$(MAKE) all
 	sh tests/run.sh $(BUILD)
+
+# The fast tier for a developer (tests/README.md): the unit and integration
+# binaries and the CLI tests not marked "# tier: slow".
+.PHONY: test-fast
+test-fast: deps-test
+	$(MAKE) all
+	DQ_TEST_TIER=fast sh tests/run.sh $(BUILD)
 
 # Sanitized code runs about twice as slowly (planted.py: 64 s plain, 117 s
 # under ASan on a busy machine), so each test file gets twice the time.

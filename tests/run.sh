@@ -8,7 +8,9 @@
 # timeout and after a FLUSHALL:
 #   1. the unit binaries        BUILD_DIR/tests/<name> for tests/unit/<name>.c
 #   2. the integration binaries BUILD_DIR/tests/<name> for tests/integration/<name>.c
-#   3. the CLI tests            tests/cli/*.py (python3) and tests/cli/*.sh (sh)
+#   3. the CLI tests            tests/cli/GROUP/*.py (python3) and *.sh (sh), in
+#                               the order of their file names, whatever their
+#                               group (tests/README.md maps features to files)
 # C binaries run under $DQ_TEST_WRAPPER when set (make valgrind sets it).
 # Ends with the line "N passed, N failed" (counting test files); exits 1 if
 # any failed. The server is stopped from a trap, whoever (re)started it.
@@ -19,7 +21,11 @@
 #   DQ_BIN              BUILD_DIR/delayq          DQ_BUILD_DIR       BUILD_DIR
 #   DQ_TEST_ROOT        the source tree           DQ_TEST_LIB        tests/lib
 #   DQ_TEST_SLOW        1, or 5 under a wrapper (tests scale time bounds)
-# Knobs: DQ_TEST_ONLY=glob (run only matching test names, e.g. 'test_api*'),
+# Knobs: DQ_TEST_ONLY=glob (run only matching test names, e.g. 'test_api*';
+#        a CLI test's name is its file name, without its group),
+#        DQ_TEST_TIER=fast (the C binaries and the CLI tests not marked slow:
+#        a line "# tier: slow" in the file), slow (only those marked), or all
+#        (the default),
 #        DQ_TEST_TIMEOUT=seconds per test file (default 120; 400 with a wrapper;
 #        make test-asan sets 240;
 #        twice that for the ha_* files, which wait through real failovers).
@@ -127,6 +133,24 @@ selected() {
     return 1
 }
 
+TIER=${DQ_TEST_TIER:-all}
+case "$TIER" in
+    fast | slow | all) ;;
+    *)
+        echo "run.sh: DQ_TEST_TIER is fast, slow or all, not '$TIER'" >&2
+        exit 2
+        ;;
+esac
+
+# in_tier FILE: 0 if the test in FILE belongs to the tier asked for. A test
+# is slow when it says so (a line "# tier: slow"); the C binaries are fast.
+in_tier() {
+    [ "$TIER" = all ] && return 0
+    _slow=fast
+    [ -n "$1" ] && grep -q '^# tier: slow' "$1" && _slow=slow
+    [ "$_slow" = "$TIER" ]
+}
+
 # Makes sure the server is up and empty before a test file: a test that
 # restarted it (or timed out while it was down) must not break the next.
 prepare() {
@@ -186,6 +210,7 @@ run_c() {
         [ -e "$src" ] || continue
         name=$(basename "$src" .c)
         selected "$name" || continue
+        in_tier "" || continue
         bin="$BUILD_DIR/tests/$name"
         if [ ! -x "$bin" ]; then
             echo
@@ -207,16 +232,26 @@ run_c integration integration
 # live; a python3 of its own earlier in PATH would not see them.
 PYTHON=python3
 [ -x /usr/bin/python3 ] && PYTHON=/usr/bin/python3
-for t in "$ROOT"/tests/cli/*.py "$ROOT"/tests/cli/*.sh; do
-    [ -e "$t" ] || continue
+# The CLI tests of every group (tests/cli/GROUP/NAME), by NAME.
+cli_tests() {
+    find "$ROOT/tests/cli" -type f \( -name '*.py' -o -name '*.sh' \) |
+        awk -F/ '{ print $NF "\t" $0 }' | LC_ALL=C sort | cut -f2-
+}
+_ifs=$IFS
+IFS='
+'
+for t in $(cli_tests); do
+    IFS=$_ifs
     name=$(basename "$t")
     case "$name" in _*) continue ;; esac
     selected "$name" || continue
+    in_tier "$t" || continue
     case "$t" in
         *.py) run_one cli "$name" "$PYTHON" "$t" ;;
         *.sh) run_one cli "$name" sh "$t" ;;
     esac
 done
+IFS=$_ifs
 
 echo
 if [ -n "$failed_names" ]; then

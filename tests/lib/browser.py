@@ -1,6 +1,6 @@
 """browser.py - Debian's headless Chromium under chromedriver
 (python3-selenium) for the tests that drive `delayq serve` in a real
-browser (tests/cli/dashboard.py, tests/cli/serve_browser.py).
+browser (tests/cli/ops/dashboard.py, tests/cli/security/serve_browser.py).
 
 chromium(tmp, *flags) checks that the pieces are installed and starts the
 browser with the flags that keep it off the network (no background

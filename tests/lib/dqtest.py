@@ -8,7 +8,7 @@ check failed. tests/run.sh provides the environment:
   DQ_TEST_REDIS       redis://127.0.0.1:PORT of the private redis-server
   DQ_TEST_REDIS_PORT, DQ_TEST_REDIS_DIR, DQ_TEST_LIB, DQ_TEST_SLOW
   DQ_TEST_WRAPPER     (make valgrind) the command the calls made with
-                      wrap=True run under (tests/cli/leaks.py)
+                      wrap=True run under (tests/cli/ops/leaks.py)
 
 Everything here is bounded in time: every subprocess gets a timeout, every
 wait has a deadline, every background process is stopped by its pid (at the

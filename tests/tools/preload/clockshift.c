@@ -1,9 +1,9 @@
 /*
  * clockshift.c - an LD_PRELOAD shim that shifts a process's wall clock, for
- * tests of a redis-server whose clock jumps (tests/cli/clock_jump.py).
+ * tests of a redis-server whose clock jumps (tests/cli/reliability/clock_jump.py).
  *
  * Built as a shared object (Makefile: PRELOAD_SO, build/tests/tools/clockshift.so),
- * without sanitizers; tests/cli/doctor.py uses it too.
+ * without sanitizers; tests/cli/ops/doctor.py uses it too.
  * CLOCKSHIFT_MS (a signed integer, read once) is added to every reading of
  * the wall clock the process makes through clock_gettime(CLOCK_REALTIME and
  * its coarse variant), gettimeofday and time; the monotonic clocks are left
