@@ -832,7 +832,11 @@ static void load_ref_library(script_set *s, const char *path) {
 static void calls_phase(void) {
     static script_set sets[CALL_SETS] = {{.name = "this build's library", .queue = "valcalls"},
                                          {.name = "reference library", .queue = "valcallsref"}};
-    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", dq_lua_library, (size_t)DQ_LUA_LIBRARY_LEN));
+    size_t lib_len;
+    char *lib = dq__library_text(&lib_len);
+    if (!lib) die("out of memory");
+    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", lib, lib_len));
+    free(lib);
     script_set *s = &sets[0];
     s->fn[S_OFFER] = DQ_LUA_offer_FN, s->fn[S_TRANSFER] = DQ_LUA_transfer_FN;
     s->fn[S_TAKE] = DQ_LUA_take_FN, s->fn[S_ACK] = DQ_LUA_ack_FN;
@@ -924,13 +928,22 @@ static void load_old(script_set *s) {
     free(common);
 }
 
-/* The new set: the bytes the library embeds (build/gen/scripts.h). */
+/* SCRIPT LOAD of the script's EVAL text as the library sends it. */
+static void load_script(enum dq__script script, char sha[41], const char *what, const char *want) {
+    size_t len;
+    char *text = dq__script_text(script, &len);
+    if (!text) die("out of memory");
+    load(text, len, sha, what, want);
+    free(text);
+}
+
+/* The new set: the texts the library sends (joined from build/gen/scripts.h). */
 static void load_new(script_set *s) {
     s->offer_count = 1;
-    load(dq_lua_offer, DQ_LUA_offer_LEN, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
-    load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
-    load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
-    load(dq_lua_ack, DQ_LUA_ack_LEN, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
+    load_script(DQ__LUA_OFFER, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
+    load_script(DQ__LUA_TRANSFER, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
+    load_script(DQ__LUA_TAKE, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
+    load_script(DQ__LUA_ACK, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
     s->has_ack = s->grouped_ack = s->packed_ack = 1;
 }
 
@@ -1051,7 +1064,11 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[i], "--print-library") == 0) {
             /* For --calls-ref: this build's library, from another build. */
-            fwrite(dq_lua_library, 1, DQ_LUA_LIBRARY_LEN, stdout);
+            size_t lib_len;
+            char *lib = dq__library_text(&lib_len);
+            if (!lib) die("out of memory");
+            fwrite(lib, 1, lib_len, stdout);
+            free(lib);
             return 0;
         }
         if (i + 1 >= argc) usage();
