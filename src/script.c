@@ -42,26 +42,25 @@ static const part library[] = {DQ_LUA_LIBRARY_PARTS};
 
 static const struct {
     part eval[2];   /* the EVAL text: the shared code, then the script */
-    size_t len;     /* the EVAL text's length */
     const char *fn; /* the function's name in the library */
     int ro;         /* a no-writes function: FCALL_RO, EVAL_RO */
 } scripts[DQ__LUA_COUNT] = {
-    [DQ__LUA_OFFER] = {{DQ_LUA_offer_PARTS}, DQ_LUA_offer_LEN, DQ_LUA_offer_FN, 0},
-    [DQ__LUA_TRANSFER] = {{DQ_LUA_transfer_PARTS}, DQ_LUA_transfer_LEN, DQ_LUA_transfer_FN, 0},
-    [DQ__LUA_CANCEL] = {{DQ_LUA_cancel_PARTS}, DQ_LUA_cancel_LEN, DQ_LUA_cancel_FN, 0},
-    [DQ__LUA_LOOKUP] = {{DQ_LUA_lookup_PARTS}, DQ_LUA_lookup_LEN, DQ_LUA_lookup_FN, 1},
-    [DQ__LUA_STATS] = {{DQ_LUA_stats_PARTS}, DQ_LUA_stats_LEN, DQ_LUA_stats_FN, 1},
-    [DQ__LUA_TAKE] = {{DQ_LUA_take_PARTS}, DQ_LUA_take_LEN, DQ_LUA_take_FN, 0},
-    [DQ__LUA_ACK] = {{DQ_LUA_ack_PARTS}, DQ_LUA_ack_LEN, DQ_LUA_ack_FN, 0},
-    [DQ__LUA_NACK] = {{DQ_LUA_nack_PARTS}, DQ_LUA_nack_LEN, DQ_LUA_nack_FN, 0},
-    [DQ__LUA_EXTEND] = {{DQ_LUA_extend_PARTS}, DQ_LUA_extend_LEN, DQ_LUA_extend_FN, 0},
-    [DQ__LUA_DEAD] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_LEN, DQ_LUA_dead_FN, 0},
-    [DQ__LUA_DEAD_RO] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_LEN, DQ_LUA_dead_ro_FN, 1},
-    [DQ__LUA_CONFIG] = {{DQ_LUA_config_PARTS}, DQ_LUA_config_LEN, DQ_LUA_config_FN, 0},
-    [DQ__LUA_METRICS] = {{DQ_LUA_metrics_PARTS}, DQ_LUA_metrics_LEN, DQ_LUA_metrics_FN, 1},
-    [DQ__LUA_LIST] = {{DQ_LUA_list_PARTS}, DQ_LUA_list_LEN, DQ_LUA_list_FN, 1},
-    [DQ__LUA_SHARDS] = {{DQ_LUA_shards_PARTS}, DQ_LUA_shards_LEN, DQ_LUA_shards_FN, 0},
-    [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_LEN, DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_OFFER] = {{DQ_LUA_offer_PARTS}, DQ_LUA_offer_FN, 0},
+    [DQ__LUA_TRANSFER] = {{DQ_LUA_transfer_PARTS}, DQ_LUA_transfer_FN, 0},
+    [DQ__LUA_CANCEL] = {{DQ_LUA_cancel_PARTS}, DQ_LUA_cancel_FN, 0},
+    [DQ__LUA_LOOKUP] = {{DQ_LUA_lookup_PARTS}, DQ_LUA_lookup_FN, 1},
+    [DQ__LUA_STATS] = {{DQ_LUA_stats_PARTS}, DQ_LUA_stats_FN, 1},
+    [DQ__LUA_TAKE] = {{DQ_LUA_take_PARTS}, DQ_LUA_take_FN, 0},
+    [DQ__LUA_ACK] = {{DQ_LUA_ack_PARTS}, DQ_LUA_ack_FN, 0},
+    [DQ__LUA_NACK] = {{DQ_LUA_nack_PARTS}, DQ_LUA_nack_FN, 0},
+    [DQ__LUA_EXTEND] = {{DQ_LUA_extend_PARTS}, DQ_LUA_extend_FN, 0},
+    [DQ__LUA_DEAD] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_FN, 0},
+    [DQ__LUA_DEAD_RO] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_ro_FN, 1},
+    [DQ__LUA_CONFIG] = {{DQ_LUA_config_PARTS}, DQ_LUA_config_FN, 0},
+    [DQ__LUA_METRICS] = {{DQ_LUA_metrics_PARTS}, DQ_LUA_metrics_FN, 1},
+    [DQ__LUA_LIST] = {{DQ_LUA_list_PARTS}, DQ_LUA_list_FN, 1},
+    [DQ__LUA_SHARDS] = {{DQ_LUA_shards_PARTS}, DQ_LUA_shards_FN, 0},
+    [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_FN, 0},
 };
 
 /* Copies the n parts one after the other to out; returns the end. */
@@ -70,23 +69,20 @@ static char *join(char *out, const part *parts, size_t n) {
     return out;
 }
 
-/* The n parts joined into a malloc'ed, NUL-ended text of len bytes. */
-static char *joined(const part *parts, size_t n, size_t len) {
-    char *text = malloc(len + 1);
+/* The n parts joined into a malloc'ed, NUL-ended text of *len bytes (the
+ * length counted from the parts themselves). */
+static char *joined(const part *parts, size_t n, size_t *len) {
+    *len = 0;
+    for (size_t i = 0; i < n; i++) *len += parts[i].len;
+    char *text = malloc(*len + 1);
     if (!text) return NULL;
     *join(text, parts, n) = '\0';
     return text;
 }
 
-char *dq__library_text(size_t *len) {
-    *len = DQ_LUA_LIBRARY_LEN;
-    return joined(library, sizeof library / sizeof *library, DQ_LUA_LIBRARY_LEN);
-}
+char *dq__library_text(size_t *len) { return joined(library, sizeof library / sizeof *library, len); }
 
-char *dq__script_text(enum dq__script script, size_t *len) {
-    *len = scripts[script].len;
-    return joined(scripts[script].eval, 2, scripts[script].len);
-}
+char *dq__script_text(enum dq__script script, size_t *len) { return joined(scripts[script].eval, 2, len); }
 
 char *dq__library_load_command(size_t *len) {
     size_t lib_len;
@@ -129,9 +125,10 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
             which = i;
     if (which < 0) return NULL;
     char mid[48];
-    int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", scripts[which].len)
-                                 : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", scripts[which].len);
-    size_t len = head + (size_t)mlen + scripts[which].len + 2 + (cmd_len - skip);
+    size_t text_len = scripts[which].eval[0].len + scripts[which].eval[1].len;
+    int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", text_len)
+                                 : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", text_len);
+    size_t len = head + (size_t)mlen + text_len + 2 + (cmd_len - skip);
     char *out = malloc(len + 1), *p = out; /* NUL-ended, as dq__format_command's */
     if (!out) return NULL;
     memcpy(p, cmd, head), p += head;
