@@ -1,17 +1,18 @@
 /*
  * valbench.c - `make bench`, phase val: what a change to the scripts costs
  * Redis, as Redis CPU per item of offer, transfer and take, for the scripts
- * before the change (kept in bench/ref/COMMIT) and the current ones (lua/,
- * as the library embeds them), side by side. bench/run.sh runs it three
- * times (and a fourth with --callgrind, phase ir, below):
- *   --ref bench/ref/b1baf5e --what "hardening, issue 15"   (every script
+ * before the change (lua/ at an old commit, which bench/run.sh reads from git
+ * history into DIR/COMMIT) and the current ones (lua/, as the library
+ * embeds them), side by side. bench/run.sh runs it three times (and a
+ * fourth with --callgrind, phase ir, below):
+ *   --ref DIR/b1baf5e --what "hardening, issue 15"   (every script
  *       checks what it reads from Redis before writing)
- *   --ref bench/ref/856d7b3 --what "metrics, issue 11"     (the totals and
+ *   --ref DIR/856d7b3 --what "metrics, issue 11"     (the totals and
  *       the lateness histogram the scripts keep in dq:{Q}:n)
- *   --ref bench/ref/3b2bf9b --what "lease records, issue 10"  (a take's
+ *   --ref DIR/3b2bf9b --what "lease records, issue 10"  (a take's
  *       leases in one record, and tokens that name it)
  *
- *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
+ *   valbench --port PORT --ref DIR [--what TEXT] [--rounds N] [--scale X]
  *            [--callgrind PID --callgrind-out FILE]
  *   valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]
  *   valbench --print-library
@@ -24,7 +25,7 @@
  * function library, as the client loads it).
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
- * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
+ * this program pinned to core 1. DIR (named for its commit) holds the
  * old common.lua, offer.lua, transfer.lua, take.lua and maybe ack.lua; each old script is
  * common.lua followed by the script, as tools/embed-lua.sh assembles them.
  * The new ones are the bytes of the generated scripts.h. Both sets are
@@ -134,7 +135,7 @@ static struct {
     const char *cg_out; /* --callgrind-out: its --callgrind-out-file */
     int calls;          /* --calls: the library's calls by the clock */
     const char *calls_ref; /* --calls-ref: a reference library's text  */
-} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL, 0, NULL};
+} G = {0, 5, 1.0, NULL, "hardening, issue 15", 0, NULL, 0, NULL};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -973,7 +974,8 @@ static void report_head(const script_set *sets, const char *title) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
     const char *commit = strrchr(G.ref, '/') ? strrchr(G.ref, '/') + 1 : G.ref;
     printf("\n== %s (%s): old scripts vs new%s\n", title, G.what, sc);
-    printf("   old: commit %s (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", commit, G.ref);
+    printf("   old: commit %s (its lua/ from git history, common.lua prepended); new: lua/ as built (scripts.h)\n",
+           commit);
     for (int i = 0; i < S_N; i++)
         printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)",
                sets[1].sha[i]);
@@ -1046,7 +1048,7 @@ static void report_instructions(const script_set *sets) {
 /* ------------------------------------------------------------ main */
 
 static void usage(void) {
-    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n"
+    fprintf(stderr, "usage: valbench --port PORT --ref DIR [--what TEXT] [--rounds N] [--scale X]\n"
                     "                [--callgrind PID --callgrind-out FILE]\n"
                     "       valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]\n"
                     "       valbench --print-library\n");
@@ -1099,6 +1101,7 @@ int main(int argc, char **argv) {
         redisFree(ctl);
         return 0;
     }
+    if (!G.ref) usage();
     static script_set sets[2] = {{.name = "old", .queue = "valold"}, {.name = "new", .queue = "valnew"}};
     load_old(&sets[0]);
     load_new(&sets[1]);
