@@ -6,6 +6,7 @@ Into build directories of its own (so the build under test is untouched):
 - the dependency files (-MMD -MP) make an edit rebuild only what includes the
   file: a Lua script, the generated header's one includer (script.c); the
   dashboard, serve_http.c;
+- lua/lib's shared code is in libdelayq.so once, not once per script;
 - `delayq --version` prints include/delayq.h's DQ_VERSION, the version's one
   place, which the .pc and the soname carry too;
 - `make install DESTDIR=... PREFIX=/opt/x` after that plain build writes a .pc
@@ -78,6 +79,13 @@ rc, out = make("-n", "-W", "src/cli/dashboard.html", "all")
 eq(compiled(out), ["src/cli/serve_http.o"], "the dashboard: serve_http.c only")
 rc, out = make("-n", "all")
 eq(compiled(out), [], "nothing when nothing changed")
+
+section("the Lua shared code embedded once")
+libdir = os.path.join(ROOT, "lua", "lib")
+common = b"".join(open(os.path.join(libdir, n), "rb").read() for n in sorted(os.listdir(libdir)) if n.endswith(".lua"))
+so = os.path.join(build, "libdelayq.so")
+with open(so if os.path.exists(so) else os.devnull, "rb") as f:
+    eq(f.read().count(common), 1, "lua/lib's code is in libdelayq.so once (not once per script)")
 
 section("the version in one place")
 with open(os.path.join(ROOT, "include", "delayq.h")) as f:
