@@ -11,16 +11,28 @@
 #   make fuzz         libFuzzer targets (fuzz/fuzz_*.c), FUZZ_SECONDS each (60)
 #   make deps         apt-get install whatever is missing (needs root);
 #                     make deps-test adds what only the tests use (a browser)
-#   make install      PREFIX=/usr/local DESTDIR=
+#   make install      PREFIX=/usr/local DESTDIR= (the .pc is written there, for PREFIX)
+#   make uninstall    the same PREFIX and DESTDIR: removes what install put
+#   make format       clang-format -i over the C sources (.clang-format)
 #
 # Knobs: CFLAGS/LDFLAGS are yours and are appended, never replaced.
 # SANITIZE=address,undefined builds into build-san/. DEBUG=1: -O0.
+# WERROR=1: warnings are errors (the project's own builds: make test,
+# test-asan, .ci/run); off by default, so a newer compiler's new warning
+# never breaks a user's build.
+# Each object's header and generated-header dependencies are tracked
+# (-MMD -MP, BUILD/**/*.d): an edit rebuilds only what includes it.
 
 PREFIX ?= /usr/local
 DESTDIR ?=
 CC ?= cc
 SANITIZE ?=
 DEBUG ?=
+WERROR ?=
+# The version, from its one place (include/delayq.h); the soname carries
+# its major number.
+VERSION := $(shell sed -n 's/^\#define DQ_VERSION "\(.*\)"/\1/p' include/delayq.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 
 ifneq ($(SANITIZE),)
 BUILD ?= build-san
@@ -36,10 +48,13 @@ else
 OPT = -O2 -g
 endif
 
-WARN = -Wall -Wextra -Werror -Wstrict-prototypes -Wwrite-strings -Wmissing-prototypes \
+WARN = -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wmissing-prototypes \
        -Wshadow -Wpointer-arith -Wformat=2 -Wvla
+ifneq ($(WERROR),)
+WARN += -Werror
+endif
 DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibility=hidden \
-            -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
+            -MMD -MP -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 LIBS = -lhiredis -lev -lsodium -lssl -lcrypto -lm
 # The CLI writes its JSON with jansson and serves HTTP with libmicrohttpd;
@@ -75,7 +90,6 @@ PRELOAD_SO = $(PRELOAD_SRC:tests/tools/preload/%.c=$(BUILD)/tests/tools/%.so)
 STATIC = $(BUILD)/libdelayq.a
 SHARED = $(BUILD)/libdelayq.so
 CLI = $(BUILD)/delayq
-PC = $(BUILD)/delayq.pc
 
 # Debian 12 packages the build, the tests and the demo need.
 DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev libjansson-dev \
@@ -84,8 +98,9 @@ DEB_PKGS = build-essential pkg-config libhiredis-dev libev-dev libsodium-dev lib
 # What only the tests need besides: a browser for the dashboard's test.
 TEST_PKGS = chromium chromium-driver python3-selenium
 
-.PHONY: all deps deps-test demo test test-asan valgrind bench fuzz fuzz-objs check install clean
-all: $(STATIC) $(SHARED) $(CLI) $(PC) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(PRELOAD_SO) $(EX_BIN) $(BENCH_BIN)
+.PHONY: all deps deps-test demo test test-asan valgrind bench fuzz fuzz-objs check install uninstall \
+        format clean
+all: $(STATIC) $(SHARED) $(CLI) $(UNIT_BIN) $(ITEST_BIN) $(TOOL_BIN) $(PRELOAD_SO) $(EX_BIN) $(BENCH_BIN)
 
 deps:
 	@sh tools/deps.sh $(DEB_PKGS)
@@ -101,18 +116,22 @@ $(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/dashboard.html
 	@mkdir -p $(dir $@)
 	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/dashboard.html
 
-$(BUILD)/src/cli/serve_http.o: $(BUILD)/gen/dashboard.h
-
-$(BUILD)/%.o: %.c $(BUILD)/gen/scripts.h $(wildcard include/*.h src/*.h src/cli/*.h tests/*.h)
+# The generated headers exist before anything compiles (order-only); after
+# that the .d files say who includes them (script.c, serve_http.c), and only
+# those rebuild when a Lua file or the dashboard changes.
+$(BUILD)/%.o: %.c | $(BUILD)/gen/scripts.h $(BUILD)/gen/dashboard.h
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -c $< -o $@
+
+# Each compile's dependency file (-MMD -MP), wherever the rules put it.
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 $(STATIC): $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
 $(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libdelayq.so.0 $(DQ_LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) -shared -Wl,-soname,libdelayq.so.$(SOMAJOR) $(DQ_LDFLAGS) -o $@ $^ $(LIBS)
 
 $(CLI): $(CLI_OBJ) $(STATIC)
 	$(CC) $(DQ_LDFLAGS) -o $@ $(CLI_OBJ) $(STATIC) $(LIBS) $(CLI_LIBS)
@@ -148,16 +167,12 @@ $(BUILD)/bench/dqbench: $(DQBENCH_SRC) $(STATIC) $(wildcard bench/*.h bench/dqbe
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -Ibench -Ibench/dqbench $(DQ_LDFLAGS) -o $@ $(DQBENCH_SRC) $(STATIC) $(LIBS)
 
-$(PC): Makefile
-	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: 0.1.0\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lssl -lcrypto -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
-
 demo: deps
 	$(MAKE) all
 	sh examples/demo.sh $(BUILD)
 
 test: deps-test
-	$(MAKE) all
+	$(MAKE) WERROR=1 all
 	sh tests/run.sh $(BUILD)
 
 # The fast tier for a developer (tests/README.md): the unit and integration
@@ -170,7 +185,7 @@ test-fast: deps-test
 # Sanitized code runs about twice as slowly (planted.py: 64 s plain, 117 s
 # under ASan on a busy machine), so each test file gets twice the time.
 test-asan: deps-test
-	$(MAKE) SANITIZE=address,undefined all
+	$(MAKE) WERROR=1 SANITIZE=address,undefined all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  DQ_TEST_TIMEOUT=$${DQ_TEST_TIMEOUT:-240} sh tests/run.sh build-san
 
@@ -194,14 +209,32 @@ fuzz-objs: $(STATIC) $(CLI_OBJ)
 
 check: test
 
-install: $(STATIC) $(SHARED) $(CLI) $(PC)
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/delayq.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(SHARED) $(DESTDIR)$(PREFIX)/lib/libdelayq.so.0
-	ln -sf libdelayq.so.0 $(DESTDIR)$(PREFIX)/lib/libdelayq.so
-	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(PC) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+# What install puts under $(DESTDIR)$(PREFIX), and uninstall removes.
+INSTALLED = include/delayq.h lib/libdelayq.a lib/libdelayq.so.$(VERSION) lib/libdelayq.so.$(SOMAJOR) \
+            lib/libdelayq.so lib/pkgconfig/delayq.pc bin/delayq
+I = $(DESTDIR)$(PREFIX)
+# The .pc describes an install, so install writes it, for this PREFIX (one
+# written by a plain `make` would keep the PREFIX of that make).
+install: $(STATIC) $(SHARED) $(CLI)
+	install -d $(I)/lib $(I)/include $(I)/bin $(I)/lib/pkgconfig
+	install -m 644 include/delayq.h $(I)/include/
+	install -m 644 $(STATIC) $(I)/lib/
+	install -m 755 $(SHARED) $(I)/lib/libdelayq.so.$(VERSION)
+	ln -sf libdelayq.so.$(VERSION) $(I)/lib/libdelayq.so.$(SOMAJOR)
+	ln -sf libdelayq.so.$(SOMAJOR) $(I)/lib/libdelayq.so
+	install -m 755 $(CLI) $(I)/bin/
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: %s\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lssl -lcrypto -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $(I)/lib/pkgconfig/delayq.pc
+
+uninstall:
+	rm -f $(addprefix $(I)/,$(INSTALLED))
+
+# clang-format (Debian's clang-format package) over the C sources, in place,
+# by .clang-format. Applied to the whole tree once; then before a commit.
+FORMAT_SRC = $(sort $(wildcard include/*.h src/*.[ch] src/*/*.[ch] src/*/*/*.[ch] tests/*.h tests/*/*.[ch] \
+             tests/*/*/*.[ch] examples/*.[ch] bench/*.[ch] bench/*/*.[ch] fuzz/*.[ch]))
+format:
+	@command -v clang-format >/dev/null || sh tools/deps.sh clang-format
+	clang-format -i $(FORMAT_SRC)
 
 clean:
 	rm -rf build build-san build-fuzz

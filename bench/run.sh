@@ -28,15 +28,17 @@
 #   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
-#                           the metrics and before lease records, kept in
-#                           bench/ref/b1baf5e, bench/ref/856d7b3 and
-#                           bench/ref/3b2bf9b, next to the current ones;
+#                           the metrics and before lease records, lua/ at
+#                           commits b1baf5e, 856d7b3 and 3b2bf9b (read from
+#                           git history into the run's directory; without
+#                           it, as in a tarball, the run says so and skips
+#                           them), next to the current ones;
 #                           calls: valbench --calls, a plain take, a leased
 #                           take and its ack of 1, 32 and 64 items timed
 #                           by Redis call by call, interleaved, so the
 #                           host's stalls fall on all (about 20 s);
 #                           ir: valbench --callgrind against
-#                           bench/ref/3b2bf9b, counts scaled by 0.05
+#                           commit 3b2bf9b's, counts scaled by 0.05
 #                           (DQ_BENCH_SCALE does not change it), then
 #                           dqbench --only drainir (figure 5f: the
 #                           drains of dq_worker and dq_take_many, 10,000
@@ -217,7 +219,30 @@ fi
 [ $RUN_CORE -eq 1 ] &&
     echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $PORT${CORE_ONLY:+ --only $CORE_ONLY}" >&2
 [ $RUN_VAL -eq 1 ] &&
-    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $ROOT/bench/ref/b1baf5e (then 856d7b3, 3b2bf9b)" >&2
+    echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $PORT --ref $DIR/ref/b1baf5e (then 856d7b3, 3b2bf9b)" >&2
+
+# ref_scripts COMMIT WHAT NAME...: lua/NAME.lua of an old commit, as git
+# history holds it (the val and ir phases' references: each old script is
+# its common.lua then the script), into $DIR/ref/COMMIT; prints that
+# directory. Without the commit (no git, or a tarball) says which reference
+# is skipped, and fails.
+ref_scripts() {
+    _commit=$1
+    _what=$2
+    shift 2
+    if ! command -v git >/dev/null 2>&1 || ! git -C "$ROOT" cat-file -e "$_commit^{commit}" 2>/dev/null; then
+        printf '
+== The scripts before the %s: SKIPPED (no git history with commit %s here)
+' "$_what" "$_commit" |
+            tee -a "$RESULTS.tmp" >&2
+        return 1
+    fi
+    mkdir -p "$DIR/ref/$_commit" || return 1
+    for _name in "$@"; do
+        git -C "$ROOT" show "$_commit:lua/$_name.lua" > "$DIR/ref/$_commit/$_name.lua" || return 1
+    done
+    echo "$DIR/ref/$_commit"
+}
 # Runs a phase: the command after OUT, its figures into OUT and shown as
 # they come, then appended to the results; sets rc. In the background so
 # that a signal to run.sh can stop it; the caller's timeout bounds the run
@@ -248,16 +273,19 @@ fi
 if [ $rc -eq 0 ] && [ $RUN_VAL -eq 1 ]; then
     # The same server, after dqbench (valbench FLUSHALLs it); 300 s at most.
     # shellcheck disable=SC2086
-    run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
-        --ref "$ROOT/bench/ref/b1baf5e" --what "hardening, issue 15"
+    ref=$(ref_scripts b1baf5e "hardening" common offer transfer take) &&
+        run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+            --ref "$ref" --what "hardening, issue 15"
     # The same again against the scripts before the metrics (issue 11).
     # shellcheck disable=SC2086
-    [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
-        --ref "$ROOT/bench/ref/856d7b3" --what "metrics, issue 11"
+    [ $rc -eq 0 ] && ref=$(ref_scripts 856d7b3 "metrics" common offer transfer take) &&
+        run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+            --ref "$ref" --what "metrics, issue 11"
     # And against the scripts before lease records (issue 10): take and ack.
     # shellcheck disable=SC2086
-    [ $rc -eq 0 ] && run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
-        --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+    [ $rc -eq 0 ] && ref=$(ref_scripts 3b2bf9b "lease records" common offer transfer take ack) &&
+        run_phase "$RESULTS.val" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$PORT" \
+            --ref "$ref" --what "lease records, issue 10"
 fi
 if [ $rc -eq 0 ] && [ $RUN_CALLS -eq 1 ]; then
     # The same server again: the library's take and ack by the clock; 120 s at most.
@@ -269,7 +297,9 @@ if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
     # The scripts' cost in instructions: redis-server under callgrind, on a
     # port of its own (pinned like the other), stopped by pid; 300 s at
     # most. Valgrind slows it some 50 times, hence counts scaled by 0.05.
-    if command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1; then
+    if ! IR_REF=$(ref_scripts 3b2bf9b "lease records" common offer transfer take ack); then
+        : # said why
+    elif command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1; then
         IR_PORT=$(redis_pick_port)
         # taskset execs valgrind, which runs the server in its own process.
         $PIN_SERVER valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.out" \
@@ -281,11 +311,11 @@ if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
             # already (30 s), and valbench's warm-up needs no less.
             IR_SCALE=0.05
             echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$VALBENCH --port $IR_PORT --callgrind $IR_PID" \
-                "--callgrind-out $DIR/cg.out --scale $IR_SCALE --ref $ROOT/bench/ref/3b2bf9b" >&2
+                "--callgrind-out $DIR/cg.out --scale $IR_SCALE --ref $IR_REF" >&2
             # shellcheck disable=SC2086
             run_phase "$RESULTS.ir" timeout -k 10 300 $PIN_CLIENT "$VALBENCH" --port "$IR_PORT" \
                 --callgrind "$IR_PID" --callgrind-out "$DIR/cg.out" --scale "$IR_SCALE" \
-                --ref "$ROOT/bench/ref/3b2bf9b" --what "lease records, issue 10"
+                --ref "$IR_REF" --what "lease records, issue 10"
             # Then figure 5f: dq_worker's and dq_take_many's whole drains
             # (scheduler, takes, acks) on the same server, 10,000 items each.
             echo "run.sh: command: ${PIN_CLIENT:+$PIN_CLIENT }$BENCH --port $IR_PORT --only drainir" \

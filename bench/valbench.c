@@ -1,17 +1,18 @@
 /*
  * valbench.c - `make bench`, phase val: what a change to the scripts costs
  * Redis, as Redis CPU per item of offer, transfer and take, for the scripts
- * before the change (kept in bench/ref/COMMIT) and the current ones (lua/,
- * as the library embeds them), side by side. bench/run.sh runs it three
- * times (and a fourth with --callgrind, phase ir, below):
- *   --ref bench/ref/b1baf5e --what "hardening, issue 15"   (every script
+ * before the change (lua/ at an old commit, which bench/run.sh reads from git
+ * history into DIR/COMMIT) and the current ones (lua/, as the library
+ * embeds them), side by side. bench/run.sh runs it three times (and a
+ * fourth with --callgrind, phase ir, below):
+ *   --ref DIR/b1baf5e --what "hardening, issue 15"   (every script
  *       checks what it reads from Redis before writing)
- *   --ref bench/ref/856d7b3 --what "metrics, issue 11"     (the totals and
+ *   --ref DIR/856d7b3 --what "metrics, issue 11"     (the totals and
  *       the lateness histogram the scripts keep in dq:{Q}:n)
- *   --ref bench/ref/3b2bf9b --what "lease records, issue 10"  (a take's
+ *   --ref DIR/3b2bf9b --what "lease records, issue 10"  (a take's
  *       leases in one record, and tokens that name it)
  *
- *   valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]
+ *   valbench --port PORT --ref DIR [--what TEXT] [--rounds N] [--scale X]
  *            [--callgrind PID --callgrind-out FILE]
  *   valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]
  *   valbench --print-library
@@ -24,7 +25,7 @@
  * function library, as the client loads it).
  *
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
- * this program pinned to core 1. DIR (default bench/ref/b1baf5e) holds the
+ * this program pinned to core 1. DIR (named for its commit) holds the
  * old common.lua, offer.lua, transfer.lua, take.lua and maybe ack.lua; each old script is
  * common.lua followed by the script, as tools/embed-lua.sh assembles them.
  * The new ones are the bytes of the generated scripts.h. Both sets are
@@ -134,7 +135,7 @@ static struct {
     const char *cg_out; /* --callgrind-out: its --callgrind-out-file */
     int calls;          /* --calls: the library's calls by the clock */
     const char *calls_ref; /* --calls-ref: a reference library's text  */
-} G = {0, 5, 1.0, "bench/ref/b1baf5e", "hardening, issue 15", 0, NULL, 0, NULL};
+} G = {0, 5, 1.0, NULL, "hardening, issue 15", 0, NULL, 0, NULL};
 
 static redisContext *ctl;
 static figure fig[2][ROUNDS_MAX][C_N]; /* [set][round][case] */
@@ -832,7 +833,11 @@ static void load_ref_library(script_set *s, const char *path) {
 static void calls_phase(void) {
     static script_set sets[CALL_SETS] = {{.name = "this build's library", .queue = "valcalls"},
                                          {.name = "reference library", .queue = "valcallsref"}};
-    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", dq_lua_library, (size_t)DQ_LUA_LIBRARY_LEN));
+    size_t lib_len;
+    char *lib = dq__library_text(&lib_len);
+    if (!lib) die("out of memory");
+    freeReplyObject(rcmd("FUNCTION LOAD REPLACE %b", lib, lib_len));
+    free(lib);
     script_set *s = &sets[0];
     s->fn[S_OFFER] = DQ_LUA_offer_FN, s->fn[S_TRANSFER] = DQ_LUA_transfer_FN;
     s->fn[S_TAKE] = DQ_LUA_take_FN, s->fn[S_ACK] = DQ_LUA_ack_FN;
@@ -924,13 +929,22 @@ static void load_old(script_set *s) {
     free(common);
 }
 
-/* The new set: the bytes the library embeds (build/gen/scripts.h). */
+/* SCRIPT LOAD of the script's EVAL text as the library sends it. */
+static void load_script(enum dq__script script, char sha[41], const char *what, const char *want) {
+    size_t len;
+    char *text = dq__script_text(script, &len);
+    if (!text) die("out of memory");
+    load(text, len, sha, what, want);
+    free(text);
+}
+
+/* The new set: the texts the library sends (joined from build/gen/scripts.h). */
 static void load_new(script_set *s) {
     s->offer_count = 1;
-    load(dq_lua_offer, DQ_LUA_offer_LEN, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
-    load(dq_lua_transfer, DQ_LUA_transfer_LEN, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
-    load(dq_lua_take, DQ_LUA_take_LEN, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
-    load(dq_lua_ack, DQ_LUA_ack_LEN, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
+    load_script(DQ__LUA_OFFER, s->sha[S_OFFER], "offer", DQ_LUA_offer_SHA);
+    load_script(DQ__LUA_TRANSFER, s->sha[S_TRANSFER], "transfer", DQ_LUA_transfer_SHA);
+    load_script(DQ__LUA_TAKE, s->sha[S_TAKE], "take", DQ_LUA_take_SHA);
+    load_script(DQ__LUA_ACK, s->sha[S_ACK], "ack", DQ_LUA_ack_SHA);
     s->has_ack = s->grouped_ack = s->packed_ack = 1;
 }
 
@@ -960,7 +974,8 @@ static void report_head(const script_set *sets, const char *title) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
     const char *commit = strrchr(G.ref, '/') ? strrchr(G.ref, '/') + 1 : G.ref;
     printf("\n== %s (%s): old scripts vs new%s\n", title, G.what, sc);
-    printf("   old: commit %s (%s, common.lua prepended); new: lua/ as built (scripts.h)\n", commit, G.ref);
+    printf("   old: commit %s (its lua/ from git history, common.lua prepended); new: lua/ as built (scripts.h)\n",
+           commit);
     for (int i = 0; i < S_N; i++)
         printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)",
                sets[1].sha[i]);
@@ -1033,7 +1048,7 @@ static void report_instructions(const script_set *sets) {
 /* ------------------------------------------------------------ main */
 
 static void usage(void) {
-    fprintf(stderr, "usage: valbench --port PORT [--ref DIR] [--what TEXT] [--rounds N] [--scale X]\n"
+    fprintf(stderr, "usage: valbench --port PORT --ref DIR [--what TEXT] [--rounds N] [--scale X]\n"
                     "                [--callgrind PID --callgrind-out FILE]\n"
                     "       valbench --port PORT --calls [--calls-ref LIBRARY] [--scale X]\n"
                     "       valbench --print-library\n");
@@ -1051,7 +1066,11 @@ int main(int argc, char **argv) {
         }
         if (strcmp(argv[i], "--print-library") == 0) {
             /* For --calls-ref: this build's library, from another build. */
-            fwrite(dq_lua_library, 1, DQ_LUA_LIBRARY_LEN, stdout);
+            size_t lib_len;
+            char *lib = dq__library_text(&lib_len);
+            if (!lib) die("out of memory");
+            fwrite(lib, 1, lib_len, stdout);
+            free(lib);
             return 0;
         }
         if (i + 1 >= argc) usage();
@@ -1082,6 +1101,7 @@ int main(int argc, char **argv) {
         redisFree(ctl);
         return 0;
     }
+    if (!G.ref) usage();
     static script_set sets[2] = {{.name = "old", .queue = "valold"}, {.name = "new", .queue = "valnew"}};
     load_old(&sets[0]);
     load_new(&sets[1]);

@@ -59,6 +59,8 @@
 extern "C" {
 #endif
 
+/* The version, in its one place: the Makefile reads it for the .pc and the
+ * shared library's soname (its major number), `delayq --version` prints it. */
 #define DQ_VERSION "0.1.0"
 
 #if defined(__GNUC__) || defined(__clang__)

@@ -26,7 +26,6 @@
 #include <time.h>
 
 #include "internal.h"
-#include "scripts.h"
 
 #define MASTERS_MAX 64
 #define NODES_MAX 256
@@ -550,15 +549,15 @@ static void check_library(const node *nd, const char *name, report *r) {
     }
     for (int k = 0; line_of(libs, k, line, sizeof line) == 0; k++) {
         if (strcmp(line, "library_name") != 0 || line_of(libs, k + 1, line, sizeof line) != 0) continue;
-        if (strcmp(line, DQ_LUA_LIBRARY_NAME) == 0) ours = 1;
+        if (strcmp(line, dq_library_name()) == 0) ours = 1;
         else if (!other[0]) snprintf(other, sizeof other, "%s", line);
     }
     if (ours) {
-        fine(r, "%s loaded", DQ_LUA_LIBRARY_NAME);
+        fine(r, "%s loaded", dq_library_name());
         return;
     }
-    if (other[0]) problem(r, DQ_FINDING_WARN, name, "%s, not this client's %s", other, DQ_LUA_LIBRARY_NAME);
-    else problem(r, DQ_FINDING_WARN, name, "no delayq library (this client's is %s)", DQ_LUA_LIBRARY_NAME);
+    if (other[0]) problem(r, DQ_FINDING_WARN, name, "%s, not this client's %s", other, dq_library_name());
+    else problem(r, DQ_FINDING_WARN, name, "no delayq library (this client's is %s)", dq_library_name());
     advise(r, 1, "A client loads its library at its first call if its user may run FUNCTION "
                  "LOAD; for users that may not (the rule of 'delayq acl'), an administrator "
                  "loads it first.");

@@ -313,6 +313,11 @@ int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script sc
 /* "FUNCTION LOAD REPLACE <the library>", formatted (malloc'ed, *len bytes),
  * or NULL when out of memory. */
 char *dq__library_load_command(size_t *len);
+/* The library's text, and a script's EVAL text (the shared code, then the
+ * script), as sent: malloc'ed and NUL-ended (*len bytes without the NUL),
+ * the caller frees it; NULL when out of memory. The benchmark uses them. */
+char *dq__library_text(size_t *len);
+char *dq__script_text(enum dq__script script, size_t *len);
 /* 1 if text is dq__eval's refusal of a node that lacks the library to a user
  * who may not load it (a NOPERM naming 'delayq functions load'). */
 int dq__text_is_no_library(const char *text);

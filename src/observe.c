@@ -396,8 +396,13 @@ static int list_shards(dq_client *c, const char *queue, unsigned shards, const c
     int rc = list_keys(c, queue, name, inner, p);
     p->next = caller;
     if (rc) return rc;
-    if (next[0]) snprintf(caller, DQ_CURSOR_MAX + 1, "%u/%s", shard, next);
-    else if (shard + 1 < shards) snprintf(caller, DQ_CURSOR_MAX + 1, "%u/", shard + 1);
+    /* The shard's inner cursor is shorter than DQ_CURSOR_MAX by far (an
+     * offset or a slot and offset), but a cut cursor would page wrong:
+     * refuse it rather than truncate. */
+    int w = 0;
+    if (next[0]) w = snprintf(caller, DQ_CURSOR_MAX + 1, "%u/%s", shard, next);
+    else if (shard + 1 < shards) w = snprintf(caller, DQ_CURSOR_MAX + 1, "%u/", shard + 1);
+    if (w < 0 || w > DQ_CURSOR_MAX) return dq__fail(c, DQ_EPROTO, "next cursor longer than %d bytes", DQ_CURSOR_MAX);
     return 0;
 }
 

@@ -1,9 +1,11 @@
 /*
  * script.c - the registry of delayq's Lua scripts and how they run.
  *
- * tools/embed-lua.sh embeds lua/NAME.lua twice: as functions of one Redis
- * function library (the shared code of lua/lib once, each script a function
- * named <library>_NAME), and each on its own with that code before it. A
+ * tools/embed-lua.sh embeds each text once (the shared code of lua/lib, each
+ * lua/NAME.lua, the library's prologue) and the order that joins them into
+ * two kinds of text, joined here when they are sent: one Redis function
+ * library (the shared code once, each script a function named
+ * <library>_NAME), and each script on its own with that code before it. A
  * call is FCALL on the node that serves the queue's slot: the library was
  * loaded once, so the call runs its script only (EVAL would run the shared
  * code's 1,300 lines, and make their garbage, every time: a single take's script time
@@ -31,35 +33,66 @@
 #include "internal.h"
 #include "scripts.h"
 
-static const struct {
-    const char *body;
+typedef struct part {
+    const char *bytes;
     size_t len;
+} part;
+
+static const part library[] = {DQ_LUA_LIBRARY_PARTS};
+
+static const struct {
+    part eval[2];   /* the EVAL text: the shared code, then the script */
     const char *fn; /* the function's name in the library */
     int ro;         /* a no-writes function: FCALL_RO, EVAL_RO */
 } scripts[DQ__LUA_COUNT] = {
-    [DQ__LUA_OFFER] = {dq_lua_offer, DQ_LUA_offer_LEN, DQ_LUA_offer_FN, 0},
-    [DQ__LUA_TRANSFER] = {dq_lua_transfer, DQ_LUA_transfer_LEN, DQ_LUA_transfer_FN, 0},
-    [DQ__LUA_CANCEL] = {dq_lua_cancel, DQ_LUA_cancel_LEN, DQ_LUA_cancel_FN, 0},
-    [DQ__LUA_LOOKUP] = {dq_lua_lookup, DQ_LUA_lookup_LEN, DQ_LUA_lookup_FN, 1},
-    [DQ__LUA_STATS] = {dq_lua_stats, DQ_LUA_stats_LEN, DQ_LUA_stats_FN, 1},
-    [DQ__LUA_TAKE] = {dq_lua_take, DQ_LUA_take_LEN, DQ_LUA_take_FN, 0},
-    [DQ__LUA_ACK] = {dq_lua_ack, DQ_LUA_ack_LEN, DQ_LUA_ack_FN, 0},
-    [DQ__LUA_NACK] = {dq_lua_nack, DQ_LUA_nack_LEN, DQ_LUA_nack_FN, 0},
-    [DQ__LUA_EXTEND] = {dq_lua_extend, DQ_LUA_extend_LEN, DQ_LUA_extend_FN, 0},
-    [DQ__LUA_DEAD] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_FN, 0},
-    [DQ__LUA_DEAD_RO] = {dq_lua_dead, DQ_LUA_dead_LEN, DQ_LUA_dead_ro_FN, 1},
-    [DQ__LUA_CONFIG] = {dq_lua_config, DQ_LUA_config_LEN, DQ_LUA_config_FN, 0},
-    [DQ__LUA_METRICS] = {dq_lua_metrics, DQ_LUA_metrics_LEN, DQ_LUA_metrics_FN, 1},
-    [DQ__LUA_LIST] = {dq_lua_list, DQ_LUA_list_LEN, DQ_LUA_list_FN, 1},
-    [DQ__LUA_SHARDS] = {dq_lua_shards, DQ_LUA_shards_LEN, DQ_LUA_shards_FN, 0},
-    [DQ__LUA_RECURRING] = {dq_lua_recurring, DQ_LUA_recurring_LEN, DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_OFFER] = {{DQ_LUA_offer_PARTS}, DQ_LUA_offer_FN, 0},
+    [DQ__LUA_TRANSFER] = {{DQ_LUA_transfer_PARTS}, DQ_LUA_transfer_FN, 0},
+    [DQ__LUA_CANCEL] = {{DQ_LUA_cancel_PARTS}, DQ_LUA_cancel_FN, 0},
+    [DQ__LUA_LOOKUP] = {{DQ_LUA_lookup_PARTS}, DQ_LUA_lookup_FN, 1},
+    [DQ__LUA_STATS] = {{DQ_LUA_stats_PARTS}, DQ_LUA_stats_FN, 1},
+    [DQ__LUA_TAKE] = {{DQ_LUA_take_PARTS}, DQ_LUA_take_FN, 0},
+    [DQ__LUA_ACK] = {{DQ_LUA_ack_PARTS}, DQ_LUA_ack_FN, 0},
+    [DQ__LUA_NACK] = {{DQ_LUA_nack_PARTS}, DQ_LUA_nack_FN, 0},
+    [DQ__LUA_EXTEND] = {{DQ_LUA_extend_PARTS}, DQ_LUA_extend_FN, 0},
+    [DQ__LUA_DEAD] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_FN, 0},
+    [DQ__LUA_DEAD_RO] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_ro_FN, 1},
+    [DQ__LUA_CONFIG] = {{DQ_LUA_config_PARTS}, DQ_LUA_config_FN, 0},
+    [DQ__LUA_METRICS] = {{DQ_LUA_metrics_PARTS}, DQ_LUA_metrics_FN, 1},
+    [DQ__LUA_LIST] = {{DQ_LUA_list_PARTS}, DQ_LUA_list_FN, 1},
+    [DQ__LUA_SHARDS] = {{DQ_LUA_shards_PARTS}, DQ_LUA_shards_FN, 0},
+    [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_FN, 0},
 };
 
+/* Copies the n parts one after the other to out; returns the end. */
+static char *join(char *out, const part *parts, size_t n) {
+    for (size_t i = 0; i < n; i++) memcpy(out, parts[i].bytes, parts[i].len), out += parts[i].len;
+    return out;
+}
+
+/* The n parts joined into a malloc'ed, NUL-ended text of *len bytes (the
+ * length counted from the parts themselves). */
+static char *joined(const part *parts, size_t n, size_t *len) {
+    *len = 0;
+    for (size_t i = 0; i < n; i++) *len += parts[i].len;
+    char *text = malloc(*len + 1);
+    if (!text) return NULL;
+    *join(text, parts, n) = '\0';
+    return text;
+}
+
+char *dq__library_text(size_t *len) { return joined(library, sizeof library / sizeof *library, len); }
+
+char *dq__script_text(enum dq__script script, size_t *len) { return joined(scripts[script].eval, 2, len); }
+
 char *dq__library_load_command(size_t *len) {
-    const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", dq_lua_library};
-    size_t lens[4] = {8, 4, 7, DQ_LUA_LIBRARY_LEN};
+    size_t lib_len;
+    char *lib = dq__library_text(&lib_len);
+    if (!lib) return NULL;
+    const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
+    size_t lens[4] = {8, 4, 7, lib_len};
     char *cmd = NULL;
     long n = dq__format_command(&cmd, 0, NULL, NULL, 4, argv, lens);
+    free(lib);
     if (n < 0) return NULL;
     *len = (size_t)n;
     return cmd;
@@ -92,14 +125,15 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
             which = i;
     if (which < 0) return NULL;
     char mid[48];
-    int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", scripts[which].len)
-                                 : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", scripts[which].len);
-    size_t len = head + (size_t)mlen + scripts[which].len + 2 + (cmd_len - skip);
+    size_t text_len = scripts[which].eval[0].len + scripts[which].eval[1].len;
+    int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", text_len)
+                                 : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", text_len);
+    size_t len = head + (size_t)mlen + text_len + 2 + (cmd_len - skip);
     char *out = malloc(len + 1), *p = out; /* NUL-ended, as dq__format_command's */
     if (!out) return NULL;
     memcpy(p, cmd, head), p += head;
     memcpy(p, mid, (size_t)mlen), p += mlen;
-    memcpy(p, scripts[which].body, scripts[which].len), p += scripts[which].len;
+    p = join(p, scripts[which].eval, 2);
     memcpy(p, "\r\n", 2), p += 2;
     memcpy(p, cmd + skip, cmd_len - skip);
     out[len] = '\0';

@@ -2,6 +2,7 @@
  * fig_offer.c - dqbench, figures 1 and 2, offer throughput and the Redis and client CPU per offer.
  */
 #include "bench.h"
+#include "internal.h" /* dq__script_text: the offer script as the library sends it */
 
 static const char *REF_Q = "ref"; /* same key lengths as OUR_Q */
 static const char *OUR_Q = "ofr";
@@ -216,7 +217,11 @@ void phase_offer(void) {
     /* The offer script as EVAL runs it (lua/lib + offer.lua, EVALSHA):
      * the reference the brief's target names, for one at a time. */
     char evalsha_args[1024];
-    fr = rcmd(ctl, "SCRIPT LOAD %b", dq_lua_offer, DQ_LUA_offer_LEN);
+    size_t offer_len;
+    char *offer = dq__script_text(DQ__LUA_OFFER, &offer_len);
+    if (!offer) die("out of memory");
+    fr = rcmd(ctl, "SCRIPT LOAD %b", offer, offer_len);
+    free(offer);
     offer_ref_args(evalsha_args, sizeof evalsha_args, fr->str);
     freeReplyObject(fr);
     double single_evalsha = 0;
