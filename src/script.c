@@ -53,6 +53,8 @@ static const struct {
     [DQ__LUA_LIST] = {dq_lua_list, DQ_LUA_list_LEN, DQ_LUA_list_FN, 1},
     [DQ__LUA_SHARDS] = {dq_lua_shards, DQ_LUA_shards_LEN, DQ_LUA_shards_FN, 0},
     [DQ__LUA_RECURRING] = {dq_lua_recurring, DQ_LUA_recurring_LEN, DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_BEAT] = {dq_lua_beat, DQ_LUA_beat_LEN, DQ_LUA_beat_FN, 0},
+    [DQ__LUA_CONSUMERS] = {dq_lua_consumers, DQ_LUA_consumers_LEN, DQ_LUA_consumers_FN, 1},
 };
 
 char *dq__library_load_command(size_t *len) {
