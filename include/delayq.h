@@ -1022,15 +1022,17 @@ typedef struct dq_consumer dq_consumer;
 
 /* Registers a consumer of queue named name (1 to DQ_CONSUMER_NAME_MAX bytes
  * of UTF-8, no control character; NULL: "host:pid", the host cut to fit),
- * and sends its first beat now (not waited for). Returns 0 and sets *out,
+ * and beats for it about a second from now (then every consumer_beat_ms;
+ * never waited for), so a consumer gone within that second never shows
+ * and costs nothing in Redis. Returns 0 and sets *out,
  * owned by the client until dq_consumer_stop or dq_client_free; DQ_EINVAL
  * for a bad queue or name, DQ_ECONNECT before dq_connect, DQ_ENOMEM. A
  * failed beat is logged (dq_set_log) and tried again at the next one. */
 DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) DQ_NODISCARD;
 /* The items the consumer holds now (>= 0): sent with its next beat. */
 DQ_EXPORT void dq_consumer_set_in_hand(dq_consumer *k, int64_t in_hand);
-/* Deregisters the consumer (a 'bye' sent now, not waited for; dq_client_free
- * waits for it) and frees k. NULL is fine. dq_client_free does this for
+/* Deregisters the consumer (a 'bye' sent now if it beat, not waited for;
+ * dq_client_free waits for it) and frees k. NULL is fine. dq_client_free does this for
  * every consumer still registered. */
 DQ_EXPORT void dq_consumer_stop(dq_consumer *k);
 

@@ -3,7 +3,8 @@
  * (and of every dq_worker) and the list of dq_consumers.
  *
  * Owns the client's registered consumers and the one timer that beats for
- * them all: every consumer_beat_ms it sends each one's beat (lua/beat.lua:
+ * them all: every consumer_beat_ms (and about a second after a consumer
+ * starts) it sends each one's beat (lua/beat.lua:
  * name, items in hand; the server stamps the times), and nothing else runs
  * between beats. A beat counts for three intervals, so a consumer that dies
  * drops out of the list within that; one that stops says 'bye' and leaves at
@@ -19,6 +20,7 @@
 #include "internal.h"
 
 #define LIST_MAX 1000 /* consumers.lua's limit */
+#define FIRST_BEAT_S 1.0 /* a new consumer's first beat, at most this late */
 
 struct dq_consumer {
     dq_consumer *next;
@@ -27,6 +29,7 @@ struct dq_consumer {
     char name[DQ_CONSUMER_NAME_MAX + 1];
     int64_t in_hand;
     const int *count; /* read at each beat when set (a worker's) */
+    int beaten;       /* a beat was sent: leaving needs a 'bye' */
 };
 
 /* The consumer keys of queue: its prefix's 'c' and 'ci' (lib/75_holders.lua). */
@@ -82,7 +85,22 @@ static void send_beat(dq_consumer *k, const char *op) {
 static void on_beat(struct ev_loop *loop, ev_timer *w, int revents) {
     dq_client *c = w->data;
     (void)loop, (void)revents;
-    for (dq_consumer *k = c->consumers; k; k = k->next) send_beat(k, "beat");
+    for (dq_consumer *k = c->consumers; k; k = k->next) {
+        send_beat(k, "beat");
+        k->beaten = 1;
+    }
+}
+
+/* The beats go FIRST_BEAT_S after a consumer starts (or at once when the
+ * interval is shorter), then every interval: a consumer that is gone within
+ * the first second (a take served at once, one that failed) costs nothing
+ * and says nothing, and a newcomer is listed about a second after it came. */
+static void arm_beats(dq_client *c) {
+    double every = c->opt.consumer_beat_ms / 1000.0, first = every < FIRST_BEAT_S ? every : FIRST_BEAT_S;
+    if (ev_is_active(&c->consumer_beat) && ev_timer_remaining(c->loop, &c->consumer_beat) <= first) return;
+    ev_timer_stop(c->loop, &c->consumer_beat);
+    ev_timer_set(&c->consumer_beat, first, every);
+    ev_timer_start(c->loop, &c->consumer_beat);
 }
 
 int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) {
@@ -100,14 +118,12 @@ int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_cons
     if (name) snprintf(k->name, sizeof k->name, "%s", name);
     else default_name(k->name);
     if (!c->consumers) {
-        double every = c->opt.consumer_beat_ms / 1000.0;
-        ev_timer_init(&c->consumer_beat, on_beat, every, every);
+        ev_timer_init(&c->consumer_beat, on_beat, 0, 0);
         c->consumer_beat.data = c;
-        ev_timer_start(c->loop, &c->consumer_beat);
     }
     k->next = c->consumers;
     c->consumers = k;
-    send_beat(k, "beat");
+    arm_beats(c);
     *out = k;
     return 0;
 }
@@ -126,7 +142,7 @@ void dq_consumer_stop(dq_consumer *k) {
         }
     }
     if (!c->consumers) ev_timer_stop(c->loop, &c->consumer_beat);
-    send_beat(k, "bye");
+    if (k->beaten) send_beat(k, "bye");
     free(k);
 }
 

@@ -81,7 +81,11 @@ ok(gone, f"W1 gone {time.monotonic() - t0:.1f} s after SIGKILL (its beats count 
 ok("T1" in listed(Q), "T1 still listed", listed(Q))
 t1.stop(signal.SIGTERM)
 ok(wait_for(lambda: listed(Q) == {}, 2), "T1 gone within 2 s of its clean exit", listed(Q))
-eq(redis("EXISTS", "dq:{" + Q + "}:c", "dq:{" + Q + "}:ci"), 0, "no consumer keys left")
+left = redis("ZRANGE", "dq:{" + Q + "}:c", "0", "-1")
+ok(b"T1" not in (left or []) and redis("HEXISTS", "dq:{" + Q + "}:ci", "T1") == 0,
+   "T1 is out of the keys (W1 stays until a beat prunes it or the keys expire)", left)
+ttl = redis("PTTL", "dq:{" + Q + "}:c")
+ok(not left or 0 < ttl <= 61500, f"the keys expire a minute after the last beat ({ttl} ms)", ttl)
 
 section("a consumer whose last beat ran out is not listed, pruned or not")
 k = "dq:{" + Q + "}:c"
