@@ -308,8 +308,9 @@ struct json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci);
  * it (cmd_consumers.c). */
 void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out);
 /* 1 if name is a valid consumer --name of cmd; else says why on stderr and
- * returns 0. */
+ * returns 0. cli_name_ok: the same check, saying nothing. */
 int cli_name_valid(const char *cmd, const char *name);
+int cli_name_ok(const char *name);
 
 /* Prints a look-up as "state S", "due_ms N" or "lease_end_ms N" (when they
  * apply), "attempts N" lines, or one JSON object. Returns 0 or CLI_FAIL. */

@@ -331,10 +331,12 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
     t.queue = argv[0];
     t.json = json;
     /* One that waits or streams shows in 'delayq consumers'; cli_close says
-     * it leaves. */
+     * it leaves. A bad --holder is the take's to refuse (exit 2). */
     dq_consumer *me = NULL;
+    if (!name && holder && cli_name_ok(holder))
+        name = holder;
     if (timeout_ms != 0 || t.want != 1)
-        cli_consumer_start(t.c, t.queue, name ? name : holder, &me);
+        cli_consumer_start(t.c, t.queue, name, &me);
     rc = run(&t, timeout_ms, !no_sched);
     cli_close(t.c);
     return rc;
