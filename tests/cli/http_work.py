@@ -137,7 +137,7 @@ section("release (issue 39): back uncounted; stale 409; the consumers endpoint")
 st, r = call(port, "POST", q("hw", "/items"), {"payload": "res", "id": "r1"}, PRODUCE)
 eq(st, 200, "offer r1")
 for n in range(3):
-    st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000}, CONSUME)
+    st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000, "wait_ms": 5000}, CONSUME)
     items = r.get("items", []) if isinstance(r, dict) else []
     ok(len(items) == 1 and items[0]["id"] == "r1" and items[0]["attempt"] == 1, f"take {n + 1} of r1: attempt 1", r)
     tokr = items[0]["token"] if items else "x"
@@ -149,7 +149,7 @@ st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr}, PRODUC
 eq(st, 403, "produce may not release")
 st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr, "error": "x"}, CONSUME)
 eq(st, 400, "release takes no error text")
-st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000}, CONSUME)
+st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000, "wait_ms": 5000}, CONSUME)
 items = r.get("items", []) if isinstance(r, dict) else []
 tokr = items[0]["token"] if items else "x"
 st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr, "delay_ms": 60000}, CONSUME)
