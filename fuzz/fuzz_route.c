@@ -55,7 +55,7 @@ static void check(const cli_request *rq, const char *token, const cli_route *r)
     if (r->ep == CLI_EP_PAGE || r->ep == CLI_EP_METRICS || r->ep == CLI_EP_QUEUES) return;
     if (!dq__queue_valid(r->queue) || !strstr(rq->path, r->queue)) abort();
     if (r->ep == CLI_EP_ITEM || r->ep == CLI_EP_CANCEL || r->ep == CLI_EP_REDRIVE_ONE || r->ep == CLI_EP_ACK ||
-        r->ep == CLI_EP_NACK || r->ep == CLI_EP_EXTEND) {
+        r->ep == CLI_EP_NACK || r->ep == CLI_EP_EXTEND || r->ep == CLI_EP_RELEASE) {
         if (!dq__id_valid(r->id) || !strstr(rq->path, r->id)) abort();
     }
     if (r->ep == CLI_EP_ITEMS) {

@@ -246,6 +246,11 @@ typedef struct dq_options {
                                 verify the chain and the name; a failure is
                                 DQ_ECONNECT from dq_connect, with the cause
                                 in dq_client_errstr                        */
+    int consumer_beat_ms;    /* how often a consumer (dq_consumer_start, and
+                                every dq_worker) beats: it counts as live
+                                for 3 x this after its last beat, so one
+                                that dies leaves the list within that;
+                                default 15000, at least 100                 */
 } dq_options;
 
 /* Fills *opts with the defaults above. */
@@ -461,6 +466,8 @@ typedef struct dq_stats {
     int64_t overdue_ms;     /* how long the earliest pending item or lease
                                end has been past due (server ms), 0 when
                                none is: work that waits for a scheduler   */
+    int64_t exists;         /* 1 when any of the queue's keys exists in
+                               Redis; 0 for a queue never used (or wiped) */
 } dq_stats;
 
 /* Counts of one queue. Returns 0 and fills *stats, or a negative code.
@@ -1030,6 +1037,47 @@ typedef struct dq_worker_counters {
 } dq_worker_counters;
 
 DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out);
+
+/* ------------------------------------------------------------------ consumers */
+
+/* A consumer makes itself visible to the queue's operators ('delayq
+ * consumers', serve's API and dashboard): it beats in Redis, in the queue's
+ * slot, every consumer_beat_ms from the client's loop (no other traffic),
+ * with its name, start, items in hand and last beat (server times). A
+ * dq_worker registers itself (named by its take options' holder, else as
+ * below); a program that takes by itself registers with these calls. */
+#define DQ_CONSUMER_NAME_MAX 64 /* longest consumer name, in bytes */
+typedef struct dq_consumer dq_consumer;
+
+/* Registers a consumer of queue named name (1 to DQ_CONSUMER_NAME_MAX bytes
+ * of UTF-8, no control character; NULL: "host:pid", the host cut to fit),
+ * and beats for it about a second from now (then every consumer_beat_ms;
+ * never waited for), so a consumer gone within that second never shows
+ * and costs nothing in Redis. Returns 0 and sets *out,
+ * owned by the client until dq_consumer_stop or dq_client_free; DQ_EINVAL
+ * for a bad queue or name, DQ_ECONNECT before dq_connect, DQ_ENOMEM. A
+ * failed beat is logged (dq_set_log) and tried again at the next one. */
+DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) DQ_NODISCARD;
+/* The items the consumer holds now (>= 0): sent with its next beat. */
+DQ_EXPORT void dq_consumer_set_in_hand(dq_consumer *k, int64_t in_hand);
+/* Deregisters the consumer (a 'bye' sent now if it beat, not waited for;
+ * dq_client_free waits for it) and frees k. NULL is fine. dq_client_free does this for
+ * every consumer still registered. */
+DQ_EXPORT void dq_consumer_stop(dq_consumer *k);
+
+typedef struct dq_consumer_info {
+    char name[DQ_CONSUMER_NAME_MAX + 1];
+    int64_t started_ms;   /* server ms of its first beat                    */
+    int64_t in_hand;      /* items it held at its last beat                 */
+    int64_t last_seen_ms; /* server ms of its last beat                     */
+    int64_t now_ms;       /* the server's time when the list was read       */
+} dq_consumer_info;
+
+/* The live consumers of queue (those whose last beat still counts), by
+ * name, at most 1000. Returns 0 with *out a malloc'ed array of *n entries
+ * (the caller frees it with free(); NULL when *n is 0), or a negative code
+ * (*out NULL, *n 0). Synchronous; a read (FCALL_RO). */
+DQ_EXPORT int dq_consumers(dq_client *c, const char *queue, dq_consumer_info **out, size_t *n) DQ_NODISCARD;
 
 #ifdef __cplusplus
 }

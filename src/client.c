@@ -25,6 +25,7 @@ void dq_options_init(dq_options *o) {
     o->backoff_max_ms = -1;
     o->wait_replicas = 0;
     o->wait_timeout_ms = 1000;
+    o->consumer_beat_ms = 15000;
 }
 
 static int options_valid(const dq_options *o) {
@@ -34,7 +35,8 @@ static int options_valid(const dq_options *o) {
            o->backoff_base_ms >= -1 && o->backoff_max_ms >= -1 &&
            (o->backoff_base_ms < 0) == (o->backoff_max_ms < 0) &&
            o->backoff_max_ms >= o->backoff_base_ms && o->backoff_max_ms <= DQ_DUE_MAX_MS &&
-           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0;
+           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0 &&
+           o->consumer_beat_ms >= 100;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
@@ -150,6 +152,7 @@ void dq_client_free(dq_client *c) {
     if (!c) return;
     dq__worker_free_all(c);
     dq__take_free_all(c);
+    dq__consumers_free(c);
     dq__waiters_free(c);
     dq__sched_free_all(c);
     dq__offers_flush(c);

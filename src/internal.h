@@ -297,6 +297,7 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
                   DQ__LUA_METRICS, DQ__LUA_LIST, DQ__LUA_SHARDS,
                   DQ__LUA_RECURRING,
+                  DQ__LUA_BEAT, DQ__LUA_CONSUMERS,
                   DQ__LUA_COUNT };
 
 /* The slot of a queue's keys (their hash tag is the queue name). */
@@ -373,6 +374,9 @@ struct dq_client {
     dq_refused_fn *refused_fn;
     void *refused_privdata;
     struct dq__errlog *errlog;   /* errors that persist, by kind (backoff.c) */
+    struct dq_consumer *consumers; /* registered consumers (consumer.c)  */
+    ev_timer consumer_beat;      /* their beats, while there are any     */
+    int consumer_failed;         /* a beat failed: said once until one works */
     char errstr[DQ__ERRSTR_MAX];
 };
 
@@ -613,6 +617,11 @@ void dq__take_free_all(dq_client *c);
 /* Lets go of the waits on shards the takes left armed (waiter.c). */
 void dq__waiters_free(dq_client *c);
 void dq__worker_free_all(dq_client *c);
+/* Deregisters every consumer still registered (consumer.c). */
+void dq__consumers_free(dq_client *c);
+/* k's items in hand are *count from now on, read at each beat (a worker's
+ * counter; NULL: the value dq_consumer_set_in_hand sets). */
+void dq__consumer_count(dq_consumer *k, const int *count);
 
 /* Maps an error reply to a code and records its message (without the
  * " script: <sha>" tail) on the client, naming the queue's keys for

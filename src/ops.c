@@ -333,7 +333,7 @@ static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned sha
     sync_ints s;
     rc = dq__eval_ints_on(c, queue, at.name, 0, DQ__LUA_STATS, 5, 1, argv, &s);
     if (rc) return rc;
-    if (s.count != 9 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
+    if (s.count != 10 || s.v[6] < 0 || s.v[6] > DQ__SHARDS_MAX)
         return dq__fail(c, DQ_EPROTO, "unexpected stats reply");
     st->pending = s.v[0];
     st->ready = s.v[1];
@@ -343,6 +343,7 @@ static int shard_stats(dq_client *c, const char *queue, unsigned i, unsigned sha
     st->dead = s.v[5];
     st->schedulers = s.v[7];
     st->overdue_ms = s.v[8];
+    st->exists = s.v[9];
     *told = (unsigned)s.v[6];
     return 0;
 }
@@ -363,7 +364,7 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     for (int round = 0; round < DQ__SHARD_ROUNDS; round++) {
         unsigned shards = dq__shards_of(c, queue), told = shards;
         if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
-        dq_stats sum = {0, 0, -1, 0, 0, 0, 0, 0};
+        dq_stats sum = {0, 0, -1, 0, 0, 0, 0, 0, 0};
         for (unsigned i = 0; i < shards && told == shards; i++) {
             dq_stats one;
             int rc = shard_stats(c, queue, i, shards, &one, &told);
@@ -375,6 +376,7 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
             /* A scheduler of the queue beats on each shard it moves. */
             if (one.schedulers > sum.schedulers) sum.schedulers = one.schedulers;
             if (one.overdue_ms > sum.overdue_ms) sum.overdue_ms = one.overdue_ms;
+            if (one.exists) sum.exists = 1;
         }
         if (told == shards) {
             *st = sum;

@@ -61,6 +61,8 @@ static const struct {
     [DQ__LUA_LIST] = {{DQ_LUA_list_PARTS}, DQ_LUA_list_FN, 1},
     [DQ__LUA_SHARDS] = {{DQ_LUA_shards_PARTS}, DQ_LUA_shards_FN, 0},
     [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_BEAT] = {{DQ_LUA_beat_PARTS}, DQ_LUA_beat_FN, 0},
+    [DQ__LUA_CONSUMERS] = {{DQ_LUA_consumers_PARTS}, DQ_LUA_consumers_FN, 1},
 };
 
 /* Copies the n parts one after the other to out; returns the end. */

@@ -74,6 +74,7 @@ struct dq_worker {
     ev_timer retry;     /* a pause after a failed take                  */
     dq__backoff backoff; /* takes failed in a row: the pause grows      */
     dq_worker_counters counters;
+    dq_consumer *consumer; /* its beats (consumer.c), NULL once it leaves */
 };
 
 static void refill(dq_worker *w);
@@ -89,7 +90,14 @@ static void unlink_worker(dq_worker *w) {
     }
 }
 
+/* The worker leaves the consumers' list. */
+static void unregister(dq_worker *w) {
+    dq_consumer_stop(w->consumer);
+    w->consumer = NULL;
+}
+
 static void release(dq_worker *w) {
+    unregister(w);
     ev_prepare_stop(w->c->loop, &w->flush);
     ev_timer_stop(w->c->loop, &w->retry);
     for (size_t i = 0; i < w->nacks; i++) dq_msg_free(w->acks[i]);
@@ -282,6 +290,10 @@ dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, 
     w->retry.data = w;
     w->next = c->workers;
     c->workers = w;
+    /* Visible to 'delayq consumers' with its messages in hand; a worker
+     * that cannot register still works. */
+    if (dq_consumer_start(c, queue, opts->holder, &w->consumer) == 0)
+        dq__consumer_count(w->consumer, &w->counters.in_hand);
     refill(w);
     return w;
 }
@@ -411,6 +423,7 @@ void dq__worker_free_all(dq_client *c) {
     for (dq_worker *w = c->workers; w; w = w->next) {
         w->stopping = 1;
         flush_acks(w);
+        unregister(w); /* before the client's consumers go */
     }
     dq__take_free_all(c);
     while (c->workers) {

@@ -21,6 +21,9 @@
 --                         ends (see lib/75_holders.lua)
 --   P..schedulers  ZSET  the queue's schedulers (host:pid) by when their
 --                         last beat stops counting (see lib/75_holders.lua)
+--   P..c           ZSET  the queue's consumers (name) by when their last
+--                         beat stops counting (see lib/75_holders.lua)
+--   P..ci          HASH  the consumers' details: name -> started|in hand|seen
 --   dq:{Q}:r        LIST  ready entries, oldest first
 --   dq:{Q}:s        LIST  wake tokens, one per ready entry: a waiting consumer
 --                         BLPOPs one, so each entry wakes one waiter, not all

@@ -42,3 +42,14 @@ function seen.schedulers_live(P, now)
   local live = redis.pcall('ZRANGEBYSCORE', seen.schedulers_key(P), fmt(now), '+inf')
   return type(live) == 'table' and #live or 0
 end
+
+-- Consumers ------------------------------------------------------------------
+-- Every long-running consumer of a queue (a streaming or waiting take, a
+-- worker, serve's takes) beats in P..'c' (a sorted set: member, its name,
+-- host:pid by default; score, the server ms until which it counts as live)
+-- and keeps its details in P..'ci' (a hash: name -> "started|in hand|last
+-- seen", server ms), from beat.lua, on a timer of the client's (every
+-- dq_options.consumer_beat_ms, the beat counting three times that);
+-- consumers.lua lists the live ones. A consumer that exits cleanly says
+-- 'bye' and leaves both at once; one that dies stops counting when its last
+-- beat runs out, and a later beat of any consumer prunes it.

@@ -301,6 +301,21 @@ int cli_print_listed(const dq_listed *it, int json);
  * attempts. A new reference, or NULL when out of memory. */
 struct json_t *cli_json_lookup(const char *id, const dq_item_info *info);
 
+/* A live consumer of queue as JSON: name, queue, started_ms, in_hand,
+ * last_seen_ms, last_seen_ago_ms (cmd_consumers.c). A new reference, or
+ * NULL when out of memory. */
+struct json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci);
+
+/* Registers the running command as a consumer of queue named name (NULL:
+ * host:pid) into *out; a failure is said on stderr and leaves *out NULL
+ * (the command goes on, unseen). dq_consumer_stop or dq_client_free ends
+ * it (cmd_consumers.c). */
+void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out);
+/* 1 if name is a valid consumer --name of cmd; else says why on stderr and
+ * returns 0. cli_name_ok: the same check, saying nothing. */
+int cli_name_valid(const char *cmd, const char *name);
+int cli_name_ok(const char *name);
+
 /* Prints a look-up as "state S", "due_ms N" or "lease_end_ms N" (when they
  * apply), "attempts N" lines, or one JSON object. Returns 0 or CLI_FAIL. */
 int cli_print_lookup(const char *id, const dq_item_info *info, int json);
@@ -324,6 +339,7 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv);   /* cmd_offer.c */
 int cli_cmd_take(cli_env *env, int argc, char **argv);     /* cmd_take.c */
 int cli_cmd_schedule(cli_env *env, int argc, char **argv); /* cmd_schedule.c */
 int cli_cmd_stats(cli_env *env, int argc, char **argv);    /* cmd_stats.c */
+int cli_cmd_consumers(cli_env *env, int argc, char **argv); /* cmd_consumers.c */
 int cli_cmd_ack(cli_env *env, int argc, char **argv);      /* cmd_lease.c */
 int cli_cmd_nack(cli_env *env, int argc, char **argv);     /* cmd_lease.c */
 int cli_cmd_release(cli_env *env, int argc, char **argv);  /* cmd_lease.c */
@@ -348,6 +364,7 @@ extern const char cli_usage_cancel[];
 extern const char cli_usage_take[];
 extern const char cli_usage_schedule[];
 extern const char cli_usage_stats[];
+extern const char cli_usage_consumers[];
 extern const char cli_usage_ack[];
 extern const char cli_usage_nack[];
 extern const char cli_usage_release[];

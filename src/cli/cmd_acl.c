@@ -95,6 +95,7 @@ static const char *const commands_read[] = {
     "type", "time", "hget", "hexists", "hmget", "llen", "zcard", "zrange",
     "zrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     "get", /* a holder's key (lookup, list) */
+    "exists", /* stats: whether the queue has keys at all */
     NULL,
 };
 

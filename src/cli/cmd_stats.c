@@ -5,8 +5,11 @@
  * "pending N", "ready N", "next_due_in_ms N", "inflight N", "dead N" lines
  * (and "set_aside N" when some entries were set aside), "schedulers N",
  * "overdue_ms N", or with --json one
- * object holding the same fields, set_aside always included.
+ * object holding the same fields, set_aside always included. A queue never
+ * used (no keys, not in the registry) is an error (exit 1), not zeros.
  */
+#include <string.h>
+
 #include "cli/cli.h"
 
 const char cli_usage_stats[] =
@@ -31,7 +34,25 @@ const char cli_usage_stats[] =
     "                \"overdue_ms\":N}\n"
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
-    "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";
+    "Exit codes: 0 ok (a known queue, empty or not), 1 no such queue (never\n"
+    "offered to: no keys, not in the registry), 2 usage error, 3 Redis\n"
+    "unreachable or erroring.\n";
+
+/* 1 if queue is in the registry of queues offered to (dq_queues); 0 if not,
+ * or when the registry cannot be read (*rc gets the code). */
+static int registered(dq_client *c, const char *queue, int *rc)
+{
+    char **names;
+    size_t n;
+    int found = 0;
+    *rc = dq_queues(c, &names, &n);
+    if (*rc < 0)
+        return 0;
+    for (size_t i = 0; i < n && !found; i++)
+        found = strcmp(names[i], queue) == 0;
+    dq_queues_free(names, n);
+    return found;
+}
 
 int cli_cmd_stats(cli_env *env, int argc, char **argv)
 {
@@ -53,7 +74,14 @@ int cli_cmd_stats(cli_env *env, int argc, char **argv)
     if (rc)
         return rc;
     rc = dq_get_stats(c, argv[0], &st);
-    rc = rc < 0 ? cli_fail(c, rc, "stats") : cli_print_stats(&st, json);
+    if (rc >= 0 && !st.exists && !registered(c, argv[0], &rc)) {
+        cli_err("stats: no queue %s: never offered to (no keys, not in the registry)", argv[0]);
+        rc = CLI_NONE;
+    } else if (rc >= 0) {
+        rc = cli_print_stats(&st, json);
+    }
+    if (rc < 0)
+        rc = cli_fail(c, rc, "stats");
     dq_client_free(c);
     return rc;
 }

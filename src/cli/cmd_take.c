@@ -72,6 +72,11 @@ const char cli_usage_take[] =
     "                  next only once the reader has read every line before: no\n"
     "                  lease runs while its line waits in the pipe. A batch is\n"
     "                  faster, but its leases all start at once\n"
+    "  --name NAME     this consumer's name in 'delayq consumers' (1 to 64 bytes\n"
+    "                  of UTF-8); default: --holder, else host:pid. A take that\n"
+    "                  waits or streams (all but --timeout 0 --count 1) is\n"
+    "                  listed there while it runs (items in hand: 0, its items\n"
+    "                  are its reader's once printed)\n"
     "  --connect-wait DUR  while Redis cannot be reached at the start, try\n"
     "                  again (backoff 100ms to 5s) for up to DUR ('forever' for\n"
     "                  no limit); default 0: exit 3 at once\n"
@@ -287,14 +292,15 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
     const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL, *holder = NULL;
-    const char *batch = NULL, *wait = NULL;
+    const char *batch = NULL, *wait = NULL, *name = NULL;
     int64_t wait_ms = 0;
     int json = 0, no_sched = 0, npos;
     const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
                             {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
                             {"ack", &ack, NULL},        {"lease", &lease, NULL},
                             {"holder", &holder, NULL},  {"batch", &batch, NULL},
-                            {"connect-wait", &wait, NULL}, {NULL, NULL, NULL}};
+                            {"connect-wait", &wait, NULL}, {"name", &name, NULL},
+                            {NULL, NULL, NULL}};
     take_run t = {.want = 1, .batch = TAKE_BATCH};
     dq_take_opts take_opts;
     int64_t timeout_ms = -1;
@@ -316,12 +322,21 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
         rc = parse_batch(batch, t.opts != NULL, &t.batch);
     if (!rc && wait)
         rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc && name && !cli_name_valid("take", name))
+        rc = CLI_USAGE;
     if (!rc)
         rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
     if (rc)
         return rc;
     t.queue = argv[0];
     t.json = json;
+    /* One that waits or streams shows in 'delayq consumers'; cli_close says
+     * it leaves. A bad --holder is the take's to refuse (exit 2). */
+    dq_consumer *me = NULL;
+    if (!name && holder && cli_name_ok(holder))
+        name = holder;
+    if (timeout_ms != 0 || t.want != 1)
+        cli_consumer_start(t.c, t.queue, name, &me);
     rc = run(&t, timeout_ms, !no_sched);
     cli_close(t.c);
     return rc;

@@ -43,6 +43,7 @@ extern char **environ;
 const char cli_usage_work[] =
     "usage: delayq work QUEUE --exec CMD [--concurrency N] [--lease DUR]\n"
     "                  [--max-attempts N] [--pass-credentials] [--connect-wait DUR]\n"
+    "                  [--name NAME]\n"
     "\n"
     "Runs CMD (with /bin/sh -c) once for every item of QUEUE as it becomes due,\n"
     "until SIGINT or SIGTERM. Also moves due items of QUEUE to its ready list\n"
@@ -75,6 +76,9 @@ const char cli_usage_work[] =
     "                      DELAYQ_PASSWORD_FILE, DELAYQ_SENTINEL_PASSWORD_FILE\n"
     "                      and DELAYQ_KEY_FILE (those the worker has), for a\n"
     "                      CMD that runs delayq itself\n"
+    "  --name NAME         the worker's name in 'delayq consumers' and the holder\n"
+    "                      of its items (lookup, list); 1 to 64 bytes of UTF-8;\n"
+    "                      default: host:pid (consumers), no holder\n"
     "  --connect-wait DUR  while Redis cannot be reached at the start, try again\n"
     "                      (backoff 100ms to 5s) for up to DUR (0: exit 3 at\n"
     "                      once); default: forever\n"
@@ -538,7 +542,7 @@ static int parse_options(const char *conc, const char *lease, const char *max,
 int cli_cmd_work(cli_env *env, int argc, char **argv)
 {
     static const char *const names[] = {"QUEUE"};
-    const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL, *wait = NULL;
+    const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL, *wait = NULL, *name = NULL;
     int64_t wait_ms = -1;
     int pass = 0;
     const cli_opt opts[] = {{"exec", &exec, NULL},
@@ -547,6 +551,7 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
                             {"lease", &lease, NULL},
                             {"max-attempts", &max, NULL},
                             {"connect-wait", &wait, NULL},
+                            {"name", &name, NULL},
                             {NULL, NULL, NULL}};
     work_run r = {0};
     dq_take_opts take_opts;
@@ -567,8 +572,11 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
         rc = parse_options(conc, lease, max, &take_opts, &concurrency);
     if (!rc && wait)
         rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc && name && !cli_name_valid("work", name))
+        rc = CLI_USAGE;
     if (rc)
         return rc;
+    take_opts.holder = name; /* the worker's consumer name too */
     open_std_fds();
     r.queue = argv[0];
     r.cmd = exec;

@@ -49,6 +49,8 @@ static const char usage_main[] =
     "  schedules QUEUE [--json] | schedules QUEUE remove|pause|resume NAME\n"
     "                       list or change a queue's recurring schedules\n"
     "  stats QUEUE [--json] pending, ready, next_due_in_ms, inflight, dead of a queue\n"
+    "  consumers QUEUE [--json]\n"
+    "                       the live consumers of a queue: name, items in hand\n"
     "  dead QUEUE list [--json] | count | redrive [ID] | purge\n"
     "                       the items that ran out of attempts\n"
     "  config QUEUE [--lease DUR] [--max-attempts N] [--backoff-base DUR]\n"
@@ -138,6 +140,7 @@ static const command commands[] = {
     {"take", cli_cmd_take, cli_usage_take},
     {"schedule", cli_cmd_schedule, cli_usage_schedule},
     {"stats", cli_cmd_stats, cli_usage_stats},
+    {"consumers", cli_cmd_consumers, cli_usage_consumers},
     {"ack", cli_cmd_ack, cli_usage_ack},
     {"nack", cli_cmd_nack, cli_usage_nack},
     {"release", cli_cmd_release, cli_usage_release},

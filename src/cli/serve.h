@@ -77,6 +77,7 @@ void cli_view_failure(cli_view *v, dq_client *c, int rc);
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queues(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v);
+void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view *v);
 /* state, cursor and limit as the router checked them (cli_route). */
 void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
                     cli_view *v);
@@ -118,7 +119,9 @@ typedef enum cli_endpoint {
     CLI_EP_TAKE,        /* POST /api/queues/{q}/take                       */
     CLI_EP_ACK,         /* POST /api/queues/{q}/items/{id}/ack             */
     CLI_EP_NACK,        /* POST /api/queues/{q}/items/{id}/nack            */
-    CLI_EP_EXTEND       /* POST /api/queues/{q}/items/{id}/extend          */
+    CLI_EP_EXTEND,      /* POST /api/queues/{q}/items/{id}/extend          */
+    CLI_EP_RELEASE,     /* POST /api/queues/{q}/items/{id}/release         */
+    CLI_EP_CONSUMERS    /* GET /api/queues/{q}/consumers                   */
 } cli_endpoint;
 
 /* Bodies: CLI_BODY_MAX bytes for an offer, CLI_BODY_SMALL for the others. */

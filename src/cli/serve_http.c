@@ -124,6 +124,7 @@ static void answer(const cli_serve_conf *conf, const cli_route *r, const request
     case CLI_EP_ACK:
     case CLI_EP_NACK:
     case CLI_EP_EXTEND:
+    case CLI_EP_RELEASE:
         cli_view_lease(conf, r->ep, r->queue, r->id, rq->body, rq->len, v);
         return;
     case CLI_EP_METRICS:
@@ -140,6 +141,9 @@ static void answer(const cli_serve_conf *conf, const cli_route *r, const request
     switch (r->ep) {
     case CLI_EP_QUEUE:
         cli_view_queue(conf, r->queue, v);
+        break;
+    case CLI_EP_CONSUMERS:
+        cli_view_consumers(conf, r->queue, v);
         break;
     case CLI_EP_ITEMS:
         cli_view_items(conf, r->queue, r->state, r->cursor, r->limit, v);

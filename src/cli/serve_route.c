@@ -65,6 +65,7 @@ int cli_endpoint_role(cli_endpoint ep)
     case CLI_EP_ACK:
     case CLI_EP_NACK:
     case CLI_EP_EXTEND:
+    case CLI_EP_RELEASE:
         return CLI_ROLE_CONSUME;
     case CLI_EP_REDRIVE_ALL:
     case CLI_EP_REDRIVE_ONE:
@@ -178,14 +179,15 @@ static void route_items(cli_route *r, const cli_request *rq)
     r->ep = CLI_EP_ITEMS;
 }
 
-/* The lease verb an id path ends in ("/ack", "/nack", "/extend"), with
+/* The lease verb an id path ends in ("/ack", "/nack", "/extend", "/release"), with
  * its length in *sl; CLI_EP_ERROR if none. */
 static cli_endpoint lease_verb(const char *rest, size_t rl, size_t *sl)
 {
     static const struct {
         const char *s;
         cli_endpoint ep;
-    } verbs[] = {{"/ack", CLI_EP_ACK}, {"/nack", CLI_EP_NACK}, {"/extend", CLI_EP_EXTEND}};
+    } verbs[] = {{"/ack", CLI_EP_ACK}, {"/nack", CLI_EP_NACK}, {"/extend", CLI_EP_EXTEND},
+                 {"/release", CLI_EP_RELEASE}};
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
         *sl = strlen(verbs[i].s);
         if (rl > *sl && strcmp(rest + rl - *sl, verbs[i].s) == 0)
@@ -195,7 +197,7 @@ static cli_endpoint lease_verb(const char *rest, size_t rl, size_t *sl)
 }
 
 /* items/{id}: a look-up (GET), a cancel (DELETE) or a lease verb (POST
- * .../ack, /nack, /extend). */
+ * .../ack, /nack, /extend, /release). */
 static void route_item(cli_route *r, const cli_tokens *tokens, const cli_request *rq, const char *q, size_t qlen,
                        const char *id, size_t idlen)
 {
@@ -204,7 +206,7 @@ static void route_item(cli_route *r, const cli_tokens *tokens, const cli_request
     if (strcmp(rq->method, "POST") == 0) {
         ep = lease_verb(id, idlen, &sl);
         if (ep == CLI_EP_ERROR) {
-            refuse(r, 404, "no such path: POST takes .../items/{id}/ack, /nack or /extend");
+            refuse(r, 404, "no such path: POST takes .../items/{id}/ack, /nack, /extend or /release");
             return;
         }
         idlen -= sl;
@@ -242,6 +244,10 @@ static void route_queue(cli_route *r, const cli_tokens *tokens, const cli_reques
             route_items(r, rq);
         else
             r->ep = CLI_EP_QUEUE;
+    } else if (strcmp(rest, "consumers") == 0) {
+        if (method_is(r, rq->method, "GET") || take_queue(r, q, qlen))
+            return;
+        r->ep = CLI_EP_CONSUMERS;
     } else if (strcmp(rest, "take") == 0) {
         if (method_is(r, rq->method, "POST") || authorized(r, tokens, rq->authorization, CLI_EP_TAKE) ||
             take_queue(r, q, qlen))

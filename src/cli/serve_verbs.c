@@ -1,11 +1,11 @@
 /*
  * serve_verbs.c - the bodies of the HTTP API's work verbs: offer, take,
- * ack, nack and extend (JSON in), checked in full before anything changes,
+ * ack, nack, extend and release (JSON in), checked in full before anything changes,
  * and their answers (JSON out).
  *
  * Owns the rules of those bodies: known fields only, each of its type and
  * range, so that a bad request answers 400 {"error": ...} and changes
- * nothing. Offer, ack, nack and extend then run on the server thread's
+ * nothing. Offer, ack, nack, extend and release then run on the server thread's
  * client, as cancel does; a take's arguments go to the work thread
  * (serve_work.c), which waits without holding this thread.
  */
@@ -217,20 +217,25 @@ int cli_take_parse(const char *body, size_t len, cli_take_args *a, cli_view *v)
     return rc ? -1 : 0;
 }
 
-/* ------------------------------------------------------------ ack, nack, extend */
+/* ------------------------------------------------------------ ack, nack, extend, release */
 
 void cli_view_lease(const cli_serve_conf *conf, cli_endpoint ep, const char *queue, const char *id,
                     const char *body, size_t len, cli_view *v)
 {
     static const char *const ack_fields[] = {"token", NULL}, *const nack_fields[] = {"token", "delay_ms", "error", NULL},
-                             *const extend_fields[] = {"token", "lease_ms", NULL};
+                             *const extend_fields[] = {"token", "lease_ms", NULL},
+                             *const release_fields[] = {"token", "delay_ms", NULL};
     const char *token, *error;
     int64_t delay = -1, lease = -1;
     problem p;
     json_t *j = parse_body(body, len, 0, v);
     if (!j)
         return;
-    if (known_fields(j, ep == CLI_EP_ACK ? ack_fields : ep == CLI_EP_NACK ? nack_fields : extend_fields, &p) ||
+    const char *const *fields = ep == CLI_EP_ACK      ? ack_fields
+                                : ep == CLI_EP_NACK    ? nack_fields
+                                : ep == CLI_EP_RELEASE ? release_fields
+                                                       : extend_fields;
+    if (known_fields(j, fields, &p) ||
         string_field(j, "token", &token, &p) || string_field(j, "error", &error, &p) ||
         int_field(j, "delay_ms", 0, DQ_DUE_MAX_MS, &delay, &p) || int_field(j, "lease_ms", 1, DQ_DUE_MAX_MS, &lease, &p))
         ;
@@ -246,9 +251,10 @@ void cli_view_lease(const cli_serve_conf *conf, cli_endpoint ep, const char *que
         cli_view_error(v, 400, "%s", p.text);
         goto done;
     }
-    int rc = ep == CLI_EP_ACK    ? dq_ack(conf->c, queue, id, token)
-             : ep == CLI_EP_NACK ? dq_nack(conf->c, queue, id, token, delay, error)
-                                 : dq_extend(conf->c, queue, id, token, lease);
+    int rc = ep == CLI_EP_ACK       ? dq_ack(conf->c, queue, id, token)
+             : ep == CLI_EP_NACK    ? dq_nack(conf->c, queue, id, token, delay, error)
+             : ep == CLI_EP_RELEASE ? dq_release(conf->c, queue, id, token, delay)
+                                    : dq_extend(conf->c, queue, id, token, lease);
     if (rc < 0)
         cli_view_failure(v, conf->c, rc);
     else if (rc == 0)
@@ -257,7 +263,9 @@ void cli_view_lease(const cli_serve_conf *conf, cli_endpoint ep, const char *que
     else if (ep == CLI_EP_NACK)
         cli_view_json(v, 200, json_pack("{s:b}", "dead", rc == 2));
     else
-        cli_view_json(v, 200, json_pack("{s:b}", ep == CLI_EP_ACK ? "acked" : "extended", 1));
+        cli_view_json(v, 200, json_pack("{s:b}", ep == CLI_EP_ACK       ? "acked"
+                                                  : ep == CLI_EP_RELEASE ? "released"
+                                                                         : "extended", 1));
 done:
     json_decref(j);
 }

@@ -346,6 +346,9 @@ static json_t *queue_json(const char *name, const dq_metrics *m)
                         json_real(m->oldest_ready_age_ms > 0 ? seconds(m->oldest_ready_age_ms) : 0.0));
     json_object_set_new(o, "next_due_seconds",
                         m->stats.next_due_in_ms >= 0 ? json_real(seconds(m->stats.next_due_in_ms)) : json_null());
+    /* The dashboard's banner: overdue work and no scheduler alive. */
+    json_object_set_new(o, "schedulers", json_integer(m->stats.schedulers));
+    json_object_set_new(o, "overdue_seconds", json_real(seconds(m->stats.overdue_ms)));
     return o;
 }
 
@@ -417,6 +420,26 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
     json_object_set_new(lat, "count", json_integer(cum));
     json_object_set_new(o, "lateness", lat);
     view_json(v, 200, o);
+}
+
+/* ------------------------------------------------------------ consumers */
+
+/* GET /api/queues/{q}/consumers: {"consumers": [...]}, each as 'delayq
+ * consumers --json' prints it (cli_consumer_json). */
+void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view *v)
+{
+    dq_consumer_info *list;
+    size_t n;
+    int rc = dq_consumers(conf->c, queue, &list, &n);
+    if (rc) {
+        view_failure(v, conf->c, rc);
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, cli_consumer_json(queue, &list[i]));
+    free(list);
+    view_json(v, 200, json_pack("{s:o}", "consumers", arr));
 }
 
 /* ------------------------------------------------------------ items */

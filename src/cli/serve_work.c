@@ -7,7 +7,8 @@
  * ev_async to wake the loop) and suspends its connection; this thread
  * schedules the queue (dq_schedule: serve runs the scheduler of every queue
  * it takes from), starts dq_take_many_async, and when it ends fills the
- * take's answer and calls its done(), which resumes the connection. The
+ * take's answer and calls its done(), which resumes the connection; each
+ * queue taken from shows serve as its consumer ('delayq consumers'). The
  * client is used by this thread alone, from the moment it starts until it
  * is joined (then cli_work_stop frees it).
  */
@@ -15,6 +16,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +41,34 @@ struct cli_work {
     cli_take *inbox; /* mu's: handed over, not started yet     */
     int stopping;    /* mu's                                   */
     running *head;   /* the thread's: the takes under way      */
+    struct taken_from *queues; /* the thread's: queues it consumes */
 };
+
+/* A queue serve's takes consume, registered as its consumer (host:pid) in
+ * 'delayq consumers' from the first take on; the client says it leaves
+ * when it is freed. */
+struct taken_from {
+    struct taken_from *next;
+    char queue[DQ_QUEUE_MAX + 1];
+};
+
+/* Registers serve as a consumer of queue, once. Not being listed costs the
+ * take nothing, so a failure is left to the client's log. */
+static void consume_from(cli_work *w, const char *queue)
+{
+    for (struct taken_from *q = w->queues; q; q = q->next)
+        if (strcmp(q->queue, queue) == 0)
+            return;
+    dq_consumer *k;
+    struct taken_from *q = calloc(1, sizeof *q);
+    if (!q || dq_consumer_start(w->c, queue, NULL, &k) != 0) {
+        free(q);
+        return;
+    }
+    snprintf(q->queue, sizeof q->queue, "%s", queue);
+    q->next = w->queues;
+    w->queues = q;
+}
 
 /* ------------------------------------------------------------ answers */
 
@@ -134,6 +163,8 @@ static void start_take(cli_work *w, cli_take *t)
     dq_take_opts_init(&opts);
     opts.lease_ms = t->args.lease_ms;
     if (!rc)
+        consume_from(w, t->queue);
+    if (!rc)
         rc = dq_take_many_async(w->c, t->queue, &opts, t->args.wait_ms, t->args.count, on_taken, r, &r->req);
     if (rc) {
         cli_view_failure(&t->v, w->c, rc);
@@ -225,5 +256,10 @@ void cli_work_stop(cli_work *w)
     ev_async_send(w->loop, &w->wake);
     pthread_join(w->thread, NULL);
     pthread_mutex_destroy(&w->mu);
+    while (w->queues) {
+        struct taken_from *q = w->queues;
+        w->queues = q->next;
+        free(q);
+    }
     free(w);
 }

@@ -197,6 +197,12 @@ static int connect_try(const cli_env *env, struct ev_loop *loop, dq_client **out
         return CLI_USAGE;
     }
     tls_options(env, &opts);
+    /* $DELAYQ_CONSUMER_BEAT_MS: the consumers' beat, shortened by tests
+     * (100 ms to 60 s; anything else keeps the default). */
+    const char *beat = getenv("DELAYQ_CONSUMER_BEAT_MS");
+    long beat_ms = beat ? strtol(beat, NULL, 10) : 0;
+    if (beat_ms >= 100 && beat_ms <= 60000)
+        opts.consumer_beat_ms = (int)beat_ms;
     dq_client *c = dq_client_new(loop, &opts);
     int rc = c ? dq_connect(c, env->redis_url) : DQ_ENOMEM;
     sodium_memzero(pw, sizeof pw);

@@ -5,7 +5,9 @@
  * losing items, and argument checks; taking ahead of concurrency only while
  * handlers finish before they return, quickly, up to about a megabyte of
  * payloads a take, and the messages taken ahead waiting their turn when
- * handlers start keeping theirs.
+ * handlers start keeping theirs. Consumers (issue 39): a worker and a
+ * program's dq_consumer_start show in dq_consumers with their names and
+ * items in hand, and leave it when stopped; bad names and queues refused.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it).
  */
 #include "dqtest.h"
@@ -378,6 +380,53 @@ static void test_worker_free_with_client(void **state)
     free(s);
 }
 
+/* The consumers of a queue: one a program registers, one a worker is. */
+static void test_worker_consumers(void **state)
+{
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "workcons");
+    dq_options o;
+    dq_options_init(&o);
+    o.consumer_beat_ms = 200;
+    dq_client *c = dqt_client(&o);
+    dq_consumer *k = NULL;
+    assert_int_equal(dq_consumer_start(c, q, "bad\x01name", &k), DQ_EINVAL);
+    assert_null(k);
+    assert_int_equal(dq_consumer_start(c, "bad queue", NULL, &k), DQ_EINVAL);
+    DQT_EXPECT(c, dq_consumer_start(c, q, "prog-1", &k), 0);
+    dq_consumer_set_in_hand(k, 3);
+    dq_take_opts to;
+    dq_take_opts_init(&to);
+    to.holder = "wk";
+    work_state *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->c = c;
+    s->w = dq_worker_start_ex(c, q, 2, DQ_WORKER_NO_SCHEDULER, &to, handler, s);
+    assert_non_null(s->w);
+    dqt_run_for(c, 0.5);
+    dq_consumer_info *list;
+    size_t n;
+    DQT_EXPECT(c, dq_consumers(c, q, &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].name, "prog-1");
+    assert_int_equal(list[0].in_hand, 3);
+    assert_true(list[0].started_ms > 0 && list[0].started_ms <= list[0].last_seen_ms &&
+                list[0].last_seen_ms <= list[0].now_ms);
+    assert_string_equal(list[1].name, "wk");
+    assert_int_equal(list[1].in_hand, 0);
+    free(list);
+    dq_consumer_stop(k);
+    dq_worker_stop(s->w);
+    dqt_run_for(c, 0.2);
+    DQT_EXPECT(c, dq_consumers(c, q, &list, &n), 0);
+    assert_int_equal(n, 0);
+    assert_null(list);
+    assert_int_equal(dq_consumers(c, "bad queue", &list, &n), DQ_EINVAL);
+    dq_client_free(c);
+    free(s);
+}
+
 static void test_worker_invalid(void **state)
 {
     (void)state;
@@ -404,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_worker_no_scheduler),
         cmocka_unit_test(test_worker_stop_in_handler),
         cmocka_unit_test(test_worker_free_with_client),
+        cmocka_unit_test(test_worker_consumers),
         cmocka_unit_test(test_worker_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,12 +8,14 @@ networking, no extensions, a private profile under tmp), plus flags; it
 returns the driver, or None after a failed check (the test then finishes).
 The browser's console is kept for driver.get_log("browser"). serve_up(port)
 says whether a serve on 127.0.0.1:port answers /api/queues.
+page_helpers(driver) gives the helpers a test of the page uses: js (run a
+script), text (an element's text by id) and wait_until (poll, then check).
 """
 import os
 import shutil
 import urllib.request
 
-from dqtest import ok
+from dqtest import SLOW, ok, wait_for
 
 try:
     from selenium import webdriver
@@ -53,3 +55,23 @@ def serve_up(port):
             return r.status == 200
     except OSError:
         return False
+
+
+def page_helpers(driver):
+    """(js, text, wait_until) bound to driver: js(script, *args) runs a
+    script in the page; text(id) is an element's textContent (None if
+    absent); wait_until(pred, what, timeout, detail) polls pred every 0.1 s
+    up to timeout s (scaled), checks it with ok() and returns it, with
+    detail() shown when it fails."""
+    def js(script, *args):
+        return driver.execute_script(script, *args)
+
+    def text(elem_id):
+        return js("const e = document.getElementById(arguments[0]); return e ? e.textContent : null;", elem_id)
+
+    def wait_until(pred, what, timeout=10, detail=None):
+        got = wait_for(pred, timeout * SLOW, interval=0.1)
+        ok(got, what, detail() if (detail and not got) else None)
+        return got
+
+    return js, text, wait_until

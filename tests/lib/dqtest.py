@@ -458,8 +458,13 @@ def percentile(values, p):
 
 
 def stats(queue):
-    """delayq stats QUEUE --json as a dict (None, with a failed check, if it fails)."""
+    """delayq stats QUEUE --json as a dict (None, with a failed check, if it fails).
+    A queue never used (exit 1: no keys, not in the registry) holds nothing:
+    its counts are all 0 (next_due_in_ms -1)."""
     r = dq("stats", queue, "--json")
+    if r.rc == 1 and b"no queue" in r.err:
+        return {"pending": 0, "ready": 0, "next_due_in_ms": -1, "set_aside": 0, "inflight": 0, "dead": 0,
+                "schedulers": 0, "overdue_ms": 0}
     if not ok(r.rc == 0, f"stats {queue} --json exits 0", r):
         return None
     try:

@@ -128,9 +128,9 @@ ROWS = [
 section("every input error exits 2")
 for what, args, stdin in ROWS:
     check_usage(what, args, stdin)
-p = stats("q")
-if p is not None:
-    eq((p["pending"], p["ready"]), (0, 0), "no refused offer left anything behind")
+r = dq("stats", "q")
+ok(r.rc == 1 and b"no queue q" in r.err, "no refused offer or config left anything behind: q has no keys "
+   "(stats of a queue never used exits 1)", r)
 eq(dq("config", "q", "--json").text.strip(),
    '{"lease_ms":30000,"max_attempts":16,"backoff_base_ms":1000,"backoff_max_ms":600000,"shards":1}',
    "no refused config changed a setting")
@@ -197,6 +197,7 @@ r = dq("offer", "q", "30000d", "p", "--id", "far")
 eq(r.rc, 0, "offer 30000d (82 years) exits 0", )
 
 section("a stdout that cannot be written: exit 3 and a message")
+eq(dq("offer", "q", "1h", "x", "--id", "known").rc, 0, "offer to q (stats of a queue never used prints nothing)")
 with open("/dev/full", "wb") as full:
     import subprocess
     for what, args in [("config", ["config", "q"]), ("config --json", ["config", "q", "--json"]),

@@ -71,6 +71,6 @@ t0 = time.monotonic()
 r = dq("stats", "q", redis=False, env={"DELAYQ_REDIS": bad})
 ok(r.rc == 3 and one_line(r.err), "DELAYQ_REDIS naming a closed port: exit 3, one line", r)
 r = dq("stats", "q", "--json", redis=False, env={"DELAYQ_REDIS": URL})
-ok(r.rc == 0, "DELAYQ_REDIS naming the test server: works without --redis", r)
+ok(r.rc in (0, 1), "DELAYQ_REDIS naming the test server: works without --redis (0, or 1: q never used)", r)
 
 finish()

@@ -1,4 +1,6 @@
-"""stats.py - delayq stats QUEUE [--json]: pending, ready, next_due_in_ms."""
+"""stats.py - delayq stats QUEUE [--json]: pending, ready, next_due_in_ms.
+A queue never used (no keys, not in the registry) exits 1 with one line
+naming it and prints nothing; a known queue emptied prints zeros, exit 0."""
 import json
 import os
 import re
@@ -31,7 +33,14 @@ def as_json(queue):
         return {}
 
 
-section("an unknown queue")
+section("a queue never used: exit 1, one line, nothing printed")
+for args in (["stats", "never"], ["stats", "never", "--json"]):
+    r = dq(*args)
+    ok(r.rc == 1 and r.out == b"" and one_line(r.err) and b"no queue never" in r.err, " ".join(args) + ": exit 1", r)
+
+section("a known, empty queue: zeros")
+eq(dq("offer", "empty", "1h", "x", "--id", "gone").rc, 0, "offer to empty")
+eq(dq("cancel", "empty", "gone").rc, 0, "cancel it: empty, and known")
 v = plain("empty")
 eq((v.get("pending"), v.get("ready"), v.get("next_due_in_ms")), (0, 0, -1), "plain: 0 pending, 0 ready, -1")
 j = as_json("empty")

@@ -76,10 +76,12 @@ ok(r.rc == 2 and one_line(r.err), "a malformed URL in DELAYQ_REDIS: exit 2, one 
 usage_error(["--redis", "redis://127.0.0.1:notaport", "stats", "q"], "--redis with a bad port")
 
 section("where --redis may go")
+# Either reaches the test's server: 0, or 1 for a queue never used; not 3
+# (the environment's closed port).
 r = dq(f"--redis={URL}", "stats", "q", "--json", redis=False, env={"DELAYQ_REDIS": "redis://127.0.0.1:1"})
-eq(r.rc, 0, "--redis=URL before the command")
+ok(r.rc in (0, 1), "--redis=URL before the command", r)
 r = dq("stats", "q", "--json", "--redis", URL, redis=False, env={"DELAYQ_REDIS": "redis://127.0.0.1:1"})
-eq(r.rc, 0, "--redis URL after the command")
+ok(r.rc in (0, 1), "--redis URL after the command", r)
 usage_error(["stats", "q", "--redis"], "--redis without a value")
 r = dq("--version")
 ok(r.rc == 0 and r.out.startswith(b"delayq ") and one_line(r.out), "--version: exit 0, one line", r)

@@ -51,7 +51,7 @@ silent_url = URL.replace("redis-sentinel://", f"redis-sentinel://127.0.0.1:{sile
 t0 = time.monotonic()
 r = dq("--redis", silent_url, "stats", QP, redis=False)
 took = time.monotonic() - t0
-ok(r.rc == 0, "stats through a URL with a silent sentinel first works", r)
+ok(r.rc in (0, 1), "stats through a URL with a silent sentinel first works (1: QP not used yet)", r)
 ok(took < 1.5 * SLOW, "in well under the connect timeout (2 s): the others are a majority", took)
 silent.close()
 

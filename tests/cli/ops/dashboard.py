@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-from browser import chromium, serve_up  # noqa: E402
+from browser import chromium, page_helpers, serve_up  # noqa: E402
 
 try:
     from selenium.common.exceptions import StaleElementReferenceException
@@ -83,8 +83,7 @@ if driver is None:
 driver.set_page_load_timeout(20 * SLOW)
 
 
-def js(script, *args):
-    return driver.execute_script(script, *args)
+js, text, wait_until = page_helpers(driver)
 
 
 def cell(queue, cls):
@@ -94,10 +93,6 @@ def cell(queue, cls):
 
 def row_ids():
     return js("return [...document.querySelectorAll('#items tbody tr')].map(r => r.dataset.id);")
-
-
-def text(elem_id):
-    return js("const e = document.getElementById(arguments[0]); return e ? e.textContent : null;", elem_id)
 
 
 def click_fresh(by, selector, timeout=5):
@@ -125,12 +120,6 @@ def open_queue(queue):
 def click_in_row(row_id, cls):
     js("const r = [...document.querySelectorAll('#items tbody tr')].find(r => r.dataset.id === arguments[0]);"
        "r.querySelector('.' + arguments[1]).click();", row_id, cls)
-
-
-def wait_until(pred, what, timeout=10, detail=None):
-    got = wait_for(pred, timeout * SLOW, interval=0.1)
-    ok(got, what, detail() if (detail and not got) else None)
-    return got
 
 
 try:

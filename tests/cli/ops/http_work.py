@@ -1,6 +1,8 @@
 """http_work.py - the work verbs of `delayq serve`'s HTTP API (issue 38):
-offer (one, many), take (with and without a lease, waiting), ack, nack and
-extend, with the token roles, over real HTTP to a real serve process.
+offer (one, many), take (with and without a lease, waiting), ack, nack,
+extend and release (issue 39: back with no attempt counted, stale 409,
+consume role), the consumers endpoint (serve listed as its takes'
+consumer), with the token roles, over real HTTP to a real serve process.
 
 Checks: each verb's answer and its effect (looked up through the API and
 Redis); 4 long-polling consumers with leases and 2 producers, every item
@@ -130,6 +132,40 @@ t0 = time.monotonic()
 st, r = call(port, "POST", q("hw", "/take"), {"wait_ms": 700}, CONSUME)
 waited = time.monotonic() - t0
 ok(st == 200 and r == {"items": []} and 0.6 <= waited < 5 * SLOW, f"wait_ms 700: empty after {waited:.2f} s", r)
+
+section("release (issue 39): back uncounted; stale 409; the consumers endpoint")
+st, r = call(port, "POST", q("hw", "/items"), {"payload": "res", "id": "r1"}, PRODUCE)
+eq(st, 200, "offer r1")
+for n in range(3):
+    st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000, "wait_ms": 5000}, CONSUME)
+    items = r.get("items", []) if isinstance(r, dict) else []
+    ok(len(items) == 1 and items[0]["id"] == "r1" and items[0]["attempt"] == 1, f"take {n + 1} of r1: attempt 1", r)
+    tokr = items[0]["token"] if items else "x"
+    st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr}, CONSUME)
+    eq((st, r), (200, {"released": True}), f"release {n + 1} answers 200, released")
+st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr}, CONSUME)
+eq(st, 409, "a second release with the same (stale) token answers 409")
+st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr}, PRODUCE)
+eq(st, 403, "produce may not release")
+st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr, "error": "x"}, CONSUME)
+eq(st, 400, "release takes no error text")
+st, r = call(port, "POST", q("hw", "/take"), {"lease_ms": 30000, "wait_ms": 5000}, CONSUME)
+items = r.get("items", []) if isinstance(r, dict) else []
+tokr = items[0]["token"] if items else "x"
+st, r = call(port, "POST", q("hw", "/items/r1/release"), {"token": tokr, "delay_ms": 60000}, CONSUME)
+eq(st, 200, "release with delay_ms answers 200")
+st, r = call(port, "GET", q("hw", "/items/r1"))
+ok(st == 200 and r.get("state") == "pending" and r.get("due_ms", 0) >= server_ms() + 50000,
+   "released with delay_ms 60000: pending a minute away", r)
+st, r = call(port, "GET", q("hw", "/consumers"))
+cons = r.get("consumers", []) if isinstance(r, dict) else []
+ok(st == 200 and len(cons) == 1 and cons[0].get("queue") == "hw" and
+   cons[0].get("name", "").endswith(f":{server.pid}") and "in_hand" in cons[0] and "last_seen_ago_ms" in cons[0],
+   "GET .../consumers lists serve (host:pid) as the consumer of the queue it took from", r)
+st, r = call(port, "GET", q("hw-never-taken", "/consumers"))
+ok(st in (200, 404) and (st == 404 or r == {"consumers": []}), "a queue nobody takes from lists none", (st, r))
+st, r = call(port, "POST", q("hw", "/consumers"), {}, ADMIN)
+eq(st, 405, "POST .../consumers answers 405")
 
 # ------------------------------------------------------------------ errors
 section("every error status, changing nothing")

@@ -1,0 +1,24 @@
+-- consumers.lua: the live consumers of a queue, read only (see Consumers
+-- in lib/75_holders.lua).
+-- KEYS[1] the consumers (P..'c'), KEYS[2] their details (P..'ci').
+-- Returns {now_ms, then name, started_ms, in_hand, last_seen_ms for each
+-- consumer whose beat still counts (at most 1000, by name)}: one whose
+-- beats stopped is left out at once, whether or not a beat pruned it yet.
+local now = server_now_ms()
+local names = redis.call('ZRANGEBYSCORE', KEYS[1], fmt(now), '+inf', 'LIMIT', 0, 1000)
+table.sort(names)
+local out = {fmt(now)}
+if #names == 0 then return out end
+local details = redis.call('HMGET', KEYS[2], unpack(names))
+for i, name in ipairs(names) do
+  local d = details[i]
+  local started, hand, last = nil, nil, nil
+  if type(d) == 'string' then started, hand, last = string.match(d, '^(%d+)|(%d+)|(%d+)$') end
+  if started then
+    out[#out + 1] = name
+    out[#out + 1] = started
+    out[#out + 1] = hand
+    out[#out + 1] = last
+  end
+end
+return out
