@@ -38,7 +38,7 @@ endif
 WARN = -Wall -Wextra -Werror -Wstrict-prototypes -Wwrite-strings -Wmissing-prototypes \
        -Wshadow -Wpointer-arith -Wformat=2 -Wvla
 DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibility=hidden \
-            -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
+            -Iinclude -Isrc $(LAYER_INC) -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 LIBS = -lhiredis -lev -lsodium -lssl -lcrypto -lm
 # The CLI writes its JSON with jansson and serves HTTP with libmicrohttpd;
@@ -48,8 +48,11 @@ CLI_LIBS = -ljansson -lmicrohttpd
 # The scripts' shared code, joined in name order before each script.
 LUA_LIB = $(sort $(wildcard lua/lib/*.lua))
 LUA_SCRIPTS = $(wildcard lua/*.lua)
-LIB_SRC = $(wildcard src/*.c)
-CLI_SRC = $(wildcard src/cli/*.c)
+# The library's folders, one a layer, lowest first (docs/source-layout.md).
+LAYERS = util conn route ops
+LAYER_INC = $(LAYERS:%=-Isrc/%)
+LIB_SRC = $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+CLI_SRC = $(wildcard src/cli/*.c src/cli/serve/*.c)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 ITEST_SRC = $(wildcard tests/integration/*.c)
 EX_SRC = $(wildcard examples/*.c)
@@ -96,13 +99,13 @@ $(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_LIB) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
 	sh tools/embed-lua.sh $@ lua/lib $(LUA_SCRIPTS)
 
-$(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/dashboard.html
+$(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/serve/dashboard.html
 	@mkdir -p $(dir $@)
-	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/dashboard.html
+	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/serve/dashboard.html
 
-$(BUILD)/src/cli/serve_http.o: $(BUILD)/gen/dashboard.h
+$(BUILD)/src/cli/serve/serve_http.o: $(BUILD)/gen/dashboard.h
 
-$(BUILD)/%.o: %.c $(BUILD)/gen/scripts.h $(wildcard include/*.h src/*.h src/cli/*.h tests/*.h)
+$(BUILD)/%.o: %.c $(BUILD)/gen/scripts.h $(wildcard include/*.h src/*.h src/*/*.h src/cli/serve/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -c $< -o $@
 

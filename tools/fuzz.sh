@@ -8,14 +8,14 @@
 set -u
 BUILD=$1
 SECONDS_EACH=$2
-ar rcs "$BUILD/libcli.a" $(ls "$BUILD"/src/cli/*.o | grep -v '/main\.o$') || exit 2
+ar rcs "$BUILD/libcli.a" $(ls "$BUILD"/src/cli/*.o "$BUILD"/src/cli/serve/*.o | grep -v '/main\.o$') || exit 2
 failed=""
 for src in fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
     bin="$BUILD/fuzz/$name"
     mkdir -p "$BUILD/fuzz" "$BUILD/corpus/$name"
     clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Iinclude -Isrc -I"$BUILD/gen" -o "$bin" "$src" \
+        -fno-sanitize-recover=all -Iinclude -Isrc -Isrc/util -Isrc/conn -Isrc/route -Isrc/ops -I"$BUILD/gen" -o "$bin" "$src" \
         "$BUILD/libcli.a" "$BUILD/libdelayq.a" -lhiredis -lev -lsodium -lssl -lcrypto -ljansson -lm || {
         failed="$failed $name(build)"
         continue

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:9777"
 #define TOKEN_MIN 16
