@@ -359,6 +359,10 @@ struct dq_client {
     struct dq__offer_batch *offers; /* dq_offer_async calls not sent yet */
     ev_prepare offers_flush;        /* sends them before the loop polls  */
     int flushing;
+    /* dq__offers_flush, set by offer.c while offers are gathered: the
+     * operations' senders (ops.c) send them first through it, so commands
+     * keep call order without ops.c calling up into offer.c. */
+    void (*offers_send)(dq_client *c);
     dq_log_fn *log_fn;
     void *log_privdata;
     struct dq__registry *registry; /* queues this client registered (registry.c) */
@@ -454,7 +458,8 @@ void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
 
 /* Sends the offers dq_offer_async has gathered, as few script calls as
  * possible. Called before the loop polls and before any other command of
- * the operations goes out (dq__op_eval), so commands keep call order. */
+ * the operations goes out (dq__op_eval, through c->offers_send), so
+ * commands keep call order. */
 void dq__offers_flush(dq_client *c);
 /* dq__eval for the operations: gathered offers go first. */
 int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
@@ -496,6 +501,11 @@ void dq__epochs_free(dq_client *c);
 int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);
 /* Writes settings q to each of queue's `shards` shards (qconfig.c). */
 int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_queue_config *q);
+/* dq_queue_config_set without the shard count (qconfig.c): set's settings
+ * checked and written (set->shards only checked), what the queue has now
+ * in *now. 0, DQ_ENOTDURABLE, or a code. */
+int dq__config_settings_set(dq_client *c, const char *queue, const dq_queue_config *set,
+                            dq_queue_config *now);
 /* Changes queue's shard count to n, refused unless the queue is empty; the
  * new shards get settings q (shardconf.c). 0, DQ_ENOTDURABLE, or a code. */
 int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queue_config *q);
@@ -673,7 +683,7 @@ int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round,
  * DQ_EPROTO for a reply of another shape, or DQ_ENOMEM. */
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n);
 
-/* What a listing shows of a payload (dead.c): a sealed one that c's
+/* What a listing shows of a payload (ops.c): a sealed one that c's
  * keys open is replaced, in *payload and *len, by its plaintext (malloc'ed,
  * NUL-terminated); one they do not open stays the envelope, which the
  * caller can tell by dq__sealed. */
@@ -734,7 +744,7 @@ void dq__ack_args_pack(dq__ack_args *a);
 /* Integer from a reply element (integer or numeric string); 0 if neither. */
 int64_t dq__reply_int(const redisReply *r);
 /* A string reply's bytes as a malloc'ed C string (the caller frees), or
- * NULL without memory (dead.c). */
+ * NULL without memory (core.c). */
 char *dq__reply_dup(const redisReply *r);
 /* A transfer's list of cron schedules short of ticks (name, expression,
  * zone, last tick, per schedule): computes the next ticks of each and sends

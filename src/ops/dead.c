@@ -112,15 +112,6 @@ typedef struct dead_list {
     size_t n;
 } dead_list;
 
-char *dq__reply_dup(const redisReply *r) {
-    char *s = malloc(r->len + 1);
-    if (s) {
-        memcpy(s, r->str, r->len);
-        s[r->len] = '\0';
-    }
-    return s;
-}
-
 static int letter_from(dq_dead_letter *d, redisReply **f) {
     for (int i = 0; i < 7; i++)
         if (f[i]->type != REDIS_REPLY_STRING && f[i]->type != REDIS_REPLY_INTEGER) return DQ_EPROTO;
@@ -136,17 +127,6 @@ static int letter_from(dq_dead_letter *d, redisReply **f) {
     d->payload = dq__reply_dup(f[6]);
     d->payload_len = f[6]->len;
     return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
-}
-
-void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len) {
-    unsigned char *plain;
-    size_t plain_len;
-    if (!c->keyring || !dq__sealed(*payload, *len, NULL)) return;
-    if (dq__open(c->keyring, queue, id, strlen(id), *payload, *len, &plain, &plain_len) != 0) return;
-    plain[plain_len] = '\0';
-    free(*payload);
-    *payload = plain;
-    *len = plain_len;
 }
 
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n) {

@@ -329,6 +329,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     b->n++;
     b->bytes += item->payload_len;
     c->offers = b;
+    c->offers_send = dq__offers_flush;
     if (!ev_is_active(&c->offers_flush)) {
         ev_prepare_init(&c->offers_flush, on_prepare);
         c->offers_flush.data = c;

@@ -5,7 +5,8 @@
  * replies, and the small synchronous operations on one id or one queue:
  * cancel, lookup (with or without the payload) and stats. Each is one
  * script call on the node that serves the queue, the loop run until its
- * reply.
+ * reply. Also what listings share (a sealed payload shown opened, freeing
+ * a listing), which lookup, dead.c and observe.c all use.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,18 +60,23 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
 
 /* ------------------------------------------------------------ sending */
 
+/* Gathered offers go ahead of any later command (offer.c set the hook). */
+static void offers_first(dq_client *c) {
+    if (c->offers) c->offers_send(c);
+}
+
 int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
                 int nkeys, int nargs, const char **argv, const size_t *argvlen,
                 dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
-    dq__offers_flush(c); /* keep call order */
+    offers_first(c); /* keep call order */
     return dq__eval(c, queue, flags, script, nkeys, nargs, argv, argvlen, fn, privdata);
 }
 
 int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
                    const size_t *lens, dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
-    dq__offers_flush(c);
+    offers_first(c);
     return dq__route_argv(c, dq__queue_slot(queue), 0, argc, argv, lens, fn, privdata);
 }
 
@@ -78,13 +84,13 @@ void dq__wait(dq_client *c, const int *done) {
     /* A synchronous caller has nothing more to gather: send now, and write
      * the sockets now rather than on the loop's next writable event (one
      * poll and two epoll_ctl calls fewer per round trip). */
-    dq__offers_flush(c);
+    offers_first(c);
     if (c->router) dq__route_write_now(c);
     while (!*done) ev_run(c->loop, EVRUN_ONCE);
 }
 
 void dq__wait_all(dq_client *c, const int *left) {
-    dq__offers_flush(c);
+    offers_first(c);
     if (c->router) dq__route_write_now(c);
     while (*left > 0) ev_run(c->loop, EVRUN_ONCE);
 }
@@ -383,4 +389,28 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
         dq__shards_learn(c, queue, told);
     }
     return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+}
+
+/* ------------------------------------------------------------ what listings share */
+
+void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len) {
+    unsigned char *plain;
+    size_t plain_len;
+    if (!c->keyring || !dq__sealed(*payload, *len, NULL)) return;
+    if (dq__open(c->keyring, queue, id, strlen(id), *payload, *len, &plain, &plain_len) != 0) return;
+    plain[plain_len] = '\0';
+    free(*payload);
+    *payload = plain;
+    *len = plain_len;
+}
+
+void dq_listed_free(dq_listed *items, size_t n) {
+    if (!items) return;
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].id);
+        free(items[i].error);
+        free(items[i].reason);
+        free(items[i].payload);
+    }
+    free(items);
 }
