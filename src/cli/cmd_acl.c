@@ -161,7 +161,7 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "acl", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_acl);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("acl", npos, 1, -1, names, argv);
     for (int i = 0; !rc && i < npos; i++)

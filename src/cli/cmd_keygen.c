@@ -33,7 +33,7 @@ int cli_cmd_keygen(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "keygen", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_keygen);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("keygen", npos, 0, 0, names, argv);
     if (rc)

@@ -256,7 +256,7 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_parse(env, "serve", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_serve);
+        return CLI_HELP;
     for (int i = 0; !rc && i < npos; i++)
         rc = cli_check_queue(argv[i]);
     if (!rc)
