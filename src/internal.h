@@ -485,6 +485,16 @@ unsigned dq__shards_of(dq_client *c, const char *queue);
 void dq__shards_learn(dq_client *c, const char *queue, unsigned n);
 /* 1 with *n set if r is a script's "DQSHARDS n" refusal, else 0. */
 int dq__shards_refused(const redisReply *r, unsigned *n);
+/* Learning the count and routing again, written once. A reply that is a
+ * "DQSHARDS n" refusal (the call wrote nothing): n learned for queue, put
+ * in *told (if not NULL), and 1 returned: route the call again. Any other
+ * reply: 0. */
+int dq__shards_relearn(dq_client *c, const char *queue, const redisReply *reply, unsigned *told);
+/* Before round `round` (0 first) of a call routed by the count: the count
+ * to route by in *n and 0, or DQ_EBUSY (recorded) while the queue changes
+ * its count (0) or once DQ__SHARD_ROUNDS rounds were refused: the one
+ * bound of every operation. */
+int dq__shards_round(dq_client *c, const char *queue, int round, unsigned *n);
 void dq__shards_free(dq_client *c);
 
 /* Queues' epochs (epochs.c): a script's reply carried queue's (a shard's

@@ -124,9 +124,7 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     sync_ints *s = privdata;
     s->done = 1;
     s->status = code == DQ_ENOTDURABLE ? code : 0; /* made, values below */
-    unsigned told;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(s->c, s->queue, told);
+    if (dq__shards_relearn(s->c, s->queue, reply, NULL)) {
         s->status = DQ__ESHARDS;
     } else if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
@@ -177,9 +175,9 @@ int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigne
 
 int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, dq__shard_at *at,
                      unsigned *shards) {
-    unsigned n = dq__shards_of(c, queue);
-    if (!n || round == DQ__SHARD_ROUNDS)
-        return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    unsigned n;
+    int rc = dq__shards_round(c, queue, round, &n);
+    if (rc) return rc;
     if (shards) *shards = n;
     return dq__shard_at_init(c, at, queue, dq__shard_of_id(id, strlen(id), n), n, n);
 }
@@ -260,10 +258,8 @@ static int item_decode(item_call *s, const redisReply *reply) {
 
 static void item_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     item_call *s = privdata;
-    unsigned told;
     s->done = 1;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(s->c, s->queue, told);
+    if (dq__shards_relearn(s->c, s->queue, reply, NULL)) {
         s->status = DQ__ESHARDS;
     } else if (reply && reply->type == REDIS_REPLY_ARRAY) {
         int rc = item_decode(s, reply);
@@ -366,14 +362,15 @@ int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n) {
 int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     int bad = check_sync(c, queue, NULL, 0);
     if (bad) return bad;
-    for (int round = 0; round < DQ__SHARD_ROUNDS; round++) {
-        unsigned shards = dq__shards_of(c, queue), told = shards;
-        if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    for (int round = 0;; round++) {
+        unsigned shards;
+        int rc = dq__shards_round(c, queue, round, &shards);
+        if (rc) return rc;
+        unsigned told = shards;
         dq_stats sum = {0, 0, -1, 0, 0, 0, 0, 0};
         for (unsigned i = 0; i < shards && told == shards; i++) {
             dq_stats one;
-            int rc = shard_stats(c, queue, i, shards, &one, &told);
-            if (rc) return rc;
+            if ((rc = shard_stats(c, queue, i, shards, &one, &told)) != 0) return rc;
             sum.pending += one.pending, sum.ready += one.ready, sum.set_aside += one.set_aside;
             sum.in_flight += one.in_flight, sum.dead += one.dead;
             if (one.next_due_in_ms >= 0 && (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
@@ -388,7 +385,6 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
         }
         dq__shards_learn(c, queue, told);
     }
-    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
 }
 
 /* ------------------------------------------------------------ what listings share */
