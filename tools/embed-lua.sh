@@ -6,7 +6,7 @@
 #     LOAD), and a call (FCALL) then runs only its script, not the 1,300
 #     lines of common code that EVAL would run afresh each time;
 #   - each script on its own (the common code before it), for EVAL when a
-#     server lacks the library (it is loaded alongside; see src/script.c).
+#     server lacks the library (it is loaded alongside; see src/ops/script.c).
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
 # functions are <library>_<script>, so clients of different versions never
 # call each other's scripts. stats, lookup, metrics and list only read: they are flagged

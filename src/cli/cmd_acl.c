@@ -70,7 +70,7 @@ const char cli_usage_acl[] =
 
 /* What a client sends itself, and what its scripts call, on the queues'
  * keys. No EVAL, EVAL_RO or FUNCTION LOAD: a node without the library
- * refuses this user's fallback (src/script.c), and the error names 'delayq
+ * refuses this user's fallback (src/ops/script.c), and the error names 'delayq
  * functions load'. CLUSTER SLOTS and ASKING: the cluster router; ROLE: the
  * check that a node is a master; WAIT: --wait-replicas. */
 static const char *const commands_full[] = {

@@ -1,7 +1,7 @@
 /*
  * cmd_keygen.c - "delayq keygen": a new key line for sealed payloads.
  *
- * Prints one "dq-key-1 <key id> <key>" line (src/seal.c makes it from
+ * Prints one "dq-key-1 <key id> <key>" line (src/util/seal.c makes it from
  * libsodium's randombytes) for a key file: the first line of the file seals,
  * every line opens. Connects to nothing.
  */

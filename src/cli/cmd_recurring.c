@@ -5,7 +5,7 @@
  * Owns parsing a schedule's arguments (interval, --start/--end times,
  * --missed), reading its payload (the argument, else stdin, as offer),
  * and printing the listing as text lines or JSON. The schedules are data
- * in Redis (src/recurring.c): nothing here runs them; 'delayq schedule'
+ * in Redis (src/ops/recurring.c): nothing here runs them; 'delayq schedule'
  * (any number of them) does.
  */
 #include <errno.h>

@@ -219,7 +219,7 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     return 0;
 }
 
-/* Room an envelope takes beyond what it seals (src/seal.c: magic, key id,
+/* Room an envelope takes beyond what it seals (src/util/seal.c: magic, key id,
  * 24-byte nonce, 16-byte tag): a payload cut to payload_max plus this still
  * opens when what it seals fits payload_max. */
 #define SEAL_ROOM (DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN + 24 + 16)

@@ -51,7 +51,7 @@ typedef struct dq__delivery {
 
 /* As dq_take_many_async, for up to DQ__TAKE_BATCH_MAX items (dq_take_many
  * keeps to 64): a worker whose handlers are quick takes this many at once,
- * as each take and ack has a fixed cost in Redis (src/worker.c). */
+ * as each take and ack has a fixed cost in Redis (src/ops/worker.c). */
 #define DQ__TAKE_BATCH_MAX 256
 int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
                          int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
