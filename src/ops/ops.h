@@ -118,6 +118,8 @@ int dq__blpop(dq_client *c, dq__conn *conn, const char *key, dq__reply_fn *fn, v
 /* Gives n wake tokens back to the shard named shard (no reply awaited). */
 void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
 
+/* ------------------------------------------------------------ offers, sending, registry */
+
 /* Sends the offers dq_offer_async has gathered, as few script calls as
  * possible. Called before the loop polls and before any other command of
  * the operations goes out (dq__op_eval, through c->offers_send), so
@@ -135,6 +137,8 @@ int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
  * the loop, not waited for (registry.c). Called by every offer. */
 void dq__registry_note(dq_client *c, const char *queue);
 void dq__registry_free(dq_client *c);
+
+/* ------------------------------------------------------------ shard counts, epochs, settings */
 
 /* A script refused the shard count the call was routed by (never returned
  * to the caller: the operation learns the count and sends again). */
@@ -181,6 +185,8 @@ int dq__config_settings_set(dq_client *c, const char *queue, const dq_queue_conf
 /* Changes queue's shard count to n, refused unless the queue is empty; the
  * new shards get settings q (shardconf.c). 0, DQ_ENOTDURABLE, or a code. */
 int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queue_config *q);
+
+/* ------------------------------------------------------------ what operations share (ops.c) */
 
 /* Runs the loop until *done becomes non-zero (gathered offers and queued
  * commands are written first). */
@@ -268,6 +274,8 @@ int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_
  * caller can tell by dq__sealed. */
 void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len);
 
+/* ------------------------------------------------------------ settling (reliable.c, ackargs.c) */
+
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
 typedef void dq__settle_cb(dq_client *c, int status, void *privdata);
@@ -319,6 +327,8 @@ void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
  * of 3k (see lua/ack.lua). Other groups stay as they are. Call after the
  * last add, at most once: no add may follow. */
 void dq__ack_args_pack(dq__ack_args *a);
+
+/* ------------------------------------------------------------ recurring (recurring.c) */
 
 /* A transfer's list of cron schedules short of ticks (name, expression,
  * zone, last tick, per schedule): computes the next ticks of each and sends
