@@ -183,7 +183,7 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@sh tools/deps.sh clang
 	$(MAKE) CC=clang BUILD=build-fuzz SANITIZE=fuzzer-no-link,address,undefined fuzz-objs
-	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS) '$(LAYER_INC)'
 
 fuzz-objs: $(STATIC) $(CLI_OBJ)
 
