@@ -363,7 +363,7 @@ int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_resu
         if (rc) return rc;
         sync_offer s = {0, 0, result};
         rc = send_chunk(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, item, &id, 1,
-                            sync_chunk_done, &s);
+                        sync_chunk_done, &s);
         if (rc) return rc;
         dq__wait(c, &s.done);
         if (s.status != DQ__ESHARDS) return s.status;
