@@ -54,7 +54,7 @@ ifneq ($(WERROR),)
 WARN += -Werror
 endif
 DQ_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -fPIC -fvisibility=hidden \
-            -MMD -MP -Iinclude -Isrc -I$(BUILD)/gen $(CFLAGS)
+            -MMD -MP -Iinclude -Isrc $(LAYER_INC) -I$(BUILD)/gen $(CFLAGS)
 DQ_LDFLAGS = $(SAN_FLAGS) $(LDFLAGS)
 LIBS = -lhiredis -lev -lsodium -lssl -lcrypto -lm
 # The CLI writes its JSON with jansson and serves HTTP with libmicrohttpd;
@@ -64,8 +64,11 @@ CLI_LIBS = -ljansson -lmicrohttpd
 # The scripts' shared code, joined in name order before each script.
 LUA_LIB = $(sort $(wildcard lua/lib/*.lua))
 LUA_SCRIPTS = $(wildcard lua/*.lua)
-LIB_SRC = $(wildcard src/*.c)
-CLI_SRC = $(wildcard src/cli/*.c)
+# The library's folders, one a layer, lowest first (docs/source-layout.md).
+LAYERS = util conn route ops
+LAYER_INC = $(LAYERS:%=-Isrc/%)
+LIB_SRC = $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
+CLI_SRC = $(wildcard src/cli/*.c src/cli/serve/*.c)
 UNIT_SRC = $(wildcard tests/unit/*.c)
 ITEST_SRC = $(wildcard tests/integration/*.c)
 EX_SRC = $(wildcard examples/*.c)
@@ -112,9 +115,9 @@ $(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_LIB) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
 	sh tools/embed-lua.sh $@ lua/lib $(LUA_SCRIPTS)
 
-$(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/dashboard.html
+$(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/serve/dashboard.html
 	@mkdir -p $(dir $@)
-	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/dashboard.html
+	sh tools/embed-file.sh $@ dq_dashboard_html src/cli/serve/dashboard.html
 
 # The generated headers exist before anything compiles (order-only); after
 # that the .d files say who includes them (script.c, serve_http.c), and only
@@ -203,7 +206,7 @@ FUZZ_SECONDS ?= 60
 fuzz: deps
 	@sh tools/deps.sh clang
 	$(MAKE) CC=clang BUILD=build-fuzz SANITIZE=fuzzer-no-link,address,undefined fuzz-objs
-	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS) '$(LAYER_INC)'
 
 fuzz-objs: $(STATIC) $(CLI_OBJ)
 

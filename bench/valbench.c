@@ -30,8 +30,8 @@
  * common.lua followed by the script, as tools/embed-lua.sh assembles them.
  * The new ones are the bytes of the generated scripts.h. Both sets are
  * loaded with SCRIPT LOAD and called with EVALSHA, with the keys and
- * arguments the library sends (src/ops.c send_chunk, src/scheduler.c
- * transfer, src/take.c run_script), each set on a queue of its own.
+ * arguments the library sends (src/ops/ops.c send_chunk, src/ops/scheduler.c
+ * transfer, src/ops/take.c run_script), each set on a queue of its own.
  *
  * A round measures the old set, then the new one (A B A B ...); FLUSHALL
  * comes before each set's block. A block measures, in this order:
@@ -87,7 +87,7 @@
 #define PAYLOAD_LEN 16
 #define OFFER_DELAY "3600000" /* ms, as dqbench's offers                    */
 #define DEPTH 8               /* calls in flight (offers, takes)            */
-#define FILL_PER_CALL 100     /* src/ops.c CHUNK_ITEMS                      */
+#define FILL_PER_CALL 100     /* src/ops/ops.c CHUNK_ITEMS                      */
 #define FILL_PER_MS 100       /* due times of the transfer's items          */
 #define TAKE_MAX 64 /* items a take asks for (take_count: 64, or --calls' batch) */
 #define ROUNDS_MAX 9
@@ -323,7 +323,7 @@ typedef struct offer_ctx {
     char payload[FILL_PER_CALL][PAYLOAD_LEN + 1];
 } offer_ctx;
 
-/* The arguments of src/ops.c send_chunk: 4 keys, prefix, channel, the
+/* The arguments of src/ops/ops.c send_chunk: 4 keys, prefix, channel, the
  * shard count (scripts since issue 13), then id, payload, ms, flags digit
  * and id index bucket per item. */
 static void offer_build(void *ctx, long i, call *c) {
@@ -388,7 +388,7 @@ typedef struct transfer_ctx {
     long long moved, more;
 } transfer_ctx;
 
-/* The arguments of src/scheduler.c transfer() with the default options,
+/* The arguments of src/ops/scheduler.c transfer() with the default options,
  * for a run fired by a due time (no wake-token top-up). */
 static void transfer_build(void *ctx, long i, call *c) {
     const transfer_ctx *t = ctx;
@@ -440,7 +440,7 @@ typedef struct take_ctx {
 } take_ctx;
 
 /* The leases the leased takes handed out, for the ack case: id, token (as
- * src/take.c makes it: "<prefix><i>", then ".<score>" when the reply's
+ * src/ops/take.c makes it: "<prefix><i>", then ".<score>" when the reply's
  * first element is a lease record's score and not the older scripts' 1),
  * and the id's index bucket. */
 typedef struct leased {
@@ -456,7 +456,7 @@ static int ack_case; /* both sets have ack.lua */
 
 static void note_leases(const struct take_ctx *t, long i, const redisReply *r);
 
-/* The arguments of src/take.c run_script: a new request per call, not
+/* The arguments of src/ops/take.c run_script: a new request per call, not
  * woken by a token, max attempts the queue's. */
 static void take_build(void *ctx, long i, call *c) {
     take_ctx *t = ctx;
@@ -523,7 +523,7 @@ static void take_calls(const script_set *s, long calls, const char *lease) {
 
 /* ------------------------------------------------------------ ack */
 
-/* The arguments of src/reliable.c ack_send_shard: take_count leases a call,
+/* The arguments of src/ops/reliable.c ack_send_shard: take_count leases a call,
  * in the order taken (grouped by dq__ack_args, or as the triples the older
  * scripts take). */
 static void ack_build(void *ctx, long i, call *c) {
@@ -598,7 +598,7 @@ static void block(const script_set *s, double scale, figure *out) {
 /* ------------------------------------------------------------ calls by the clock */
 
 /* --calls: what one call of take and ack costs by the clock, for the
- * library as src/script.c runs it (FUNCTION LOAD once, then FCALL). A ready
+ * library as src/ops/script.c runs it (FUNCTION LOAD once, then FCALL). A ready
  * list, then cycles: each runs a plain take, a leased take and the ack of
  * that take's leases (packed, as dq_worker sends it), of 1, then 32, then
  * 64 items, one call at a time. Redis times each call itself: the usec INFO

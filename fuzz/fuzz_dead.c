@@ -1,6 +1,6 @@
 /*
  * fuzz_dead.c - libFuzzer target: the dead-letter list decoder
- * (dq__dead_letters_decode, src/reliable.c) on whatever hiredis parses from
+ * (dq__dead_letters_decode, src/ops/reliable.c) on whatever hiredis parses from
  * the bytes: dead.lua replies with fields that any writer of the dead-letter
  * hash could have planted. Every letter decoded must be complete, and the
  * list is freed as a caller frees it, also after a failure.

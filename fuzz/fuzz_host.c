@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

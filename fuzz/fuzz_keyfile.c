@@ -1,5 +1,5 @@
 /*
- * fuzz_keyfile.c - libFuzzer target: key files (src/seal.c) from any bytes.
+ * fuzz_keyfile.c - libFuzzer target: key files (src/util/seal.c) from any bytes.
  * A file that parses gives a keyring whose first key seals and every key
  * opens: a round trip of the input itself must give it back, and a
  * refusal's message must never hold the input's base64 keys (it names the

@@ -1,5 +1,5 @@
 /*
- * fuzz_seal.c - libFuzzer target: the sealed-payload opener (src/seal.c,
+ * fuzz_seal.c - libFuzzer target: the sealed-payload opener (src/util/seal.c,
  * dq__open_taken) on any bytes, as a consumer meets them in Redis. The first
  * byte picks the case: bit 0 allows plaintext, bit 1 takes without keys,
  * bit 2 names the shard "fuzz~1" instead of the queue "fuzz"; the rest is

@@ -5,7 +5,7 @@
 -- and its item count k (1..1000), then three per item: the middle of the
 -- item's token, its id, and the id's index bucket (computed by the client
 -- as id_key does, to spare the script a SHA-1 per item). An item's token is
--- prefix .. middle .. suffix. src/ackargs.c cuts a lease record's tokens
+-- prefix .. middle .. suffix. src/util/ackargs.c cuts a lease record's tokens
 -- ("<request>.<i>.<score>") into prefix "<request>.", middle i and suffix
 -- ".<score>", and puts the items of one record, one after the other, in one
 -- group; any other token is a group of its own (the whole token as prefix).

@@ -10,7 +10,7 @@
 -- with ARGV[5] the payload's whole length, with ARGV[6] the holder}: time
 -- is the due time (pending) or the lease's end (in flight), in ms; entry is
 -- the item as a ready entry (its id, due time, last error and payload;
--- src/codec.c decodes it). Pending items come by due time and in-flight ones
+-- src/util/codec.c decodes it). Pending items come by due time and in-flight ones
 -- by lease end: both share the slots, ordered by score. A page reads at most
 -- SCAN_MAX records, so a page of one state among many of the other may hold
 -- fewer than limit items and still have a next cursor. Records that do not

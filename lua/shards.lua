@@ -1,4 +1,4 @@
--- shards.lua: one step of changing a queue's shard count (src/shardconf.c),
+-- shards.lua: one step of changing a queue's shard count (src/ops/shardconf.c),
 -- on one shard's keys (the queue's own keys when it has one shard).
 -- KEYS[1] counters, KEYS[2] ready list, KEYS[3] dead-letter times
 -- ARGV[1] 'lock': ARGV[2] is the count the change starts from. Refuses with

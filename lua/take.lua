@@ -17,7 +17,7 @@
 -- shards_refusal; absent or '': not checked),
 -- ARGV[12] (optional) the holder the take names, 1 to 64 bytes:
 -- kept while the lease lasts (see lib/75_holders.lua). A sealed entry (its payload starts "\0dqs1", then
--- the 8-byte key id: src/seal.c) whose key the caller does not hold is not
+-- the 8-byte key id: src/util/seal.c) whose key the caller does not hold is not
 -- handed out: it stays ready for a consumer that holds the key, moved to
 -- the tail of the ready list (with its wake token), and the take goes on to
 -- the entries behind it, popping up to PASS_MAX such entries a call. So an

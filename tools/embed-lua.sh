@@ -6,11 +6,11 @@
 #     LOAD), and a call (FCALL) then runs only its script, not the 1,300
 #     lines of common code that EVAL would run afresh each time;
 #   - each script on its own (the common code before it), for EVAL when a
-#     server lacks the library (it is loaded alongside; see src/script.c).
+#     server lacks the library (it is loaded alongside; see src/ops/script.c).
 # The header holds each text once: the common code, each script's body and
 # the library's prologue, as byte arrays, and the order that joins them:
 # DQ_LUA_LIBRARY_PARTS (the library) and DQ_LUA_<name>_PARTS (the EVAL
-# text), lists of {bytes, length} that src/script.c joins where it sends
+# text), lists of {bytes, length} that src/ops/script.c joins where it sends
 # them. (Joined here, the common code was carried 16 times: 0.9 MB of the
 # library's 1.2 MB of code.)
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its

@@ -1,21 +1,23 @@
 #!/bin/sh
-# tools/fuzz.sh BUILD SECONDS - builds every fuzz/fuzz_*.c as a libFuzzer
+# tools/fuzz.sh BUILD SECONDS LAYER_INC - builds every fuzz/fuzz_*.c as a libFuzzer
 # target against the objects `make fuzz` built in BUILD (clang,
 # -fsanitize=fuzzer-no-link,address,undefined) and runs each for SECONDS on
 # its seed corpus (fuzz/corpus/NAME, read only; new inputs go to
 # BUILD/corpus/NAME) with its dictionary (fuzz/NAME.dict) if any. Crash
 # inputs are written as BUILD/crash-NAME-*. Exits 1 if any target failed.
+# LAYER_INC: the library folders' include flags (the Makefile's LAYER_INC).
 set -u
 BUILD=$1
 SECONDS_EACH=$2
-ar rcs "$BUILD/libcli.a" $(ls "$BUILD"/src/cli/*.o | grep -v '/main\.o$') || exit 2
+LAYER_INC=$3
+ar rcs "$BUILD/libcli.a" $(ls "$BUILD"/src/cli/*.o "$BUILD"/src/cli/serve/*.o | grep -v '/main\.o$') || exit 2
 failed=""
 for src in fuzz/fuzz_*.c; do
     name=$(basename "$src" .c)
     bin="$BUILD/fuzz/$name"
     mkdir -p "$BUILD/fuzz" "$BUILD/corpus/$name"
     clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-        -fno-sanitize-recover=all -Iinclude -Isrc -I"$BUILD/gen" -o "$bin" "$src" \
+        -fno-sanitize-recover=all -Iinclude -Isrc $LAYER_INC -I"$BUILD/gen" -o "$bin" "$src" \
         "$BUILD/libcli.a" "$BUILD/libdelayq.a" -lhiredis -lev -lsodium -lssl -lcrypto -ljansson -lm || {
         failed="$failed $name(build)"
         continue

@@ -66,7 +66,7 @@
 -- What the scripts read from Redis is outside input: another client, an
 -- older delayq, a manual HSET or a bug can leave anything in these keys.
 -- Every record, entry, id, count, time, setting and key type read back is
--- checked as strictly as an offer's arguments (the id rule of src/codec.c,
+-- checked as strictly as an offer's arguments (the id rule of src/util/codec.c,
 -- numbers within their ranges, lengths within the record), and every loop
 -- is bounded by a constant or an argument, never by a number read from
 -- Redis. What fails:
@@ -92,7 +92,7 @@ local SCORE_MAX = (DUE_MAX + 1) * ORD - 1 -- below 2^53: exact as a Lua number
 local SLOT_CAP = 64
 local ID_BUCKETS = 32768
 local ID_MAX = 128
-local SHARDS_MAX = 64 -- DQ__SHARDS_MAX (src/util.h)
+local SHARDS_MAX = 64 -- DQ__SHARDS_MAX (src/util/util.h)
 local TOKEN_MAX = 64
 -- Attempts and max attempts, as records keep them: 9 digits, so the client
 -- holds them in an int. An entry claiming ATTEMPTS_MAX cannot be delivered
@@ -146,7 +146,7 @@ local function id_bytes_ok(id)
   return string.find(id, '^[!-~]*$') ~= nil
 end
 
--- Whether id follows the id rule (dq__id_valid in src/codec.c): 1..128
+-- Whether id follows the id rule (dq__id_valid in src/util/codec.c): 1..128
 -- bytes of 0x21..0x7e.
 local function id_ok(id)
   local n = #id

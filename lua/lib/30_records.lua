@@ -109,7 +109,7 @@ end
 -- The head of a ready entry, as strings: due, attempts (before this
 -- delivery), then as numbers the id length, the error length and the
 -- position of the id, then the id; nil and a reason if it cannot be
--- decoded. Checks what the client's decoder (src/codec.c) checks, so an
+-- decoded. Checks what the client's decoder (src/util/codec.c) checks, so an
 -- entry the script hands out decodes: due and ready times 0..DUE_MAX,
 -- attempts below ATTEMPTS_MAX, an id that follows the id rule, lengths
 -- that fit.
@@ -138,7 +138,7 @@ local function entry_head(e)
 end
 
 -- The key id (16 hex digits) of a sealed payload starting at byte ppos of
--- entry e (src/seal.c: "\0dqs1", the 8-byte key id, a 24-byte nonce, at
+-- entry e (src/util/seal.c: "\0dqs1", the 8-byte key id, a 24-byte nonce, at
 -- least a 16-byte tag), or nil for a payload that is not sealed.
 local SEAL_MAGIC, SEAL_OVERHEAD = '\0dqs1', 53
 local function sealed_key(e, ppos)

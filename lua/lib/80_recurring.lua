@@ -31,7 +31,7 @@
 -- wlast (the last tick ever put in win; -1 none yet; -3 no more to come).
 -- Ticks of 'every' are start + k * every. Ticks of 'cron' need the tz
 -- database, which scripts cannot read: the client computes them
--- (src/cron.c) and puts them in win, recur.WIN at a time; when fewer than
+-- (src/util/cron.c) and puts them in win, recur.WIN at a time; when fewer than
 -- recur.LOW are left, the transfer asks its scheduler for more (its reply's
 -- 8th element), which sends them with recurring.lua's 'refill' (applied
 -- only if wlast is still what it computed from, so concurrent schedulers

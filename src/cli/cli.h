@@ -30,7 +30,8 @@ enum cli_exit {
                            --wait-replicas confirmed it in --wait-timeout  */
 };
 
-/* Returned by cli_parse() when --help (or -h) was given. Not an exit code. */
+/* Returned by cli_parse() when --help (or -h) was given, and by a command
+ * to main.c, which prints the command's usage. Not an exit code. */
 #define CLI_HELP (-1)
 
 /* Settings that hold for the whole run, whatever the command. */
@@ -333,7 +334,8 @@ void cli_doctor_start(dq_client *c, unsigned flags, dq_finding **out, size_t *n)
 
 /* ------------------------------------------------------------ commands */
 
-/* Each takes the arguments after its name and returns an exit code. */
+/* Each takes the arguments after its name and returns an exit code, or
+ * CLI_HELP for --help (main.c prints the command's usage). */
 int cli_cmd_offer(cli_env *env, int argc, char **argv);    /* cmd_offer.c */
 int cli_cmd_cancel(cli_env *env, int argc, char **argv);   /* cmd_offer.c */
 int cli_cmd_take(cli_env *env, int argc, char **argv);     /* cmd_take.c */
@@ -383,7 +385,8 @@ extern const char cli_usage_every[];
 extern const char cli_usage_schedules[];
 extern const char cli_usage_cron[];
 
-/* Prints text to stdout; returns CLI_OK (for --help). */
+/* Prints text to stdout; returns CLI_OK (for --help), or CLI_FAIL when
+ * stdout cannot be written (output.c). */
 int cli_help(const char *text);
 
 #endif

@@ -70,7 +70,7 @@ const char cli_usage_acl[] =
 
 /* What a client sends itself, and what its scripts call, on the queues'
  * keys. No EVAL, EVAL_RO or FUNCTION LOAD: a node without the library
- * refuses this user's fallback (src/script.c), and the error names 'delayq
+ * refuses this user's fallback (src/ops/script.c), and the error names 'delayq
  * functions load'. CLUSTER SLOTS and ASKING: the cluster router; ROLE: the
  * check that a node is a master; WAIT: --wait-replicas. */
 static const char *const commands_full[] = {
@@ -162,7 +162,7 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "acl", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_acl);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("acl", npos, 1, -1, names, argv);
     for (int i = 0; !rc && i < npos; i++)

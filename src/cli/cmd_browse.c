@@ -58,7 +58,7 @@ int cli_cmd_lookup(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse_ids(env, "lookup", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_lookup);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("lookup", npos, 2, 2, names, argv);
     if (!rc)
@@ -112,7 +112,7 @@ int cli_cmd_list(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "list", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_list);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("list", npos, 1, 1, names, argv);
     if (!rc)

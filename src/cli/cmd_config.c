@@ -119,7 +119,7 @@ int cli_cmd_config(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "config", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_config);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("config", npos, 1, 1, names, argv);
     if (!rc)

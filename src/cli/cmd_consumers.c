@@ -5,7 +5,7 @@
  * consumer ("NAME in_hand N up_s N seen_s N") or with --json one object
  * per line, and the JSON form of a consumer that serve's API shares
  * (cli_consumer_json). The consumers are the long-running takes, workers
- * and serve's takes, which beat in Redis (src/consumer.c); one that stops
+ * and serve's takes, which beat in Redis (src/ops/consumer.c); one that stops
  * beating drops out within 3 beats (45 s by default).
  */
 #include <inttypes.h>
@@ -108,7 +108,7 @@ int cli_cmd_consumers(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "consumers", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_consumers);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("consumers", npos, 1, 1, names, argv);
     if (!rc)

@@ -143,7 +143,7 @@ int cli_cmd_dead(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse_ids(env, "dead", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_dead);
+        return CLI_HELP;
     if (!rc)
         rc = check_action(npos, argv, json);
     if (!rc)

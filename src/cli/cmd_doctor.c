@@ -87,7 +87,7 @@ int cli_cmd_doctor(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "doctor", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_doctor);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("doctor", npos, 0, 0, NULL, argv);
     if (!rc)

@@ -87,7 +87,7 @@ int cli_cmd_functions(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "functions", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_functions);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("functions", npos, 1, 1, names, argv);
     int load = !rc && strcmp(argv[0], "load") == 0;

@@ -1,7 +1,7 @@
 /*
  * cmd_keygen.c - "delayq keygen": a new key line for sealed payloads.
  *
- * Prints one "dq-key-1 <key id> <key>" line (src/seal.c makes it from
+ * Prints one "dq-key-1 <key id> <key>" line (src/util/seal.c makes it from
  * libsodium's randombytes) for a key file: the first line of the file seals,
  * every line opens. Connects to nothing.
  */
@@ -33,7 +33,7 @@ int cli_cmd_keygen(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "keygen", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_keygen);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("keygen", npos, 0, 0, names, argv);
     if (rc)

@@ -110,7 +110,7 @@ int cli_cmd_ack(cli_env *env, int argc, char **argv)
 
     int rc = lease_args(env, "ack", argc, argv, opts, 0);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_ack);
+        return CLI_HELP;
     if (!rc)
         rc = cli_connect(env, &c);
     if (rc)
@@ -122,16 +122,16 @@ int cli_cmd_ack(cli_env *env, int argc, char **argv)
 
 /* The start of nack and release (QUEUE ID TOKEN, options opts, one of them
  * --delay, its value at *delay, parsed into *delay_ms when given): *c is the
- * connected client, or NULL when the command is over already (help, a
- * usage error, no connection), with the exit code returned. */
-static int delayed_open(cli_env *env, const char *cmd, const char *usage, int argc, char **argv,
+ * connected client, or NULL when the command is over already (CLI_HELP, a
+ * usage error, no connection), with that code returned. */
+static int delayed_open(cli_env *env, const char *cmd, int argc, char **argv,
                         const cli_opt *opts, const char *const *delay, int64_t *delay_ms,
                         dq_client **c)
 {
     *c = NULL;
     int rc = lease_args(env, cmd, argc, argv, opts, 0);
     if (rc == CLI_HELP)
-        return cli_help(usage);
+        return CLI_HELP;
     if (!rc && *delay)
         rc = cli_parse_delay("", "delay", *delay, delay_ms);
     if (!rc)
@@ -148,7 +148,7 @@ int cli_cmd_nack(cli_env *env, int argc, char **argv)
     int64_t delay_ms = -1;
     dq_client *c;
 
-    int rc = delayed_open(env, "nack", cli_usage_nack, argc, argv, opts, &delay, &delay_ms, &c);
+    int rc = delayed_open(env, "nack", argc, argv, opts, &delay, &delay_ms, &c);
     if (!c)
         return rc;
     int n = dq_nack(c, argv[0], argv[1], argv[2], delay_ms, error);
@@ -166,7 +166,7 @@ int cli_cmd_release(cli_env *env, int argc, char **argv)
     int64_t delay_ms = 0;
     dq_client *c;
 
-    int rc = delayed_open(env, "release", cli_usage_release, argc, argv, opts, &delay, &delay_ms, &c);
+    int rc = delayed_open(env, "release", argc, argv, opts, &delay, &delay_ms, &c);
     if (!c)
         return rc;
     rc = settled(c, dq_release(c, argv[0], argv[1], argv[2], delay_ms), "release", argv);
@@ -182,7 +182,7 @@ int cli_cmd_extend(cli_env *env, int argc, char **argv)
 
     int rc = lease_args(env, "extend", argc, argv, opts, 1);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_extend);
+        return CLI_HELP;
     if (!rc)
         rc = cli_parse_delay("", "lease", argv[3], &lease_ms);
     if (!rc && lease_ms <= 0) {

@@ -252,7 +252,7 @@ int cli_cmd_offer(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "offer", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_offer);
+        return CLI_HELP;
     if (rc)
         return rc;
     if (batch)
@@ -269,7 +269,7 @@ int cli_cmd_cancel(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse_ids(env, "cancel", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_cancel);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("cancel", npos, 2, 2, names, argv);
     if (!rc)

@@ -5,7 +5,7 @@
  * Owns parsing a schedule's arguments (interval, --start/--end times,
  * --missed), reading its payload (the argument, else stdin, as offer),
  * and printing the listing as text lines or JSON. The schedules are data
- * in Redis (src/recurring.c): nothing here runs them; 'delayq schedule'
+ * in Redis (src/ops/recurring.c): nothing here runs them; 'delayq schedule'
  * (any number of them) does.
  */
 #include <errno.h>
@@ -203,7 +203,7 @@ int cli_cmd_every(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "every", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_every);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("every", npos, 3, 4, names, argv);
     if (!rc)
@@ -228,7 +228,7 @@ int cli_cmd_cron(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "cron", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_cron);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("cron", npos, 3, 4, names, argv);
     if (!rc)
@@ -328,7 +328,7 @@ int cli_cmd_schedules(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "schedules", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_schedules);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("schedules", npos, npos == 2 ? 3 : 1, 3, names, argv);
     if (!rc)

@@ -91,7 +91,7 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "schedule", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_schedule);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("schedule", npos, 1, -1, names, argv);
     for (int i = 0; !rc && i < npos; i++)

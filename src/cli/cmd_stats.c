@@ -64,7 +64,7 @@ int cli_cmd_stats(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "stats", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_stats);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("stats", npos, 1, 1, names, argv);
     if (!rc)

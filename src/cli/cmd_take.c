@@ -307,7 +307,7 @@ int cli_cmd_take(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "take", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_take);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("take", npos, 1, 1, names, argv);
     if (!rc)

@@ -559,7 +559,7 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
 
     int rc = cli_parse(env, "work", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_work);
+        return CLI_HELP;
     if (!rc)
         rc = cli_want_args("work", npos, 1, 1, names, argv);
     if (!rc)

@@ -3,9 +3,11 @@
  *
  * Owns what comes before the command name (--redis URL, --help, --version),
  * the default Redis URL ($DELAYQ_REDIS, else redis://127.0.0.1:6379), the
- * table of commands, "delayq help [COMMAND]" and the overall usage text.
- * Each command lives in its own cmd_*.c and returns the process's exit
- * code; a stdout that fails at the last flush turns success into exit 3.
+ * table of commands, "delayq help [COMMAND]", every command's --help (a
+ * command returns CLI_HELP; its usage is printed here, the one place) and
+ * the overall usage text. Each command lives in its own cmd_*.c and returns
+ * the process's exit code; a stdout that fails at the last flush turns
+ * success into exit 3.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -161,11 +163,6 @@ static const command commands[] = {
     {NULL, NULL, NULL},
 };
 
-int cli_help(const char *text)
-{
-    return cli_write_out(text, strlen(text)) ? CLI_FAIL : CLI_OK;
-}
-
 static const command *find_command(const char *name)
 {
     for (const command *c = commands; c->name; c++)
@@ -251,7 +248,10 @@ static int dispatch(int argc, char **argv)
         cli_err("unknown command '%s' (see 'delayq --help')", cli_quote(argv[i]));
         return CLI_USAGE;
     }
-    return c->run(&env, argc - i - 1, argv + i + 1);
+    /* Help is answered here, for every command: a command seeing --help
+     * only returns CLI_HELP. */
+    int rc = c->run(&env, argc - i - 1, argv + i + 1);
+    return rc == CLI_HELP ? cli_help(c->usage) : rc;
 }
 
 int main(int argc, char **argv)

@@ -120,6 +120,11 @@ int cli_write_out(const void *data, size_t len)
     return 0;
 }
 
+int cli_help(const char *text)
+{
+    return cli_write_out(text, strlen(text)) ? CLI_FAIL : CLI_OK;
+}
+
 int cli_out_close(void)
 {
     errno = 0;

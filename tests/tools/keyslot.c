@@ -1,5 +1,5 @@
 /*
- * keyslot.c - dq__key_slot (src/slot.c) as a filter, for tests/cli/scripts/keyslot.py
+ * keyslot.c - dq__key_slot (src/util/slot.c) as a filter, for tests/cli/scripts/keyslot.py
  * to compare against a real cluster node's CLUSTER KEYSLOT.
  *
  * Reads one key a line on stdin, written in hex (so keys may hold any byte,

@@ -1,5 +1,5 @@
 /*
- * shardnames.c - dq__shard_name (src/shard.c) as a command, for
+ * shardnames.c - dq__shard_name (src/util/shard.c) as a command, for
  * tests/cli/shards/shard_placement.py to place on a real cluster.
  *
  *   shardnames QUEUE N    prints the names of QUEUE's N shards, one a line

@@ -1,6 +1,6 @@
 /*
  * test_ackargs.c - unit tests of the ack script's grouped arguments
- * (src/ackargs.c): tokens cut at their last two dots, consecutive items of
+ * (src/util/ackargs.c): tokens cut at their last two dots, consecutive items of
  * one prefix and suffix in one group, any other token a group of its own,
  * and the cut always giving the token back (prefix .. middle .. suffix);
  * packing: a group of blocks 1..k in order becomes count "*k", the ids

@@ -1,6 +1,6 @@
 /*
  * test_backoff.c - unit tests of retrying through errors that persist
- * (src/backoff.c), on a client that never connects, whose loop never runs
+ * (src/conn/backoff.c), on a client that never connects, whose loop never runs
  * (so its ev_now stands still): which error codes persist, by their first
  * word only; the waits doubling from 20 ms to the 1 s cap, each in
  * [1/2, 1] of its step; and the log: a burst of one kind gives one line,

@@ -1,5 +1,5 @@
 /*
- * test_codec.c - unit tests of src/codec.c: queue-name and id rules at
+ * test_codec.c - unit tests of src/util/codec.c: queue-name and id rules at
  * their edges, key building with exact buffer sizes, the ready-entry decoder
  * on well-formed, binary and malformed input, and the set-aside encoder.
  */

@@ -1,5 +1,5 @@
 /*
- * test_cron.c - unit tests of src/cron.c: the next tick of cron expressions
+ * test_cron.c - unit tests of src/util/cron.c: the next tick of cron expressions
  * against a table of expressions, zones and instants (UTC; America/New_York
  * and Europe/Berlin across both of their 2026 DST transitions, and past
  * 2037 where the TZif footer's rule applies, Sydney's southern seasons

@@ -1,6 +1,6 @@
 /*
  * test_errors.c - unit tests of how delayq reads Redis's error replies
- * (src/errors.c): one table of the texts Redis 7.0 and Valkey 8 answer for
+ * (src/util/errors.c): one table of the texts Redis 7.0 and Valkey 8 answer for
  * each class, taken from each server's sources (Valkey rewrote NOSCRIPT's,
  * LOADING's, BUSY's, MISCONF's and the ACL refusals' prose), each of which
  * must land in its class; the near misses that must not (a code word

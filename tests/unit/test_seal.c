@@ -1,5 +1,5 @@
 /*
- * test_seal.c - unit tests of src/seal.c: key lines and files (format,
+ * test_seal.c - unit tests of src/util/seal.c: key lines and files (format,
  * errors by line and without key material, refused permissions), the
  * envelope round trip with every byte value, and what must not open: another
  * item, another queue, a flipped byte anywhere, a key the ring lacks. Also

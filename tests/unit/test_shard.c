@@ -1,5 +1,5 @@
 /*
- * test_shard.c - unit tests of src/shard.c: shard names (one shard is the
+ * test_shard.c - unit tests of src/util/shard.c: shard names (one shard is the
  * queue itself, more are "queue~tag" in slots at the middles of equal arcs),
  * how fairly 12 shards fall on the three masters `redis-cli --cluster
  * create` sets up, and how ids spread over the shards.

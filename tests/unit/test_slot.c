@@ -1,5 +1,5 @@
 /*
- * test_slot.c - unit tests of dq__key_slot (src/slot.c): the CRC16 check
+ * test_slot.c - unit tests of dq__key_slot (src/util/slot.c): the CRC16 check
  * value, slots Redis documents or returns for known keys, and each branch of
  * the hash-tag rule. tests/cli/scripts/keyslot.py compares thousands of random keys
  * against a real node's CLUSTER KEYSLOT.

@@ -1,5 +1,5 @@
 /*
- * test_text.c - unit tests of src/text.c: strict UTF-8 validation (table
+ * test_text.c - unit tests of src/util/text.c: strict UTF-8 validation (table
  * of classic edge cases, then an exhaustive cross-check against a reference
  * decoder), the growable buffer and its NUL invariant, and the escaping of
  * outside bytes into one line of text (dq__escape).

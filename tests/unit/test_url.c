@@ -1,6 +1,6 @@
 /*
  * test_url.c - unit tests of dq__url_parse, dq__url_mask and dq__url_redact
- * (src/url.c):
+ * (src/util/url.c):
  * every accepted form (single node, unix socket, sentinel, cluster) with each
  * field checked, every rejection with its exact message, and the promises
  * around them (out untouched on error, no password in messages nor in the

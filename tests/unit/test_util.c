@@ -1,8 +1,8 @@
 /*
  * test_util.c - unit tests of the small helpers: dq_parse_duration
- * (src/duration.c), dq_strerror (src/errors.c) and the libsodium wrapper
- * (src/ids.c: init, generated ids, uniform random numbers, base64) and the
- * id index bucket (src/idindex.c: SHA-1, as the Lua scripts compute it).
+ * (src/util/duration.c), dq_strerror (src/util/errors.c) and the libsodium wrapper
+ * (src/util/ids.c: init, generated ids, uniform random numbers, base64) and the
+ * id index bucket (src/util/idindex.c: SHA-1, as the Lua scripts compute it).
  * URL, codec and text helpers have their own test_url/test_codec/test_text.
  */
 #include <limits.h>

@@ -34,7 +34,7 @@ ID_MAX = 128
 QUEUE_MAX = 128
 ID_BUCKETS = 32768
 TAKE_MAX = 1000
-# What one offer call carries at most (as src/offer.c): the call's fixed
+# What one offer call carries at most (as src/ops/offer.c): the call's fixed
 # cost is paid once per many items, and Redis is never held for long.
 CHUNK_ITEMS = 100
 CHUNK_BYTES = 512 * 1024

@@ -8,7 +8,7 @@ group of the same record in one call acks through the same read; an item
 that extend moved to a record of its own is found through the id index by
 the token rebuilt from its cut; the record keeps exactly the items not yet
 acked, and the CLI acks those afterwards. Packed groups (count '*k', the ids
-joined, the buckets joined: src/ackargs.c packs a whole take so) ack a whole
+joined, the buckets joined: src/util/ackargs.c packs a whole take so) ack a whole
 take in one piece; one that is not a whole take (an id misnamed, a bucket
 malformed, ids short of the count, a record an earlier ack changed) is taken
 apart and each item judged on its own; packed groups that do not add up
@@ -41,7 +41,7 @@ def ack(*args):
 
 
 def cut(token):
-    """prefix, middle, suffix as src/ackargs.c cuts a lease token."""
+    """prefix, middle, suffix as src/util/ackargs.c cuts a lease token."""
     pre, mid, suf = token.rsplit(".", 2)
     return pre + ".", mid, "." + suf
 

@@ -1,4 +1,4 @@
-"""keyslot.py - dq__key_slot (src/slot.c) agrees with a real cluster node.
+"""keyslot.py - dq__key_slot (src/util/slot.c) agrees with a real cluster node.
 
 Starts its own redis-server in cluster mode (CLUSTER KEYSLOT exists only
 there; the suite's server is not one) on a free loopback port, in a temporary

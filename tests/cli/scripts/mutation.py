@@ -99,7 +99,7 @@ class Q:
 
 
 def ack_groups(pairs):
-    """ack.lua's items, grouped as src/ackargs.c groups them: each token cut
+    """ack.lua's items, grouped as src/util/ackargs.c groups them: each token cut
     at its last two dots into prefix, middle and suffix (a token with fewer
     dots is all prefix), consecutive items of one prefix and suffix in one
     group [prefix, suffix, count, (middle, id, bucket)...]."""

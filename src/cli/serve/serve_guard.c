@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 
 /* ------------------------------------------------------------ Host */
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 #include "util.h"
 
 #define OFFER_MANY_MAX 1000

@@ -25,19 +25,12 @@ static int dead_ints(dq_client *c, const char *queue, unsigned i, unsigned shard
     return dq__eval_ints_on(c, queue, at.name, flags, script, 5, 5, argv, s);
 }
 
-/* The shard count a dead-letter call goes by (DQ_EBUSY while it changes). */
-static int dead_shards(dq_client *c, const char *queue, int round, unsigned *shards) {
-    *shards = dq__shards_of(c, queue);
-    if (*shards && round < 3) return 0;
-    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
-}
-
 int dq_dead_count(dq_client *c, const char *queue, int64_t *n) {
     int rc = dq__not_in_callback(c);
     if (!rc) rc = dq__check_queue(c, queue);
     for (int round = 0; !rc; round++) {
         unsigned shards;
-        if ((rc = dead_shards(c, queue, round, &shards)) != 0) break;
+        if ((rc = dq__shards_round(c, queue, round, &shards)) != 0) break;
         int64_t sum = 0;
         for (unsigned i = 0; i < shards && !rc; i++) {
             dq__sync_ints s;
@@ -61,7 +54,7 @@ static int64_t dead_batches(dq_client *c, const char *queue, const char *op) {
     int not_durable = 0;
     for (int again = 0;; again++) {
         unsigned shards;
-        int rc = dead_shards(c, queue, again, &shards);
+        int rc = dq__shards_round(c, queue, again, &shards);
         if (rc) return rc;
         int64_t total = 0;
         for (unsigned i = 0; i < shards && !rc; i++) {
@@ -90,7 +83,7 @@ int64_t dq_dead_redrive(dq_client *c, const char *queue, const char *id) {
     if (!id) return dead_batches(c, queue, "redrive_all");
     for (int round = 0;; round++) {
         unsigned shards;
-        if ((rc = dead_shards(c, queue, round, &shards)) != 0) return rc;
+        if ((rc = dq__shards_round(c, queue, round, &shards)) != 0) return rc;
         dq__sync_ints s;
         rc = dead_ints(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, "redrive", id, &s);
         if (rc != DQ__ESHARDS) return rc ? rc : s.v[0];
@@ -112,15 +105,6 @@ typedef struct dead_list {
     size_t n;
 } dead_list;
 
-char *dq__reply_dup(const redisReply *r) {
-    char *s = malloc(r->len + 1);
-    if (s) {
-        memcpy(s, r->str, r->len);
-        s[r->len] = '\0';
-    }
-    return s;
-}
-
 static int letter_from(dq_dead_letter *d, redisReply **f) {
     for (int i = 0; i < 7; i++)
         if (f[i]->type != REDIS_REPLY_STRING && f[i]->type != REDIS_REPLY_INTEGER) return DQ_EPROTO;
@@ -136,17 +120,6 @@ static int letter_from(dq_dead_letter *d, redisReply **f) {
     d->payload = dq__reply_dup(f[6]);
     d->payload_len = f[6]->len;
     return d->id && d->reason && d->error && d->payload ? 0 : DQ_ENOMEM;
-}
-
-void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len) {
-    unsigned char *plain;
-    size_t plain_len;
-    if (!c->keyring || !dq__sealed(*payload, *len, NULL)) return;
-    if (dq__open(c->keyring, queue, id, strlen(id), *payload, *len, &plain, &plain_len) != 0) return;
-    plain[plain_len] = '\0';
-    free(*payload);
-    *payload = plain;
-    *len = plain_len;
 }
 
 int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_t *n) {
@@ -167,9 +140,7 @@ int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_
 static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     dead_list *l = privdata;
     l->done = 1;
-    unsigned told;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(l->c, l->queue, told);
+    if (dq__shards_relearn(l->c, l->queue, reply, NULL)) {
         l->status = DQ__ESHARDS;
         return;
     }
@@ -255,7 +226,7 @@ int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
     if (rc) return rc;
     for (int round = 0;; round++) {
         unsigned shards;
-        if ((rc = dead_shards(c, queue, round, &shards)) != 0) return rc;
+        if ((rc = dq__shards_round(c, queue, round, &shards)) != 0) return rc;
         rc = dead_list_shards(c, queue, shards, offset, limit, out, n);
         if (rc != DQ__ESHARDS) return rc;
         dq_dead_letters_free(*out, *n); /* learned the count: list again */

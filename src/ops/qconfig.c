@@ -1,7 +1,8 @@
 /*
  * qconfig.c - a queue's own settings (lease, max attempts, backoff): get,
  * set and reset, kept in every shard of the queue by config.lua so each
- * shard's scripts read their own copy.
+ * shard's scripts read their own copy. The shard count is shardconf.c's,
+ * which calls down here for the settings (dq__config_settings_set).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -72,8 +73,8 @@ int dq_queue_config_get(dq_client *c, const char *queue, dq_queue_config *out) {
     return config_call(c, queue, values, out);
 }
 
-int dq_queue_config_set(dq_client *c, const char *queue, const dq_queue_config *set,
-                        dq_queue_config *out) {
+int dq__config_settings_set(dq_client *c, const char *queue, const dq_queue_config *set,
+                            dq_queue_config *now) {
     const int64_t v[4] = {set->lease_ms, set->max_attempts, set->backoff_base_ms,
                           set->backoff_max_ms};
     char values[4][24];
@@ -86,19 +87,7 @@ int dq_queue_config_set(dq_client *c, const char *queue, const dq_queue_config *
     if (set->shards < DQ_QUEUE_SETTING || set->shards > DQ__SHARDS_MAX)
         return dq__fail(c, DQ_EINVAL, "shard count %" PRId64 " out of range: 1..%d", set->shards,
                         DQ__SHARDS_MAX);
-    dq_queue_config now;
-    int rc = config_call(c, queue, values, &now);
-    if (rc && rc != DQ_ENOTDURABLE) return rc;
-    /* Even to the count the home holds: a cut-off change (shardconf.c) is
-     * finished or undone on the way. */
-    if (set->shards > 0) {
-        int change = dq__shards_change(c, queue, (unsigned)set->shards, &now);
-        if (change && change != DQ_ENOTDURABLE) return change;
-        if (change) rc = change;
-        now.shards = set->shards;
-    }
-    if (out) *out = now;
-    return rc;
+    return config_call(c, queue, values, now);
 }
 
 int dq_queue_config_reset(dq_client *c, const char *queue) {

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 #include "util.h"
 
 /* A take under way: its dq_take_req, so that a stop can cancel it. */

@@ -123,11 +123,10 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     dq_client *c = s->c;
     (void)conn;
     unsigned told;
-    if (dq__shards_refused(reply, &told) && !s->closing) {
+    if (!s->closing && dq__shards_relearn(c, s->owner, reply, &told)) {
         /* Another count: start over with the queue's (0, changing: keep
          * this set, and look again at the safety run). */
         dq__sched_core_failed(&s->core);
-        dq__shards_learn(c, s->owner, told);
         if (told) {
             char owner[DQ_QUEUE_MAX + 1];
             memcpy(owner, s->owner, sizeof owner);

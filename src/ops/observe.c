@@ -467,13 +467,3 @@ int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, 
     return 0;
 }
 
-void dq_listed_free(dq_listed *items, size_t n) {
-    if (!items) return;
-    for (size_t i = 0; i < n; i++) {
-        free(items[i].id);
-        free(items[i].error);
-        free(items[i].reason);
-        free(items[i].payload);
-    }
-    free(items);
-}

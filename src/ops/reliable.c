@@ -50,8 +50,7 @@ int64_t dq_backoff_ms(const dq_client *c, int attempt) {
  * code, or 0 for any other reply. */
 static int shards_refused(dq_client *c, const redisReply *reply, const char *queue) {
     unsigned n;
-    if (!dq__shards_refused(reply, &n)) return 0;
-    dq__shards_learn(c, queue, n);
+    if (!dq__shards_relearn(c, queue, reply, &n)) return 0;
     return dq__fail(c, DQ_EBUSY, "queue %s: its shard count is now %u: settle again", queue, n);
 }
 
@@ -185,8 +184,8 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
     if (n == 0 || n > DQ__ACK_BATCH) return dq__fail(c, DQ_EINVAL, "ack 1 to 256 deliveries");
     int rc = dq__check_queue(c, queue);
     if (rc) return rc;
-    unsigned shards = dq__shards_of(c, queue);
-    if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count", queue);
+    unsigned shards;
+    if ((rc = dq__shards_round(c, queue, 0, &shards)) != 0) return rc;
     ack_batch *b = malloc(sizeof *b);
     if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
     b->c = c;
@@ -271,7 +270,7 @@ static void sync_ack_cb(dq_client *c, int status, const int *results, size_t n, 
  * the client has just learned (a process that did not take the item, such
  * as 'delayq ack', starts out assuming 1). */
 static int settle_again(dq_client *c, const char *queue, int status, unsigned before, int round) {
-    return status == DQ_EBUSY && round < 2 && dq__shards_of(c, queue) != before;
+    return status == DQ_EBUSY && round + 1 < DQ__SHARD_ROUNDS && dq__shards_of(c, queue) != before;
 }
 
 int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {

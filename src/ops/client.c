@@ -64,8 +64,6 @@ dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
     return c;
 }
 
-const char *dq_client_errstr(const dq_client *c) { return c ? c->errstr : ""; }
-enum dq_refusal dq_client_refusal(const dq_client *c) { return dq__refusal_class(c ? c->errstr : NULL); }
 struct ev_loop *dq_client_loop(const dq_client *c) { return c->loop; }
 
 /* Copies one password of the options over the URL's into field (size

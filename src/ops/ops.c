@@ -5,7 +5,8 @@
  * replies, and the small synchronous operations on one id or one queue:
  * cancel, lookup (with or without the payload) and stats. Each is one
  * script call on the node that serves the queue, the loop run until its
- * reply.
+ * reply. Also what listings share (a sealed payload shown opened, freeing
+ * a listing), which lookup, dead.c and observe.c all use.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,18 +60,23 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
 
 /* ------------------------------------------------------------ sending */
 
+/* Gathered offers go ahead of any later command (offer.c set the hook). */
+static void offers_first(dq_client *c) {
+    if (c->offers) c->offers_send(c);
+}
+
 int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
                 int nkeys, int nargs, const char **argv, const size_t *argvlen,
                 dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
-    dq__offers_flush(c); /* keep call order */
+    offers_first(c); /* keep call order */
     return dq__eval(c, queue, flags, script, nkeys, nargs, argv, argvlen, fn, privdata);
 }
 
 int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
                    const size_t *lens, dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
-    dq__offers_flush(c);
+    offers_first(c);
     return dq__route_argv(c, dq__queue_slot(queue), 0, argc, argv, lens, fn, privdata);
 }
 
@@ -78,13 +84,13 @@ void dq__wait(dq_client *c, const int *done) {
     /* A synchronous caller has nothing more to gather: send now, and write
      * the sockets now rather than on the loop's next writable event (one
      * poll and two epoll_ctl calls fewer per round trip). */
-    dq__offers_flush(c);
+    offers_first(c);
     if (c->router) dq__route_write_now(c);
     while (!*done) ev_run(c->loop, EVRUN_ONCE);
 }
 
 void dq__wait_all(dq_client *c, const int *left) {
-    dq__offers_flush(c);
+    offers_first(c);
     if (c->router) dq__route_write_now(c);
     while (*left > 0) ev_run(c->loop, EVRUN_ONCE);
 }
@@ -118,9 +124,7 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     sync_ints *s = privdata;
     s->done = 1;
     s->status = code == DQ_ENOTDURABLE ? code : 0; /* made, values below */
-    unsigned told;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(s->c, s->queue, told);
+    if (dq__shards_relearn(s->c, s->queue, reply, NULL)) {
         s->status = DQ__ESHARDS;
     } else if (reply && reply->type == REDIS_REPLY_INTEGER) {
         s->v[0] = reply->integer;
@@ -171,9 +175,9 @@ int dq__shard_at_init(dq_client *c, dq__shard_at *at, const char *queue, unsigne
 
 int dq__shard_for_id(dq_client *c, const char *queue, const char *id, int round, dq__shard_at *at,
                      unsigned *shards) {
-    unsigned n = dq__shards_of(c, queue);
-    if (!n || round == DQ__SHARD_ROUNDS)
-        return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    unsigned n;
+    int rc = dq__shards_round(c, queue, round, &n);
+    if (rc) return rc;
     if (shards) *shards = n;
     return dq__shard_at_init(c, at, queue, dq__shard_of_id(id, strlen(id), n), n, n);
 }
@@ -215,7 +219,7 @@ int dq_lookup(dq_client *c, const char *queue, const char *id, dq_item_info *inf
     return 0;
 }
 
-/* Room an envelope takes beyond what it seals (src/seal.c: magic, key id,
+/* Room an envelope takes beyond what it seals (src/util/seal.c: magic, key id,
  * 24-byte nonce, 16-byte tag): a payload cut to payload_max plus this still
  * opens when what it seals fits payload_max. */
 #define SEAL_ROOM (DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN + 24 + 16)
@@ -254,10 +258,8 @@ static int item_decode(item_call *s, const redisReply *reply) {
 
 static void item_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     item_call *s = privdata;
-    unsigned told;
     s->done = 1;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(s->c, s->queue, told);
+    if (dq__shards_relearn(s->c, s->queue, reply, NULL)) {
         s->status = DQ__ESHARDS;
     } else if (reply && reply->type == REDIS_REPLY_ARRAY) {
         int rc = item_decode(s, reply);
@@ -361,14 +363,15 @@ int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n) {
 int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
     int bad = check_sync(c, queue, NULL, 0);
     if (bad) return bad;
-    for (int round = 0; round < DQ__SHARD_ROUNDS; round++) {
-        unsigned shards = dq__shards_of(c, queue), told = shards;
-        if (!shards) return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    for (int round = 0;; round++) {
+        unsigned shards;
+        int rc = dq__shards_round(c, queue, round, &shards);
+        if (rc) return rc;
+        unsigned told = shards;
         dq_stats sum = {0, 0, -1, 0, 0, 0, 0, 0, 0};
         for (unsigned i = 0; i < shards && told == shards; i++) {
             dq_stats one;
-            int rc = shard_stats(c, queue, i, shards, &one, &told);
-            if (rc) return rc;
+            if ((rc = shard_stats(c, queue, i, shards, &one, &told)) != 0) return rc;
             sum.pending += one.pending, sum.ready += one.ready, sum.set_aside += one.set_aside;
             sum.in_flight += one.in_flight, sum.dead += one.dead;
             if (one.next_due_in_ms >= 0 && (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
@@ -384,5 +387,28 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
         }
         dq__shards_learn(c, queue, told);
     }
-    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+}
+
+/* ------------------------------------------------------------ what listings share */
+
+void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len) {
+    unsigned char *plain;
+    size_t plain_len;
+    if (!c->keyring || !dq__sealed(*payload, *len, NULL)) return;
+    if (dq__open(c->keyring, queue, id, strlen(id), *payload, *len, &plain, &plain_len) != 0) return;
+    plain[plain_len] = '\0';
+    free(*payload);
+    *payload = plain;
+    *len = plain_len;
+}
+
+void dq_listed_free(dq_listed *items, size_t n) {
+    if (!items) return;
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].id);
+        free(items[i].error);
+        free(items[i].reason);
+        free(items[i].payload);
+    }
+    free(items);
 }

@@ -1,6 +1,6 @@
 /*
- * shardconf.c - changing a queue's shard count (dq_queue_config_set with
- * shards).
+ * shardconf.c - changing a queue's shard count, and dq_queue_config_set,
+ * which writes the settings first (qconfig.c) and then the count.
  *
  * Allowed only on an empty queue, so no item is ever left in a shard the
  * new count does not have. Each step is one script call on one shard
@@ -151,4 +151,21 @@ int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queu
         return set_all(c, queue, old, n, q);
     }
     return dq__fail(c, DQ_EBUSY, "queue %s: its shard count keeps changing: try again", queue);
+}
+
+int dq_queue_config_set(dq_client *c, const char *queue, const dq_queue_config *set,
+                        dq_queue_config *out) {
+    dq_queue_config now;
+    int rc = dq__config_settings_set(c, queue, set, &now);
+    if (rc && rc != DQ_ENOTDURABLE) return rc;
+    /* Even to the count the home holds: a cut-off change is finished or
+     * undone on the way. */
+    if (set->shards > 0) {
+        int change = dq__shards_change(c, queue, (unsigned)set->shards, &now);
+        if (change && change != DQ_ENOTDURABLE) return change;
+        if (change) rc = change;
+        now.shards = set->shards;
+    }
+    if (out) *out = now;
+    return rc;
 }

@@ -3,7 +3,7 @@
  * items in groups of one token prefix and suffix.
  *
  * A lease token is "<request>.<i>.<score>": the take's request, the item's
- * block in the lease record, and the record's score (src/take.c). A worker
+ * block in the lease record, and the record's score (src/ops/take.c). A worker
  * acks a take's items together, so cutting each token into prefix
  * "<request>.", middle "<i>" and suffix ".<score>", and sending the prefix
  * and suffix once for the run of items that share them, lets the script

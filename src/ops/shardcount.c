@@ -7,7 +7,9 @@
  * ("DQSHARDS n": lua/lib/20_counters.lua shards_refusal). The client then learns n
  * here and sends again. So the count costs no round trip of its own: a
  * client meets a sharded queue's count once, with one refused call, and a
- * change (allowed only on an empty queue) the same way.
+ * change (allowed only on an empty queue) the same way. Every operation
+ * learns and routes again the one way: dq__shards_relearn on each reply,
+ * dq__shards_round before each round, bounded by DQ__SHARD_ROUNDS.
  *
  * A short list: clients use a few queues each.
  */
@@ -52,6 +54,20 @@ int dq__shards_refused(const redisReply *r, unsigned *n) {
     if (end == r->str + 9 || v > DQ__SHARDS_MAX) return 0;
     *n = (unsigned)v;
     return 1;
+}
+
+int dq__shards_relearn(dq_client *c, const char *queue, const redisReply *reply, unsigned *told) {
+    unsigned n;
+    if (!dq__shards_refused(reply, &n)) return 0;
+    dq__shards_learn(c, queue, n);
+    if (told) *told = n;
+    return 1;
+}
+
+int dq__shards_round(dq_client *c, const char *queue, int round, unsigned *n) {
+    *n = dq__shards_of(c, queue);
+    if (*n && round < DQ__SHARD_ROUNDS) return 0;
+    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
 }
 
 void dq__shards_free(dq_client *c) {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ bodies */

@@ -1,8 +1,8 @@
 /*
  * core.c - what every layer of the library shares: the failure message
  * kept on the handle, the log callback, the keys of a queue, the estimate
- * of the server's clock, and reading integers from replies. It calls
- * nothing above it.
+ * of the server's clock, and reading integers and strings from replies. It
+ * calls nothing above it.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +19,9 @@ int dq__fail(dq_client *c, int code, const char *fmt, ...) {
     va_end(ap);
     return code;
 }
+
+const char *dq_client_errstr(const dq_client *c) { return c ? c->errstr : ""; }
+enum dq_refusal dq_client_refusal(const dq_client *c) { return dq__refusal_class(c ? c->errstr : NULL); }
 
 void dq_set_log(dq_client *c, dq_log_fn *fn, void *privdata) {
     c->log_fn = fn;
@@ -99,4 +102,13 @@ int64_t dq__reply_int(const redisReply *r) {
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) return strtoll(r->str, NULL, 10);
     return 0;
+}
+
+char *dq__reply_dup(const redisReply *r) {
+    char *s = malloc(r->len + 1);
+    if (s) {
+        memcpy(s, r->str, r->len);
+        s[r->len] = '\0';
+    }
+    return s;
 }

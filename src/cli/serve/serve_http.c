@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 #include "dashboard.h"
 #include "util.h"
 

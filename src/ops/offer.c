@@ -59,9 +59,7 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     dq_client *c = oc->c;
     int status = code; /* 0, or DQ_ENOTDURABLE with the results */
     /* The reply: the server time, then status, due time and state per item. */
-    unsigned told;
-    if (dq__shards_refused(reply, &told)) {
-        dq__shards_learn(c, oc->queue, told);
+    if (dq__shards_relearn(c, oc->queue, reply, NULL)) {
         status = DQ__ESHARDS;
     } else if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 + 3 * oc->n) {
         status = dq__reply_failure(c, conn, reply, code, oc->queue);
@@ -173,10 +171,6 @@ struct dq__offer_batch {
     pending_offer offers[CHUNK_ITEMS];
 };
 
-static int shards_changing(dq_client *c, const char *queue) {
-    return dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: offer again", queue);
-}
-
 /* Gathered offers sent in one script call. It owns their payload copies
  * until the reply: a call refused for the shard count wrote nothing, and
  * its offers are routed again by the count it told (round counts those
@@ -257,9 +251,10 @@ static void send_shard(dq_client *c, const char *queue, pending_offer *offers, c
  * fall in, by the count the client knows now. Takes every payload: each
  * goes out with a call or is freed after its callback. */
 static void send_offers(dq_client *c, const char *queue, pending_offer *offers, size_t n, int round) {
-    unsigned shards = dq__shards_of(c, queue);
-    if (!shards || round == DQ__SHARD_ROUNDS) {
-        report_offers(c, offers, n, shards_changing(c, queue), NULL);
+    unsigned shards;
+    int rc = dq__shards_round(c, queue, round, &shards);
+    if (rc) {
+        report_offers(c, offers, n, rc, NULL);
         return;
     }
     unsigned of[CHUNK_ITEMS];         /* each offer's shard, computed once */
@@ -329,6 +324,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     b->n++;
     b->bytes += item->payload_len;
     c->offers = b;
+    c->offers_send = dq__offers_flush;
     if (!ev_is_active(&c->offers_flush)) {
         ev_prepare_init(&c->offers_flush, on_prepare);
         c->offers_flush.data = c;
@@ -361,17 +357,17 @@ int dq_offer(dq_client *c, const char *queue, const dq_item *item, dq_offer_resu
     const char *id = item->id;
     if (!id) dq__id_generate(made), id = made; /* the same id in every round */
     /* Straight to one script call: nothing to gather, nothing to copy. */
-    for (int round = 0; round < DQ__SHARD_ROUNDS; round++) {
-        unsigned shards = dq__shards_of(c, queue);
-        if (!shards) return shards_changing(c, queue);
+    for (int round = 0;; round++) {
+        unsigned shards;
+        int rc = dq__shards_round(c, queue, round, &shards);
+        if (rc) return rc;
         sync_offer s = {0, 0, result};
-        int rc = send_chunk(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, item, &id, 1,
-                            sync_chunk_done, &s);
+        rc = send_chunk(c, queue, dq__shard_of_id(id, strlen(id), shards), shards, item, &id, 1,
+                        sync_chunk_done, &s);
         if (rc) return rc;
         dq__wait(c, &s.done);
         if (s.status != DQ__ESHARDS) return s.status;
     }
-    return shards_changing(c, queue);
 }
 
 /* A pipelined batch: chunks in flight, and where each chunk's results go. */
@@ -508,9 +504,8 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
     size_t ntodo = n, sent_any = 0;
     int rc = 0;
     for (int round = 0; ntodo > 0 && !rc; round++) {
-        unsigned shards = dq__shards_of(c, queue);
-        if (!shards || round == DQ__SHARD_ROUNDS) {
-            rc = shards_changing(c, queue);
+        unsigned shards;
+        if ((rc = dq__shards_round(c, queue, round, &shards)) != 0) {
             note_error(&b, rc, c->errstr);
             for (size_t t = 0; t < ntodo && results; t++) results[m.todo[t]].status = rc;
             break;

@@ -205,10 +205,9 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
         return;
     }
     unsigned told;
-    if (dq__shards_refused(reply, &told)) {
+    if (dq__shards_relearn(t->c, t->owner, reply, &told)) {
         /* Taken by another count than the queue's: learn it, start over. */
         t->request[0] = '\0';
-        dq__shards_learn(t->c, t->owner, told);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else if (told == 0 || set_shards(t, told) != 0) on_retry(t);
         else run_script(t);

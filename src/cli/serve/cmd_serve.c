@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve.h"
+#include "cli/serve/serve.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:9777"
 #define TOKEN_MIN 16
@@ -257,7 +257,7 @@ int cli_cmd_serve(cli_env *env, int argc, char **argv)
     if (!rc)
         rc = cli_parse(env, "serve", argc, argv, opts, &npos);
     if (rc == CLI_HELP)
-        return cli_help(cli_usage_serve);
+        return CLI_HELP;
     for (int i = 0; !rc && i < npos; i++)
         rc = cli_check_queue(argv[i]);
     if (!rc)
