@@ -53,6 +53,7 @@ static const struct {
     [DQ__LUA_LIST] = {dq_lua_list, DQ_LUA_list_LEN, DQ_LUA_list_FN, 1},
     [DQ__LUA_SHARDS] = {dq_lua_shards, DQ_LUA_shards_LEN, DQ_LUA_shards_FN, 0},
     [DQ__LUA_RECURRING] = {dq_lua_recurring, DQ_LUA_recurring_LEN, DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_SCHEDULES] = {dq_lua_schedules, DQ_LUA_schedules_LEN, DQ_LUA_schedules_FN, 1},
 };
 
 char *dq__library_load_command(size_t *len) {

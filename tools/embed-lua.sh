@@ -9,7 +9,7 @@
 #     server lacks the library (it is loaded alongside; see src/script.c).
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
 # functions are <library>_<script>, so clients of different versions never
-# call each other's scripts. stats, lookup, metrics and list only read: they are flagged
+# call each other's scripts. stats, lookup, metrics, list and schedules only read: they are flagged
 # no-writes (FCALL_RO runs them, for a user whose keys are read-only, and
 # they run while Redis is out of memory), and so is dead_ro, dead.lua again
 # for its reading operations (list, count), and protocol (the version of
@@ -58,7 +58,7 @@ LUA
   for f in "$@"; do
     name=$(basename "$f" .lua)
     case "$name" in
-      stats|lookup|metrics|list|protocol) register "$f" "$name" ", flags = {'no-writes'}" ;;
+      stats|lookup|metrics|list|protocol|schedules) register "$f" "$name" ", flags = {'no-writes'}" ;;
       dead) register "$f" dead ""; register "$f" dead_ro ", flags = {'no-writes'}" ;;
       *) register "$f" "$name" "" ;;
     esac

@@ -107,8 +107,8 @@ nxt = int(r.text.strip()) if r.rc == 0 else 0
 s = listing(Q).get("chg", {})
 eq((s.get("next_ms"), s.get("spec"), s.get("every_ms")), (nxt, "every 1h", 3600000),
    "a change moves the next tick at once (listing)")
-eq(zscore_due(Q, f"chg@{nxt}"), nxt, "the new tick's item is pending")
-eq(stats(Q)["pending"], 1, "the old tick's item is gone: one pending")
+eq(redis("ZRANGE", f"dq:{{{Q}}}:tb", 0, -1), [f"{nxt}|e|3600000|0|one".encode()], "the schedule waits in its new tick's bucket alone")
+eq(stats(Q)["pending"], 0, "no tick's item is pending (each is made at its tick)")
 r = dq("take", Q, "--count", "0", "--json", "--timeout", "300ms", "--no-scheduler")
 before = [m["payload"] for m in r.json_lines()]
 ok(before and all(p == "a" for p in before), "the items before the change had the old payload", before)
@@ -131,7 +131,7 @@ ok(wait_for(lambda: (listing(Q).get("chg") or {}).get("next_ms", 0) > server_ms(
 eq(dq("schedules", Q, "remove", "chg").rc, 0, "remove exits 0")
 eq(listing(Q), {}, "removed: not listed")
 eq(stats(Q)["pending"], 0, "removed: no tick's item left pending")
-eq(redis("ZCARD", f"dq:{{{Q}}}:ticks"), 0, "removed: no tick left")
+eq(redis("ZCARD", f"dq:{{{Q}}}:tb"), 0, "removed: no tick left")
 time.sleep(1.2)
 r = dq("take", Q, "--count", "0", "--json", "--timeout", "200ms", "--no-scheduler")
 eq(tick_items(r.json_lines(), "chg"), [], "removed: no more items")
@@ -153,7 +153,9 @@ def lib_lua():
 def window(queue, name):
     """(window length, wlast, next) of a cron schedule, read with cmsgpack."""
     return redis("EVAL", "local s = cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])) "
-                 "return {#s.win, s.wlast, s.next}", 1, f"dq:{{{queue}}}:sched", name)
+                 "local st = redis.call('HGET', KEYS[2], ARGV[1]) "
+                 "return {#s.win, s.wlast, tonumber(string.match(st, '|(.*)$'))}", 2,
+                 f"dq:{{{queue}}}:sched", f"dq:{{{queue}}}:sstate", name)
 
 
 before = server_ms()
@@ -172,11 +174,15 @@ call_begin()
 local P, name = ARGV[1], ARGV[2]
 local zs, counters = P .. 'zs', P .. 'n'
 local s = recur.spec_read(P, name)
-recur.uninsert(P, zs, counters, name, s.next)
+local payload = redis.call('HGET', recur.payload_key(P), name)
+local last, nxt = recur.current(P, name, s, payload)
+recur.leave(P, name, s, nxt, payload)
 s.win = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 s.wlast = s.win[3]
-recur.arm(P, zs, counters, name, s, s.win[1])
-return s.next
+recur.spec_write(P, name, s)
+recur.state_write(P, name, last, s.win[1])
+recur.enter(P, P .. 'w', name, s, s.win[1], payload, recur.bound(P, zs))
+return s.win[1]
 """
 eq(redis("EVAL", plant, 0, f"dq:{{{Q}}}:", "c", t0, t0 + 1000, t0 + 2000), t0, "planted")
 consumer = bg_dq("take", Q, "--count", "3", "--json", "--timeout", "8s", "--no-scheduler")
@@ -203,12 +209,13 @@ start = server_ms() + 1500
 many = lib_lua() + b"""
 call_begin()
 local P, n, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local zs, counters = P .. 'zs', P .. 'n'
 for i = 1, n do
-  local s = {v = 1, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
-             next = -1, last = -1, text = 'every 1s', zone = '', plen = 1}
+  local s = {v = 2, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
+             text = 'every 1s', zone = '', plen = 1}
   redis.call('HSET', recur.payload_key(P), 'm' .. i, 'm')
-  recur.arm(P, zs, counters, 'm' .. i, s, start)
+  recur.spec_write(P, 'm' .. i, s)
+  recur.state_write(P, 'm' .. i, -1, start)
+  recur.enter(P, P .. 'w', 'm' .. i, s, start, 'm', recur.bound(P, P .. 'zs'))
 end
 return n
 """
