@@ -462,6 +462,8 @@ typedef struct dq_metrics {
     int64_t lateness[DQ_LATENESS_BUCKETS + 1]; /* moves per bucket, not
                                                   cumulative               */
     int64_t lateness_sum_ms;
+    int64_t schedules; /* recurring schedules of the queue (active, paused
+                          or ended: dq_recurring_list lists them)          */
     uint64_t wiped; /* times this client saw the queue's keys vanish (a
                        restart without persistence, an eviction, a flush:
                        see dq_queues_seen); kept by the client, not Redis */

@@ -269,6 +269,13 @@ function recur.step_spec(P, name, T, now, refills)
   return st, recur.run_of(s)
 end
 
+-- How many schedules the queue has (set, paused or ended); 0 for a key of
+-- another type.
+function recur.count(P)
+  local n = redis.pcall('HLEN', recur.sched_key(P))
+  return type(n) == 'number' and n or 0
+end
+
 -- The first bucket's tick, or nil.
 function recur.first(P)
   local f = redis.pcall('ZRANGE', recur.buckets_key(P), '0', '0', 'WITHSCORES')

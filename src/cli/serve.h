@@ -81,6 +81,8 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v);
 void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
                     cli_view *v);
 void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
+/* {"queue", "schedules": [as 'schedules --json']}: read only (FCALL_RO). */
+void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v);
 /* id NULL: every dead letter. */
 void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
 void cli_view_purge(const cli_serve_conf *conf, const char *queue, cli_view *v);
@@ -118,7 +120,8 @@ typedef enum cli_endpoint {
     CLI_EP_TAKE,        /* POST /api/queues/{q}/take                       */
     CLI_EP_ACK,         /* POST /api/queues/{q}/items/{id}/ack             */
     CLI_EP_NACK,        /* POST /api/queues/{q}/items/{id}/nack            */
-    CLI_EP_EXTEND       /* POST /api/queues/{q}/items/{id}/extend          */
+    CLI_EP_EXTEND,      /* POST /api/queues/{q}/items/{id}/extend          */
+    CLI_EP_SCHEDULES    /* GET /api/queues/{q}/schedules                   */
 } cli_endpoint;
 
 /* Bodies: CLI_BODY_MAX bytes for an offer, CLI_BODY_SMALL for the others. */
