@@ -729,7 +729,8 @@ typedef struct dq_recurring {
 /* The schedules of queue, in name order (at most 10,000): *list is a new
  * array of *n entries (NULL when 0) that the caller frees with
  * dq_recurring_list_free. Returns 0 or a negative code (then *list is NULL
- * and *n 0). */
+ * and *n 0). Only reads (FCALL_RO): a user with read-only rights on the
+ * queue's keys may list. */
 DQ_EXPORT int dq_recurring_list(dq_client *c, const char *queue, dq_recurring **list,
                                 size_t *n) DQ_NODISCARD;
 DQ_EXPORT void dq_recurring_list_free(dq_recurring *list, size_t n);
