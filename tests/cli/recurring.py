@@ -223,10 +223,26 @@ eq(redis("EVAL", many, 0, f"dq:{{{Q}}}:", N, start), N, f"{N} schedules planted,
 consumer = bg_dq("take", Q, "--count", str(2 * N), "--json", "--timeout", "8s", "--no-scheduler")
 sched = bg_dq("schedule", Q)
 eq(consumer.wait(12), 0, f"{2 * N} items: two ticks of each")
-ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
 got = sorted(m["id"] for m in taken(consumer))
 want = sorted(f"m{i}@{t}" for i in range(1, N + 1) for t in (start, start + 1000))
 eq(got == want, True, "each schedule's two ticks, once each")
+# Schedules that share a bucket: each found in it (its state is as it was
+# set: ticks on time write none), one removed and one paused alone.
+eq(dq("schedules", Q, "remove", "m7").rc, 0, "remove m7 (one of a bucket's 250)")
+eq(dq("schedules", Q, "pause", "m8").rc, 0, "pause m8")
+s = listing(Q)
+nx = s.get("m9", {}).get("next_ms", 0)
+ok(nx >= start + 2000 and (nx - start) % 1000 == 0 and s["m9"]["last_ms"] == nx - 1000,
+   "m9 lists its next tick and the last one made, one second apart", s.get("m9"))
+eq((s.get("m8", {}).get("state"), "m7" in s, len(s)), ("paused", False, N - 1), "m8 paused, m7 gone, the rest listed")
+eq(sum(redis("LLEN", f"dq:{{{Q}}}:tb:{b.decode()}") for b in redis("ZRANGE", f"dq:{{{Q}}}:tb", 0, -1)), N - 2,
+   "the buckets hold the N - 2 active schedules")
+consumer = bg_dq("take", Q, "--count", str(N - 2), "--json", "--timeout", "5s", "--no-scheduler")
+eq(consumer.wait(8), 0, f"{N - 2} items: the next tick of each active one")
+ids = [m["id"] for m in taken(consumer)]
+ok(not any(i.startswith(("m7@", "m8@")) for i in ids) and len(set(i.split("@")[0] for i in ids)) == N - 2,
+   "none of m7 or m8", sorted(ids)[:3])
+ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
 
 # ------------------------------------------------------------------ ACL
 section("a user with the rule of 'delayq acl'")
