@@ -804,8 +804,9 @@ typedef struct dq_queue_config {
     int64_t shards;          /* default 1; 1..64: how many slots (and so
                                 cluster nodes) the queue spreads over. It
                                 changes only while the queue is empty (no
-                                item pending, ready, in flight or dead):
-                                otherwise DQ_EREDIS, nothing changed. One
+                                item pending, ready, in flight or dead, no
+                                recurring schedule): otherwise DQ_EREDIS,
+                                nothing changed. One
                                 change at a time (another under way:
                                 DQ_EREDIS); one whose client died is
                                 finished or undone first, a minute after

@@ -16,16 +16,22 @@
 --       client added them first). Returns its next tick (-2: still waiting).
 --   remove NAME | pause NAME | resume NAME
 --       Returns 1, or 0 for a name the queue has no schedule of.
--- Refused (before any write) on a queue of more than one shard: a sharded
--- queue's own keys are no shard, so no transfer would run its ticks.
+-- The operation may come as 'OP/COUNT', COUNT the shard count the client
+-- routed by: a schedule lives in the shard its name picks (as an offer's
+-- id does), so another count is refused ('DQSHARDS n') before any write,
+-- and the client routes again. Without COUNT (a refill, sent to the keys
+-- whose transfer asked for it), 'set' is refused on a sharded queue's keys.
 local zs, counters = KEYS[1], KEYS[2]
-local P, chan, op, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local P, chan, name = ARGV[1], ARGV[2], ARGV[4]
+local op, want = string.match(ARGV[3] or '', '^(%a+)/?(%d*)$')
+if not op then return redis.error_reply('ERR delayq: unknown schedule operation') end
 
 local counts, err = read_counters(counters)
+err = err or shards_refusal(counts[4], want)
 if err then return err end
-if counts[4] ~= 1 then
-  return redis.error_reply('ERR delayq: recurring schedules need a queue of one shard (this one has ' ..
-                           fmt(counts[4]) .. ')')
+if want == '' and op == 'set' and counts[4] ~= 1 then
+  return redis.error_reply('ERR delayq: recurring schedules of a queue of ' .. fmt(counts[4]) ..
+                           ' shards are set by their shard count')
 end
 ensure_type(P, recur.sched_key(P), 'hash')
 ensure_type(P, recur.payload_key(P), 'hash')

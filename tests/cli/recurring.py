@@ -13,6 +13,9 @@ with real scheduler processes:
     planted near ticks (through the library's own functions) made into one
     item each by two schedulers, whose transfer then asks for more ticks and
     one of them computes and adds them (the window refill);
+  - a queue of 3 shards: schedules spread over its shards by name, listed
+    together, each tick once from two schedulers; pause and remove routed to
+    the schedule's shard; the shard count does not change under schedules;
   - a user with the rule 'delayq acl' prints sets, lists and removes
     schedules, and its scheduler makes their items;
   - bad names, intervals, expressions, zones, policies and times exit 2 and
@@ -244,6 +247,41 @@ ok(not any(i.startswith(("m7@", "m8@")) for i in ids) and len(set(i.split("@")[0
    "none of m7 or m8", sorted(ids)[:3])
 ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
 
+# ------------------------------------------------------------------ sharded
+section("a queue of 3 shards: each schedule in the shard its name picks")
+Q = "rec8"
+eq(dq("config", Q, "--shards", "3").rc, 0, "a queue of 3 shards")
+names = [f"s{i}" for i in range(6)]
+start = server_ms() + 2000
+for n in names:
+    r = dq("every", Q, n, "1s", f"p-{n}", "--start", start)
+    eq((r.rc, r.text.strip()), (0, str(start)), f"every {n} prints its first tick")
+held = redis("KEYS", f"dq:{{{Q}~*}}:sched")
+ok(len(held) >= 2, "the schedules live in more than one shard", held)
+eq(redis("EXISTS", f"dq:{{{Q}}}:sched"), 0, "none in the queue's own keys")
+eq(sorted(listing(Q)), names, "listed together, by name")
+consumer = bg_dq("take", Q, "--count", str(3 * len(names)), "--json", "--timeout", "10s", "--no-scheduler")
+scheds = [bg_dq("schedule", Q) for _ in range(2)]
+eq(consumer.wait(14), 0, f"{3 * len(names)} items")
+ids = [m["id"] for m in taken(consumer)]
+by = {n: sorted(int(i.split("@")[1]) for i in ids if i.startswith(n + "@")) for n in names}
+eq(len(ids), len(set(ids)), "no tick twice")
+ok(all(v and v[0] == start and v == [start + 1000 * k for k in range(len(v))] for v in by.values()) and
+   min(len(v) for v in by.values()) >= 2, "each schedule's ticks from its first, one second apart", by)
+for p in scheds:
+    ok(p.stop() == 0 and b"Sanitizer" not in p.err, "a scheduler stops cleanly", p.err[-300:])
+eq(dq("schedules", Q, "pause", "s1").rc, 0, "pause s1 (routed to its shard)")
+eq(dq("schedules", Q, "remove", "s0").rc, 0, "remove s0")
+s = listing(Q)
+eq((sorted(s), s.get("s1", {}).get("state")), (names[1:], "paused"), "s0 gone, s1 paused")
+dq("take", Q, "--count", "0", "--timeout", "200ms", "--no-scheduler")
+r = dq("config", Q, "--shards", "2")
+ok(r.rc != 0 and "recurring schedules" in r.errtext, "the shard count does not change under schedules", r)
+eq(sorted(listing(Q)), names[1:], "they are all still listed")
+for n in names[1:]:
+    eq(dq("schedules", Q, "remove", n).rc, 0, f"remove {n}")
+eq(dq("config", Q, "--shards", "2").rc, 0, "without schedules, it changes")
+
 # ------------------------------------------------------------------ ACL
 section("a user with the rule of 'delayq acl'")
 Q = "rec7"
@@ -282,9 +320,6 @@ for args, what, word in [
         (("cron", Q, "x", "* * * * *", "p", "--tz", "../etc/passwd"), "a zone path", "zone")]:
     r = dq(*args)
     ok(r.rc == 2 and word in r.errtext, f"{what}: exit 2, naming {word}", r)
-eq(dq("config", "rec4s", "--shards", "2").rc, 0, "a queue of 2 shards")
-r = dq("every", "rec4s", "x", "1s", "p")
-ok(r.rc == 2 and "one shard" in r.errtext, "every on a sharded queue: exit 2, saying why", r)
 key = private_file(RDIR, "rec.key", dq("keygen").text)
 r = dq("--key-file", key, "every", Q, "x", "1s", "p")
 ok(r.rc == 2 and "seal" in r.errtext, "with a key file: exit 2 (sealed schedules not supported)", r)
