@@ -17,7 +17,9 @@
 # bench/shards.py (phase shards: one queue over 12 shards on 1, 2 and 3
 # masters next to the same queue unsharded), then
 # bench/peer.py (phase peer: BullMQ next to the CLI, A B A B), then bench/tls.py (phase tls: the
-# CLI over TLS next to plain TCP). The figures go to stdout and to
+# CLI over TLS next to plain TCP), then bench/recurring.py (phase recur:
+# 10,000 recurring schedules' ticks next to 10,000 items, Redis time per
+# tick and per item, a few seconds). The figures go to stdout and to
 # BUILD_DIR/bench/results.txt; progress lines go to stderr. Everything it
 # starts is stopped by pid from a trap. The whole run is bounded by
 # DQ_BENCH_TIMEOUT seconds (default 600).
@@ -25,7 +27,7 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls
+#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls,recur
 #                           run only these phases (val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics and before lease records, lua/ at
@@ -61,6 +63,8 @@
 #                           verbs through delayq serve;
 #                           python: bench/python_client.py, the Python
 #                           client's offers and take + ack;
+#                           recur: bench/recurring.py, the ticks of 10,000
+#                           schedules due at once next to 10,000 items;
 #                           parts, never by default: dqbench --only parts,
 #                           figure 5g, dq_worker's drain taken apart by
 #                           the clock: a worker, a leased take that never
@@ -189,7 +193,7 @@ CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | gr
     grep -v '^calls$' |
     grep -v '^tls$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' |
-    grep -v '^http$' | grep -v '^python$' | paste -sd, -)
+    grep -v '^http$' | grep -v '^python$' | grep -v '^recur$' | paste -sd, -)
 RUN_HA=1
 RUN_VAL=1
 RUN_CALLS=1
@@ -201,6 +205,7 @@ RUN_PEER=1
 RUN_TLS=1
 RUN_HTTP=1
 RUN_PYTHON=1
+RUN_RECUR=1
 RUN_CORE=1
 if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,ha,*) ;; *) RUN_HA=0 ;; esac
@@ -214,6 +219,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,tls,*) ;; *) RUN_TLS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,http,*) ;; *) RUN_HTTP=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,python,*) ;; *) RUN_PYTHON=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,recur,*) ;; *) RUN_RECUR=0 ;; esac
     [ -n "$CORE_ONLY" ] || RUN_CORE=0
 fi
 [ $RUN_CORE -eq 1 ] &&
@@ -372,6 +378,10 @@ if [ $rc -eq 0 ] && [ $RUN_PYTHON -eq 1 ]; then
     PY3=python3
     [ -x /usr/bin/python3 ] && PY3=/usr/bin/python3
     run_phase "$RESULTS.python" timeout -k 10 180 "$PY3" "$ROOT/bench/python_client.py" "$BUILD_DIR"
+fi
+if [ $rc -eq 0 ] && [ $RUN_RECUR -eq 1 ]; then
+    # A server of its own (pinned to core 0); a few seconds; 120 s at most.
+    run_phase "$RESULTS.recur" timeout -k 10 120 python3 "$ROOT/bench/recurring.py" "$BUILD_DIR"
 fi
 mv "$RESULTS.tmp" "$RESULTS"
 if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then

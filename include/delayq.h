@@ -498,6 +498,8 @@ typedef struct dq_metrics {
     int64_t lateness[DQ_LATENESS_BUCKETS + 1]; /* moves per bucket, not
                                                   cumulative               */
     int64_t lateness_sum_ms;
+    int64_t schedules; /* recurring schedules of the queue (active, paused
+                          or ended: dq_recurring_list lists them)          */
     uint64_t wiped; /* times this client saw the queue's keys vanish (a
                        restart without persistence, an eviction, a flush:
                        see dq_queues_seen); kept by the client, not Redis */
@@ -763,7 +765,8 @@ typedef struct dq_recurring {
 /* The schedules of queue, in name order (at most 10,000): *list is a new
  * array of *n entries (NULL when 0) that the caller frees with
  * dq_recurring_list_free. Returns 0 or a negative code (then *list is NULL
- * and *n 0). */
+ * and *n 0). Only reads (FCALL_RO): a user with read-only rights on the
+ * queue's keys may list. */
 DQ_EXPORT int dq_recurring_list(dq_client *c, const char *queue, dq_recurring **list,
                                 size_t *n) DQ_NODISCARD;
 DQ_EXPORT void dq_recurring_list_free(dq_recurring *list, size_t n);
@@ -837,8 +840,9 @@ typedef struct dq_queue_config {
     int64_t shards;          /* default 1; 1..64: how many slots (and so
                                 cluster nodes) the queue spreads over. It
                                 changes only while the queue is empty (no
-                                item pending, ready, in flight or dead):
-                                otherwise DQ_EREDIS, nothing changed. One
+                                item pending, ready, in flight or dead, no
+                                recurring schedule): otherwise DQ_EREDIS,
+                                nothing changed. One
                                 change at a time (another under way:
                                 DQ_EREDIS); one whose client died is
                                 finished or undone first, a minute after

@@ -8,7 +8,9 @@
 -- counters hold (a sharded queue's metrics are the sums over its shards and
 -- its own keys: the client learns the count here), then the queue's epoch
 -- (0: none; see lib/20_counters.lua), then the live schedulers and
--- overdue_ms as stats.lua gives them}. The client checks the metric
+-- overdue_ms as stats.lua gives them, then the number of recurring
+-- schedules (lib/80_recurring.lua)}. The next due time counts the
+-- schedules' next ticks too. The client checks the metric
 -- fields (they are written with pcall and may hold anything someone put
 -- there); the counts are checked here as stats.lua does.
 local c, err = read_counters(KEYS[4])
@@ -17,7 +19,7 @@ err = err or require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'list') or
 if err then return err end
 local now = queue_now_ms()
 local ready = redis.call('LLEN', KEYS[2])
-local next_due = earliest_due(ARGV[1], KEYS[1], true)
+local next_due = recur.earliest(ARGV[1], KEYS[1], true)
 local next_in = -1
 if next_due >= 0 then next_in = math.max(0, next_due - now) end
 -- The head of the ready list waited longest: its ready time is the third
@@ -38,4 +40,5 @@ out[#out + 1] = c[4]
 out[#out + 1] = queue_epoch()
 out[#out + 1] = seen.schedulers_live(ARGV[1], now)
 out[#out + 1] = fmt(next_due >= 0 and math.max(0, now - next_due) or 0)
+out[#out + 1] = recur.count(ARGV[1])
 return out

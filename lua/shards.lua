@@ -20,8 +20,8 @@
 --   shard may hold items, so back to `from`).
 -- ARGV[1] 'locked': every shard of the recorded change's `from` is locked.
 -- ARGV[1] 'end': the change is done; the record goes. Both return 1.
--- A change is allowed only on an empty queue, so no item is ever in a shard
--- the new count does not have; the lock makes that hold while it is made.
+-- A change is allowed only on an empty queue (and one without recurring
+-- schedules), so no item is ever in a shard the new count does not have; the lock makes that hold while it is made.
 local counters, ready, deadz = KEYS[1], KEYS[2], KEYS[3]
 local op, arg = ARGV[1], ARGV[2]
 -- A change takes milliseconds; one recorded this long ago lost its client.
@@ -83,6 +83,11 @@ local r = redis.call('LLEN', ready)
 if r > 0 then held[#held + 1] = fmt(r) .. ' ready' end
 local d = redis.call('ZCARD', deadz)
 if d > 0 then held[#held + 1] = fmt(d) .. ' dead' end
+-- Recurring schedules live in the shard their name picks by the count:
+-- they would be left behind (lib/80_recurring.lua; the keys' prefix is
+-- the counters' key without its 'n').
+local sc = recur.count(string.sub(counters, 1, #counters - 1))
+if sc > 0 then held[#held + 1] = fmt(sc) .. ' recurring schedules (remove them first)' end
 if #held > 0 then
   return redis.error_reply('ERR delayq:state the shard count changes only on an empty queue; ' ..
                            counters .. ' holds ' .. table.concat(held, ', '))

@@ -18,7 +18,7 @@ if err then return err end
 local ready = redis.call('LLEN', KEYS[2])
 local aside = redis.call('LLEN', KEYS[3])
 local dead = redis.call('ZCARD', KEYS[5])
-local next_due = earliest_due(ARGV[1], KEYS[1], true) -- read only: a no-writes function
+local next_due = recur.earliest(ARGV[1], KEYS[1], true) -- read only: a no-writes function; the ticks count
 local next_in, now = -1, queue_now_ms()
 if next_due >= 0 then next_in = math.max(0, next_due - now) end
 local overdue = next_due >= 0 and math.max(0, now - next_due) or 0

@@ -29,7 +29,9 @@
 -- refuse the call before it writes.
 -- Can fail after writing only on an OOM.
 -- Returns {moved, set_aside, next_due_ms or -1, start_us, more, expired,
--- buried, epoch[, refills]}: start_us is the server's clock when the run began, which clients
+-- buried, epoch[, refills]}: moved counts the items the recurring schedules'
+-- ticks made too, and next_due_ms is the earliest of the pending items and
+-- the ticks (lib/80_recurring.lua); start_us is the server's clock when the run began, which clients
 -- use to map due times onto their own clocks (the server's, not the
 -- queue's: while a clock set back runs below the queue's mark, an item due
 -- after the mark falls due when the server's clock reaches it); epoch is
@@ -54,12 +56,20 @@ local start_us = server_now_us()
 local now = queue_time_of(math.floor(start_us / 1000)) -- never before the queue's mark
 local limit = '(' .. fmt((now + 1) * ORD)
 local nows, dues = fmt(now), {}
--- The recurring schedules whose tick has come make their items first (see
--- lib/80_recurring.lua), so a tick's item moves in the call that made it.
-local refills, ticks_left = recur.advance(P, zs, counters, now)
 local moved, set_aside_n, done, expired, buried, pending_out = 0, 0, 0, 0, 0, 0
 local lat = {} -- lateness of the moves, by bucket (see lib/20_counters.lua)
 local checked = false
+
+-- Only when there is work: keys of another type are renamed away.
+local function check_types()
+  if checked then return end
+  ensure_type(P, ready, 'list')
+  ensure_type(P, aside, 'list')
+  ensure_type(P, dead, 'hash')
+  ensure_type(P, deadz, 'zset')
+  ensure_type(P, sig, 'list')
+  checked = true
+end
 
 -- An item whose lease ran out (its consumer died or stalled): ready again,
 -- or buried past its max attempts.
@@ -113,6 +123,16 @@ local function push_in_pieces(key, list, wake)
   end
 end
 
+-- The recurring schedules whose tick has come make their items first,
+-- straight into the ready list (see lib/80_recurring.lua).
+local refills, ticks_left
+done, refills, ticks_left = recur.advance(P, now, max_items, start_us + budget_us, lat, function(list)
+  if #list == 0 then return end
+  check_types()
+  push_in_pieces(ready, list, true)
+end)
+moved = done
+
 -- A burst (many items due in one millisecond) is read without its scores.
 -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
 -- what moving an item costs. When a chunk's items all had one due time and
@@ -148,15 +168,7 @@ for _ = 1, 10000 do
       break
     end
   else
-    if not checked then
-      -- Only when there is work: keys of another type are renamed away.
-      ensure_type(P, ready, 'list')
-      ensure_type(P, aside, 'list')
-      ensure_type(P, dead, 'hash')
-      ensure_type(P, deadz, 'zset')
-      ensure_type(P, sig, 'list')
-      checked = true
-    end
+    check_types()
     local out, bad, unindex = {}, {}, {}
     local leases = {} -- the scores of the lease records the chunk takes: out of the registry
     -- A lease record holds up to 1000 items: a chunk ends after the record
@@ -273,7 +285,7 @@ if ARGV[5] == '1' then
   end
 end
 
-local next_due = earliest_due(P, zs)
+local next_due = recur.earliest(P, zs)
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
 if ticks_left then more = 1 end

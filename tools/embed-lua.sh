@@ -15,7 +15,7 @@
 # library's 1.2 MB of code.)
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
 # functions are <library>_<script>, so clients of different versions never
-# call each other's scripts. stats, lookup, metrics, list and consumers only read: they are flagged
+# call each other's scripts. stats, lookup, metrics, list, consumers and schedules only read: they are flagged
 # no-writes (FCALL_RO runs them, for a user whose keys are read-only, and
 # they run while Redis is out of memory), and so is dead_ro, dead.lua again
 # for its reading operations (list, count), and protocol (the version of
@@ -70,7 +70,7 @@ library_parts() {
   for f in "$@"; do
     name=$(basename "$f" .lua)
     case "$name" in
-      stats|lookup|metrics|list|protocol|consumers) register "$lib" "$f" "$name" ", flags = {'no-writes'}" ;;
+      stats|lookup|metrics|list|protocol|consumers|schedules) register "$lib" "$f" "$name" ", flags = {'no-writes'}" ;;
       dead) register "$lib" "$f" dead ""; register "$lib" "$f" dead_ro ", flags = {'no-writes'}" ;;
       *) register "$lib" "$f" "$name" "" ;;
     esac

@@ -317,6 +317,18 @@ void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_co
 int cli_name_valid(const char *cmd, const char *name);
 int cli_name_ok(const char *name);
 
+/* A recurring schedule's state as listed: active, paused, ended, waiting
+ * (a cron schedule short of ticks) or bad (its spec does not decode); its
+ * --missed policy's name. Static strings. */
+const char *cli_schedule_state(const dq_recurring *s);
+const char *cli_missed_name(int missed);
+
+/* A recurring schedule as the JSON object of 'schedules --json' and the
+ * HTTP API: name, spec, zone (null for 'every'), every_ms, start_ms,
+ * end_ms, missed, paused, next_ms, last_ms, state, payload_bytes. A new
+ * reference, or NULL when out of memory. */
+struct json_t *cli_json_schedule(const dq_recurring *s);
+
 /* Prints a look-up as "state S", "due_ms N" or "lease_end_ms N" (when they
  * apply), "attempts N" lines, or one JSON object. Returns 0 or CLI_FAIL. */
 int cli_print_lookup(const char *id, const dq_item_info *info, int json);

@@ -54,8 +54,8 @@ const char cli_usage_acl[] =
     "                        readable by group or others. Printed only as its\n"
     "                        SHA-256 (#...). Without it the user gets no password\n"
     "                        and cannot log in until one is set\n"
-    "  --read-only           only what stats, lookup, list, dead list/count, serve\n"
-    "                        and its /metrics need:\n"
+    "  --read-only           only what stats, lookup, list, dead list/count,\n"
+    "                        schedules (the listing), serve and its /metrics need:\n"
     "                        read-only keys, no offer, take, ack or redrive\n"
     "  --access-string       print the rule alone ('on ~... -@all +...'): no ACL\n"
     "                        SETUSER, no 'reset', no password; for a provider that\n"
@@ -84,6 +84,7 @@ static const char *const commands_full[] = {
     "llen", "lpop", "lpush", "zadd", "zcard", "zrange", "zrangebyscore", "zrangestore", "zrem",
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore", "zrank",
     "pttl", "pexpire", /* a holder's key, stretched by extend */
+    "lpos", "lrem",    /* a recurring schedule's bucket (lib/80_recurring.lua) */
     NULL,
 };
 
@@ -96,6 +97,7 @@ static const char *const commands_read[] = {
     "zrangebyscore", "zrevrangebyscore", "lindex", "zscore",
     "get", /* a holder's key (lookup, list) */
     "exists", /* stats: whether the queue has keys at all */
+    "hkeys", "hlen", /* the recurring schedules (schedules, metrics) */
     NULL,
 };
 

@@ -40,8 +40,9 @@ const char cli_usage_every[] =
     "  --redis URL   the Redis server (see 'delayq --help')\n"
     "\n"
     "TIME: epoch milliseconds, or UTC as 2026-11-27T10:00:00Z.\n"
-    "Schedules need a queue of one shard, and no --key-file (sealed payloads\n"
-    "are bound to one item id).\n"
+    "On a sharded queue a schedule lives in the shard its NAME picks; the\n"
+    "shard count does not change while the queue has schedules. No --key-file\n"
+    "(sealed payloads are bound to one item id).\n"
     "Exit codes: 0 ok, 2 usage error or bad input, 3 Redis unreachable or\n"
     "erroring, or stdout could not be written.\n";
 
@@ -242,36 +243,10 @@ int cli_cmd_cron(cli_env *env, int argc, char **argv)
 
 /* ------------------------------------------------------------ listing */
 
-static const char *state_of(const dq_recurring *s)
-{
-    return s->bad               ? "bad"
-           : s->paused          ? "paused"
-           : s->next_ms == -2   ? "waiting"
-           : s->next_ms < 0     ? "ended"
-                                : "active";
-}
-
-static const char *missed_name(int missed)
-{
-    return missed == DQ_MISSED_SKIP ? "skip" : missed == DQ_MISSED_ALL ? "all" : "one";
-}
-
-static json_t *schedule_json(const dq_recurring *s)
-{
-    /* zone: null for 'every' (no zone applies). */
-    json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:s, s:I}", "name", s->name,
-                          "spec", s->spec, "zone", s->zone[0] ? json_string(s->zone) : json_null(), "every_ms", (json_int_t)s->every_ms, "start_ms",
-                          (json_int_t)s->start_ms, "end_ms", (json_int_t)s->end_ms, "missed",
-                          missed_name(s->missed), "paused", s->paused, "next_ms", (json_int_t)s->next_ms,
-                          "last_ms", (json_int_t)s->last_ms, "state", state_of(s), "payload_bytes",
-                          (json_int_t)s->payload_len);
-    return o;
-}
-
 static int print_schedule(const dq_recurring *s, int json)
 {
     if (json) {
-        json_t *o = schedule_json(s);
+        json_t *o = cli_json_schedule(s);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         if (!text) {
@@ -286,7 +261,8 @@ static int print_schedule(const dq_recurring *s, int json)
     }
     char line[256];
     int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%" PRId64 "\t%" PRId64 "\t%s\t%s\n", s->name, s->spec,
-                     s->zone[0] ? s->zone : "-", s->next_ms, s->last_ms, state_of(s), missed_name(s->missed));
+                     s->zone[0] ? s->zone : "-", s->next_ms, s->last_ms, cli_schedule_state(s),
+                     cli_missed_name(s->missed));
     return cli_write_out(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 

@@ -545,3 +545,30 @@ int cli_print_lookup(const char *id, const dq_item_info *info, int json)
                             (double)info->overdue_ms / 1000.0);
     return write_text(&b, rc, "an item");
 }
+
+/* ------------------------------------------------------------ schedules */
+
+const char *cli_schedule_state(const dq_recurring *s)
+{
+    return s->bad               ? "bad"
+           : s->paused          ? "paused"
+           : s->next_ms == -2   ? "waiting"
+           : s->next_ms < 0     ? "ended"
+                                : "active";
+}
+
+const char *cli_missed_name(int missed)
+{
+    return missed == DQ_MISSED_SKIP ? "skip" : missed == DQ_MISSED_ALL ? "all" : "one";
+}
+
+json_t *cli_json_schedule(const dq_recurring *s)
+{
+    /* zone: null for 'every' (no zone applies). */
+    return json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:s, s:b, s:I, s:I, s:s, s:I}", "name", s->name, "spec",
+                     s->spec, "zone", s->zone[0] ? json_string(s->zone) : json_null(), "every_ms",
+                     (json_int_t)s->every_ms, "start_ms", (json_int_t)s->start_ms, "end_ms",
+                     (json_int_t)s->end_ms, "missed", cli_missed_name(s->missed), "paused", s->paused,
+                     "next_ms", (json_int_t)s->next_ms, "last_ms", (json_int_t)s->last_ms, "state",
+                     cli_schedule_state(s), "payload_bytes", (json_int_t)s->payload_len);
+}

@@ -76,8 +76,9 @@ enum { METRIC_COUNTS = 7, METRIC_TOTALS = 7 };
 static int decode_metrics(dq_client *c, const char *queue, const redisReply *reply, void *out) {
     dq_metrics *m = out;
     size_t count = METRIC_COUNTS + METRIC_TOTALS + DQ_LATENESS_BUCKETS + 1;
-    /* Then the shard count, then the epoch, the schedulers and overdue_ms. */
-    if (reply->elements != count + 4 || dq__epoch_reply(c, queue, reply->element[count + 1]) != 0)
+    /* Then the shard count, then the epoch, the schedulers, overdue_ms and
+     * the recurring schedules. */
+    if (reply->elements != count + 5 || dq__epoch_reply(c, queue, reply->element[count + 1]) != 0)
         return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
     int64_t shards = dq__reply_int(reply->element[count]);
     if (shards < 0 || shards > DQ__SHARDS_MAX) return dq__fail(c, DQ_EPROTO, "unexpected metrics reply");
@@ -94,6 +95,7 @@ static int decode_metrics(dq_client *c, const char *queue, const redisReply *rep
     m->oldest_ready_age_ms = dq__reply_int(e[6]);
     m->stats.schedulers = dq__reply_int(e[count + 2]);
     m->stats.overdue_ms = dq__reply_int(e[count + 3]);
+    m->schedules = dq__reply_int(e[count + 4]);
     static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
                                                      "dead",    "expired",   "lat_sum"};
     int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
@@ -137,6 +139,7 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
     sum->nacked += one->nacked, sum->dead += one->dead, sum->lease_expired += one->lease_expired;
     for (int i = 0; i <= DQ_LATENESS_BUCKETS; i++) sum->lateness[i] += one->lateness[i];
     sum->lateness_sum_ms += one->lateness_sum_ms;
+    sum->schedules += one->schedules;
     sum->wiped += one->wiped;
 }
 

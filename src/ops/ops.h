@@ -17,6 +17,7 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
                   DQ__LUA_METRICS, DQ__LUA_LIST, DQ__LUA_SHARDS,
                   DQ__LUA_RECURRING,
+                  DQ__LUA_SCHEDULES, /* the listing of recurring schedules, no-writes */
                   DQ__LUA_BEAT, DQ__LUA_CONSUMERS,
                   DQ__LUA_COUNT };
 

@@ -23,10 +23,12 @@
 
 static const char *const missed_names[3] = {"one", "skip", "all"};
 
-/* A reply's copy: an integer, or the listing. */
+/* A reply's copy: an integer, or the listing. queue: the owner (a shard
+ * count refused is learned for it); shard: the keys the call went to. */
 typedef struct recur_call {
     dq_client *c;
     const char *queue;
+    char shard[DQ__SHARD_NAME_MAX + 1];
     int done, status;
     int64_t value;
     dq_recurring *list;
@@ -48,7 +50,7 @@ void dq_recurring_list_free(dq_recurring *list, size_t n) {
     free(list);
 }
 
-/* The listing: 12 strings per schedule (see recurring.lua). */
+/* The listing: 12 strings per schedule (see schedules.lua). */
 #define LIST_FIELDS 12
 
 static int missed_of(const redisReply *r) {
@@ -89,7 +91,9 @@ static void recur_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     recur_call *k = privdata;
     k->done = 1;
     k->status = code == DQ_ENOTDURABLE ? code : 0;
-    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+    if (dq__shards_relearn(k->c, k->queue, reply, NULL)) {
+        k->status = DQ__ESHARDS;
+    } else if (reply && reply->type == REDIS_REPLY_INTEGER) {
         k->value = reply->integer;
     } else if (reply && reply->type == REDIS_REPLY_ARRAY) {
         int rc = read_list(k, reply);
@@ -104,26 +108,36 @@ static void recur_reply(dq__conn *conn, redisReply *reply, int code, void *privd
 }
 
 /* Runs recurring.lua's op with args[0..nargs) after it (lens: their
- * lengths, NULL for strings). */
+ * lengths, NULL for strings) on the shard of the schedule args[0] (picked
+ * by its name, as an offer's by its id: a queue of one shard is its own),
+ * as "op/COUNT", so a client routing by a stale shard count is refused,
+ * learns the count and routes again. */
 static int recur_run(dq_client *c, const char *queue, const char *op, int nargs, const char **args,
                      const size_t *lens, recur_call *k) {
     memset(k, 0, sizeof *k);
     int rc = dq__not_in_callback(c);
     if (!rc) rc = dq__check_queue(c, queue);
     if (rc) return rc;
-    dq__keys keys;
-    dq__keys_init(&keys, queue);
-    const char *argv[16] = {keys.z, keys.counters, keys.prefix, keys.chan, op};
-    size_t argvlen[16];
-    for (int i = 0; i < nargs; i++) argv[5 + i] = args[i];
-    for (int i = 0; i < 5 + nargs; i++) argvlen[i] = i >= 5 && lens ? lens[i - 5] : strlen(argv[i]);
-    k->c = c;
-    k->queue = queue;
-    rc = dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_RECURRING, 2, 3 + nargs, argv, argvlen,
-                     recur_reply, k);
-    if (rc) return rc;
-    dq__wait(c, &k->done);
-    return k->status;
+    for (int round = 0;; round++) {
+        dq__shard_at at;
+        rc = dq__shard_for_id(c, queue, args[0], round, &at, NULL);
+        if (rc) return rc;
+        char opc[48];
+        snprintf(opc, sizeof opc, "%s/%s", op, at.count);
+        const char *argv[16] = {at.k.z, at.k.counters, at.k.prefix, at.k.chan, opc};
+        size_t argvlen[16];
+        for (int i = 0; i < nargs; i++) argv[5 + i] = args[i];
+        for (int i = 0; i < 5 + nargs; i++) argvlen[i] = i >= 5 && lens ? lens[i - 5] : strlen(argv[i]);
+        memset(k, 0, sizeof *k);
+        k->c = c;
+        k->queue = queue;
+        memcpy(k->shard, at.name, sizeof k->shard);
+        rc = dq__op_eval(c, at.name, DQ__ROUTE_WRITE, DQ__LUA_RECURRING, 2, 3 + nargs, argv, argvlen,
+                         recur_reply, k);
+        if (rc) return rc;
+        dq__wait(c, &k->done);
+        if (k->status != DQ__ESHARDS) return k->status;
+    }
 }
 
 /* "every 90s": the interval in its largest whole unit. */
@@ -232,8 +246,8 @@ void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *lis
 }
 
 /* The first ticks of a cron schedule just set (the server's time now). */
-static int cron_first(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
-                      int64_t now, int64_t *next_ms) {
+static int cron_first(dq_client *c, const char *queue, const char *shard, const char *name,
+                      const dq_recurring_spec *sp, int64_t now, int64_t *next_ms) {
     dq__cron cr;
     dq__zone z;
     int64_t ticks[REFILL_TICKS];
@@ -246,7 +260,7 @@ static int cron_first(dq_client *c, const char *queue, const char *name, const d
     memset(&k, 0, sizeof k);
     k.c = c;
     k.queue = queue;
-    rc = send_refill(c, queue, name, -1, ticks, n, recur_reply, &k);
+    rc = send_refill(c, shard, name, -1, ticks, n, recur_reply, &k);
     if (rc) return rc;
     dq__wait(c, &k.done);
     if ((k.status == 0 || k.status == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
@@ -267,7 +281,7 @@ static int set_cron(dq_client *c, const char *queue, const char *name, const dq_
     recur_call k;
     int rc = recur_run(c, queue, "set", 9, args, lens, &k);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
-    return cron_first(c, queue, name, sp, k.value, next_ms);
+    return cron_first(c, queue, k.shard, name, sp, k.value, next_ms);
 }
 
 /* ------------------------------------------------------------ the calls */
@@ -321,16 +335,68 @@ int dq_recurring_resume(dq_client *c, const char *queue, const char *name) {
     return recur_named(c, queue, "resume", name);
 }
 
+/* One shard's listing (schedules.lua on shard i of shards) into k. */
+static int list_shard(dq_client *c, const char *queue, unsigned i, unsigned shards, recur_call *k) {
+    dq__shard_at at;
+    memset(k, 0, sizeof *k);
+    int rc = dq__shard_at_init(c, &at, queue, i, shards, shards);
+    if (rc) return rc;
+    const char *argv[2] = {at.k.z, at.k.prefix};
+    size_t argvlen[2] = {strlen(at.k.z), strlen(at.k.prefix)};
+    k->c = c;
+    k->queue = queue;
+    rc = dq__op_eval(c, at.name, 0, DQ__LUA_SCHEDULES, 1, 1, argv, argvlen, recur_reply, k);
+    if (rc) return rc;
+    dq__wait(c, &k->done);
+    return k->status;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const dq_recurring *)a)->name, ((const dq_recurring *)b)->name);
+}
+
+/* Appends k's entries to *list (*n of them); k's array is freed. */
+static int list_append(dq_recurring **list, size_t *n, recur_call *k) {
+    if (!k->n) return 0;
+    dq_recurring *grown = realloc(*list, (*n + k->n) * sizeof **list);
+    if (!grown) {
+        dq_recurring_list_free(k->list, k->n);
+        return DQ_ENOMEM;
+    }
+    memcpy(grown + *n, k->list, k->n * sizeof *grown);
+    free(k->list);
+    *list = grown;
+    *n += k->n;
+    return 0;
+}
+
+/* The listing is schedules.lua, a no-writes function (FCALL_RO): a user
+ * with read-only rights on the queue's keys may list. A sharded queue's
+ * schedules are in its shards (each in the one its name picks): listed
+ * shard by shard, by the count its own keys hold, then sorted by name. */
 int dq_recurring_list(dq_client *c, const char *queue, dq_recurring **list, size_t *n) {
     *list = NULL;
     *n = 0;
-    recur_call k;
-    int rc = recur_run(c, queue, "list", 0, NULL, NULL, &k);
-    if (rc && rc != DQ_ENOTDURABLE) {
-        dq_recurring_list_free(k.list, k.n);
+    int rc = dq__not_in_callback(c);
+    if (!rc) rc = dq__check_queue(c, queue);
+    unsigned shards = 1;
+    if (!rc) rc = dq__shards_fetch(c, queue, &shards);
+    if (!rc && shards < 1) rc = dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    int not_durable = 0;
+    for (unsigned i = 0; !rc && i < shards; i++) {
+        recur_call k;
+        rc = list_shard(c, queue, i, shards, &k);
+        if (rc == DQ_ENOTDURABLE) not_durable = 1, rc = 0;
+        if (!rc) rc = list_append(list, n, &k);
+        else dq_recurring_list_free(k.list, k.n);
+    }
+    if (rc) {
+        if (rc == DQ_ENOMEM) dq__fail(c, rc, "out of memory");
+        dq_recurring_list_free(*list, *n);
+        *list = NULL;
+        *n = 0;
         return rc;
     }
-    *list = k.list;
-    *n = k.n;
-    return rc;
+    if (*n > 1) qsort(*list, *n, sizeof **list, by_name);
+    return not_durable ? DQ_ENOTDURABLE : 0;
 }

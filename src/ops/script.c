@@ -63,6 +63,7 @@ static const struct {
     [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_FN, 0},
     [DQ__LUA_BEAT] = {{DQ_LUA_beat_PARTS}, DQ_LUA_beat_FN, 0},
     [DQ__LUA_CONSUMERS] = {{DQ_LUA_consumers_PARTS}, DQ_LUA_consumers_FN, 1},
+    [DQ__LUA_SCHEDULES] = {{DQ_LUA_schedules_PARTS}, DQ_LUA_schedules_FN, 1},
 };
 
 /* Copies the n parts one after the other to out; returns the end. */

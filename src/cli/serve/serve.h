@@ -82,6 +82,8 @@ void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view 
 void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
                     cli_view *v);
 void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
+/* {"queue", "schedules": [as 'schedules --json']}: read only (FCALL_RO). */
+void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v);
 /* id NULL: every dead letter. */
 void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
 void cli_view_purge(const cli_serve_conf *conf, const char *queue, cli_view *v);
@@ -121,7 +123,8 @@ typedef enum cli_endpoint {
     CLI_EP_NACK,        /* POST /api/queues/{q}/items/{id}/nack            */
     CLI_EP_EXTEND,      /* POST /api/queues/{q}/items/{id}/extend          */
     CLI_EP_RELEASE,     /* POST /api/queues/{q}/items/{id}/release         */
-    CLI_EP_CONSUMERS    /* GET /api/queues/{q}/consumers                   */
+    CLI_EP_CONSUMERS,   /* GET /api/queues/{q}/consumers                   */
+    CLI_EP_SCHEDULES    /* GET /api/queues/{q}/schedules                   */
 } cli_endpoint;
 
 /* Bodies: CLI_BODY_MAX bytes for an offer, CLI_BODY_SMALL for the others. */

@@ -151,6 +151,9 @@ static void answer(const cli_serve_conf *conf, const cli_route *r, const request
     case CLI_EP_ITEM:
         cli_view_item(conf, r->queue, r->id, v);
         break;
+    case CLI_EP_SCHEDULES:
+        cli_view_schedules(conf, r->queue, v);
+        break;
     case CLI_EP_CANCEL:
         cli_view_cancel(conf, r->queue, r->id, v);
         break;

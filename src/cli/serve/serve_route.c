@@ -15,6 +15,7 @@
  *   GET    /api/queues/{q}                     one, with its lateness histogram
  *   GET    /api/queues/{q}/items?state=&cursor=&limit=
  *   GET    /api/queues/{q}/items/{id}          look-up
+ *   GET    /api/queues/{q}/schedules           its recurring schedules
  *   DELETE /api/queues/{q}/items/{id}          cancel           (token)
  *   POST   /api/queues/{q}/dead/redrive        all dead letters (token)
  *   POST   /api/queues/{q}/dead/{id}/redrive   one              (token)
@@ -248,6 +249,10 @@ static void route_queue(cli_route *r, const cli_tokens *tokens, const cli_reques
         if (method_is(r, rq->method, "GET") || take_queue(r, q, qlen))
             return;
         r->ep = CLI_EP_CONSUMERS;
+    } else if (strcmp(rest, "schedules") == 0) {
+        if (method_is(r, rq->method, "GET") || take_queue(r, q, qlen))
+            return;
+        r->ep = CLI_EP_SCHEDULES;
     } else if (strcmp(rest, "take") == 0) {
         if (method_is(r, rq->method, "POST") || authorized(r, tokens, rq->authorization, CLI_EP_TAKE) ||
             take_queue(r, q, qlen))

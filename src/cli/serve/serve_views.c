@@ -2,8 +2,8 @@
  * serve_views.c - what 'delayq serve' answers, built from the library's
  * reads: the Prometheus text of /metrics and the JSON bodies of /api/.
  *
- * Owns turning dq_get_metrics, dq_list, dq_lookup_item and the dead-letter and
- * cancel calls into a status and a body. Knows nothing of HTTP beyond the
+ * Owns turning dq_get_metrics, dq_list, dq_lookup_item, dq_recurring_list and
+ * the dead-letter and cancel calls into a status and a body. Knows nothing of HTTP beyond the
  * status codes: serve_http.c routes the requests here and sends the bodies.
  * The queues shown are the registry's (dq_queues), those named on the
  * command line and those seen before whose keys vanished (dq_queues_seen).
@@ -250,6 +250,11 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
     for (size_t i = 0; i < n; i++)
         if (okq[i])
             dq__buf_printf(b, "delayq_schedulers{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].stats.schedulers);
+    static const family sched = {"delayq_schedules", "gauge",
+                                 "Recurring schedules of a queue (active, paused or ended)."};
+    family_head(b, &sched);
+    for (size_t i = 0; i < n; i++)
+        if (okq[i]) dq__buf_printf(b, "delayq_schedules{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].schedules);
     static const family over = {"delayq_overdue_seconds", "gauge",
                                 "How long the earliest pending item or lease end has been past due "
                                 "(0 when none): work waiting for a scheduler."};
@@ -527,6 +532,24 @@ void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id
         view_json(v, 200, listed_json(it));
     }
     dq_listed_free(it, 1);
+}
+
+void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v)
+{
+    dq_recurring *list;
+    size_t n;
+    int rc = dq_recurring_list(conf->c, queue, &list, &n);
+    if (rc < 0) {
+        view_failure(v, conf->c, rc);
+        return;
+    }
+    json_t *o = json_object(), *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, cli_json_schedule(&list[i]));
+    dq_recurring_list_free(list, n);
+    json_object_set_new(o, "queue", json_string(queue));
+    json_object_set_new(o, "schedules", arr);
+    view_json(v, 200, o);
 }
 
 /* ------------------------------------------------------------ changes */

@@ -13,6 +13,9 @@ with real scheduler processes:
     planted near ticks (through the library's own functions) made into one
     item each by two schedulers, whose transfer then asks for more ticks and
     one of them computes and adds them (the window refill);
+  - a queue of 3 shards: schedules spread over its shards by name, listed
+    together, each tick once from two schedulers; pause and remove routed to
+    the schedule's shard; the shard count does not change under schedules;
   - a user with the rule 'delayq acl' prints sets, lists and removes
     schedules, and its scheduler makes their items;
   - bad names, intervals, expressions, zones, policies and times exit 2 and
@@ -108,8 +111,8 @@ nxt = int(r.text.strip()) if r.rc == 0 else 0
 s = listing(Q).get("chg", {})
 eq((s.get("next_ms"), s.get("spec"), s.get("every_ms")), (nxt, "every 1h", 3600000),
    "a change moves the next tick at once (listing)")
-eq(zscore_due(Q, f"chg@{nxt}"), nxt, "the new tick's item is pending")
-eq(stats(Q)["pending"], 1, "the old tick's item is gone: one pending")
+eq(redis("ZRANGE", f"dq:{{{Q}}}:tb", 0, -1), [f"{nxt}|e|3600000|0|one".encode()], "the schedule waits in its new tick's bucket alone")
+eq(stats(Q)["pending"], 0, "no tick's item is pending (each is made at its tick)")
 r = dq("take", Q, "--count", "0", "--json", "--timeout", "300ms", "--no-scheduler")
 before = [m["payload"] for m in r.json_lines()]
 ok(before and all(p == "a" for p in before), "the items before the change had the old payload", before)
@@ -132,7 +135,7 @@ ok(wait_for(lambda: (listing(Q).get("chg") or {}).get("next_ms", 0) > server_ms(
 eq(dq("schedules", Q, "remove", "chg").rc, 0, "remove exits 0")
 eq(listing(Q), {}, "removed: not listed")
 eq(stats(Q)["pending"], 0, "removed: no tick's item left pending")
-eq(redis("ZCARD", f"dq:{{{Q}}}:ticks"), 0, "removed: no tick left")
+eq(redis("ZCARD", f"dq:{{{Q}}}:tb"), 0, "removed: no tick left")
 time.sleep(1.2)
 r = dq("take", Q, "--count", "0", "--json", "--timeout", "200ms", "--no-scheduler")
 eq(tick_items(r.json_lines(), "chg"), [], "removed: no more items")
@@ -154,7 +157,9 @@ def lib_lua():
 def window(queue, name):
     """(window length, wlast, next) of a cron schedule, read with cmsgpack."""
     return redis("EVAL", "local s = cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])) "
-                 "return {#s.win, s.wlast, s.next}", 1, f"dq:{{{queue}}}:sched", name)
+                 "local st = redis.call('HGET', KEYS[2], ARGV[1]) "
+                 "return {#s.win, s.wlast, tonumber(string.match(st, '|(.*)$'))}", 2,
+                 f"dq:{{{queue}}}:sched", f"dq:{{{queue}}}:sstate", name)
 
 
 before = server_ms()
@@ -173,11 +178,15 @@ call_begin()
 local P, name = ARGV[1], ARGV[2]
 local zs, counters = P .. 'zs', P .. 'n'
 local s = recur.spec_read(P, name)
-recur.uninsert(P, zs, counters, name, s.next)
+local payload = redis.call('HGET', recur.payload_key(P), name)
+local last, nxt = recur.current(P, name, s, payload)
+recur.leave(P, name, s, nxt, payload)
 s.win = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 s.wlast = s.win[3]
-recur.arm(P, zs, counters, name, s, s.win[1])
-return s.next
+recur.spec_write(P, name, s)
+recur.state_write(P, name, last, s.win[1])
+recur.enter(P, P .. 'w', name, s, s.win[1], payload, recur.bound(P, zs))
+return s.win[1]
 """
 eq(redis("EVAL", plant, 0, f"dq:{{{Q}}}:", "c", t0, t0 + 1000, t0 + 2000), t0, "planted")
 consumer = bg_dq("take", Q, "--count", "3", "--json", "--timeout", "8s", "--no-scheduler")
@@ -204,12 +213,13 @@ start = server_ms() + 1500
 many = lib_lua() + b"""
 call_begin()
 local P, n, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local zs, counters = P .. 'zs', P .. 'n'
 for i = 1, n do
-  local s = {v = 1, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
-             next = -1, last = -1, text = 'every 1s', zone = '', plen = 1}
+  local s = {v = 2, kind = 'every', every = 1000, start = start, stop = 0, missed = 'one', paused = 0,
+             text = 'every 1s', zone = '', plen = 1}
   redis.call('HSET', recur.payload_key(P), 'm' .. i, 'm')
-  recur.arm(P, zs, counters, 'm' .. i, s, start)
+  recur.spec_write(P, 'm' .. i, s)
+  recur.state_write(P, 'm' .. i, -1, start)
+  recur.enter(P, P .. 'w', 'm' .. i, s, start, 'm', recur.bound(P, P .. 'zs'))
 end
 return n
 """
@@ -217,10 +227,61 @@ eq(redis("EVAL", many, 0, f"dq:{{{Q}}}:", N, start), N, f"{N} schedules planted,
 consumer = bg_dq("take", Q, "--count", str(2 * N), "--json", "--timeout", "8s", "--no-scheduler")
 sched = bg_dq("schedule", Q)
 eq(consumer.wait(12), 0, f"{2 * N} items: two ticks of each")
-ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
 got = sorted(m["id"] for m in taken(consumer))
 want = sorted(f"m{i}@{t}" for i in range(1, N + 1) for t in (start, start + 1000))
 eq(got == want, True, "each schedule's two ticks, once each")
+# Schedules that share a bucket: each found in it (its state is as it was
+# set: ticks on time write none), one removed and one paused alone.
+eq(dq("schedules", Q, "remove", "m7").rc, 0, "remove m7 (one of a bucket's 250)")
+eq(dq("schedules", Q, "pause", "m8").rc, 0, "pause m8")
+s = listing(Q)
+nx = s.get("m9", {}).get("next_ms", 0)
+ok(nx >= start + 2000 and (nx - start) % 1000 == 0 and s["m9"]["last_ms"] == nx - 1000,
+   "m9 lists its next tick and the last one made, one second apart", s.get("m9"))
+eq((s.get("m8", {}).get("state"), "m7" in s, len(s)), ("paused", False, N - 1), "m8 paused, m7 gone, the rest listed")
+eq(sum(redis("LLEN", f"dq:{{{Q}}}:tb:{b.decode()}") for b in redis("ZRANGE", f"dq:{{{Q}}}:tb", 0, -1)), N - 2,
+   "the buckets hold the N - 2 active schedules")
+consumer = bg_dq("take", Q, "--count", str(N - 2), "--json", "--timeout", "5s", "--no-scheduler")
+eq(consumer.wait(8), 0, f"{N - 2} items: the next tick of each active one")
+ids = [m["id"] for m in taken(consumer)]
+ok(not any(i.startswith(("m7@", "m8@")) for i in ids) and len(set(i.split("@")[0] for i in ids)) == N - 2,
+   "none of m7 or m8", sorted(ids)[:3])
+ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "the scheduler stops cleanly", sched.err[-300:])
+
+# ------------------------------------------------------------------ sharded
+section("a queue of 3 shards: each schedule in the shard its name picks")
+Q = "rec8"
+eq(dq("config", Q, "--shards", "3").rc, 0, "a queue of 3 shards")
+names = [f"s{i}" for i in range(6)]
+start = server_ms() + 2000
+for n in names:
+    r = dq("every", Q, n, "1s", f"p-{n}", "--start", start)
+    eq((r.rc, r.text.strip()), (0, str(start)), f"every {n} prints its first tick")
+held = redis("KEYS", f"dq:{{{Q}~*}}:sched")
+ok(len(held) >= 2, "the schedules live in more than one shard", held)
+eq(redis("EXISTS", f"dq:{{{Q}}}:sched"), 0, "none in the queue's own keys")
+eq(sorted(listing(Q)), names, "listed together, by name")
+consumer = bg_dq("take", Q, "--count", str(3 * len(names)), "--json", "--timeout", "10s", "--no-scheduler")
+scheds = [bg_dq("schedule", Q) for _ in range(2)]
+eq(consumer.wait(14), 0, f"{3 * len(names)} items")
+ids = [m["id"] for m in taken(consumer)]
+by = {n: sorted(int(i.split("@")[1]) for i in ids if i.startswith(n + "@")) for n in names}
+eq(len(ids), len(set(ids)), "no tick twice")
+ok(all(v and v[0] == start and v == [start + 1000 * k for k in range(len(v))] for v in by.values()) and
+   min(len(v) for v in by.values()) >= 2, "each schedule's ticks from its first, one second apart", by)
+for p in scheds:
+    ok(p.stop() == 0 and b"Sanitizer" not in p.err, "a scheduler stops cleanly", p.err[-300:])
+eq(dq("schedules", Q, "pause", "s1").rc, 0, "pause s1 (routed to its shard)")
+eq(dq("schedules", Q, "remove", "s0").rc, 0, "remove s0")
+s = listing(Q)
+eq((sorted(s), s.get("s1", {}).get("state")), (names[1:], "paused"), "s0 gone, s1 paused")
+dq("take", Q, "--count", "0", "--timeout", "200ms", "--no-scheduler")
+r = dq("config", Q, "--shards", "2")
+ok(r.rc != 0 and "recurring schedules" in r.errtext, "the shard count does not change under schedules", r)
+eq(sorted(listing(Q)), names[1:], "they are all still listed")
+for n in names[1:]:
+    eq(dq("schedules", Q, "remove", n).rc, 0, f"remove {n}")
+eq(dq("config", Q, "--shards", "2").rc, 0, "without schedules, it changes")
 
 # ------------------------------------------------------------------ ACL
 section("a user with the rule of 'delayq acl'")
@@ -260,9 +321,6 @@ for args, what, word in [
         (("cron", Q, "x", "* * * * *", "p", "--tz", "../etc/passwd"), "a zone path", "zone")]:
     r = dq(*args)
     ok(r.rc == 2 and word in r.errtext, f"{what}: exit 2, naming {word}", r)
-eq(dq("config", "rec4s", "--shards", "2").rc, 0, "a queue of 2 shards")
-r = dq("every", "rec4s", "x", "1s", "p")
-ok(r.rc == 2 and "one shard" in r.errtext, "every on a sharded queue: exit 2, saying why", r)
 key = private_file(RDIR, "rec.key", dq("keygen").text)
 r = dq("--key-file", key, "every", Q, "x", "1s", "p")
 ok(r.rc == 2 and "seal" in r.errtext, "with a key file: exit 2 (sealed schedules not supported)", r)

@@ -36,9 +36,9 @@ lib = names[0] if names else "?"
 fns = libs.get(lib, {})
 eq(sorted(n[len(lib) + 1:] for n in fns),
    sorted(["ack", "beat", "cancel", "config", "consumers", "dead", "dead_ro", "extend", "list", "lookup", "metrics",
-           "nack", "offer", "protocol", "recurring", "shards", "stats", "take", "transfer"]),
+           "nack", "offer", "protocol", "recurring", "schedules", "shards", "stats", "take", "transfer"]),
    "its functions: one per script, and dead.lua's reading half again")
-for name in ("stats", "lookup", "dead_ro", "metrics", "list", "protocol", "consumers"):
+for name in ("stats", "lookup", "dead_ro", "metrics", "list", "protocol", "consumers", "schedules"):
     eq(fns.get(lib + "_" + name), ["no-writes"], f"{name} is no-writes (FCALL_RO; runs while out of memory)")
 eq(fns.get(lib + "_offer"), [], "offer is not (it writes, and may not start while out of memory)")
 eq((command_calls("function|load"), command_calls("eval")), (1, 1), "one FUNCTION LOAD, and the call itself as EVAL")

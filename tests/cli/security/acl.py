@@ -160,8 +160,8 @@ for cmd in (("FUNCTION", "LOAD", "REPLACE", spy), ("FUNCTION", "DELETE", lib), (
        reply)
 libs = [dict(zip(x[0::2], x[1::2])) for x in R.cmd("FUNCTION", "LIST", "WITHCODE")]
 eq([d[b"library_name"] for d in libs], [lib.encode()], "one library, the admin's")
-ok(libs and libs[0][b"library_code"] == code and len(libs[0][b"functions"]) == 19, "as loaded: its code, "
-   "its 19 functions, none of the user's", libs and len(libs[0][b"functions"]))
+ok(libs and libs[0][b"library_code"] == code and len(libs[0][b"functions"]) == 20, "as loaded: its code, "
+   "its 20 functions, none of the user's", libs and len(libs[0][b"functions"]))
 eq(R.cmd("EXISTS", "dq:{aq1}:probe"), 0, "the looping script wrote nothing")
 ok(user_cmd(PORT, "dqapp", "SADD", "dq:queues", "aq1") in (0, 1), "SADD dq:queues passes")
 eq(R.cmd("TYPE", "dq:queues"), "set", "the registry is still a set")

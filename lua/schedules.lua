@@ -1,0 +1,54 @@
+-- schedules.lua: lists a queue's recurring schedules (see
+-- lib/80_recurring.lua); only reads (a no-writes function: FCALL_RO runs
+-- it, for a user whose keys are read-only). A key of another type lists as
+-- no schedules.
+-- ARGV[1] key prefix
+-- Returns, per schedule in name order (at most 10,000): name, kind, text,
+-- zone, every_ms, start_ms, stop_ms, missed, paused, next, last, payload
+-- length; a schedule whose spec does not decode lists with kind 'bad'.
+local P = ARGV[1]
+local names = redis.pcall('HKEYS', recur.sched_key(P))
+if type(names) ~= 'table' then return {} end
+table.sort(names)
+-- Where each active schedule is: one pass over the buckets (ascending:
+-- a schedule is in one bucket), 200,000 entries at most.
+local where, seen = {}, 0
+local bs = redis.pcall('ZRANGE', recur.buckets_key(P), '0', '-1', 'WITHSCORES')
+if type(bs) ~= 'table' then bs = {} end
+for i = 1, #bs, 2 do
+  local l = redis.pcall('LRANGE', recur.bucket_key(P, bs[i]), '0', '-1')
+  if type(l) == 'table' then
+    for _, m in ipairs(l) do
+      local n = string.match(m, '^([^|]+)|')
+      if n and not where[n] then where[n] = tonumber(bs[i + 1]) end
+    end
+    seen = seen + #l
+  end
+  if seen > 200000 then break end
+end
+
+-- Last and next as recur.current has them, from where.
+local function current(n, s)
+  local l, N = recur.state(P, n)
+  if s.paused == 1 or s.kind == 'cron' or N < 0 then return l, N end
+  local g = where[n]
+  if not g then return l, -1 end
+  if g == N then return l, N end
+  return g - s.every, g
+end
+
+local out = {}
+for i = 1, math.min(#names, 10000) do
+  local n = names[i]
+  local s = recur.spec_read(P, n)
+  if s then
+    local last, nx = current(n, s)
+    for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
+                        fmt(s.paused), fmt(nx), fmt(last), fmt(s.plen)}) do
+      out[#out + 1] = v
+    end
+  else
+    for _, v in ipairs({n, 'bad', '', '', '0', '0', '0', '', '0', '-1', '-1', '0'}) do out[#out + 1] = v end
+  end
+end
+return out
