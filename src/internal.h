@@ -99,47 +99,6 @@ void dq__refused(dq_client *c, const char *fmt, ...) __attribute__((format(print
 /* Records the client's last failure message and returns code. */
 int dq__fail(dq_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* ------------------------------------------------------------ Redis's error replies (errors.c) */
-
-/* What an error reply is, told by its code word (see errors.c). */
-enum dq__errclass {
-    DQ__ERR_OTHER,       /* any other error, or none                    */
-    DQ__ERR_NOSCRIPT,    /* EVALSHA of a script the node does not hold  */
-    DQ__ERR_NOFUNCTION,  /* FCALL of a function the node does not hold  */
-    DQ__ERR_MOVED,
-    DQ__ERR_ASK,
-    DQ__ERR_TRYAGAIN,
-    DQ__ERR_CLUSTERDOWN,
-    DQ__ERR_READONLY,    /* a write sent to a replica                   */
-    DQ__ERR_LOADING,
-    DQ__ERR_BUSY,        /* a long script or module command             */
-    DQ__ERR_NOREPLICAS,
-    DQ__ERR_MISCONF,
-    DQ__ERR_OOM,
-    DQ__ERR_NOPERM,      /* an ACL refusal of the command sent          */
-    DQ__ERR_NOPERM_SCRIPT, /* ... of a command a script called (an ERR) */
-    DQ__ERR_MASTERDOWN,
-    DQ__ERR_UNBLOCKED,
-    DQ__ERR_WRONGTYPE,
-    DQ__ERR_NOAUTH,      /* NOAUTH or WRONGPASS                         */
-};
-
-/* The class of an error reply's text (or of a message that starts with
- * one); DQ__ERR_OTHER for NULL. */
-enum dq__errclass dq__error_class(const char *text);
-/* The code word text starts with ("NOREPLICAS") into out; "" when it does
- * not start with an upper-case word. */
-void dq__error_code(const char *text, char out[DQ__ERRKIND_MAX]);
-/* 1 if text is of a class Redis answers while a condition lasts: OOM,
- * MISCONF, NOREPLICAS, READONLY, LOADING, BUSY. */
-int dq__error_persists(const char *text);
-/* 1 if text is an ACL refusal of a key (not of a command or channel). */
-int dq__error_names_key(const char *text);
-/* The class word of a refusal by the queue's functions ("ERR delayq:input
- * ..."), DQ_REFUSAL_NONE for NULL or any other text. */
-enum dq_refusal dq__refusal_class(const char *text);
-/* The class of reply (conn.c): DQ__ERR_OTHER for NULL or a non-error. */
-enum dq__errclass dq__reply_class(const redisReply *reply);
 void dq__keys_init(dq__keys *k, const char *queue);
 /* The keys of queue from the client's one-queue cache (the hot paths use
  * one queue over and over); valid until the next call. */

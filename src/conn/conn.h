@@ -131,6 +131,9 @@ int dq__reply_error_code(const redisReply *reply);
 int dq__reply_is_refusal(const redisReply *reply);
 /* The same for an error's text (a reply's, or a failure message built on it). */
 int dq__text_is_refusal(const char *text);
+/* The class of reply (see dq__error_class): DQ__ERR_OTHER for NULL or a
+ * non-error. */
+enum dq__errclass dq__reply_class(const redisReply *reply);
 
 /* Arms timer for the next reconnect attempt: *backoff_ms doubles from
  * 20 ms up to reconnect_max_ms, with a jitter in [1/2, 1]. */
@@ -197,8 +200,6 @@ const char *dq__push_errstr(const dq__push *p);
 void dq__push_free(dq__push *p);
 
 /* ------------------------------------------------------------ errors that persist (backoff.c) */
-
-#define DQ__ERRKIND_MAX 16 /* an error's code word ("NOREPLICAS"), with its NUL */
 
 /* The state of something that retries on its own (a scheduler's transfers,
  * a take, a worker's takes): zeroed is "nothing failed". */

@@ -59,7 +59,7 @@ typedef struct dq__delivery {
 /* As dq_take_many_async, for up to DQ__TAKE_BATCH_MAX items (dq_take_many
  * keeps to 64): a worker whose handlers are quick takes this many at once,
  * as each take and ack has a fixed cost in Redis (src/ops/worker.c). */
-#define DQ__TAKE_BATCH_MAX 256
+#define DQ__TAKE_BATCH_MAX DQ__ACK_BATCH /* a worker acks a whole take at once */
 int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
                          int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
                          dq_take_req **out);
@@ -286,7 +286,7 @@ int dq__dead_letters_decode(const redisReply *reply, dq_dead_letter **out, size_
  * caller can tell by dq__sealed. */
 void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payload, size_t *len);
 
-/* ------------------------------------------------------------ settling (reliable.c, ackargs.c) */
+/* ------------------------------------------------------------ settling (reliable.c) */
 
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
@@ -295,50 +295,15 @@ int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *
                    int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
                    void *privdata);
 
-
 /* Acks n deliveries (1..DQ__ACK_BATCH) of queue, given by id and token, in
  * one script call; the strings are only read during the call. Each is
  * judged on its own: cb gets status 1 and results[i] for each (1 acked, 0
  * stale, DQ_EINVAL for an invalid id or token, which never sinks the
  * others), or a negative status and results NULL when the call failed as a
  * whole. Returns DQ_EINVAL (cb never runs) only if none is valid. */
-#define DQ__ACK_BATCH DQ__TAKE_BATCH_MAX /* a worker acks a whole take at once */
 typedef void dq__acks_cb(dq_client *c, int status, const int *results, size_t n, void *privdata);
 int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
                        const char *const *tokens, size_t n, dq__acks_cb *cb, void *privdata);
-
-/* The keys and arguments of lua/ack.lua (ackargs.c): the items in groups,
- * the consecutive items of one lease record in one group. argv points into
- * the strings given to init and add, which must outlive the call that sends
- * them, and into the struct itself (buckets, counts). */
-typedef struct dq__ack_args {
-    const char *argv[8 + 6 * DQ__ACK_BATCH];
-    size_t lens[8 + 6 * DQ__ACK_BATCH];
-    char buckets[DQ__ACK_BATCH][8];
-    char counts[DQ__ACK_BATCH][8];
-    size_t group_items[DQ__ACK_BATCH];          /* each group's items      */
-    char packed_ids[DQ__ACK_BATCH * (DQ_ID_MAX + 1)];   /* dq__ack_args_pack */
-    char packed_buckets[DQ__ACK_BATCH * 8];
-    size_t n;        /* arguments set                          */
-    size_t items;    /* items added                            */
-    size_t groups;   /* groups started                         */
-    size_t group_at; /* the current group's first argument     */
-    size_t in_group; /* its items                              */
-} dq__ack_args;
-/* Sets the two keys (slot index z, counters) and the fixed arguments (key
- * prefix, the shard count as text, '' for none to check): n = 4, no items. */
-void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, const char *prefix,
-                       const char *shards);
-/* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
- * bytes): at most DQ__ACK_BATCH per struct. */
-void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
-/* Packs every group of two or more items that are blocks 1..k of their
- * lease record in that order (token middles "1", "2", ...: a whole take
- * acked as taken) into the script's packed form: count "*k", then the ids
- * joined by spaces and the buckets joined by spaces, 2 arguments in place
- * of 3k (see lua/ack.lua). Other groups stay as they are. Call after the
- * last add, at most once: no add may follow. */
-void dq__ack_args_pack(dq__ack_args *a);
 
 /* ------------------------------------------------------------ recurring (recurring.c) */
 

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cron.h"
 #include "internal.h"
 
 static const char *const missed_names[3] = {"one", "skip", "all"};

@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "sched_core.h"
 
 struct dq__sched {
     dq__sched *next;

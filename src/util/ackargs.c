@@ -21,7 +21,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 /* Where token's last two dots split it: *mid at the byte after the one
  * before last, *suffix at the last; both at the end (no split) when the

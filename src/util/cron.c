@@ -32,7 +32,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "cron.h"
+#include "util.h"
 
 /* ------------------------------------------------------------ parsing */
 

@@ -20,7 +20,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include "internal.h"
+#include "util.h"
 
 const char *dq_strerror(int code)
 {

@@ -1,7 +1,7 @@
 /*
- * sched_core.c - the scheduler's decisions (see sched_core.h for the model).
+ * sched_core.c - the scheduler's decisions (see util.h, "a scheduler's decisions", for the model).
  */
-#include "sched_core.h"
+#include "util.h"
 
 static int64_t earliest(int64_t a, int64_t b) {
     if (a < 0) return b;

@@ -278,4 +278,189 @@ int dq__open_taken(dq__keyring *kr, int allow_plain, const char *queue, const ch
                    const void *payload, size_t len, unsigned char **out, size_t *out_len, char *why,
                    size_t whylen);
 
+/* ------------------------------------------------------------ Redis's error replies (errors.c) */
+
+#define DQ__ERRKIND_MAX 16 /* an error's code word ("NOREPLICAS"), with its NUL */
+
+/* What an error reply is, told by its code word (see errors.c). */
+enum dq__errclass {
+    DQ__ERR_OTHER,       /* any other error, or none                    */
+    DQ__ERR_NOSCRIPT,    /* EVALSHA of a script the node does not hold  */
+    DQ__ERR_NOFUNCTION,  /* FCALL of a function the node does not hold  */
+    DQ__ERR_MOVED,
+    DQ__ERR_ASK,
+    DQ__ERR_TRYAGAIN,
+    DQ__ERR_CLUSTERDOWN,
+    DQ__ERR_READONLY,    /* a write sent to a replica                   */
+    DQ__ERR_LOADING,
+    DQ__ERR_BUSY,        /* a long script or module command             */
+    DQ__ERR_NOREPLICAS,
+    DQ__ERR_MISCONF,
+    DQ__ERR_OOM,
+    DQ__ERR_NOPERM,      /* an ACL refusal of the command sent          */
+    DQ__ERR_NOPERM_SCRIPT, /* ... of a command a script called (an ERR) */
+    DQ__ERR_MASTERDOWN,
+    DQ__ERR_UNBLOCKED,
+    DQ__ERR_WRONGTYPE,
+    DQ__ERR_NOAUTH,      /* NOAUTH or WRONGPASS                         */
+};
+
+/* The class of an error reply's text (or of a message that starts with
+ * one); DQ__ERR_OTHER for NULL. */
+enum dq__errclass dq__error_class(const char *text);
+/* The code word text starts with ("NOREPLICAS") into out; "" when it does
+ * not start with an upper-case word. */
+void dq__error_code(const char *text, char out[DQ__ERRKIND_MAX]);
+/* 1 if text is of a class Redis answers while a condition lasts: OOM,
+ * MISCONF, NOREPLICAS, READONLY, LOADING, BUSY. */
+int dq__error_persists(const char *text);
+/* 1 if text is an ACL refusal of a key (not of a command or channel). */
+int dq__error_names_key(const char *text);
+/* The class word of a refusal by the queue's functions ("ERR delayq:input
+ * ..."), DQ_REFUSAL_NONE for NULL or any other text. */
+enum dq_refusal dq__refusal_class(const char *text);
+
+/* ------------------------------------------------------------ ack arguments (ackargs.c) */
+
+/* The most items one ack script call settles (dq__ack_many_async): a
+ * worker takes up to this many at once and acks them together
+ * (DQ__TAKE_BATCH_MAX in ops.h is this number). */
+#define DQ__ACK_BATCH 256
+
+/* The keys and arguments of lua/ack.lua (ackargs.c): the items in groups,
+ * the consecutive items of one lease record in one group. argv points into
+ * the strings given to init and add, which must outlive the call that sends
+ * them, and into the struct itself (buckets, counts). */
+typedef struct dq__ack_args {
+    const char *argv[8 + 6 * DQ__ACK_BATCH];
+    size_t lens[8 + 6 * DQ__ACK_BATCH];
+    char buckets[DQ__ACK_BATCH][8];
+    char counts[DQ__ACK_BATCH][8];
+    size_t group_items[DQ__ACK_BATCH];          /* each group's items      */
+    char packed_ids[DQ__ACK_BATCH * (DQ_ID_MAX + 1)];   /* dq__ack_args_pack */
+    char packed_buckets[DQ__ACK_BATCH * 8];
+    size_t n;        /* arguments set                          */
+    size_t items;    /* items added                            */
+    size_t groups;   /* groups started                         */
+    size_t group_at; /* the current group's first argument     */
+    size_t in_group; /* its items                              */
+} dq__ack_args;
+/* Sets the two keys (slot index z, counters) and the fixed arguments (key
+ * prefix, the shard count as text, '' for none to check): n = 4, no items. */
+void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, const char *prefix,
+                       const char *shards);
+/* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
+ * bytes): at most DQ__ACK_BATCH per struct. */
+void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
+/* Packs every group of two or more items that are blocks 1..k of their
+ * lease record in that order (token middles "1", "2", ...: a whole take
+ * acked as taken) into the script's packed form: count "*k", then the ids
+ * joined by spaces and the buckets joined by spaces, 2 arguments in place
+ * of 3k (see lua/ack.lua). Other groups stay as they are. Call after the
+ * last add, at most once: no add may follow. */
+void dq__ack_args_pack(dq__ack_args *a);
+
+/* ------------------------------------------------------------ cron (cron.c) */
+
+/* cron expressions and time zones as a pure helper (cron.c): the
+ * parser, a zone read from the system's tz database, and the next tick of
+ * an expression in a zone. No I/O but reading the zone's file, no global
+ * state, no environment (TZ is never set). Unit tests: tests/unit/test_cron.c.
+ */
+
+/* A parsed five-field expression: one bit per value allowed. */
+typedef struct dq__cron {
+    uint64_t minute;   /* bits 0..59 */
+    uint32_t hour;     /* bits 0..23 */
+    uint32_t mday;     /* bits 1..31 */
+    uint32_t month;    /* bits 1..12 */
+    uint32_t wday;     /* bits 0..6, 0 = Sunday (7 is read as 0) */
+    int mday_star;     /* the day-of-month field started with '*' */
+    int wday_star;     /* the day-of-week field started with '*' */
+} dq__cron;
+
+/* Parses expr: five fields (minute, hour, day of month, month, day of
+ * week) of lists, ranges, steps, and month and day names (jan..dec,
+ * sun..sat, any case), or @yearly, @annually, @monthly, @weekly, @daily,
+ * @midnight, @hourly. Returns 0, or -1 with a message naming the bad field
+ * in err (size bytes). */
+int dq__cron_parse(const char *expr, dq__cron *out, char *err, size_t size);
+
+/* A zone's UTC offsets over time. */
+typedef struct dq__zone {
+    size_t n;          /* transitions                                    */
+    int64_t *at;       /* transition instants (UTC seconds), ascending   */
+    int32_t *offset;   /* the offset (seconds east of UTC) from at[i] on */
+    int32_t initial;   /* the offset before at[0] (or always, if n is 0) */
+} dq__zone;
+
+/* Loads zone name ("UTC", "Europe/Berlin": an IANA name) from the TZif
+ * file dir/name (dir NULL: /usr/share/zoneinfo). Returns 0, or -1 with the
+ * reason in err. Free with dq__zone_free. Offsets after the file's last
+ * transition stay the last one's (the system's files run to 2037). */
+int dq__zone_load(const char *dir, const char *name, dq__zone *z, char *err, size_t size);
+void dq__zone_free(dq__zone *z);
+
+/* The offset in effect at UTC second t. */
+int32_t dq__zone_offset(const dq__zone *z, int64_t t);
+
+/* The first tick of c in zone z strictly after after_ms (UTC epoch ms), in
+ * ms (a whole minute), or -1 when none comes in the next 8 years.
+ * A wall-clock time a spring-forward skips runs at the first instant after
+ * the gap (the transition), once; a time that comes twice (fall back) runs
+ * at its first occurrence only. */
+int64_t dq__cron_next(const dq__cron *c, const dq__zone *z, int64_t after_ms);
+
+/* ------------------------------------------------------------ a scheduler's decisions (sched_core.c) */
+
+/* the decisions of one queue's scheduler, free of any event
+ * loop or Redis, so they are unit-tested with made-up times.
+ *
+ * It answers: for which server due time should the timer be armed, and with
+ * how much stagger? Inputs are the announcements heard on the wake channel
+ * (each one the queue's earliest pending due time at the moment it was
+ * published, or -1 for none; they arrive in publish order) and the results
+ * of our own transfer runs (whose replies may overtake announcements
+ * published after them, so while a run is in flight every announcement is
+ * remembered and the earliest wins).
+ *
+ * Stagger: each scheduler of a queue fires at due + stagger_ms. A run that
+ * moved items halves the stagger; a run fired for a due time that someone
+ * else already served adds 1 ms (up to DQ__STAGGER_MAX_MS). One process then
+ * keeps stagger 0 and serves every deadline; the others hear its announcement
+ * before their own timers fire and skip, so N schedulers cost about what one
+ * costs. If the leader dies, the next one takes over within the stagger.
+ */
+
+#define DQ__STAGGER_MAX_MS 4
+#define DQ__NONE ((int64_t)-1)
+
+typedef struct dq__sched_core {
+    int64_t next_due;   /* earliest pending due (server ms) known, or -1   */
+    int in_flight;      /* a transfer run is outstanding                   */
+    int64_t fired_for;  /* due time the running transfer was fired for, -1 */
+    int64_t heard_min;  /* earliest due announced during the run, or -1    */
+    int stagger_ms;
+} dq__sched_core;
+
+void dq__sched_core_init(dq__sched_core *s);
+
+/* An announcement: the queue's earliest pending due is now `due` (-1: none).
+ * Returns 1 if the timer should be re-armed (see dq__sched_core_fire_at). */
+int dq__sched_core_heard(dq__sched_core *s, int64_t due);
+
+/* A transfer run starts. fired_for: the due time the timer fired for, or -1
+ * for catch-up and safety runs. */
+void dq__sched_core_begin(dq__sched_core *s, int64_t fired_for);
+
+/* A run finished: it moved `moved` items, and the server reported next_due
+ * (-1: none). Returns 1 if another run should start at once (more_due). */
+int dq__sched_core_finish(dq__sched_core *s, int64_t moved, int64_t next_due, int more_due);
+
+/* A run failed without an answer: forget it; keep what is known. */
+void dq__sched_core_failed(dq__sched_core *s);
+
+/* Server time (ms) at which the timer should fire, or -1 for no timer. */
+int64_t dq__sched_core_fire_at(const dq__sched_core *s);
+
 #endif

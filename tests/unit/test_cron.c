@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "cron.h"
+#include "util.h"
 
 /* "2026-03-08T07:00Z" as epoch ms. */
 static int64_t ms_of(const char *iso)

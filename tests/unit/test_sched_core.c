@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "sched_core.h"
+#include "util.h"
 
 static void test_starts_with_no_timer(void **state) {
     (void)state;
