@@ -21,9 +21,6 @@ enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKU
                   DQ__LUA_BEAT, DQ__LUA_CONSUMERS,
                   DQ__LUA_COUNT };
 
-/* The slot of a queue's keys (their hash tag is the queue name). */
-unsigned dq__queue_slot(const char *queue);
-
 /* Runs a script on the node serving queue's slot with FCALL (EVAL of its
  * text, with the library loaded before it, when the node lacks the library):
  * argv holds nkeys keys then nargs args. flags as dq__route. Returns as
@@ -180,7 +177,7 @@ int dq__epoch_reply(dq_client *c, const char *queue, const redisReply *r);
 uint64_t dq__epoch_wipes(dq_client *c, const char *queue);
 void dq__epochs_free(dq_client *c);
 /* Reads queue's shard count from its own keys, learns it and puts it in
- * *n (ops.c): one round trip, for calls that route by no item. */
+ * *n (stats.c): one round trip, for calls that route by no item. */
 int dq__shards_fetch(dq_client *c, const char *queue, unsigned *n);
 /* Writes settings q to each of queue's `shards` shards (qconfig.c). */
 int dq__config_copy(dq_client *c, const char *queue, unsigned shards, const dq_queue_config *q);
@@ -234,6 +231,10 @@ const char *dq__process_name(void);
 int dq__holder_valid(const char *holder);
 /* DQ_EBUSY (recorded) when called from inside one of c's callbacks. */
 int dq__not_in_callback(dq_client *c);
+/* The checks of a synchronous call on queue and, unless id is NULL, one
+ * id: not from a callback (dq__not_in_callback), a valid queue name and
+ * id. 0, or the code (recorded on c). */
+int dq__check_sync(dq_client *c, const char *queue, const char *id);
 
 /* Runs a script synchronously and collects up to 10 integers of its reply
  * (an integer, or an array of integers/numeric strings) into s; text gets

@@ -169,8 +169,6 @@ int dq__text_is_no_library(const char *text) {
     return dq__error_class(text) == DQ__ERR_NOPERM && strstr(text, NO_LIBRARY_HINT) != NULL;
 }
 
-unsigned dq__queue_slot(const char *queue) { return dq__key_slot(queue, strlen(queue)); }
-
 int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
              int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
              void *privdata) {

@@ -5,8 +5,11 @@
  * exactly as a cluster node does (the Redis Cluster specification, "Keys
  * distribution model"), so the client can send each command to the node
  * that serves its keys. A queue's keys all carry the hash tag "{queue}",
- * which is what puts them in one slot and lets one script touch them all.
+ * which is what puts them in one slot and lets one script touch them all:
+ * dq__queue_slot, that slot, which every operation routes by, is here too.
  */
+#include <string.h>
+
 #include "util.h"
 
 /* CRC16-CCITT in its XMODEM variant (polynomial 0x1021, initial value 0,
@@ -45,3 +48,7 @@ unsigned dq__key_slot(const char *key, size_t len)
     }
     return crc16_xmodem(k, len) & (DQ__SLOTS - 1);
 }
+
+/* The queue name is the hash tag of every key of the queue (dq:{queue}:...),
+ * and a valid name holds no brace, so the name hashed whole is the tag. */
+unsigned dq__queue_slot(const char *queue) { return dq__key_slot(queue, strlen(queue)); }

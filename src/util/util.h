@@ -93,6 +93,9 @@ const char *dq__url_master_shown(const dq__url *u);
  * of the key, or of the text between the first '{' and the next '}' when
  * that text is not empty, modulo 16384. */
 unsigned dq__key_slot(const char *key, size_t len);
+/* The slot of a queue's keys (their hash tag is the queue name, or a
+ * shard's name). */
+unsigned dq__queue_slot(const char *queue);
 
 /* ------------------------------------------------------------ shards (shard.c) */
 
