@@ -102,11 +102,6 @@ int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **
 /* A dq__reply_fn for commands whose reply nobody needs. */
 void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdata);
 
-/* Formats head[0..nhead-1] then argv[0..argc-1] as one RESP command into a
- * malloc'ed *out (the caller frees). Returns its length, or -1 (no memory). */
-long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
-                        int argc, const char **argv, const size_t *argvlen);
-
 /* Writes what the connection has queued now, without waiting for the loop
  * (no-op unless UP). Not from inside one of the connection's callbacks. */
 void dq__conn_write_now(dq__conn *conn);

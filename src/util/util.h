@@ -86,6 +86,13 @@ size_t dq__url_redact(const void *text, size_t len, char *out, size_t size);
 /* u->master for messages, or "***" while u->master_hidden. */
 const char *dq__url_master_shown(const dq__url *u);
 
+/* ------------------------------------------------------------ RESP (resp.c) */
+
+/* Formats head[0..nhead-1] then argv[0..argc-1] as one RESP command into a
+ * malloc'ed *out (the caller frees). Returns its length, or -1 (no memory). */
+long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
+                        int argc, const char **argv, const size_t *argvlen);
+
 /* ------------------------------------------------------------ cluster slots (slot.c) */
 
 #define DQ__SLOTS 16384
