@@ -30,7 +30,7 @@
  * common.lua followed by the script, as tools/embed-lua.sh assembles them.
  * The new ones are the bytes of the generated scripts.h. Both sets are
  * loaded with SCRIPT LOAD and called with EVALSHA, with the keys and
- * arguments the library sends (src/ops/ops.c send_chunk, src/ops/scheduler.c
+ * arguments the library sends (src/ops/offer.c send_chunk, src/ops/scheduler.c
  * transfer, src/ops/take.c run_script), each set on a queue of its own.
  *
  * A round measures the old set, then the new one (A B A B ...); FLUSHALL
@@ -87,7 +87,7 @@
 #define PAYLOAD_LEN 16
 #define OFFER_DELAY "3600000" /* ms, as dqbench's offers                    */
 #define DEPTH 8               /* calls in flight (offers, takes)            */
-#define FILL_PER_CALL 100     /* src/ops/ops.c CHUNK_ITEMS                      */
+#define FILL_PER_CALL 100     /* src/ops/offer.c CHUNK_ITEMS                    */
 #define FILL_PER_MS 100       /* due times of the transfer's items          */
 #define TAKE_MAX 64 /* items a take asks for (take_count: 64, or --calls' batch) */
 #define ROUNDS_MAX 9
@@ -323,7 +323,7 @@ typedef struct offer_ctx {
     char payload[FILL_PER_CALL][PAYLOAD_LEN + 1];
 } offer_ctx;
 
-/* The arguments of src/ops/ops.c send_chunk: 4 keys, prefix, channel, the
+/* The arguments of src/ops/offer.c send_chunk: 4 keys, prefix, channel, the
  * shard count (scripts since issue 13), then id, payload, ms, flags digit
  * and id index bucket per item. */
 static void offer_build(void *ctx, long i, call *c) {
