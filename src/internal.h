@@ -1,10 +1,11 @@
 /*
  * internal.h - the library's private header: the client structure, what
- * every layer shares (core.c: the failure message, the log, a queue's keys,
- * the server clock, reading replies; errors.c: Redis's error replies), and
- * each layer's interface header in layer order: util.h (src/util/), conn.h
- * (src/conn/), route.h (src/route/), then ops.h (src/ops/, after the client
- * structure it uses). A file includes this one header. Never installed.
+ * core.c declares on it (the failure message, the log, a queue's keys, the
+ * server clock, reading replies), and each layer's interface header in
+ * layer order: util.h (src/util/), conn.h (src/conn/), route.h
+ * (src/route/), then ops.h (src/ops/, after the client structure it uses).
+ * A file includes this one header, or util.h alone when it needs no more.
+ * Never installed.
  *
  * Ownership in one place:
  *   dq_client owns its connections (cmd, sub, blocking pool), its schedulers,

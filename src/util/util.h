@@ -1,8 +1,11 @@
 /*
- * util.h - pure helpers shared by the library and the CLI: URL parsing,
- * names and keys, the stored-entry codec, ids and text encodings.
- * No I/O and no event loop here, so every function is unit-tested alone.
- * Internal: dq__ prefix, never installed.
+ * util.h - the one interface header of src/util/, the pure helpers shared
+ * by the library and the CLI: URL parsing, RESP formatting, slots and
+ * shards, names and keys, the stored-entry codec, ids, text encodings,
+ * sealing, the classes of Redis's error replies, an ack call's arguments,
+ * cron expressions and a scheduler's decisions. No I/O (but reading a time
+ * zone's file) and no event loop here, so every function is unit-tested
+ * alone. Internal: dq__ prefix, never installed.
  */
 #ifndef DQ_UTIL_H
 #define DQ_UTIL_H
@@ -372,7 +375,7 @@ void dq__ack_args_pack(dq__ack_args *a);
 
 /* ------------------------------------------------------------ cron (cron.c) */
 
-/* cron expressions and time zones as a pure helper (cron.c): the
+/* Cron expressions and time zones as a pure helper (cron.c): the
  * parser, a zone read from the system's tz database, and the next tick of
  * an expression in a zone. No I/O but reading the zone's file, no global
  * state, no environment (TZ is never set). Unit tests: tests/unit/test_cron.c.
@@ -423,7 +426,7 @@ int64_t dq__cron_next(const dq__cron *c, const dq__zone *z, int64_t after_ms);
 
 /* ------------------------------------------------------------ a scheduler's decisions (sched_core.c) */
 
-/* the decisions of one queue's scheduler, free of any event
+/* The decisions of one queue's scheduler, free of any event
  * loop or Redis, so they are unit-tested with made-up times.
  *
  * It answers: for which server due time should the timer be armed, and with
