@@ -8,7 +8,11 @@ undefined), and fails when:
     the Makefile's LAYERS (the library's folders) differ from the table's;
   - a file calls (or reads) a symbol defined by a file of a higher layer;
   - two folders call each other, or files call each other in a cycle
-    anywhere outside a folder the table marks "one module" (the router).
+    anywhere outside a folder the table marks "one module" (the router);
+  - a library folder's header other than its interface header (the
+    folder's name: util.h, conn.h, ...) is included from outside the
+    folder, or a function an interface header declares is defined in
+    another folder (each declaration sits in its own folder's header).
 Needs no Redis; runs on whichever build run.sh was given (plain or ASan).
 """
 import glob
@@ -152,5 +156,36 @@ ok(not loops, "no two folders call each other", loops)
 loops = cycles({unit(s) for s in objs}, unit_edges)
 ok(not loops, "no call cycle between files (the router is one module)", loops)
 note("modules: " + ", ".join(r[0] for r in table if r[2]))
+
+
+section("one interface header per folder, each declaration in its folder's")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# A prototype or definition: at the start of a line, a type, then dq__name(.
+DECL = re.compile(r"^[A-Za-z_][\w \t*]*?\b(dq__\w+)\s*\(", re.M)
+COMMENT = re.compile(r"/\*.*?\*/", re.S)
+texts = []
+for d in ("src", "tests", "bench", "fuzz", "examples", "tools"):
+    for path in glob.glob(os.path.join(ROOT, d, "**", "*.[ch]"), recursive=True):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            texts.append((os.path.relpath(path, ROOT), f.read()))
+strays, misplaced, checked = [], [], 0
+for folder in (r[0] for r in lib_rows):
+    interface = os.path.basename(folder) + ".h"
+    for h in sorted(glob.glob(os.path.join(ROOT, folder, "*.h"))):
+        name = os.path.basename(h)
+        if name != interface:
+            outside = [p for p, text in texts if name in INCLUDE.findall(text) and os.path.dirname(p) != folder]
+            if outside:
+                strays.append(f"{folder}/{name} (private to {folder}/) included by " + " ".join(outside))
+            continue
+        with open(h, encoding="utf-8") as f:
+            for fn in sorted(set(DECL.findall(COMMENT.sub("", f.read())))):
+                src = owner.get(fn)
+                checked += bool(src)
+                if src and row_of(src, table)[0] != folder:
+                    misplaced.append(f"{fn} declared in {folder}/{name}, defined in {src}")
+ok(not strays, "a folder's other headers are private to it", "\n    " + "\n    ".join(strays))
+ok(not misplaced, f"each interface header declares only its own folder's functions ({checked} checked)",
+   "\n    " + "\n    ".join(misplaced))
 
 finish()
