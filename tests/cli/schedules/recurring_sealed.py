@@ -4,7 +4,8 @@
     payload, its tick bucket, its ticks' ready entries), never the
     plaintext; the listing gives the stored bytes;
   - a 1 s schedule's ticks, made by a scheduler without keys, are taken
-    opened by a consumer with the key (and listed opened); a consumer
+    opened by a consumer with the key (and listed opened, by 'list' and by
+    a serve with the key; a serve without it shows them sealed); a consumer
     without a key file, or with another key, leaves them ready (exit 3);
   - the same on a queue of 3 shards (the binding is the queue's name);
   - planted with raw commands: a tick item whose payload is another
@@ -14,12 +15,16 @@
     almost a tick's ("a@0123": the id is parsed strictly); a schedule's own
     envelope replayed as another of its ticks opens (docs/security.md).
 """
+import json
 import os
 import sys
 import tempfile
+import urllib.request
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
 from dqtest import *  # noqa: E402,F403
+
+from browser import serve_up  # noqa: E402
 
 R = Redis(timeout=30)
 tmp = tempfile.mkdtemp(prefix="delayq-recurring-sealed.")
@@ -66,6 +71,20 @@ def raw_values(q):
     return [v for v in out if isinstance(v, bytes)]
 
 
+def serve_ready(key, q):
+    """The ready items of q as a serve (with key, or none) shows them:
+    [(id, sealed, payload)]."""
+    port = closed_port()
+    srv = bg_dq(*(["--key-file", key] if key else []), "serve", "--listen", f"127.0.0.1:{port}", q)
+    items = None
+    if ok(wait_for(lambda: serve_up(port), 10 * SLOW), "serve answers", srv.err):
+        url = f"http://127.0.0.1:{port}/api/queues/{q}/items?state=ready"
+        with urllib.request.urlopen(url, timeout=10 * SLOW) as r:
+            items = [(i["id"], i.get("sealed"), i.get("payload")) for i in json.loads(r.read())["items"]]
+    ok(srv.stop() == 0, "serve stops cleanly", srv.err[-300:])
+    return items
+
+
 def ready_entries(q):
     return R.cmd("LRANGE", f"dq:{{{q}}}:r", 0, -1)
 
@@ -110,6 +129,12 @@ eq([(s["name"], s["payload_bytes"]) for s in sl], [("beat", len(SECRET) + 53)],
 r = dq("--key-file", k1, "list", Q, "--state", "ready", "--json")
 ok(r.rc == 0 and r.json_lines() and all(m.get("payload") == SECRET.decode() for m in r.json_lines()),
    "list with the key: tick items shown opened", r)
+shown = serve_ready(None, Q) or []
+ok(shown and all(i.startswith("beat@") and sealed is True and p is None for i, sealed, p in shown),
+   "serve without the key: tick items shown sealed", shown)
+shown = serve_ready(k1, Q) or []
+ok(shown and all(sealed is False and p == SECRET.decode() for _, sealed, p in shown),
+   "serve with the key: tick items shown opened", shown)
 r = take(Q, None)
 ok(r.rc == 3 and "sealed with key" in r.errtext and r.text == "",
    "take without a key file: nothing delivered, exit 3 naming the key", r)
