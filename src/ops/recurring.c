@@ -4,8 +4,9 @@
  * and the refills of cron schedules' ticks.
  *
  * Owns checking a schedule before it is sent (name, interval, cron
- * expression and zone, times, missed policy, payload) and reading the
- * listing back. The schedules themselves are data in Redis
+ * expression and zone, times, missed policy, payload), sealing its payload
+ * once for all its ticks when the client holds keys (seal.c's schedule
+ * binding), and reading the listing back. The schedules themselves are data in Redis
  * (lua/lib/80_recurring.lua): this file keeps nothing between calls, and
  * the ticks are turned into items by the transfers any scheduler runs, not
  * here. Scripts cannot read the tz database, so a cron schedule's ticks are
