@@ -689,11 +689,15 @@ DQ_EXPORT void dq_get_sched_counters(const dq_client *c, dq_sched_counters *out)
  * (dq_scheduler_start, 'delayq schedule') turn each tick into one ordinary
  * item, whatever their number, crashes and clocks: id "NAME@<tick ms>",
  * due_ms the tick's time on the server clock, the schedule's payload.
- * Schedules need a queue of one shard (the script refuses another:
- * DQ_EREDIS, its message saying so), and a client without keys: sealed
- * payloads are bound to one item id, which a schedule cannot know in
- * advance (DQ_EINVAL with a key file). Setting, changing and listing run a
- * writing script: a read-only ACL user cannot list schedules. */
+ * On a sharded queue a schedule lives in the shard its name picks (as an
+ * offer's id picks one), and the listing gathers the shards. A client with keys (key_file) seals
+ * the payload once, when it sets the schedule, bound to the queue and the
+ * schedule's name (a tick's id is not known in advance): each tick's item
+ * carries that envelope, and a consumer with keys opens it as that
+ * schedule's, by the item's id, and sets aside any other envelope, as for
+ * an offered item (docs/security.md). Setting and changing run a writing
+ * script; the listing only reads (FCALL_RO), so a read-only ACL user may
+ * list schedules. */
 
 /* What to do with the ticks that came while no scheduler ran, or while the
  * schedule was paused. */
@@ -712,7 +716,8 @@ typedef struct dq_recurring_spec {
                             start + k * every_ms); 0: every_ms from now     */
     int64_t end_ms;      /* no tick after it (server epoch ms); 0: never    */
     int missed;          /* enum dq_missed                                  */
-    const void *payload; /* every tick's item's payload (copied)            */
+    const void *payload; /* every tick's item's payload (copied; sealed once
+                            by a client with keys)                          */
     size_t payload_len;
     const char *cron;    /* NULL: every every_ms. Else a cron expression
                             (five fields: minute hour day-of-month month
@@ -731,8 +736,9 @@ typedef struct dq_recurring_spec {
  * paused schedule replaced runs again). *next_ms (may be NULL) gets the
  * first tick, -1 when none comes before end_ms. Returns 0 or a negative code:
  * DQ_EINVAL for a bad name, interval, cron expression (the message names the
- * field), zone, time or missed policy, or a client with keys; DQ_ETOOBIG for
- * a payload over max_payload. A cron schedule's ticks are computed by the
+ * field), zone, time or missed policy, or, from a client without keys, a
+ * payload that starts as an envelope does; DQ_ETOOBIG for a payload over
+ * max_payload (before sealing). A cron schedule's ticks are computed by the
  * clients (this call, then the schedulers, 64 at a time). */
 DQ_EXPORT int dq_recurring_set(dq_client *c, const char *queue, const char *name,
                                const dq_recurring_spec *spec, int64_t *next_ms) DQ_NODISCARD;

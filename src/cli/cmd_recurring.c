@@ -41,8 +41,8 @@ const char cli_usage_every[] =
     "\n"
     "TIME: epoch milliseconds, or UTC as 2026-11-27T10:00:00Z.\n"
     "On a sharded queue a schedule lives in the shard its NAME picks; the\n"
-    "shard count does not change while the queue has schedules. No --key-file\n"
-    "(sealed payloads are bound to one item id).\n"
+    "shard count does not change while the queue has schedules. With\n"
+    "--key-file the payload is sealed once, bound to the queue and NAME.\n"
     "Exit codes: 0 ok, 2 usage error or bad input, 3 Redis unreachable or\n"
     "erroring, or stdout could not be written.\n";
 

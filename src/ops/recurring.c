@@ -4,8 +4,9 @@
  * and the refills of cron schedules' ticks.
  *
  * Owns checking a schedule before it is sent (name, interval, cron
- * expression and zone, times, missed policy, payload) and reading the
- * listing back. The schedules themselves are data in Redis
+ * expression and zone, times, missed policy, payload), sealing its payload
+ * once for all its ticks when the client holds keys (seal.c's schedule
+ * binding), and reading the listing back. The schedules themselves are data in Redis
  * (lua/lib/80_recurring.lua): this file keeps nothing between calls, and
  * the ticks are turned into items by the transfers any scheduler runs, not
  * here. Scripts cannot read the tz database, so a cron schedule's ticks are
@@ -34,11 +35,7 @@ typedef struct recur_call {
     size_t n;
 } recur_call;
 
-static int name_valid(const char *name) {
-    size_t n = name ? strlen(name) : 0;
-    if (n < 1 || n > DQ_RECURRING_NAME_MAX) return 0;
-    return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") == n;
-}
+static int name_valid(const char *name) { return name && dq__schedule_name_valid(name, strlen(name)); }
 
 void dq_recurring_list_free(dq_recurring *list, size_t n) {
     for (size_t i = 0; list && i < n; i++) {
@@ -166,11 +163,10 @@ static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *s
         return dq__fail(c, DQ_ETOOBIG, "payload is %zu bytes, limit is %zu", sp->payload_len,
                         c->opt.max_payload);
     if (sp->payload_len && !sp->payload) return dq__fail(c, DQ_EINVAL, "payload is NULL");
-    if (c->keyring)
-        return dq__fail(c, DQ_EINVAL, "recurring schedules do not seal payloads yet: set them with a "
-                                      "client without a key file");
-    if (sp->payload_len && dq__looks_sealed(sp->payload, sp->payload_len))
-        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs)");
+    /* As for an offer: a client with keys seals it (dq_recurring_set). */
+    if (!c->keyring && sp->payload_len && dq__looks_sealed(sp->payload, sp->payload_len))
+        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs): set it "
+                                      "with a key file, or change its first bytes");
     return 0;
 }
 
@@ -266,21 +262,54 @@ static int cron_first(dq_client *c, const char *queue, const char *shard, const 
     return k.status;
 }
 
+/* The payload a schedule stores: sp's, or with keys its envelope, sealed
+ * once for every tick (bound to the queue and the schedule's name, not to
+ * a shard nor an item: seal.c). *env gets the envelope to free, or NULL. */
+static int stored_payload(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
+                          const char **payload, size_t *len, unsigned char **env) {
+    *env = NULL;
+    *payload = sp->payload_len ? sp->payload : "";
+    *len = sp->payload_len;
+    if (!c->keyring) return 0;
+    int rc = dq__check_queue(c, queue); /* its name goes into the binding */
+    if (rc) return rc;
+    if (dq__seal_schedule(c->keyring, queue, name, *payload, *len, env, len) != 0)
+        return dq__fail(c, DQ_ENOMEM, "out of memory");
+    *payload = (const char *)*env;
+    return 0;
+}
+
 /* 'set' with 'cron ZONE', then the first ticks. */
 static int set_cron(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
-                    int64_t *next_ms) {
+                    const char *payload, size_t payload_len, int64_t *next_ms) {
     char start[24], end[24];
     const char *zone = sp->zone ? sp->zone : "UTC";
     snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
     snprintf(end, sizeof end, "%" PRId64, sp->end_ms);
-    const char *args[9] = {name, "0", start, end, missed_names[sp->missed], sp->cron,
-                           sp->payload_len ? sp->payload : "", "cron", zone};
+    const char *args[9] = {name, "0", start, end, missed_names[sp->missed], sp->cron, payload, "cron", zone};
     size_t lens[9] = {strlen(name), 1, strlen(start), strlen(end), strlen(missed_names[sp->missed]),
-                      strlen(sp->cron), sp->payload_len, 4, strlen(zone)};
+                      strlen(sp->cron), payload_len, 4, strlen(zone)};
     recur_call k;
     int rc = recur_run(c, queue, "set", 9, args, lens, &k);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
     return cron_first(c, queue, k.shard, name, sp, k.value, next_ms);
+}
+
+/* 'set' of an 'every' schedule. */
+static int set_every(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *spec,
+                     const char *payload, size_t payload_len, int64_t *next_ms) {
+    char every[24], start[24], end[24], text[48];
+    snprintf(every, sizeof every, "%" PRId64, spec->every_ms);
+    snprintf(start, sizeof start, "%" PRId64, spec->start_ms);
+    snprintf(end, sizeof end, "%" PRId64, spec->end_ms);
+    every_text(spec->every_ms, text, sizeof text);
+    const char *args[7] = {name, every, start, end, missed_names[spec->missed], text, payload};
+    size_t lens[7] = {strlen(name), strlen(every), strlen(start), strlen(end),
+                      strlen(missed_names[spec->missed]), strlen(text), payload_len};
+    recur_call k;
+    int rc = recur_run(c, queue, "set", 7, args, lens, &k);
+    if ((rc == 0 || rc == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
+    return rc;
 }
 
 /* ------------------------------------------------------------ the calls */
@@ -295,20 +324,14 @@ int dq_recurring_set(dq_client *c, const char *queue, const char *name, const dq
         rc = cron_load(c, spec->cron, spec->zone ? spec->zone : "UTC", &cr, &z);
         dq__zone_free(&z);
     }
+    const char *payload;
+    size_t payload_len;
+    unsigned char *env;
+    if (!rc) rc = stored_payload(c, queue, name, spec, &payload, &payload_len, &env);
     if (rc) return rc;
-    if (spec->cron) return set_cron(c, queue, name, spec, next_ms);
-    char every[24], start[24], end[24], text[48];
-    snprintf(every, sizeof every, "%" PRId64, spec->every_ms);
-    snprintf(start, sizeof start, "%" PRId64, spec->start_ms);
-    snprintf(end, sizeof end, "%" PRId64, spec->end_ms);
-    every_text(spec->every_ms, text, sizeof text);
-    const char *args[7] = {name, every, start, end, missed_names[spec->missed], text,
-                           spec->payload_len ? spec->payload : ""};
-    size_t lens[7] = {strlen(name), strlen(every), strlen(start), strlen(end),
-                      strlen(missed_names[spec->missed]), strlen(text), spec->payload_len};
-    recur_call k;
-    rc = recur_run(c, queue, "set", 7, args, lens, &k);
-    if ((rc == 0 || rc == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
+    rc = spec->cron ? set_cron(c, queue, name, spec, payload, payload_len, next_ms)
+                    : set_every(c, queue, name, spec, payload, payload_len, next_ms);
+    free(env);
     return rc;
 }
 

@@ -7,6 +7,8 @@
  *   ready     "1|<due>|<ready>|<idlen>|<id><payload>"  (decoded here, and
  *             "2|<due>|<ready>|<attempts>|<idlen>|<elen>|<id><err><payload>")
  *   set-aside "1|<reason>|<idlen>|<id><raw>"           (encoded here)
+Also the schedule names, and the id of a recurring tick's item, "NAME@T"
+(lua/lib/80_recurring.lua), which sealing reads its binding from.
  * The payload is the tail of an entry, so it may hold any bytes ('|', NUL)
  * and is never scanned.
  */
@@ -47,6 +49,40 @@ int dq__id_valid(const char *id)
             return 0;
     }
     return i > 0;
+}
+
+int dq__schedule_name_valid(const char *name, size_t len)
+{
+    if (len < 1 || len > DQ_RECURRING_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!queue_char_ok((unsigned char)name[i]))
+            return 0;
+    return 1;
+}
+
+/* Strict, so that only what the tick scripts make reads as a tick: one
+ * '@' (no schedule name holds one), then T as fmt writes it, digits with
+ * no sign and no leading zero, at most DQ_DUE_MAX_MS. */
+int dq__tick_id(const char *id, size_t len, size_t *name_len)
+{
+    const char *at = memchr(id, '@', len);
+    if (!at || !dq__schedule_name_valid(id, (size_t)(at - id)))
+        return 0;
+    const char *t = at + 1;
+    size_t tl = len - (size_t)(t - id);
+    if (tl < 1 || tl > DECIMAL_MAX_DIGITS || (t[0] == '0' && tl > 1))
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < tl; i++) {
+        if (t[i] < '0' || t[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(t[i] - '0');
+    }
+    if (v > (uint64_t)DQ_DUE_MAX_MS)
+        return 0;
+    *name_len = (size_t)(at - id);
+    return 1;
 }
 
 int dq__list_cursor(int slots, const char *cursor, size_t *offset)

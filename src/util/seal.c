@@ -19,6 +19,18 @@
  * own name whichever of its shards holds the item (seal_binding), so the
  * offer, the take, the listings and a change of shard count agree on it.
  *
+ * A recurring schedule's payload is sealed once, when the schedule is set,
+ * and each tick's item carries that envelope: its associated data,
+ * "delayq-sched-1\0<queue>\0<schedule name>", binds the queue and the
+ * schedule, not an item (a tick's id is only known at the tick). The other
+ * prefix keeps the two apart: a schedule's envelope never opens as an
+ * ordinary item's, nor the reverse. An item whose id is a tick's
+ * ("NAME@T", dq__tick_id) opens under schedule NAME's binding, or else
+ * under its own id's (an item offered with such an id); any other item
+ * only under its id's. So an envelope moved to another schedule, queue or
+ * item fails; one replayed as another tick of its own schedule opens,
+ * which is what the schedule does anyway.
+ *
  * A client that holds keys takes only envelopes that open (dq__open_taken):
  * a payload that is not one (plaintext, an envelope cut short, another
  * format) is refused with its reason, as a forged one is, unless the client
@@ -234,21 +246,27 @@ int dq__sealed(const void *payload, size_t len, unsigned char id[DQ__KEY_ID_LEN]
  * name differently. */
 static size_t seal_binding(const char *name) { return strcspn(name, "~"); }
 
-/* "delayq-seal-1\0<queue>\0<id>" into ad (sized for the longest). */
-static size_t make_ad(unsigned char *ad, const char *queue, const char *id, size_t id_len) {
-    static const char version[] = "delayq-seal-1";
-    size_t ql = seal_binding(queue), n = 0;
-    memcpy(ad, version, sizeof version), n += sizeof version; /* with its NUL */
+/* The two bindings' versions: an item's, a schedule's (see above). */
+static const char item_binding[] = "delayq-seal-1";
+static const char sched_binding[] = "delayq-sched-1";
+
+/* "<version>\0<queue>\0<what>" into ad (sized for the longest): what is
+ * the item id, or the schedule name. */
+static size_t make_ad(unsigned char *ad, const char *version, const char *queue, const char *what,
+                      size_t what_len) {
+    size_t ql = seal_binding(queue), n = strlen(version) + 1; /* with its NUL */
+    memcpy(ad, version, n);
     memcpy(ad + n, queue, ql), n += ql;
     ad[n++] = '\0';
-    memcpy(ad + n, id, id_len), n += id_len;
+    memcpy(ad + n, what, what_len), n += what_len;
     return n;
 }
 
-int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
-             unsigned char **out, size_t *out_len) {
-    unsigned char ad[32 + DQ_QUEUE_MAX + DQ_ID_MAX];
-    size_t adl = make_ad(ad, queue, id, strlen(id));
+#define AD_MAX (32 + DQ_QUEUE_MAX + DQ_ID_MAX)
+
+/* Seals len bytes of pt under adl bytes of ad with kr's first key. */
+static int seal_ad(dq__keyring *kr, const unsigned char *ad, size_t adl, const void *pt, size_t len,
+                   unsigned char **out, size_t *out_len) {
     unsigned char *e = malloc(DQ__SEAL_OVERHEAD + len);
     if (!e) return DQ_ENOMEM;
     memcpy(e, magic, sizeof magic);
@@ -265,16 +283,22 @@ int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt,
     return 0;
 }
 
-int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
-             const void *env, size_t len, unsigned char **out, size_t *out_len) {
-    unsigned char kid[DQ__KEY_ID_LEN];
-    if (!dq__sealed(env, len, kid)) return DQ_EINVAL;
-    size_t which = kr ? kr->n : 0;
-    for (size_t i = 0; kr && i < kr->n && which == kr->n; i++)
-        if (memcmp(kr->ids[i], kid, sizeof kid) == 0) which = i;
-    if (!kr || which == kr->n) return DQ_EKEY;
-    unsigned char ad[32 + DQ_QUEUE_MAX + DQ_ID_MAX];
-    size_t adl = make_ad(ad, queue, id, id_len);
+int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
+             unsigned char **out, size_t *out_len) {
+    unsigned char ad[AD_MAX];
+    return seal_ad(kr, ad, make_ad(ad, item_binding, queue, id, strlen(id)), pt, len, out, out_len);
+}
+
+int dq__seal_schedule(dq__keyring *kr, const char *queue, const char *name, const void *pt, size_t len,
+                      unsigned char **out, size_t *out_len) {
+    unsigned char ad[AD_MAX];
+    return seal_ad(kr, ad, make_ad(ad, sched_binding, queue, name, strlen(name)), pt, len, out, out_len);
+}
+
+/* Opens the envelope env (len bytes, a whole one) with key which of kr
+ * under adl bytes of ad: 0 with *out, DQ_EPROTO, DQ_ENOMEM. */
+static int open_ad(dq__keyring *kr, size_t which, const unsigned char *ad, size_t adl, const void *env,
+                   size_t len, unsigned char **out, size_t *out_len) {
     const unsigned char *nonce = (const unsigned char *)env + DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN;
     size_t clen = len - DQ__SEAL_MAGIC_LEN - DQ__KEY_ID_LEN - NONCE_LEN;
     unsigned char *pt = malloc(clen - TAG_LEN + 1); /* + 1: room for a NUL, and never malloc(0) */
@@ -291,6 +315,25 @@ int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
     *out = pt;
     *out_len = (size_t)plen;
     return 0;
+}
+
+int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
+             const void *env, size_t len, unsigned char **out, size_t *out_len) {
+    unsigned char kid[DQ__KEY_ID_LEN];
+    if (!dq__sealed(env, len, kid)) return DQ_EINVAL;
+    size_t which = kr ? kr->n : 0;
+    for (size_t i = 0; kr && i < kr->n && which == kr->n; i++)
+        if (memcmp(kr->ids[i], kid, sizeof kid) == 0) which = i;
+    if (!kr || which == kr->n) return DQ_EKEY;
+    unsigned char ad[AD_MAX];
+    size_t name_len, adl;
+    if (dq__tick_id(id, id_len, &name_len)) {
+        adl = make_ad(ad, sched_binding, queue, id, name_len);
+        int rc = open_ad(kr, which, ad, adl, env, len, out, out_len);
+        if (rc != DQ_EPROTO) return rc;
+    }
+    adl = make_ad(ad, item_binding, queue, id, id_len);
+    return open_ad(kr, which, ad, adl, env, len, out, out_len);
 }
 
 int dq__looks_sealed(const void *payload, size_t len) {

@@ -128,6 +128,13 @@ unsigned dq__shard_of_id(const char *id, size_t len, unsigned n);
 int dq__queue_valid(const char *name);
 /* 1 if id is a valid id (1..DQ_ID_MAX bytes in 0x21..0x7e). */
 int dq__id_valid(const char *id);
+/* 1 if len bytes of name are a valid schedule name (1..DQ_RECURRING_NAME_MAX
+ * of the queue names' characters). */
+int dq__schedule_name_valid(const char *name, size_t len);
+/* 1 if id (len bytes, not NUL-ended) is a recurring tick's item id,
+ * "NAME@T" (NAME a schedule name, T 0..DQ_DUE_MAX_MS in plain decimal);
+ * then *name_len gets NAME's length. 0 otherwise (*name_len untouched). */
+int dq__tick_id(const char *id, size_t len, size_t *name_len);
 
 /* 1 if cursor is a valid dq_list cursor ("" starts at the top). The
  * pending and in-flight pages (slots) take "<score>:<skip>", 1-16 and 1-6
@@ -275,10 +282,17 @@ int dq__looks_sealed(const void *payload, size_t len);
  * (as every opener does). */
 int dq__seal(dq__keyring *kr, const char *queue, const char *id, const void *pt, size_t len,
              unsigned char **out, size_t *out_len);
+/* Seals pt for recurring schedule name of queue, as dq__seal does for an
+ * item, under the schedule binding (seal.c): the envelope its ticks' items
+ * carry, which opens as theirs and as no other item's. */
+int dq__seal_schedule(dq__keyring *kr, const char *queue, const char *name, const void *pt, size_t len,
+                      unsigned char **out, size_t *out_len);
 /* Opens an envelope of item id (id_len bytes) of queue: *out (malloc'ed,
- * one byte longer than *out_len) gets the payload. 0, DQ_EKEY (kr, which
- * may be NULL, holds no key of that id), DQ_EPROTO (it does not open: tampered,
- * or moved from another item or queue), DQ_EINVAL (no envelope), DQ_ENOMEM. */
+ * one byte longer than *out_len) gets the payload. A tick's item
+ * (dq__tick_id) opens with its schedule's envelope, or its own id's. 0,
+ * DQ_EKEY (kr, which may be NULL, holds no key of that id), DQ_EPROTO (it
+ * does not open: tampered, or moved from another item, schedule or queue),
+ * DQ_EINVAL (no envelope), DQ_ENOMEM. */
 int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
              const void *env, size_t len, unsigned char **out, size_t *out_len);
 /* What a client holding kr (NULL: none) makes of the payload of item id of

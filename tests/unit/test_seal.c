@@ -7,7 +7,10 @@
  * is the queue whichever shard names it, and what a client with keys takes
  * (dq__open_taken) is an envelope that opens, or refused with its reason:
  * plaintext (unless allowed), every cut length, another format, an unknown
- * key id, a forged body.
+ * key id, a forged body. A schedule's envelope (dq__seal_schedule) opens as
+ * each tick's item of that schedule and queue ("NAME@T", parsed strictly
+ * by dq__tick_id) and as nothing else: not another schedule's tick, nor an
+ * ordinary item, nor the reverse.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -208,6 +211,60 @@ static void test_bound_to_queue(void **state) {
     dq__keyring_free(kr);
 }
 
+static void test_tick_ids(void **state) {
+    (void)state;
+    size_t nl = 99;
+    assert_true(dq__tick_id("nightly@0", 9, &nl) && nl == 7);
+    assert_true(dq__tick_id("a.b:c-d_e@1795783108709", 23, &nl) && nl == 9);
+    assert_true(dq__tick_id("a@4398046511103", 15, &nl) && nl == 1); /* DQ_DUE_MAX_MS */
+    static const char *const no[] = {"a@4398046511104", "a@0123", "a@", "@5", "a@-5", "a@+5", "a@5x",
+                                      "a@b@5", "a b@5", "a@ 5", "nightly", "a@99999999999999999999"};
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (dq__tick_id(no[i], strlen(no[i]), &nl)) fail_msg("'%s' read as a tick id", no[i]);
+    char longname[DQ_RECURRING_NAME_MAX + 8];
+    memset(longname, 'n', sizeof longname);
+    memcpy(longname + DQ_RECURRING_NAME_MAX, "@5", 2);
+    assert_true(dq__tick_id(longname, DQ_RECURRING_NAME_MAX + 2, &nl) && nl == DQ_RECURRING_NAME_MAX);
+    longname[DQ_RECURRING_NAME_MAX] = 'n';
+    memcpy(longname + DQ_RECURRING_NAME_MAX + 1, "@5", 2);
+    assert_false(dq__tick_id(longname, DQ_RECURRING_NAME_MAX + 3, &nl));
+    /* Only len bytes are read: what follows (an entry's payload) is not. */
+    assert_true(dq__tick_id("a@5xyz", 3, &nl) && nl == 1);
+}
+
+static void test_schedule_binding(void **state) {
+    (void)state;
+    char line[128];
+    new_line(line, sizeof line);
+    dq__keyring *kr = ring_of(line);
+    unsigned char *env, *item, *out;
+    size_t el, il, ol;
+    assert_int_equal(dq__seal_schedule(kr, "orders", "nightly", "run", 3, &env, &el), 0);
+    assert_int_equal(el, 3 + DQ__SEAL_OVERHEAD);
+    /* Every tick of the schedule, on any shard's name of the queue. */
+    assert_int_equal(dq__open(kr, "orders", "nightly@1000", 12, env, el, &out, &ol), 0);
+    assert_true(ol == 3 && memcmp(out, "run", 3) == 0);
+    free(out);
+    assert_int_equal(dq__open(kr, "orders~3f", "nightly@0", 9, env, el, &out, &ol), 0);
+    free(out);
+    /* Nothing else: another schedule, queue, an ordinary id, one almost a tick's. */
+    static const char *const ids[] = {"weekly@1000", "nightly", "nightly@01000", "Nightly@1000", "nightly@"};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        assert_int_equal(dq__open(kr, "orders", ids[i], strlen(ids[i]), env, el, &out, &ol), DQ_EPROTO);
+    assert_int_equal(dq__open(kr, "refunds", "nightly@1000", 12, env, el, &out, &ol), DQ_EPROTO);
+    /* The reverse: an item's envelope in a tick's item opens only under its own id. */
+    assert_int_equal(dq__seal(kr, "orders", "nightly", "run", 3, &item, &il), 0);
+    assert_int_equal(dq__open(kr, "orders", "nightly@1000", 12, item, il, &out, &ol), DQ_EPROTO);
+    free(item);
+    assert_int_equal(dq__seal(kr, "orders", "nightly@1000", "run", 3, &item, &il), 0);
+    assert_int_equal(dq__open(kr, "orders", "nightly@1000", 12, item, il, &out, &ol), 0);
+    free(out);
+    assert_int_equal(dq__open(kr, "orders", "nightly@2000", 12, item, il, &out, &ol), DQ_EPROTO);
+    free(item);
+    free(env);
+    dq__keyring_free(kr);
+}
+
 /* dq__open_taken of len bytes of p by kr on item "o-1" of "orders": its
  * return, *out checked against it, and why checked to hold want (NULL:
  * not refused). */
@@ -281,6 +338,7 @@ int main(void) {
         cmocka_unit_test(test_key_file_mode),   cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_what_does_not_open), cmocka_unit_test(test_rotation),
         cmocka_unit_test(test_bound_to_queue),  cmocka_unit_test(test_open_taken_strict),
+        cmocka_unit_test(test_tick_ids),        cmocka_unit_test(test_schedule_binding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
