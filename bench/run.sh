@@ -27,8 +27,10 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls,recur
-#                           run only these phases (val: bench/valbench.c, Redis CPU per item
+#   DQ_BENCH_ONLY=offer,spread,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls,recur
+#                           run only these phases (spread: figure 1r, dq_offer_many
+#                           with one delay against delays of their own, issue 42;
+#                           val: bench/valbench.c, Redis CPU per item
 #                           of the scripts before the hardening and before
 #                           the metrics and before lease records, lua/ at
 #                           commits b1baf5e, 856d7b3 and 3b2bf9b (read from

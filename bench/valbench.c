@@ -38,6 +38,11 @@
  *   - offer, 16 items per call, and offer, 1 item per call: generated ids
  *     (flags: delay, fresh id), 16-byte payloads, 1 h delay, 8 calls in
  *     flight, as dq_offer_many sends them;
+ *   - offer, 100 items per call (src/offer.c CHUNK_ITEMS) into an empty
+ *     queue, 20,000 items (10,000 at least, whatever --scale says): one
+ *     delay (1 h), then delays of their own, 1 min to 1 h and 0 to 10 s
+ *     (issue 42: the report prints each set's cost per item against one
+ *     delay's);
  *   - transfer: 100,000 items due (offered beforehand in calls of 100 with
  *     absolute due times one second ahead, then waited for), moved by calls
  *     with the library's default arguments (1000 items, 2000 us budget), one
@@ -98,9 +103,10 @@ static const char *const script_names[S_N] = {"offer", "transfer", "take", "ack"
 
 /* The cases measured, in block order. The ack case runs only when both
  * sets have ack.lua (the oldest references keep only the other three). */
-enum { C_OFFER16, C_OFFER1, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_ACK, C_N };
+enum { C_OFFER16, C_OFFER1, C_OFFER100, C_OFFER_RND, C_OFFER_RND10, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_ACK, C_N };
 static const char *const case_names[C_N] = {
     "offer, 16 items per call (8 in flight)", "offer, 1 item per call (8 in flight)",
+    "offer 100 a call, one delay 1 h", "offer 100 a call, delays 1 min..1 h", "offer 100 a call, delays 0..10 s",
     "transfer (calls of 1000, 2000 us budget)", "take 64, no lease (8 in flight)",
     "take 64, queue's lease 30 s (8 in flight)", "ack 64 of those leases (8 in flight)"};
 
@@ -317,11 +323,22 @@ typedef struct offer_ctx {
     int per_call;
     const char *flags;  /* "4": delay, fresh id; "5": absolute due, fresh id */
     int64_t base;       /* absolute due times: base + item / FILL_PER_MS     */
+    int64_t lo, span;   /* span > 0: random delays lo .. lo + span - 1 ms    */
+    uint64_t rng;       /* their generator's state (xorshift64)             */
     long item;          /* items built so far                               */
     char ids[FILL_PER_CALL][DQ_ID_GENERATED_LEN + 1];
     char ms[FILL_PER_CALL][24], bucket[FILL_PER_CALL][8];
     char payload[FILL_PER_CALL][PAYLOAD_LEN + 1];
 } offer_ctx;
+
+/* The next number of a xorshift64 generator (state never 0): the random
+ * delays are the same from run to run and set to set. */
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
 
 /* The arguments of src/ops/offer.c send_chunk: 4 keys, prefix, channel, the
  * shard count (scripts since issue 13), then id, payload, ms, flags digit
@@ -340,6 +357,7 @@ static void offer_build(void *ctx, long i, call *c) {
         arg(c, o->ids[j], DQ_ID_GENERATED_LEN);
         arg(c, o->payload[j], PAYLOAD_LEN);
         if (o->base) arg(c, o->ms[j], dq__fmt_i64(o->ms[j], o->base + o->item / FILL_PER_MS));
+        else if (o->span) arg(c, o->ms[j], dq__fmt_i64(o->ms[j], o->lo + (int64_t)(xorshift(&o->rng) % (uint64_t)o->span)));
         else args(c, OFFER_DELAY);
         args(c, o->flags);
         arg(c, o->bucket[j], dq__fmt_i64(o->bucket[j], dq__id_bucket(o->ids[j])));
@@ -355,11 +373,20 @@ static void offer_reply(void *ctx, long i, const redisReply *r) {
         if (r->element[1 + 3 * j]->integer != 1) die("%s offer call %ld: item %d not added", o->s->name, i, j);
 }
 
+/* calls offer calls of per_call items with random delays from lo to lo +
+ * span - 1 ms (span 0: base's rule, below); seeded alike for every set. */
+static void offer_spread(const script_set *s, long calls, int per_call, int64_t lo, int64_t span) {
+    static offer_ctx o;
+    o.s = s, o.per_call = per_call, o.flags = "4", o.base = 0, o.item = 0;
+    o.lo = lo, o.span = span, o.rng = 0x9e3779b97f4a7c15u;
+    pipeline(calls, DEPTH, offer_build, offer_reply, &o);
+}
+
 /* calls offer calls of per_call items; base 0: 1 h delays, else absolute
  * due times from base. */
 static void offer_calls(const script_set *s, long calls, int per_call, int64_t base) {
     static offer_ctx o;
-    o.s = s, o.per_call = per_call, o.flags = base ? "5" : "4", o.base = base, o.item = 0;
+    o.s = s, o.per_call = per_call, o.flags = base ? "5" : "4", o.base = base, o.item = 0, o.span = 0;
     pipeline(calls, DEPTH, offer_build, offer_reply, &o);
 }
 
@@ -556,10 +583,13 @@ static void ack_reply(void *ctx, long i, const redisReply *r) {
 
 /* Measures every case for set s into out[C_N]; counts scaled by scale. */
 static void block(const script_set *s, double scale, figure *out) {
-    long offer16 = (long)(2000 * scale), offer1 = (long)(10000 * scale);
+    long offer16 = (long)(2000 * scale), offer1 = (long)(10000 * scale), offer100 = (long)(200 * scale);
+    /* At least 10,000 items (some 200 slots): most of a call's random
+     * delays then land in slots of their own, as in a big queue. */
+    if (offer100 < 100) offer100 = 100;
     long due_n = (long)(100000 * scale) / FILL_PER_CALL * FILL_PER_CALL;
     long takes = (long)(500 * scale);
-    if (offer16 < 1 || offer1 < 1 || due_n < FILL_PER_CALL || takes < 1) die("--scale too small");
+    if (offer16 < 1 || offer1 < 1 || offer100 < 1 || due_n < FILL_PER_CALL || takes < 1) die("--scale too small");
     meter m;
 
     rdo("FLUSHALL");
@@ -570,6 +600,19 @@ static void block(const script_set *s, double scale, figure *out) {
     offer_calls(s, offer1, 1, 0);
     out[C_OFFER1] = meter_stop(&m, (double)offer1);
     if (pending_of(s) != offer16 * 16 + offer1) die("%s: pending count is not what was offered", s->name);
+
+    /* Issue 42: the same number of items into an empty queue with one
+     * delay, then with delays of their own (each item in a time slot of
+     * its own, most of the time, once the queue holds thousands of slots). */
+    static const int64_t spread[3][2] = {{0, 0}, {60000, 3540001}, {0, 10001}};
+    for (int k = 0; k < 3; k++) {
+        rdo("FLUSHALL");
+        meter_start(&m);
+        if (k == 0) offer_calls(s, offer100, FILL_PER_CALL, 0);
+        else offer_spread(s, offer100, FILL_PER_CALL, spread[k][0], spread[k][1]);
+        out[C_OFFER100 + k] = meter_stop(&m, (double)offer100 * FILL_PER_CALL);
+        if (pending_of(s) != offer100 * FILL_PER_CALL) die("%s: pending count is not what was offered", s->name);
+    }
 
     /* Items due one second from now and over the next due_n / FILL_PER_MS
      * ms (offer_due). */
@@ -969,6 +1012,18 @@ static double median(int set, int c, int what) {
     return G.rounds % 2 ? v[G.rounds / 2] : (v[G.rounds / 2 - 1] + v[G.rounds / 2]) / 2;
 }
 
+/* Issue 42's figure: each set's cost per item with delays of their own
+ * against one delay (same set, same run), by measure m. */
+static void spread_ratios(int m, const char *unit) {
+    printf("\n   delays of their own against one delay (%s per item, 100 a call; issue 42 wants\n"
+           "   offers/s at >= 0.8 of one delay's, so cost at <= 1.25 of it):\n", unit);
+    for (int s = 0; s < 2; s++) {
+        double one = median(s, C_OFFER100, m);
+        printf("   %s: 1 min..1 h %.2f x one delay, 0..10 s %.2f x\n", s ? "new" : "old",
+               median(s, C_OFFER_RND, m) / one, median(s, C_OFFER_RND10, m) / one);
+    }
+}
+
 /* A report's heading: its title, and the two sets' scripts. */
 static void report_head(const script_set *sets, const char *title) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
@@ -1023,6 +1078,7 @@ static void report(const script_set *sets) {
         printf("\n");
     }
     printf("   most other work on core 0 (redis-server's) in any measured case: %.0f%%\n", 100 * other);
+    spread_ratios(M_SCRIPT, "script us");
     fflush(stdout);
 }
 
@@ -1042,6 +1098,7 @@ static void report_instructions(const script_set *sets) {
         printf("   %-42s %10.0f %10.0f %6.2f  %.0f, %.0f\n", case_names[c], o, n, n / o, fig[0][0][c].items,
                fig[1][0][c].items);
     }
+    spread_ratios(M_IR, "instructions");
     fflush(stdout);
 }
 

@@ -73,7 +73,8 @@ typedef struct bench_globals {
  * both verdicts are printed. */
 #define BRIEF_EVALSHA_RATE 130000.0
 
-enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32, PH_PARTS = 64 };
+enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32, PH_PARTS = 64,
+       PH_SPREAD = 128 };
 
 typedef struct row {
     char fig[6], what[72], ours[32], ref[44], ratio[16], target[34], norm[34];
@@ -223,6 +224,7 @@ double lat_secs(void);
 
 /* The phases (fig_*.c). */
 void phase_offer(void);
+void phase_offer_spread(void); /* fig_offer.c: 1r, one delay against delays of their own */
 void phase_mem(void);
 void phase_lat(void);
 void phase_backlog(void);

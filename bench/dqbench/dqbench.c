@@ -7,7 +7,8 @@
  *
  * bench/run.sh starts a private redis-server pinned to core 0 and runs this
  * program pinned to core 1 (every process it forks inherits the pinning).
- * PHASES is a comma list of: offer (figures 1, 2), mem (3, 4 at 1,000,000
+ * PHASES is a comma list of: offer (figures 1, 2), spread (1r: one delay
+ * against delays of their own, issue 42), mem (3, 4 at 1,000,000
  * pending), lat (4 at 100,000 pending, 7), backlog (5, with 5h: 5d and 5e
  * alternated on one backlog; 2), deadline (6), and, not by default, drainir (5f: the drains of 5d and 5e counted in the
  * server's instructions, with --callgrind PID --callgrind-out FILE naming a
@@ -125,14 +126,15 @@ static unsigned parse_only(const char *s) {
         else if (strcmp(tok, "deadline") == 0) m |= PH_DEADLINE;
         else if (strcmp(tok, "drainir") == 0) m |= PH_DRAIN_IR;
         else if (strcmp(tok, "parts") == 0) m |= PH_PARTS;
-        else die("unknown phase '%s' (offer, mem, lat, backlog, deadline, drainir, parts)", tok);
+        else if (strcmp(tok, "spread") == 0) m |= PH_SPREAD;
+        else die("unknown phase '%s' (offer, spread, mem, lat, backlog, deadline, drainir, parts)", tok);
     }
     return m;
 }
 
 int main(int argc, char **argv) {
     G.scale = getenv("DQ_BENCH_SCALE") ? atof(getenv("DQ_BENCH_SCALE")) : 1.0;
-    G.only = PH_OFFER | PH_MEM | PH_LAT | PH_BACKLOG | PH_DEADLINE;
+    G.only = PH_OFFER | PH_SPREAD | PH_MEM | PH_LAT | PH_BACKLOG | PH_DEADLINE;
     G.rbench = getenv("REDIS_BENCHMARK") ? getenv("REDIS_BENCHMARK") : "redis-benchmark";
     G.budget = getenv("DQ_BENCH_BUDGET") ? atof(getenv("DQ_BENCH_BUDGET")) : 540;
     for (int i = 1; i < argc; i++) {
@@ -142,7 +144,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--callgrind") == 0 && i + 1 < argc) G.cg_pid = atoi(argv[++i]);
         else if (strcmp(argv[i], "--callgrind-out") == 0 && i + 1 < argc) G.cg_out = argv[++i];
         else {
-            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,mem,lat,backlog,deadline,drainir,parts]\n"
+            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,spread,mem,lat,backlog,deadline,drainir,parts]\n"
                             "               [--callgrind PID --callgrind-out FILE]\n");
             return 2;
         }
@@ -167,6 +169,7 @@ int main(int argc, char **argv) {
     G.t_start = mono();
     double t0 = G.t_start;
     if (G.only & PH_OFFER) phase_offer();
+    if (G.only & PH_SPREAD) phase_offer_spread();
     if (G.only & PH_MEM) phase_mem();
     if (G.only & PH_LAT) phase_lat();
     if (G.only & PH_BACKLOG) phase_backlog();
