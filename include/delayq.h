@@ -359,8 +359,9 @@ DQ_EXPORT int dq_functions_status(dq_client *c, dq_node_report_fn *fn, void *pri
 /* ------------------------------------------------------------------ producing */
 
 /* Flags of dq_item.flags. */
-#define DQ_OFFER_KEEP (1u << 0) /* if the id is pending, keep it as it is
-                                   (default: replace payload and due time) */
+/* If the id is pending, keep it as it is (default: replace payload and due
+ * time). */
+#define DQ_OFFER_KEEP (1u << 0)
 
 typedef struct dq_item {
     const char *id;       /* NUL-terminated, or NULL for a generated id     */

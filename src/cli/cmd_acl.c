@@ -73,6 +73,8 @@ const char cli_usage_acl[] =
  * refuses this user's fallback (src/ops/script.c), and the error names 'delayq
  * functions load'. CLUSTER SLOTS and ASKING: the cluster router; ROLE: the
  * check that a node is a master; WAIT: --wait-replicas. */
+/* Each line of these lists is a group (clang-format would pack them). */
+/* clang-format off */
 static const char *const commands_full[] = {
     "ping", "select", "role", "client|id", "cluster|slots", "asking", "wait",
     "fcall", "fcall_ro",
@@ -100,6 +102,7 @@ static const char *const commands_read[] = {
     "hkeys", "hlen", /* the recurring schedules (schedules, metrics) */
     NULL,
 };
+/* clang-format on */
 
 static int user_valid(const char *name)
 {

@@ -32,8 +32,9 @@
 #include "cli/cli.h"
 
 #define TAKE_BATCH 64 /* items one take asks for: dq_take_many_async's limit */
-#define DRAIN_CHECK_S 0.01 /* how often a leased take looks at the pipe, at
-                              most: from 1 ms, doubling while it waits */
+/* How often a leased take looks at the pipe, at most: from 1 ms, doubling
+ * while it waits. */
+#define DRAIN_CHECK_S 0.01
 
 const char cli_usage_take[] =
     "usage: delayq take QUEUE [--count N] [--timeout DUR] [--json] [--no-scheduler]\n"

@@ -44,8 +44,9 @@
 #include "internal.h"
 
 #define RETRY_S 0.1  /* while the command connection is down */
-#define TAKE_MAX 64  /* messages one call may take: dq_take_many's limit (the
-                        * worker's is DQ__TAKE_BATCH_MAX) */
+/* Messages one call may take: dq_take_many's limit (the worker's is
+ * DQ__TAKE_BATCH_MAX). */
+#define TAKE_MAX 64
 
 typedef void take_done_fn(dq_take_req *t, int status, dq_msg **msgs, size_t n);
 

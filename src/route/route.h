@@ -39,8 +39,8 @@ typedef struct dq__rewrite {
     dq__explain_fn *explain; /* may be NULL */
 } dq__rewrite;
 
-#define DQ__ROUTE_WRITE (1u << 1) /* a write: WAIT for the client's
-                                     wait_replicas after it              */
+/* A write: WAIT for the client's wait_replicas after it. */
+#define DQ__ROUTE_WRITE (1u << 1)
 /* Sends cmd (RESP, len bytes; owned by the router from now on, also on
  * failure) to the node serving slot, following redirects. flags:
  * DQ__SEND_NO_TIMEOUT, DQ__ROUTE_WRITE. Returns 0 (fn runs exactly once) or

@@ -46,6 +46,8 @@ static const char *const month_names[] = {"jan", "feb", "mar", "apr", "may", "ju
                                           "jul", "aug", "sep", "oct", "nov", "dec", NULL};
 static const char *const day_names[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat", NULL};
 
+/* One field a line, as a cron line reads (clang-format would pack them). */
+/* clang-format off */
 static const field fields[5] = {
     {"minute", 0, 59, NULL},
     {"hour", 0, 23, NULL},
@@ -53,6 +55,7 @@ static const field fields[5] = {
     {"month", 1, 12, month_names},
     {"day of week", 0, 7, day_names},
 };
+/* clang-format on */
 
 /* A value of f at *p (digits or a name); advances *p. -1 if none. */
 static int read_value(const field *f, const char **p) {

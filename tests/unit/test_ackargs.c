@@ -208,10 +208,13 @@ static void test_pack_mixed_groups(void **state)
     dq__ack_args_add(&a, "d2", "R4.2.40");
     dq__ack_args_pack(&a);
     assert_int_equal(a.n, F + 5 + 6 + 9 + 5);
+    /* One record a line (clang-format would pack them). */
+    /* clang-format off */
     const char *want[] = {"R1.", ".10", "*2", "a1 a2", NULL,
                           "R2.", ".20", "1", "5", "b5", NULL,
                           "R3.", ".30", "2", "1", "c1", NULL, "3", "c3", NULL,
                           "R4.", ".40", "*2", "d1 d2", NULL};
+    /* clang-format on */
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (want[i]) assert_string_equal(arg(&a, F + i), want[i]);
     assert_string_equal(arg(&a, F + 10), bucket_of("b5"));

@@ -23,7 +23,10 @@ typedef struct utf8_case {
     int valid;
 } utf8_case;
 
+/* clang-format reads a macro's braced list as a block and splits it. */
+/* clang-format off */
 #define U(s, v) {s, sizeof s - 1, v}
+/* clang-format on */
 
 static const utf8_case utf8_cases[] = {
     U("", 1),
