@@ -21,8 +21,8 @@ static inline void core0_times(double *busy, double *total) {
     while (fgets(line, sizeof line, f)) {
         unsigned long long v[10] = {0};
         if (strncmp(line, "cpu0 ", 5) != 0) continue;
-        sscanf(line + 5, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-               &v[7]);
+        sscanf(line + 5, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6], &v[7]);
         double hz = (double)sysconf(_SC_CLK_TCK), t = 0;
         for (int i = 0; i < 8; i++) t += (double)v[i];
         *total = t / hz;

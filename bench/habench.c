@@ -159,8 +159,8 @@ static int run_lateness(const char *url, int queues, int rate, double secs) {
     while (mono() < end) {
         long due = (long)((mono() - t0) * rate);
         while (offered_n < due) {
-            dq_item it = {.payload = payload, .payload_len = 16,
-                          .delay_ms = (int64_t)((offered_n * 7919) % 1000)};
+            dq_item it = {
+                .payload = payload, .payload_len = 16, .delay_ms = (int64_t)((offered_n * 7919) % 1000)};
             queue_name(q, sizeof q, (int)(offered_n % queues));
             if (dq_offer_async(s.c, q, &it, offered, &p) != 0) p.failed++;
             offered_n++;
@@ -203,7 +203,8 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "one") == 0) return run_one(argv[2], atol(argv[3]), atoi(argv[4]));
     if (argc >= 6 && strcmp(argv[1], "lateness") == 0)
         return run_lateness(argv[2], atoi(argv[3]), atoi(argv[4]), atof(argv[5]));
-    if (argc >= 5 && strcmp(argv[1], "produce") == 0) return run_produce(argv[2], argv[3], atof(argv[4]));
+    if (argc >= 5 && strcmp(argv[1], "produce") == 0)
+        return run_produce(argv[2], argv[3], atof(argv[4]));
     fprintf(stderr, "usage: habench offer URL QUEUES ITEMS WAIT | one URL ITEMS WAIT |\n"
                     "       lateness URL QUEUES RATE SECS | produce URL QUEUE SECS\n");
     return 2;

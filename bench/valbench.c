@@ -103,12 +103,24 @@ static const char *const script_names[S_N] = {"offer", "transfer", "take", "ack"
 
 /* The cases measured, in block order. The ack case runs only when both
  * sets have ack.lua (the oldest references keep only the other three). */
-enum { C_OFFER16, C_OFFER1, C_OFFER100, C_OFFER_RND, C_OFFER_RND10, C_TRANSFER, C_TAKE, C_TAKE_LEASE, C_ACK, C_N };
+enum {
+    C_OFFER16,
+    C_OFFER1,
+    C_OFFER100,
+    C_OFFER_RND,
+    C_OFFER_RND10,
+    C_TRANSFER,
+    C_TAKE,
+    C_TAKE_LEASE,
+    C_ACK,
+    C_N
+};
 static const char *const case_names[C_N] = {
     "offer, 16 items per call (8 in flight)", "offer, 1 item per call (8 in flight)",
-    "offer 100 a call, one delay 1 h", "offer 100 a call, delays 1 min..1 h", "offer 100 a call, delays 0..10 s",
-    "transfer (calls of 1000, 2000 us budget)", "take 64, no lease (8 in flight)",
-    "take 64, queue's lease 30 s (8 in flight)", "ack 64 of those leases (8 in flight)"};
+    "offer 100 a call, one delay 1 h",        "offer 100 a call, delays 1 min..1 h",
+    "offer 100 a call, delays 0..10 s",       "transfer (calls of 1000, 2000 us budget)",
+    "take 64, no lease (8 in flight)",        "take 64, queue's lease 30 s (8 in flight)",
+    "ack 64 of those leases (8 in flight)"};
 
 typedef struct script_set {
     const char *name;  /* "old" or "new"                 */
@@ -357,7 +369,9 @@ static void offer_build(void *ctx, long i, call *c) {
         arg(c, o->ids[j], DQ_ID_GENERATED_LEN);
         arg(c, o->payload[j], PAYLOAD_LEN);
         if (o->base) arg(c, o->ms[j], dq__fmt_i64(o->ms[j], o->base + o->item / FILL_PER_MS));
-        else if (o->span) arg(c, o->ms[j], dq__fmt_i64(o->ms[j], o->lo + (int64_t)(xorshift(&o->rng) % (uint64_t)o->span)));
+        else if (o->span)
+            arg(c, o->ms[j],
+                dq__fmt_i64(o->ms[j], o->lo + (int64_t)(xorshift(&o->rng) % (uint64_t)o->span)));
         else args(c, OFFER_DELAY);
         args(c, o->flags);
         arg(c, o->bucket[j], dq__fmt_i64(o->bucket[j], dq__id_bucket(o->ids[j])));
@@ -370,7 +384,8 @@ static void offer_reply(void *ctx, long i, const redisReply *r) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 3 * (size_t)o->per_call)
         die("%s offer call %ld: unexpected reply", o->s->name, i);
     for (int j = 0; j < o->per_call; j++)
-        if (r->element[1 + 3 * j]->integer != 1) die("%s offer call %ld: item %d not added", o->s->name, i, j);
+        if (r->element[1 + 3 * j]->integer != 1)
+            die("%s offer call %ld: item %d not added", o->s->name, i, j);
 }
 
 /* calls offer calls of per_call items with random delays from lo to lo +
@@ -573,7 +588,8 @@ static void ack_build(void *ctx, long i, call *c) {
 static void ack_reply(void *ctx, long i, const redisReply *r) {
     const script_set *s = ctx;
     if (r->type == REDIS_REPLY_ERROR) die("%s ack call %ld: %s", s->name, i, r->str);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)take_count) die("%s ack call %ld: unexpected reply", s->name, i);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)take_count)
+        die("%s ack call %ld: unexpected reply", s->name, i);
     for (size_t j = 0; j < r->elements; j++)
         if (r->element[j]->type != REDIS_REPLY_INTEGER || r->element[j]->integer != 1)
             die("%s ack call %ld: lease %zu not acked", s->name, i, j);
@@ -589,7 +605,8 @@ static void block(const script_set *s, double scale, figure *out) {
     if (offer100 < 100) offer100 = 100;
     long due_n = (long)(100000 * scale) / FILL_PER_CALL * FILL_PER_CALL;
     long takes = (long)(500 * scale);
-    if (offer16 < 1 || offer1 < 1 || offer100 < 1 || due_n < FILL_PER_CALL || takes < 1) die("--scale too small");
+    if (offer16 < 1 || offer1 < 1 || offer100 < 1 || due_n < FILL_PER_CALL || takes < 1)
+        die("--scale too small");
     meter m;
 
     rdo("FLUSHALL");
@@ -599,7 +616,8 @@ static void block(const script_set *s, double scale, figure *out) {
     meter_start(&m);
     offer_calls(s, offer1, 1, 0);
     out[C_OFFER1] = meter_stop(&m, (double)offer1);
-    if (pending_of(s) != offer16 * 16 + offer1) die("%s: pending count is not what was offered", s->name);
+    if (pending_of(s) != offer16 * 16 + offer1)
+        die("%s: pending count is not what was offered", s->name);
 
     /* Issue 42: the same number of items into an empty queue with one
      * delay, then with delays of their own (each item in a time slot of
@@ -611,7 +629,8 @@ static void block(const script_set *s, double scale, figure *out) {
         if (k == 0) offer_calls(s, offer100, FILL_PER_CALL, 0);
         else offer_spread(s, offer100, FILL_PER_CALL, spread[k][0], spread[k][1]);
         out[C_OFFER100 + k] = meter_stop(&m, (double)offer100 * FILL_PER_CALL);
-        if (pending_of(s) != offer100 * FILL_PER_CALL) die("%s: pending count is not what was offered", s->name);
+        if (pending_of(s) != offer100 * FILL_PER_CALL)
+            die("%s: pending count is not what was offered", s->name);
     }
 
     /* Items due one second from now and over the next due_n / FILL_PER_MS
@@ -714,7 +733,9 @@ static void one_call_ex(const script_set *s, take_ctx *t, int k, int batch, int 
     pipeline(1, 1, take_build, take_reply, t);
 }
 
-static void one_call(const script_set *s, take_ctx *t, int k, int batch) { one_call_ex(s, t, k, batch, 0); }
+static void one_call(const script_set *s, take_ctx *t, int k, int batch) {
+    one_call_ex(s, t, k, batch, 0);
+}
 
 /* The usec INFO commandstats gives FCALL so far (see time_calls). */
 static double fcall_usec(void) {
@@ -794,7 +815,8 @@ static void time_calls(const script_set *sets, int nsets, long cycles, call_time
     for (int i = 0; i < nsets; i++) {
         for (int b = 0; b < CALL_BATCHES; b++)
             for (int k = 0; k < K_N; k++)
-                ct[i][b].median[k] = median_of(times + (size_t)i * per_set + (size_t)((b * K_N + k) * cycles), cycles);
+                ct[i][b].median[k] =
+                    median_of(times + (size_t)i * per_set + (size_t)((b * K_N + k) * cycles), cycles);
         ct[i][1].pair = median_of(pairs + (size_t)i * (size_t)cycles, cycles);
     }
     free(pairs);
@@ -805,17 +827,21 @@ static void time_calls(const script_set *sets, int nsets, long cycles, call_time
 
 /* The worker's script time per item at 32 in flight (a leased take and its
  * ack of 32) and dq_take_many's at 64 a call: the shapes of figures 5d, 5e. */
-static double worker32(const call_times *ct) { return (ct[1].median[K_LEASED] + ct[1].median[K_ACK]) / 32; }
+static double worker32(const call_times *ct) {
+    return (ct[1].median[K_LEASED] + ct[1].median[K_ACK]) / 32;
+}
 static double plain64(const call_times *ct) { return ct[2].median[K_PLAIN] / 64; }
 
 static void report_calls(const script_set *s, const call_times *ct, long cycles) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
-    printf("\n== Script calls by the clock%s: take and ack, interleaved call by call (%s)\n", sc, s->name);
-    printf("   The library as loaded (FCALL). %ld cycles; each runs a plain take, a leased take and its\n"
-           "   ack (packed, as dq_worker sends it) of 1, then 32, then 64 items, one call at a time.\n"
-           "   Redis's own time for each (INFO commandstats, FCALL's usec: the run, not reading or\n"
-           "   answering the call). Medians, us per call; 'commands': those the script ran inside a call.\n\n",
-           cycles);
+    printf("\n== Script calls by the clock%s: take and ack, interleaved call by call (%s)\n", sc,
+           s->name);
+    printf(
+        "   The library as loaded (FCALL). %ld cycles; each runs a plain take, a leased take and its\n"
+        "   ack (packed, as dq_worker sends it) of 1, then 32, then 64 items, one call at a time.\n"
+        "   Redis's own time for each (INFO commandstats, FCALL's usec: the run, not reading or\n"
+        "   answering the call). Medians, us per call; 'commands': those the script ran inside a call.\n\n",
+        cycles);
     printf("   %-6s %10s %10s %10s %11s %13s %11s %8s\n", "batch", "plain", "leased", "ack", "commands",
            "plain/item", "worker/item", "ratio");
     for (int b = 0; b < CALL_BATCHES; b++) {
@@ -825,8 +851,9 @@ static void report_calls(const script_set *s, const call_times *ct, long cycles)
         char cmds[32];
         snprintf(cmds, sizeof cmds, "%.0f/%.0f/%.0f", c->commands[K_PLAIN], c->commands[K_LEASED],
                  c->commands[K_ACK]);
-        printf("   %-6d %10.1f %10.1f %10.1f %11s %13.2f %11.2f %8.2f\n", call_batches[b], c->median[K_PLAIN],
-               c->median[K_LEASED], c->median[K_ACK], cmds, plain, worker, plain / worker);
+        printf("   %-6d %10.1f %10.1f %10.1f %11s %13.2f %11.2f %8.2f\n", call_batches[b],
+               c->median[K_PLAIN], c->median[K_LEASED], c->median[K_ACK], cmds, plain, worker,
+               plain / worker);
     }
     /* Each kind's cost as fixed + per item, by the line through 32 and 64. */
     double fixed[K_N], per_item[K_N];
@@ -834,21 +861,25 @@ static void report_calls(const script_set *s, const call_times *ct, long cycles)
         per_item[k] = (ct[2].median[k] - ct[1].median[k]) / (call_batches[2] - call_batches[1]);
         fixed[k] = ct[1].median[k] - per_item[k] * call_batches[1];
     }
-    printf("\n   By the line through 32 and 64: plain take %.0f us + %.2f us per item, leased take %.0f us\n"
-           "   + %.2f us per item, ack %.0f us + %.2f us per item. A worker's round of 32 (a leased take\n"
-           "   and its ack) spends %.0f%% of its script time on the fixed parts; a plain take of 64, %.0f%%.\n",
-           fixed[K_PLAIN], per_item[K_PLAIN], fixed[K_LEASED], per_item[K_LEASED], fixed[K_ACK], per_item[K_ACK],
-           100 * (fixed[K_LEASED] + fixed[K_ACK]) / (ct[1].median[K_LEASED] + ct[1].median[K_ACK]),
-           100 * fixed[K_PLAIN] / ct[2].median[K_PLAIN]);
-    printf("\n   commands: plain take / leased take / ack, per call. ratio: plain take's us per item over\n"
-           "   the worker's (a leased take and its ack). A call of one item is nearly all fixed cost.\n"
-           "   Figures 5d and 5e's shapes (dq_worker at 32 in flight, dq_take_many at 64 a call):\n"
-           "   %.2f us against %.2f us per item of script time, ratio %.2f.\n",
-           worker32(ct), plain64(ct), plain64(ct) / worker32(ct));
-    printf("   Were a worker's acks to wait for its next take (two leased takes of 32, then one ack of\n"
-           "   the 64; dq_worker does not): %.2f us per item, %.2f of the above; ratio to dq_take_many's\n"
-           "   %.2f.\n",
-           ct[1].pair / 64, ct[1].pair / 64 / worker32(ct), plain64(ct) / (ct[1].pair / 64));
+    printf(
+        "\n   By the line through 32 and 64: plain take %.0f us + %.2f us per item, leased take %.0f us\n"
+        "   + %.2f us per item, ack %.0f us + %.2f us per item. A worker's round of 32 (a leased take\n"
+        "   and its ack) spends %.0f%% of its script time on the fixed parts; a plain take of 64, %.0f%%.\n",
+        fixed[K_PLAIN], per_item[K_PLAIN], fixed[K_LEASED], per_item[K_LEASED], fixed[K_ACK],
+        per_item[K_ACK],
+        100 * (fixed[K_LEASED] + fixed[K_ACK]) / (ct[1].median[K_LEASED] + ct[1].median[K_ACK]),
+        100 * fixed[K_PLAIN] / ct[2].median[K_PLAIN]);
+    printf(
+        "\n   commands: plain take / leased take / ack, per call. ratio: plain take's us per item over\n"
+        "   the worker's (a leased take and its ack). A call of one item is nearly all fixed cost.\n"
+        "   Figures 5d and 5e's shapes (dq_worker at 32 in flight, dq_take_many at 64 a call):\n"
+        "   %.2f us against %.2f us per item of script time, ratio %.2f.\n",
+        worker32(ct), plain64(ct), plain64(ct) / worker32(ct));
+    printf(
+        "   Were a worker's acks to wait for its next take (two leased takes of 32, then one ack of\n"
+        "   the 64; dq_worker does not): %.2f us per item, %.2f of the above; ratio to dq_take_many's\n"
+        "   %.2f.\n",
+        ct[1].pair / 64, ct[1].pair / 64 / worker32(ct), plain64(ct) / (ct[1].pair / 64));
     fflush(stdout);
 }
 
@@ -900,12 +931,13 @@ static void calls_phase(void) {
     rdo("FLUSHALL");
     for (int i = 0; i < nsets; i++) report_calls(&sets[i], ct[i], cycles);
     if (nsets > 1)
-        printf("\n   This build against the reference (%s), in the same cycles: the worker's script time per\n"
-               "   item at 32 in flight %.2f us against %.2f (%.2f), dq_take_many's at 64 %.2f against %.2f\n"
-               "   (%.2f); figures 5d/5e's ratio %.2f against %.2f.\n",
-               G.calls_ref, worker32(ct[0]), worker32(ct[1]), worker32(ct[0]) / worker32(ct[1]), plain64(ct[0]),
-               plain64(ct[1]), plain64(ct[0]) / plain64(ct[1]), plain64(ct[0]) / worker32(ct[0]),
-               plain64(ct[1]) / worker32(ct[1]));
+        printf(
+            "\n   This build against the reference (%s), in the same cycles: the worker's script time per\n"
+            "   item at 32 in flight %.2f us against %.2f (%.2f), dq_take_many's at 64 %.2f against %.2f\n"
+            "   (%.2f); figures 5d/5e's ratio %.2f against %.2f.\n",
+            G.calls_ref, worker32(ct[0]), worker32(ct[1]), worker32(ct[0]) / worker32(ct[1]),
+            plain64(ct[0]), plain64(ct[1]), plain64(ct[0]) / plain64(ct[1]),
+            plain64(ct[0]) / worker32(ct[0]), plain64(ct[1]) / worker32(ct[1]));
     fflush(stdout);
 }
 
@@ -938,7 +970,8 @@ static void load(const char *body, size_t len, char sha[41], const char *what, c
     if (r->type != REDIS_REPLY_STRING || r->len != 40) die("SCRIPT LOAD %s: unexpected reply", what);
     memcpy(sha, r->str, 41);
     freeReplyObject(r);
-    if (want && strcmp(sha, want) != 0) die("SCRIPT LOAD %s: sha %s, scripts.h says %s", what, sha, want);
+    if (want && strcmp(sha, want) != 0)
+        die("SCRIPT LOAD %s: sha %s, scripts.h says %s", what, sha, want);
 }
 
 /* The old set: DIR/common.lua followed by DIR/<script>.lua, as
@@ -1016,7 +1049,8 @@ static double median(int set, int c, int what) {
  * against one delay (same set, same run), by measure m. */
 static void spread_ratios(int m, const char *unit) {
     printf("\n   delays of their own against one delay (%s per item, 100 a call; issue 42 wants\n"
-           "   offers/s at >= 0.8 of one delay's, so cost at <= 1.25 of it):\n", unit);
+           "   offers/s at >= 0.8 of one delay's, so cost at <= 1.25 of it):\n",
+           unit);
     for (int s = 0; s < 2; s++) {
         double one = median(s, C_OFFER100, m);
         printf("   %s: 1 min..1 h %.2f x one delay, 0..10 s %.2f x\n", s ? "new" : "old",
@@ -1029,22 +1063,24 @@ static void report_head(const script_set *sets, const char *title) {
     const char *sc = G.scale != 1.0 ? " [SCALED]" : "";
     const char *commit = strrchr(G.ref, '/') ? strrchr(G.ref, '/') + 1 : G.ref;
     printf("\n== %s (%s): old scripts vs new%s\n", title, G.what, sc);
-    printf("   old: commit %s (its lua/ from git history, common.lua prepended); new: lua/ as built (scripts.h)\n",
-           commit);
+    printf(
+        "   old: commit %s (its lua/ from git history, common.lua prepended); new: lua/ as built (scripts.h)\n",
+        commit);
     for (int i = 0; i < S_N; i++)
-        printf("   %-8s old %s  new %s\n", script_names[i], sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)",
-               sets[1].sha[i]);
+        printf("   %-8s old %s  new %s\n", script_names[i],
+               sets[0].sha[i][0] ? sets[0].sha[i] : "(not kept)", sets[1].sha[i]);
 }
 
 static void report(const script_set *sets) {
     report_head(sets, "Script cost, Redis CPU per item");
-    printf("   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
-           G.rounds, sets[0].queue, sets[1].queue);
+    printf(
+        "   %d rounds, old then new in each (A B A B ...), FLUSHALL before each block; queues %s, %s.\n",
+        G.rounds, sets[0].queue, sets[1].queue);
     printf("   script = INFO commandstats cmdstat_evalsha usec / items (after CONFIG RESETSTAT);\n"
            "   server = INFO cpu used_cpu_sys+used_cpu_user delta / items (adds reading and answering\n"
            "   the calls). Medians over the rounds, us per item:\n\n");
-    printf("   %-42s %8s %8s %6s %8s %8s %6s  %s\n", "case", "old", "new", "ratio", "old srv", "new srv", "ratio",
-           "items/call (old, new)");
+    printf("   %-42s %8s %8s %6s %8s %8s %6s  %s\n", "case", "old", "new", "ratio", "old srv", "new srv",
+           "ratio", "items/call (old, new)");
     int cases = ack_case ? C_N : C_ACK;
     for (int c = 0; c < cases; c++) {
         double so = median(0, c, M_SCRIPT), sn = median(1, c, M_SCRIPT), co = median(0, c, M_CPU),
@@ -1055,13 +1091,14 @@ static void report(const script_set *sets) {
             for (int r = 0; r < G.rounds; r++) items += fig[s][r][c].items, calls += fig[s][r][c].calls;
             per_call[s] = calls ? items / calls : 0;
         }
-        printf("   %-42s %8.2f %8.2f %6.2f %8.2f %8.2f %6.2f  %.0f, %.0f\n", case_names[c], so, sn, sn / so, co, cn,
-               cn / co, per_call[0], per_call[1]);
+        printf("   %-42s %8.2f %8.2f %6.2f %8.2f %8.2f %6.2f  %.0f, %.0f\n", case_names[c], so, sn,
+               sn / so, co, cn, cn / co, per_call[0], per_call[1]);
     }
     double offer = median(1, C_OFFER16, M_SCRIPT), offer_old = median(0, C_OFFER16, M_SCRIPT);
-    printf("\n   target (issues 11 and 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
-           "   new %.2f us: %s (old %.2f us: %s)\n",
-           offer, offer <= 7.0 ? "PASS" : "MISS", offer_old, offer_old <= 7.0 ? "PASS" : "MISS");
+    printf(
+        "\n   target (issues 11 and 15): offer <= 7 us of Redis CPU per item (16 per call, script time):\n"
+        "   new %.2f us: %s (old %.2f us: %s)\n",
+        offer, offer <= 7.0 ? "PASS" : "MISS", offer_old, offer_old <= 7.0 ? "PASS" : "MISS");
 
     printf("\n   each round, script us per item (old / new):\n");
     printf("   %-42s", "case");
@@ -1095,8 +1132,8 @@ static void report_instructions(const script_set *sets) {
     int cases = ack_case ? C_N : C_ACK;
     for (int c = 0; c < cases; c++) {
         double o = median(0, c, M_IR), n = median(1, c, M_IR);
-        printf("   %-42s %10.0f %10.0f %6.2f  %.0f, %.0f\n", case_names[c], o, n, n / o, fig[0][0][c].items,
-               fig[1][0][c].items);
+        printf("   %-42s %10.0f %10.0f %6.2f  %.0f, %.0f\n", case_names[c], o, n, n / o,
+               fig[0][0][c].items, fig[1][0][c].items);
     }
     spread_ratios(M_IR, "instructions");
     fflush(stdout);

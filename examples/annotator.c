@@ -64,46 +64,41 @@
 
 /* Appends a claim to the ledger: KEYS claims list, claim hash, last hash;
  * ARGV token, record, resource. */
-static const char LEDGER_CLAIM_LUA[] =
-    "redis.call('RPUSH', KEYS[1], ARGV[1])\n"
-    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
-    "redis.call('HSET', KEYS[3], ARGV[3], ARGV[1])\n"
-    "return 1\n";
+static const char LEDGER_CLAIM_LUA[] = "redis.call('RPUSH', KEYS[1], ARGV[1])\n"
+                                       "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+                                       "redis.call('HSET', KEYS[3], ARGV[3], ARGV[1])\n"
+                                       "return 1\n";
 
 static const char *me = "annotator"; /* this annotator's name (argv[2]) */
 
 /* ------------------------------------------------------------------ the ledger */
 
 /* The next claim number of resource res, or -1. */
-static int ledger_number(redisContext *r, const char *res)
-{
+static int ledger_number(redisContext *r, const char *res) {
     redisReply *rep = must(r, redisCommand(r, "HINCRBY annot:nclaim %s 1", res), "ledger");
-    if (!rep)
-        return -1;
+    if (!rep) return -1;
     int n = rep->type == REDIS_REPLY_INTEGER ? (int)rep->integer : -1;
     freeReplyObject(rep);
     return n;
 }
 
-static int ledger_claim(redisContext *r, const char *token, const struct claim *k)
-{
+static int ledger_claim(redisContext *r, const char *token, const struct claim *k) {
     char rec[512];
     claim_format(k, rec, sizeof rec);
-    redisReply *rep = must(r, redisCommand(r, "EVAL %s 3 annot:claims annot:claim annot:last %s %s %s",
-                                           LEDGER_CLAIM_LUA, token, rec, k->res), "ledger");
-    if (!rep)
-        return -1;
+    redisReply *rep = must(r,
+                           redisCommand(r, "EVAL %s 3 annot:claims annot:claim annot:last %s %s %s",
+                                        LEDGER_CLAIM_LUA, token, rec, k->res),
+                           "ledger");
+    if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
 }
 
-static int ledger_update(redisContext *r, const char *token, const struct claim *k)
-{
+static int ledger_update(redisContext *r, const char *token, const struct claim *k) {
     char rec[512];
     claim_format(k, rec, sizeof rec);
     redisReply *rep = must(r, redisCommand(r, "HSET annot:claim %s %s", token, rec), "ledger");
-    if (!rep)
-        return -1;
+    if (!rep) return -1;
     freeReplyObject(rep);
     return 0;
 }
@@ -111,8 +106,7 @@ static int ledger_update(redisContext *r, const char *token, const struct claim 
 /* Where resource res is now, by the ledger: "is dave's now (claim #4, since
  * 3.105s)", or "is free" if its latest claim is still our own. */
 static void current_holder(redisContext *r, const char *res, const char *my_token, char *buf,
-                           size_t len)
-{
+                           size_t len) {
     snprintf(buf, len, "is free");
     redisReply *t = redisCommand(r, "HGET annot:last %s", res);
     if (t && t->type == REDIS_REPLY_STRING && strcmp(t->str, my_token) != 0) {
@@ -122,18 +116,15 @@ static void current_holder(redisContext *r, const char *res, const char *my_toke
         if (rec && rec->type == REDIS_REPLY_STRING && claim_parse(rec->str, &k) == 0)
             snprintf(buf, len, "is %s's now (claim #%d, since %s)", k.who, k.nclaim,
                      fmt_at(at, sizeof at, k.take_ms));
-        if (rec)
-            freeReplyObject(rec);
+        if (rec) freeReplyObject(rec);
     }
-    if (t)
-        freeReplyObject(t);
+    if (t) freeReplyObject(t);
 }
 
 /* ------------------------------------------------------------------ delayq */
 
 /* The lease's end of a delivery we hold (server ms), or -1. */
-static int64_t lease_end_of(dq_client *c, const char *id)
-{
+static int64_t lease_end_of(dq_client *c, const char *id) {
     dq_item_info info;
     int rc = dq_lookup(c, QUEUE, id, &info);
     if (rc < 0) {
@@ -141,8 +132,8 @@ static int64_t lease_end_of(dq_client *c, const char *id)
         return -1;
     }
     if (info.state != DQ_STATE_IN_FLIGHT) {
-        fprintf(stderr, "annotator %s: %s is not in flight right after the take (state %d)\n",
-                me, id, info.state);
+        fprintf(stderr, "annotator %s: %s is not in flight right after the take (state %d)\n", me, id,
+                info.state);
         return -1;
     }
     /* The take named us its holder: anyone's dq_lookup (or 'delayq lookup')
@@ -156,30 +147,24 @@ static int64_t lease_end_of(dq_client *c, const char *id)
 
 /* ------------------------------------------------------------------ main */
 
-static int parse_work(const char *text, int64_t *out, int max)
-{
+static int parse_work(const char *text, int64_t *out, int max) {
     char buf[256];
     int n = 0;
-    if (strlen(text) >= sizeof buf)
-        return -1;
+    if (strlen(text) >= sizeof buf) return -1;
     strcpy(buf, text);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (n == max || dq_parse_duration(tok, &out[n]) < 0)
-            return -1;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max || dq_parse_duration(tok, &out[n]) < 0) return -1;
         n++;
     }
     return n > 0 ? n : -1;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int64_t limit = 0, extend = 0, work[MAX_ROUNDS];
     int nwork = -1, rounds = argc >= 6 ? atoi(argv[5]) : 0;
     if ((argc != 6 && argc != 7) || dq_parse_duration(argv[3], &limit) < 0 || limit <= 0 ||
-        (nwork = parse_work(argv[4], work, MAX_ROUNDS)) < 0 || rounds < 1 ||
-        rounds > MAX_ROUNDS || strlen(argv[2]) == 0 || strlen(argv[2]) > 32 ||
-        strpbrk(argv[2], " \t") != NULL ||
+        (nwork = parse_work(argv[4], work, MAX_ROUNDS)) < 0 || rounds < 1 || rounds > MAX_ROUNDS ||
+        strlen(argv[2]) == 0 || strlen(argv[2]) > 32 || strpbrk(argv[2], " \t") != NULL ||
         (argc == 7 && (dq_parse_duration(argv[6], &extend) < 0 || extend <= 0))) {
         fprintf(stderr, "usage: annotator URL NAME LIMIT WORK[,WORK...] ROUNDS [EXTEND]\n"
                         "  e.g. annotator redis://127.0.0.1:6379 bob 2s 800ms,3500ms 2\n");
@@ -193,8 +178,7 @@ int main(int argc, char **argv)
     snprintf(err_who, sizeof err_who, "annotator %s", me);
 
     redisContext *app = app_connect(url, "annotator");
-    if (!app)
-        return 3;
+    if (!app) return 3;
     dq_client *c = dq_client_new(NULL, NULL);
     if (!c) {
         redisFree(app);
@@ -230,8 +214,7 @@ int main(int argc, char **argv)
             rc = dq_take_many(c, QUEUE, &opts, WAIT_FOR_FREE_MS, &msg, 1);
         }
         if (rc < 0) {
-            fprintf(stderr, "annotator %s: take: %s: %s\n", me, dq_strerror(rc),
-                    dq_client_errstr(c));
+            fprintf(stderr, "annotator %s: take: %s: %s\n", me, dq_strerror(rc), dq_client_errstr(c));
             goto fail;
         }
         if (rc == 0) {
@@ -241,27 +224,21 @@ int main(int argc, char **argv)
         }
         claims++;
 
-        struct claim k = {.nclaim = ledger_number(app, msg->id), .limit = limit, .work = w,
-                          .ready_ms = msg->ready_ms};
-        if (k.nclaim < 0)
-            goto fail_msg;
+        struct claim k = {
+            .nclaim = ledger_number(app, msg->id), .limit = limit, .work = w, .ready_ms = msg->ready_ms};
+        if (k.nclaim < 0) goto fail_msg;
         snprintf(k.res, sizeof k.res, "%s", msg->id);
         snprintf(k.who, sizeof k.who, "%s", me);
         snprintf(k.outcome, sizeof k.outcome, "held");
         int64_t extend_at = limit * 2 / 3;
         int extends = extend > 0 && w >= limit;
-        if (w < limit)
-            snprintf(k.plan, sizeof k.plan, "intime");
-        else if (extends && w < extend_at + extend)
-            snprintf(k.plan, sizeof k.plan, "extend");
-        else
-            snprintf(k.plan, sizeof k.plan, "overrun");
+        if (w < limit) snprintf(k.plan, sizeof k.plan, "intime");
+        else if (extends && w < extend_at + extend) snprintf(k.plan, sizeof k.plan, "extend");
+        else snprintf(k.plan, sizeof k.plan, "overrun");
         k.lease_end = lease_end_of(c, msg->id);
-        if (k.lease_end < 0)
-            goto fail_msg;
+        if (k.lease_end < 0) goto fail_msg;
         k.take_ms = k.lease_end - limit;
-        if (ledger_claim(app, msg->token, &k) < 0)
-            goto fail_msg;
+        if (ledger_claim(app, msg->token, &k) < 0) goto fail_msg;
 
         fmt_dur(b1, sizeof b1, limit);
         fmt_at(b2, sizeof b2, k.lease_end);
@@ -270,11 +247,15 @@ int main(int argc, char **argv)
             say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; works %s", msg->id,
                    k.nclaim, b1, b2, b3);
         else if (extends)
-            say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s; a long task "
-                   "(%s)", msg->id, k.nclaim, b1, b2, b3);
+            say_at(k.take_ms,
+                   "claimed %s (claim #%d of it): lease %s, until %s; a long task "
+                   "(%s)",
+                   msg->id, k.nclaim, b1, b2, b3);
         else
-            say_at(k.take_ms, "claimed %s (claim #%d of it): lease %s, until %s ... and falls "
-                   "asleep for %s", msg->id, k.nclaim, b1, b2, b3);
+            say_at(k.take_ms,
+                   "claimed %s (claim #%d of it): lease %s, until %s ... and falls "
+                   "asleep for %s",
+                   msg->id, k.nclaim, b1, b2, b3);
 
         /* Work. The client's loop runs meanwhile (see idle). */
         if (extends) {
@@ -286,15 +267,14 @@ int main(int argc, char **argv)
             }
             if (rc == 1) {
                 k.lease_end = lease_end_of(c, msg->id);
-                if (k.lease_end < 0 || ledger_update(app, msg->token, &k) < 0)
-                    goto fail_msg;
-                say_at(wall_ms(), "still on %s at %s of its %s limit: asks for %s more "
-                       "(dq_extend), lease now until %s", msg->id,
-                       fmt_dur(b1, sizeof b1, extend_at), fmt_dur(b2, sizeof b2, limit),
+                if (k.lease_end < 0 || ledger_update(app, msg->token, &k) < 0) goto fail_msg;
+                say_at(wall_ms(),
+                       "still on %s at %s of its %s limit: asks for %s more "
+                       "(dq_extend), lease now until %s",
+                       msg->id, fmt_dur(b1, sizeof b1, extend_at), fmt_dur(b2, sizeof b2, limit),
                        fmt_dur(b3, sizeof b3, extend), fmt_at(b4, sizeof b4, k.lease_end));
             } else {
-                say_at(wall_ms(), "asks for more time on %s: refused, the lease is gone",
-                       msg->id);
+                say_at(wall_ms(), "asks for more time on %s: refused, the lease is gone", msg->id);
             }
             idle(c, w - extend_at);
         } else {
@@ -318,8 +298,7 @@ int main(int argc, char **argv)
          * whose lease ran out. */
         k.rel_start = server_ms(app);
         snprintf(k.outcome, sizeof k.outcome, "releasing");
-        if (k.rel_start < 0 || ledger_update(app, msg->token, &k) < 0)
-            goto fail_msg;
+        if (k.rel_start < 0 || ledger_update(app, msg->token, &k) < 0) goto fail_msg;
         rc = dq_release(c, QUEUE, msg->id, msg->token, 0);
         if (rc < 0) {
             fprintf(stderr, "annotator %s: release: %s\n", me, dq_client_errstr(c));
@@ -327,27 +306,28 @@ int main(int argc, char **argv)
         }
         k.end_ms = server_ms(app);
         snprintf(k.outcome, sizeof k.outcome, rc == 1 ? "released" : "refused");
-        if (k.end_ms < 0 || ledger_update(app, msg->token, &k) < 0)
-            goto fail_msg;
+        if (k.end_ms < 0 || ledger_update(app, msg->token, &k) < 0) goto fail_msg;
         fmt_dur(b1, sizeof b1, k.rel_start - k.take_ms);
         fmt_dur(b2, sizeof b2, limit);
         if (rc == 1) {
             finished++;
             if (k.lease_end - k.take_ms > limit)
                 snprintf(b2 + strlen(b2), sizeof b2 - strlen(b2), ", extended");
-            say_at(k.rel_start, "finished %s in %s (limit %s): release accepted, %s back in "
-                   "the pool", msg->id, b1, b2, msg->id);
+            say_at(k.rel_start,
+                   "finished %s in %s (limit %s): release accepted, %s back in "
+                   "the pool",
+                   msg->id, b1, b2, msg->id);
         } else {
             discarded++;
             char holder[160];
             current_holder(app, msg->id, msg->token, holder, sizeof holder);
-            say_at(k.rel_start, "wakes up after %s (limit %s): release REFUSED, stale token: the "
-                   "lease ended at %s, %s went back to the pool and %s. Work discarded", b1, b2,
-                   fmt_at(b3, sizeof b3, k.lease_end), msg->id, holder);
+            say_at(k.rel_start,
+                   "wakes up after %s (limit %s): release REFUSED, stale token: the "
+                   "lease ended at %s, %s went back to the pool and %s. Work discarded",
+                   b1, b2, fmt_at(b3, sizeof b3, k.lease_end), msg->id, holder);
         }
         dq_msg_free(msg);
-        if (round < rounds)
-            idle(c, BREAK_MS);
+        if (round < rounds) idle(c, BREAK_MS);
         continue;
     fail_msg:
         dq_msg_free(msg);

@@ -15,12 +15,10 @@
 
 #include "delayq.h"
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     const char *url = argc > 1 ? argv[1] : getenv("DELAYQ_REDIS");
     dq_client *c = dq_client_new(NULL, NULL); /* NULL loop: a private one */
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int rc = dq_connect(c, url ? url : "redis://127.0.0.1:6379");
     if (rc < 0) {
         fprintf(stderr, "connect: %s: %s\n", dq_strerror(rc), dq_client_errstr(c));
@@ -33,8 +31,8 @@ int main(int argc, char **argv)
     const char *texts[] = {"second, after 600 ms", "first, after 300 ms", "cancelled"};
     int64_t delays[] = {600, 300, 900};
     for (int i = 0; i < 3; i++) {
-        dq_item item = {.id = ids[i], .payload = texts[i], .payload_len = strlen(texts[i]),
-                        .delay_ms = delays[i]};
+        dq_item item = {
+            .id = ids[i], .payload = texts[i], .payload_len = strlen(texts[i]), .delay_ms = delays[i]};
         dq_offer_result res;
         rc = dq_offer(c, "hello", &item, &res);
         if (rc < 0) {
@@ -55,8 +53,8 @@ int main(int argc, char **argv)
         dq_msg *msg;
         rc = dq_take(c, "hello", 5000, &msg); /* 1 item, 0 timeout, < 0 error */
         if (rc == 1) {
-            printf("took %s: %s (ready %lld ms after due)\n", msg->id,
-                   (const char *)msg->payload, (long long)(msg->ready_ms - msg->due_ms));
+            printf("took %s: %s (ready %lld ms after due)\n", msg->id, (const char *)msg->payload,
+                   (long long)(msg->ready_ms - msg->due_ms));
             dq_msg_free(msg);
             got++;
             rc = 0;
@@ -65,8 +63,7 @@ int main(int argc, char **argv)
             rc = 1;
         }
     }
-    if (rc < 0)
-        fprintf(stderr, "take: %s: %s\n", dq_strerror(rc), dq_client_errstr(c));
+    if (rc < 0) fprintf(stderr, "take: %s: %s\n", dq_strerror(rc), dq_client_errstr(c));
     dq_client_free(c);
     return rc == 0 ? 0 : rc < 0 ? 3 : 1;
 }

@@ -28,27 +28,23 @@
 /* Runs on the loop for each item; the handler owns msg until dq_worker_done
  * or dq_worker_fail (which may also come later, from another callback, as
  * long as it comes before the lease runs out). */
-static void handle(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void handle(dq_worker *w, dq_msg *msg, void *privdata) {
     (void)privdata;
-    printf("%s %s (attempt %d): %.*s\n", msg->queue, msg->id, msg->attempt,
-           (int)msg->payload_len, (const char *)msg->payload);
+    printf("%s %s (attempt %d): %.*s\n", msg->queue, msg->id, msg->attempt, (int)msg->payload_len,
+           (const char *)msg->payload);
     fflush(stdout);
     if (msg->payload_len >= 4 && memcmp(msg->payload, "fail", 4) == 0)
         dq_worker_fail(w, msg, "the payload asked to fail"); /* nack: retried with backoff */
-    else
-        dq_worker_done(w, msg, 0);                          /* ack: done for good */
+    else dq_worker_done(w, msg, 0);                          /* ack: done for good */
 }
 
-static void on_signal(struct ev_loop *loop, ev_signal *sig, int revents)
-{
+static void on_signal(struct ev_loop *loop, ev_signal *sig, int revents) {
     (void)loop;
     (void)revents;
     dq_stop(sig->data); /* dq_run returns once this callback is done */
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: worker QUEUE [URL]\n");
         return 2;
@@ -56,8 +52,7 @@ int main(int argc, char **argv)
     const char *queue = argv[1];
     const char *url = argc > 2 ? argv[2] : getenv("DELAYQ_REDIS");
     dq_client *c = dq_client_new(NULL, NULL);
-    if (!c)
-        return 1;
+    if (!c) return 1;
     int rc = dq_connect(c, url ? url : "redis://127.0.0.1:6379");
     if (rc < 0) {
         fprintf(stderr, "connect: %s: %s\n", dq_strerror(rc), dq_client_errstr(c));
@@ -94,10 +89,10 @@ int main(int argc, char **argv)
      * same command connection after them, so once it returns they are done. */
     int64_t dead = 0;
     rc = dq_dead_count(c, queue, &dead);
-    if (rc < 0)
-        fprintf(stderr, "dead count: %s\n", dq_client_errstr(c));
-    fprintf(stderr, "worker: %llu taken, %llu acked, %llu nacked, %llu stale; %lld dead letters "
-                    "in %s\n",
+    if (rc < 0) fprintf(stderr, "dead count: %s\n", dq_client_errstr(c));
+    fprintf(stderr,
+            "worker: %llu taken, %llu acked, %llu nacked, %llu stale; %lld dead letters "
+            "in %s\n",
             (unsigned long long)wc.taken, (unsigned long long)wc.succeeded,
             (unsigned long long)wc.failed, (unsigned long long)wc.stale, (long long)dead, queue);
     dq_client_free(c);

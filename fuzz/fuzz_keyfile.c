@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t el, ol;
     size_t n = size < 512 ? size : 512;
     if (dq__seal(kr, "fuzz", "id", data, n, &env, &el) != 0) abort();
-    if (dq__open(kr, "fuzz", "id", 2, env, el, &out, &ol) != 0 || ol != n || (n && memcmp(out, data, n) != 0))
+    if (dq__open(kr, "fuzz", "id", 2, env, el, &out, &ol) != 0 || ol != n ||
+        (n && memcmp(out, data, n) != 0))
         abort();
     free(out);
     free(env);

@@ -24,19 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define TOKEN "s3cret"
 
-static int is_mutation(cli_endpoint ep)
-{
-    return cli_endpoint_role(ep) != 0;
-}
+static int is_mutation(cli_endpoint ep) { return cli_endpoint_role(ep) != 0; }
 
 /* The method each change takes. */
-static const char *change_method(cli_endpoint ep)
-{
-    return ep == CLI_EP_CANCEL ? "DELETE" : "POST";
-}
+static const char *change_method(cli_endpoint ep) { return ep == CLI_EP_CANCEL ? "DELETE" : "POST"; }
 
-static void check(const cli_request *rq, const char *token, const cli_route *r)
-{
+static void check(const cli_request *rq, const char *token, const cli_route *r) {
     if (r->ep == CLI_EP_ERROR) {
         if (r->status < 400 || r->status > 499 || !r->error || !*r->error) abort();
         if (r->status == 405 && !r->allow) abort();
@@ -54,20 +47,21 @@ static void check(const cli_request *rq, const char *token, const cli_route *r)
     }
     if (r->ep == CLI_EP_PAGE || r->ep == CLI_EP_METRICS || r->ep == CLI_EP_QUEUES) return;
     if (!dq__queue_valid(r->queue) || !strstr(rq->path, r->queue)) abort();
-    if (r->ep == CLI_EP_ITEM || r->ep == CLI_EP_CANCEL || r->ep == CLI_EP_REDRIVE_ONE || r->ep == CLI_EP_ACK ||
-        r->ep == CLI_EP_NACK || r->ep == CLI_EP_EXTEND || r->ep == CLI_EP_RELEASE) {
+    if (r->ep == CLI_EP_ITEM || r->ep == CLI_EP_CANCEL || r->ep == CLI_EP_REDRIVE_ONE ||
+        r->ep == CLI_EP_ACK || r->ep == CLI_EP_NACK || r->ep == CLI_EP_EXTEND ||
+        r->ep == CLI_EP_RELEASE) {
         if (!dq__id_valid(r->id) || !strstr(rq->path, r->id)) abort();
     }
     if (r->ep == CLI_EP_ITEMS) {
         size_t off;
         int slots = r->state == DQ_STATE_PENDING || r->state == DQ_STATE_IN_FLIGHT;
-        if (r->state < DQ_STATE_PENDING || r->state > DQ_STATE_DEAD || r->limit < 1 || r->limit > 1000) abort();
+        if (r->state < DQ_STATE_PENDING || r->state > DQ_STATE_DEAD || r->limit < 1 || r->limit > 1000)
+            abort();
         if (r->cursor && (!*r->cursor || !dq__list_cursor(slots, r->cursor, &off))) abort();
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     unsigned flags = data[0];
     char *buf = malloc(size); /* the fields, each ending in a NUL */

@@ -27,12 +27,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char key_line[] = "dq-key-1 782c7528f67825b4 VsN9nyP2ql2akiG7bmacVyfpuZDCG5ie9gQqFjGSB1w=\n";
+static const char key_line[] =
+    "dq-key-1 782c7528f67825b4 VsN9nyP2ql2akiG7bmacVyfpuZDCG5ie9gQqFjGSB1w=\n";
 
 static dq__keyring *ring(void) {
     static dq__keyring *kr;
     char err[128];
-    if (!kr && (sodium_init() < 0 || dq__keyring_parse(key_line, sizeof key_line - 1, &kr, err, sizeof err) != 0))
+    if (!kr && (sodium_init() < 0 ||
+                dq__keyring_parse(key_line, sizeof key_line - 1, &kr, err, sizeof err) != 0))
         abort();
     return kr;
 }

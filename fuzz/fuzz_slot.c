@@ -20,7 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!k) return 0;
         k[0] = '{';
         memcpy(k + 1, data, size);
-        if (dq__key_slot((const char *)k, size + 1) != dq__key_slot((const char *)data, (size_t)(close - data)))
+        if (dq__key_slot((const char *)k, size + 1) !=
+            dq__key_slot((const char *)data, (size_t)(close - data)))
             abort();
         free(k);
     }

@@ -25,7 +25,8 @@ static void check_masked(const char *masked, const char *text, const dq__url *u)
     if (!sep) abort(); /* it parsed */
     size_t scheme = (size_t)(sep - text) + 3;
     /* A unix:// path may hold an '@': it has no user info. */
-    if (!u->is_unix && strrchr(sep + 3, '@') && (strncmp(masked, text, scheme) != 0 || strncmp(masked + scheme, "***@", 4) != 0))
+    if (!u->is_unix && strrchr(sep + 3, '@') &&
+        (strncmp(masked, text, scheme) != 0 || strncmp(masked + scheme, "***@", 4) != 0))
         abort();
     if (!u->sentinel_password[0]) return;
     /* The query as the parser reads it: after the first '?', parameters
@@ -40,8 +41,8 @@ static void check_masked(const char *masked, const char *text, const dq__url *u)
         if ((size_t)(end - param) >= sizeof name - 1 && memcmp(param, name, sizeof name - 1) == 0) {
             const char *v = param + sizeof name - 1;
             size_t vl = (size_t)(end - v);
-            int hidden = (vl == 3 && memcmp(v, "***", 3) == 0) ||
-                         (!*end && vl <= 6 && strspn(v, "*.") == vl);
+            int hidden =
+                (vl == 3 && memcmp(v, "***", 3) == 0) || (!*end && vl <= 6 && strspn(v, "*.") == vl);
             if (!hidden) abort();
         }
         q = *end == '&' ? end : NULL;

@@ -16,7 +16,8 @@ static inline int claims_huge(const uint8_t *data, size_t size) {
     for (size_t i = 0; i + 1 < size; i++) {
         if (data[i] != '*' && data[i] != '$') continue;
         size_t digits = 0;
-        while (i + 1 + digits < size && data[i + 1 + digits] >= '0' && data[i + 1 + digits] <= '9') digits++;
+        while (i + 1 + digits < size && data[i + 1 + digits] >= '0' && data[i + 1 + digits] <= '9')
+            digits++;
         if (digits >= 7) return 1;
     }
     return 0;

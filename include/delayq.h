@@ -403,21 +403,20 @@ DQ_EXPORT int dq_offer(dq_client *c, const char *queue, const dq_item *item,
  * all (then nothing was offered). On a partial failure, the first failing
  * item's code is in results[i].status as a negative value, and
  * dq_client_errstr() tells the cause. */
-DQ_EXPORT int dq_offer_many(dq_client *c, const char *queue, const dq_item *items,
-                            size_t n, dq_offer_result *results) DQ_NODISCARD;
+DQ_EXPORT int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t n,
+                            dq_offer_result *results) DQ_NODISCARD;
 
 /* Completion of dq_offer_async. status: 0 or a negative code; result is NULL
  * on failure and valid only until the callback returns. */
-typedef void dq_offer_cb(dq_client *c, int status, const dq_offer_result *result,
-                         void *privdata);
+typedef void dq_offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata);
 
 /* Offers without waiting: cb runs on the loop when Redis answers (or the
  * command fails). The item and its payload are copied before return. Offers
  * made before the loop next polls go out together, as few script calls as
  * possible, in call order and before any later command of c.
  * Returns 0 or DQ_EINVAL, DQ_ETOOBIG, DQ_ECONNECT (not connected), DQ_ENOMEM. */
-DQ_EXPORT int dq_offer_async(dq_client *c, const char *queue, const dq_item *item,
-                             dq_offer_cb *cb, void *privdata) DQ_NODISCARD;
+DQ_EXPORT int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offer_cb *cb,
+                             void *privdata) DQ_NODISCARD;
 
 /* Removes a pending item. Returns 1 if it was pending and is now removed, 0
  * if it was not pending (unknown, cancelled, or already ready/taken), or a
@@ -588,7 +587,8 @@ DQ_EXPORT int dq_list(dq_client *c, const char *queue, int state, const char *cu
  * gets each whole size. A sealed payload that was cut is not opened (it
  * stays a cut envelope). Returns as dq_list. */
 DQ_EXPORT int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
-                          size_t payload_max, dq_listed **out, size_t *n, char *next_cursor) DQ_NODISCARD;
+                          size_t payload_max, dq_listed **out, size_t *n,
+                          char *next_cursor) DQ_NODISCARD;
 DQ_EXPORT void dq_listed_free(dq_listed *items, size_t n);
 /* As dq_lookup, with the item's payload: *out gets a new item (free with
  * dq_listed_free(*out, 1)) with its state, id, due_ms (PENDING),
@@ -803,8 +803,7 @@ DQ_EXPORT void dq_msg_free(dq_msg *msg);
  * client's loop meanwhile (so the client's schedulers keep working). Returns
  * 1 and sets *msg (free it with dq_msg_free), 0 on timeout (*msg = NULL), or
  * a negative code. Must not be called from a callback of c (DQ_EBUSY). */
-DQ_EXPORT int dq_take(dq_client *c, const char *queue, int64_t timeout_ms,
-                      dq_msg **msg) DQ_NODISCARD;
+DQ_EXPORT int dq_take(dq_client *c, const char *queue, int64_t timeout_ms, dq_msg **msg) DQ_NODISCARD;
 
 typedef struct dq_take_req dq_take_req;
 
@@ -857,8 +856,7 @@ typedef struct dq_queue_config {
 } dq_queue_config;
 
 /* Reads queue's settings (defaults filled in) into *out. */
-DQ_EXPORT int dq_queue_config_get(dq_client *c, const char *queue,
-                                  dq_queue_config *out) DQ_NODISCARD;
+DQ_EXPORT int dq_queue_config_get(dq_client *c, const char *queue, dq_queue_config *out) DQ_NODISCARD;
 
 /* Sets the fields of *set that are >= 0; a field of DQ_QUEUE_SETTING stays
  * as it is. *out (may be NULL) receives the settings after the change. All
@@ -880,8 +878,8 @@ typedef void dq_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata);
  * Redis still gives one reports that error (status < 0), not 0. *req (may
  * be NULL) receives a handle for dq_take_cancel, valid until cb runs.
  * Returns 0, DQ_EINVAL or DQ_ENOMEM. */
-DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms,
-                            dq_take_cb *cb, void *privdata, dq_take_req **req) DQ_NODISCARD;
+DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,
+                            void *privdata, dq_take_req **req) DQ_NODISCARD;
 
 /* As dq_take_async, with options (NULL: no lease, as dq_take_async). */
 DQ_EXPORT int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts,
@@ -892,23 +890,22 @@ DQ_EXPORT int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_op
  * first (< 0: forever). opts may be NULL (no lease). Fills msgs[0..n-1] (free
  * each with dq_msg_free). Returns n >= 1, 0 on timeout, or a negative code.
  * Must not be called from a callback of c. */
-DQ_EXPORT int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts,
-                           int64_t timeout_ms, dq_msg **msgs, size_t max) DQ_NODISCARD;
+DQ_EXPORT int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                           dq_msg **msgs, size_t max) DQ_NODISCARD;
 
 /* Completion of dq_take_many_async. status: 1 with msgs[0..n-1] (n >= 1),
  * 0 on timeout, or a negative code (DQ_ECLOSED when cancelled or the client
  * is freed), with n = 0. Each message belongs to the callee (dq_msg_free);
  * the array itself does not, and is valid only during the call. Runs
  * exactly once. */
-typedef void dq_take_many_cb(dq_client *c, int status, dq_msg **msgs, size_t n,
-                             void *privdata);
+typedef void dq_take_many_cb(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata);
 
 /* As dq_take_async_ex, for up to max (1..64) items in one round trip: cb gets
  * what one script run popped, as soon as anything is ready. Returns 0,
  * DQ_EINVAL or DQ_ENOMEM. */
 DQ_EXPORT int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
-                                 int64_t timeout_ms, size_t max, dq_take_many_cb *cb,
-                                 void *privdata, dq_take_req **req) DQ_NODISCARD;
+                                 int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
+                                 dq_take_req **req) DQ_NODISCARD;
 
 /* Cancels a waiting take without losing an item: if an item was already on
  * its way, cb gets it (status 1); otherwise cb runs with DQ_ECLOSED. Either
@@ -1019,14 +1016,13 @@ typedef void dq_handler(dq_worker *w, dq_msg *msg, void *privdata);
  * running), and never more than concurrency are in hand. A round whose
  * handlers keep a message ends it until a quick one. */
 #define DQ_WORKER_NO_SCHEDULER (1u << 0)
-DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency,
-                                     unsigned flags, dq_handler *handler, void *privdata);
+DQ_EXPORT dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, unsigned flags,
+                                     dq_handler *handler, void *privdata);
 
 /* As dq_worker_start, with take options (lease, max attempts); opts NULL
  * means dq_take_opts_init's defaults. */
-DQ_EXPORT dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency,
-                                        unsigned flags, const dq_take_opts *opts,
-                                        dq_handler *handler, void *privdata);
+DQ_EXPORT dq_worker *dq_worker_start_ex(dq_client *c, const char *queue, int concurrency, unsigned flags,
+                                        const dq_take_opts *opts, dq_handler *handler, void *privdata);
 
 /* Ends the handling of msg and frees it. status 0 acks it; anything else
  * nacks it with the backoff (see dq_nack; error, which may be NULL, is kept as
@@ -1068,7 +1064,8 @@ typedef struct dq_consumer dq_consumer;
  * owned by the client until dq_consumer_stop or dq_client_free; DQ_EINVAL
  * for a bad queue or name, DQ_ECONNECT before dq_connect, DQ_ENOMEM. A
  * failed beat is logged (dq_set_log) and tried again at the next one. */
-DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) DQ_NODISCARD;
+DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name,
+                                dq_consumer **out) DQ_NODISCARD;
 /* The items the consumer holds now (>= 0): sent with its next beat. */
 DQ_EXPORT void dq_consumer_set_in_hand(dq_consumer *k, int64_t in_hand);
 /* Deregisters the consumer (a 'bye' sent now if it beat, not waited for;
@@ -1088,7 +1085,8 @@ typedef struct dq_consumer_info {
  * name, at most 1000. Returns 0 with *out a malloc'ed array of *n entries
  * (the caller frees it with free(); NULL when *n is 0), or a negative code
  * (*out NULL, *n 0). Synchronous; a read (FCALL_RO). */
-DQ_EXPORT int dq_consumers(dq_client *c, const char *queue, dq_consumer_info **out, size_t *n) DQ_NODISCARD;
+DQ_EXPORT int dq_consumers(dq_client *c, const char *queue, dq_consumer_info **out,
+                           size_t *n) DQ_NODISCARD;
 
 #ifdef __cplusplus
 }

@@ -30,8 +30,7 @@
 #include "delayq.h"
 
 /* The suite's Redis URL; fails the test when it is not set. */
-static inline const char *dqt_url(void)
-{
+static inline const char *dqt_url(void) {
     const char *u = getenv("DQ_TEST_REDIS");
     if (!u || !*u) {
         print_error("DQ_TEST_REDIS is not set: run the tests through tests/run.sh\n");
@@ -41,8 +40,7 @@ static inline const char *dqt_url(void)
 }
 
 /* The port of $DQ_TEST_REDIS. */
-static inline int dqt_port(void)
-{
+static inline int dqt_port(void) {
     const char *u = dqt_url();
     const char *colon = strrchr(u, ':');
     assert_non_null(colon);
@@ -52,32 +50,28 @@ static inline int dqt_port(void)
 }
 
 /* 1 normally, larger when the tests run under a slow wrapper (valgrind). */
-static inline int dqt_slow(void)
-{
+static inline int dqt_slow(void) {
     const char *s = getenv("DQ_TEST_SLOW");
     int v = s ? atoi(s) : 1;
     return v > 0 ? v : 1;
 }
 
 /* Monotonic milliseconds, for elapsed times. */
-static inline int64_t dqt_mono_ms(void)
-{
+static inline int64_t dqt_mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* A queue name unique to this process and call: "t<pid>.<tag>.<n>". */
-static inline void dqt_queue(char *buf, size_t size, const char *tag)
-{
+static inline void dqt_queue(char *buf, size_t size, const char *tag) {
     static unsigned counter;
     int n = snprintf(buf, size, "t%ld.%s.%u", (long)getpid(), tag, ++counter);
     assert_true(n > 0 && (size_t)n < size);
 }
 
 /* A new client connected to the suite's Redis; opts may be NULL. */
-static inline dq_client *dqt_client(const dq_options *opts)
-{
+static inline dq_client *dqt_client(const dq_options *opts) {
     dq_client *c = dq_client_new(NULL, opts);
     assert_non_null(c);
     int rc = dq_connect(c, dqt_url());
@@ -89,15 +83,14 @@ static inline dq_client *dqt_client(const dq_options *opts)
 
 /* Asserts that expr (a call on client c) returns want; on a mismatch prints
  * the call, both codes and the client's last error first. */
-#define DQT_EXPECT(c, expr, want)                                                          \
-    do {                                                                                   \
-        long long dqt_got_ = (long long)(expr);                                            \
-        long long dqt_want_ = (long long)(want);                                           \
-        if (dqt_got_ != dqt_want_)                                                         \
-            print_error("%s:%d: %s = %lld (%s), want %lld; errstr: %s\n", __FILE__,        \
-                        __LINE__, #expr, dqt_got_, dq_strerror((int)dqt_got_), dqt_want_,  \
-                        dq_client_errstr(c));                                              \
-        assert_int_equal(dqt_got_, dqt_want_);                                             \
+#define DQT_EXPECT(c, expr, want)                                                                    \
+    do {                                                                                             \
+        long long dqt_got_ = (long long)(expr);                                                      \
+        long long dqt_want_ = (long long)(want);                                                     \
+        if (dqt_got_ != dqt_want_)                                                                   \
+            print_error("%s:%d: %s = %lld (%s), want %lld; errstr: %s\n", __FILE__, __LINE__, #expr, \
+                        dqt_got_, dq_strerror((int)dqt_got_), dqt_want_, dq_client_errstr(c));       \
+        assert_int_equal(dqt_got_, dqt_want_);                                                       \
     } while (0)
 
 /* ------------------------------------------------------------ running the loop */
@@ -108,8 +101,7 @@ typedef struct dqt_guard {
     int fired;
 } dqt_guard;
 
-static inline void dqt_guard_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
+static inline void dqt_guard_cb(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop;
     (void)revents;
     dqt_guard *g = w->data;
@@ -119,8 +111,7 @@ static inline void dqt_guard_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* Runs c's loop (dq_run) until a callback calls dq_stop(c), or secs (scaled
  * by dqt_slow) have passed. Returns 1 if the time ran out, else 0. */
-static inline int dqt_run_until_stopped(dq_client *c, double secs)
-{
+static inline int dqt_run_until_stopped(dq_client *c, double secs) {
     dqt_guard g;
     memset(&g, 0, sizeof g);
     g.c = c;
@@ -133,8 +124,7 @@ static inline int dqt_run_until_stopped(dq_client *c, double secs)
 }
 
 /* Runs c's loop for secs (not scaled), whatever happens. */
-static inline void dqt_run_for(dq_client *c, double secs)
-{
+static inline void dqt_run_for(dq_client *c, double secs) {
     dqt_guard g;
     memset(&g, 0, sizeof g);
     g.c = c;
@@ -144,8 +134,7 @@ static inline void dqt_run_for(dq_client *c, double secs)
     /* dq_run returns early when a callback calls dq_stop: run it again until
      * our timer fires (bounded by the clock too, should the loop misbehave). */
     int64_t end = dqt_mono_ms() + (int64_t)(secs * 1000) + 2000 * dqt_slow();
-    while (!g.fired && dqt_mono_ms() < end)
-        dq_run(c);
+    while (!g.fired && dqt_mono_ms() < end) dq_run(c);
     ev_timer_stop(dq_client_loop(c), &g.timer);
     assert_true(g.fired);
 }
@@ -153,14 +142,12 @@ static inline void dqt_run_for(dq_client *c, double secs)
 /* Runs c's loop in short slices until its schedulers have moved at least
  * want items (a transfer's reply may come after the item was taken on
  * another connection), or secs (scaled) have passed. Returns moved. */
-static inline uint64_t dqt_wait_moved(dq_client *c, uint64_t want, double secs)
-{
+static inline uint64_t dqt_wait_moved(dq_client *c, uint64_t want, double secs) {
     dq_sched_counters sc;
     int64_t end = dqt_mono_ms() + (int64_t)(secs * 1000 * dqt_slow());
     for (;;) {
         dq_get_sched_counters(c, &sc);
-        if (sc.moved >= want || dqt_mono_ms() >= end)
-            return sc.moved;
+        if (sc.moved >= want || dqt_mono_ms() >= end) return sc.moved;
         dqt_run_for(c, 0.01);
     }
 }
@@ -170,8 +157,7 @@ static inline uint64_t dqt_wait_moved(dq_client *c, uint64_t want, double secs)
 /* Runs one command on a fresh hiredis connection (hiredis format, e.g.
  * "SET %s %b"); returns the reply (free with freeReplyObject) and fails the
  * test on a connection error. */
-static inline redisReply *dqt_redis(const char *fmt, ...)
-{
+static inline redisReply *dqt_redis(const char *fmt, ...) {
     struct timeval tv = {5, 0};
     redisContext *rc = redisConnectWithTimeout("127.0.0.1", dqt_port(), tv);
     assert_non_null(rc);
@@ -184,16 +170,14 @@ static inline redisReply *dqt_redis(const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(rc, fmt, ap);
     va_end(ap);
-    if (!r)
-        print_error("redis command: %s\n", rc->errstr);
+    if (!r) print_error("redis command: %s\n", rc->errstr);
     redisFree(rc);
     assert_non_null(r);
     return r;
 }
 
 /* Runs a command whose reply is an integer and returns it. */
-static inline long long dqt_redis_int(const char *fmt, ...)
-{
+static inline long long dqt_redis_int(const char *fmt, ...) {
     struct timeval tv = {5, 0};
     redisContext *rc = redisConnectWithTimeout("127.0.0.1", dqt_port(), tv);
     assert_non_null(rc);
@@ -214,8 +198,7 @@ static inline long long dqt_redis_int(const char *fmt, ...)
 }
 
 /* connected_clients of INFO clients (this helper's own connection included). */
-static inline long long dqt_clients(void)
-{
+static inline long long dqt_clients(void) {
     redisReply *r = dqt_redis("INFO clients");
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     const char *p = strstr(r->str, "connected_clients:");
@@ -226,20 +209,18 @@ static inline long long dqt_clients(void)
 }
 
 /* The Redis server's clock in epoch ms (what due_ms and ready_ms use). */
-static inline int64_t dqt_server_ms(void)
-{
+static inline int64_t dqt_server_ms(void) {
     redisReply *r = dqt_redis("TIME");
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 2);
-    int64_t ms = strtoll(r->element[0]->str, NULL, 10) * 1000 +
-                 strtoll(r->element[1]->str, NULL, 10) / 1000;
+    int64_t ms =
+        strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
     freeReplyObject(r);
     return ms;
 }
 
 /* A TCP socket bound to a free 127.0.0.1 port; *port gets the port. */
-static inline int dqt_loopback_socket(int *port)
-{
+static inline int dqt_loopback_socket(int *port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
     struct sockaddr_in a;
@@ -254,23 +235,20 @@ static inline int dqt_loopback_socket(int *port)
 }
 
 /* A 127.0.0.1 TCP port nobody listens on (bound and released just now). */
-static inline int dqt_closed_port(void)
-{
+static inline int dqt_closed_port(void) {
     int port;
     close(dqt_loopback_socket(&port));
     return port;
 }
 
 /* Prints a message's fields (for failure diagnostics). */
-static inline void dqt_print_msg(const char *what, const dq_msg *m)
-{
+static inline void dqt_print_msg(const char *what, const dq_msg *m) {
     if (!m) {
         print_message("%s: (no message)\n", what);
         return;
     }
     print_message("%s: queue %s id %.*s payload %zu bytes due %lld ready %lld\n", what, m->queue,
-                  (int)m->id_len, m->id, m->payload_len, (long long)m->due_ms,
-                  (long long)m->ready_ms);
+                  (int)m->id_len, m->id, m->payload_len, (long long)m->due_ms, (long long)m->ready_ms);
 }
 
 #endif

@@ -73,8 +73,16 @@ typedef struct bench_globals {
  * both verdicts are printed. */
 #define BRIEF_EVALSHA_RATE 130000.0
 
-enum { PH_OFFER = 1, PH_MEM = 2, PH_LAT = 4, PH_BACKLOG = 8, PH_DEADLINE = 16, PH_DRAIN_IR = 32, PH_PARTS = 64,
-       PH_SPREAD = 128 };
+enum {
+    PH_OFFER = 1,
+    PH_MEM = 2,
+    PH_LAT = 4,
+    PH_BACKLOG = 8,
+    PH_DEADLINE = 16,
+    PH_DRAIN_IR = 32,
+    PH_PARTS = 64,
+    PH_SPREAD = 128
+};
 
 typedef struct row {
     char fig[6], what[72], ours[32], ref[44], ratio[16], target[34], norm[34];

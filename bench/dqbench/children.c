@@ -58,7 +58,8 @@ static void on_msg(dq_worker *w, dq_msg *m, void *privdata) {
 
 /* dq_take_many in a loop, batch (1..TAKE_MANY_MAX) at most per call; with
  * opts' lease the items stay in flight, never acked (figure 5g). */
-static void take_many_loop(dq_client *c, slot *s, const char *queue, const dq_take_opts *opts, int batch) {
+static void take_many_loop(dq_client *c, slot *s, const char *queue, const dq_take_opts *opts,
+                           int batch) {
     dq_msg *msgs[TAKE_MANY_MAX];
     while (!__atomic_load_n(&S->stop, __ATOMIC_SEQ_CST)) {
         int n = dq_take_many(c, queue, opts, 20, msgs, (size_t)batch);
@@ -187,7 +188,8 @@ pid_t spawn_offerer(int idx, const offer_args *a) { return spawn_child(idx, offe
 
 void check_kids_failed(int n) {
     for (int i = 0; i < n; i++)
-        if (__atomic_load_n(&S->s[i].failed, __ATOMIC_SEQ_CST)) die("child %d failed: %s", i, S->s[i].err);
+        if (__atomic_load_n(&S->s[i].failed, __ATOMIC_SEQ_CST))
+            die("child %d failed: %s", i, S->s[i].err);
 }
 
 /* Waits until n children say ready (at most secs). */

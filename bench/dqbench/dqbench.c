@@ -71,13 +71,14 @@ static void print_header(void) {
     char aff_me[64] = "";
     if (sched_getaffinity(0, sizeof set, &set) == 0)
         for (int i = 0; i < CPU_SETSIZE && strlen(aff_me) < 50; i++)
-            if (CPU_ISSET(i, &set)) snprintf(aff_me + strlen(aff_me), sizeof aff_me - strlen(aff_me), "%s%d",
-                                             aff_me[0] ? "," : "", i);
+            if (CPU_ISSET(i, &set))
+                snprintf(aff_me + strlen(aff_me), sizeof aff_me - strlen(aff_me), "%s%d",
+                         aff_me[0] ? "," : "", i);
     out("delayq benchmark (dqbench)\n");
-    out("machine: %s, %ld online cores, %s %s %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release,
-        u.machine);
-    out("redis-server %s on 127.0.0.1:%d (pid %s, cores %s); clients on cores %s\n", ver, G.port, pid, aff_redis,
-        aff_me);
+    out("machine: %s, %ld online cores, %s %s %s\n", model, sysconf(_SC_NPROCESSORS_ONLN), u.sysname,
+        u.release, u.machine);
+    out("redis-server %s on 127.0.0.1:%d (pid %s, cores %s); clients on cores %s\n", ver, G.port, pid,
+        aff_redis, aff_me);
     char la[64] = "?";
     f = fopen("/proc/loadavg", "r");
     if (f) {
@@ -88,8 +89,9 @@ static void print_header(void) {
     out("/proc/loadavg at start: %s (other work on this machine makes figures noisy; each timed\n"
         "window below reports how much of core 0 went to something other than redis-server)\n",
         la);
-    out("libdelayq %s, hiredis %d.%d, libev %d.%d; scale %.3g%s\n", DQ_VERSION, HIREDIS_MAJOR, HIREDIS_MINOR,
-        ev_version_major(), ev_version_minor(), G.scale, G.scale != 1 ? " (SCALED: figures are not the spec's)" : "");
+    out("libdelayq %s, hiredis %d.%d, libev %d.%d; scale %.3g%s\n", DQ_VERSION, HIREDIS_MAJOR,
+        HIREDIS_MINOR, ev_version_major(), ev_version_minor(), G.scale,
+        G.scale != 1 ? " (SCALED: figures are not the spec's)" : "");
 }
 
 static void print_summary(void) {
@@ -99,15 +101,15 @@ static void print_summary(void) {
         out("   machine factor %.2f (a frozen offer-like script's rate here / the brief's 130k/s);\n"
             "   'normalized' judges targets in absolute units scaled by it.\n",
             factor);
-    out("   %-3s %-46s %-16s %-30s %-7s %-14s %-6s %s\n", "fig", "figure", "ours", "reference", "ratio", "target",
-        "result", "normalized");
+    out("   %-3s %-46s %-16s %-30s %-7s %-14s %-6s %s\n", "fig", "figure", "ours", "reference", "ratio",
+        "target", "result", "normalized");
     int miss = 0, nmiss = 0;
     for (int i = 0; i < nrows; i++) {
         row *r = &rows[i];
         char norm[64] = "";
         if (r->nverdict >= 0) snprintf(norm, sizeof norm, "%s (%s)", verdict_text(r->nverdict), r->norm);
-        out("   %-3s %-46s %-16s %-30s %-7s %-14s %-6s %s\n", r->fig, r->what, r->ours, r->ref, r->ratio, r->target,
-            verdict_text(r->verdict), norm);
+        out("   %-3s %-46s %-16s %-30s %-7s %-14s %-6s %s\n", r->fig, r->what, r->ours, r->ref, r->ratio,
+            r->target, verdict_text(r->verdict), norm);
         if (r->verdict == 0) miss++;
         if (r->nverdict == 0 || (r->nverdict < 0 && r->verdict == 0)) nmiss++;
     }
@@ -144,13 +146,17 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--callgrind") == 0 && i + 1 < argc) G.cg_pid = atoi(argv[++i]);
         else if (strcmp(argv[i], "--callgrind-out") == 0 && i + 1 < argc) G.cg_out = argv[++i];
         else {
-            fprintf(stderr, "usage: dqbench --port PORT [--scale X] [--only offer,spread,mem,lat,backlog,deadline,drainir,parts]\n"
-                            "               [--callgrind PID --callgrind-out FILE]\n");
+            fprintf(
+                stderr,
+                "usage: dqbench --port PORT [--scale X] [--only offer,spread,mem,lat,backlog,deadline,drainir,parts]\n"
+                "               [--callgrind PID --callgrind-out FILE]\n");
             return 2;
         }
     }
     if (G.port <= 0 || G.port == 6379 || !(G.scale > 0) || (G.cg_pid > 0) != (G.cg_out != NULL)) {
-        fprintf(stderr, "dqbench: need --port (not 6379), a positive scale, and --callgrind with --callgrind-out\n");
+        fprintf(
+            stderr,
+            "dqbench: need --port (not 6379), a positive scale, and --callgrind with --callgrind-out\n");
         return 2;
     }
     snprintf(G.url, sizeof G.url, "redis://127.0.0.1:%d", G.port);

@@ -68,7 +68,8 @@ static void scan_family(const char *pattern, const char *len_cmd, key_family *f)
                 else f->other++;
             }
             if (r[1]->type == REDIS_REPLY_INTEGER) f->bytes += r[1]->integer;
-            if (r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer > f->largest) f->largest = r[2]->integer;
+            if (r[2]->type == REDIS_REPLY_INTEGER && r[2]->integer > f->largest)
+                f->largest = r[2]->integer;
             for (int k = 0; k < 3; k++) freeReplyObject(r[k]);
         }
         freeReplyObject(sr);
@@ -110,7 +111,8 @@ void phase_mem(void) {
     snprintf(ours, sizeof ours, "%.1f B", per);
     snprintf(ref, sizeof ref, "slots %.0f + ids %.0f B", (double)slots.bytes / (double)n,
              (double)ids.bytes / (double)n);
-    add_row("3", "memory per pending item (1M, 16-byte payload)", ours, ref, "-", "<= 160 B", per <= 160);
+    add_row("3", "memory per pending item (1M, 16-byte payload)", ours, ref, "-", "<= 160 B",
+            per <= 160);
 
     out("\n== Figure 4 at %" PRId64 " pending: end-to-end lateness%s\n", n, scaled_tag());
     lat_res r1, r4;

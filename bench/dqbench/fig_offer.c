@@ -47,7 +47,8 @@ static void ours_many(int64_t n, int batch, run_out *o) {
         int k = (int)(n - i < batch ? n - i : batch);
         for (int j = 0; j < k; j++) {
             make_payload(payloads[j], (uint64_t)(i + j));
-            items[j] = (dq_item){.payload = payloads[j], .payload_len = PAYLOAD_LEN, .delay_ms = OFFER_DELAY_MS};
+            items[j] = (dq_item){
+                .payload = payloads[j], .payload_len = PAYLOAD_LEN, .delay_ms = OFFER_DELAY_MS};
         }
         int rc = dq_offer_many(P, OUR_Q, items, (size_t)k, NULL);
         if (rc != k) die("dq_offer_many: %d: %s", rc, dq_client_errstr(P));
@@ -95,7 +96,8 @@ void phase_offer_spread(void) {
     double rate[K][ROUNDS], bytes[K][ROUNDS], ratio[K][ROUNDS];
     out("\n== Figure 1r: offers with delays of their own against one delay%s\n", scaled_tag());
     out("   dq_offer_many, %d items a call (the library sends them 100 a script call, pipelined),\n"
-        "   %" PRId64 " items, 16-byte payloads, generated ids, on an empty database; %d rounds, the three\n"
+        "   %" PRId64
+        " items, 16-byte payloads, generated ids, on an empty database; %d rounds, the three\n"
         "   in turn in each. Ratio: offers/s over the same round's one-delay figure.\n",
         SPREAD_BATCH, n, (int)ROUNDS);
     rnd_seed(42);
@@ -107,17 +109,19 @@ void phase_offer_spread(void) {
             ratio[k][r] = rate[k][r] / rate[0][r];
         }
     char a[32], b[48], c[16];
-    out("\n   %-26s %12s %10s %28s\n", "delays", "offers/s", "B/item", "ratio to one delay (median; range)");
+    out("\n   %-26s %12s %10s %28s\n", "delays", "offers/s", "B/item",
+        "ratio to one delay (median; range)");
     for (int k = 0; k < K; k++) {
         double best = 0, mem = 1e30, v[ROUNDS];
-        for (int r = 0; r < ROUNDS; r++) best = max2(best, rate[k][r]), mem = min2(mem, bytes[k][r]), v[r] = ratio[k][r];
+        for (int r = 0; r < ROUNDS; r++)
+            best = max2(best, rate[k][r]), mem = min2(mem, bytes[k][r]), v[r] = ratio[k][r];
         for (int x = 1; x < ROUNDS; x++)
             for (int y = x; y > 0 && v[y] < v[y - 1]; y--) {
                 double t = v[y];
                 v[y] = v[y - 1], v[y - 1] = t;
             }
-        out("   %-26s %12s %10.0f %14.3f (%.3f .. %.3f)\n", what[k], commas(a, sizeof a, best), mem, v[ROUNDS / 2],
-            v[0], v[ROUNDS - 1]);
+        out("   %-26s %12s %10.0f %14.3f (%.3f .. %.3f)\n", what[k], commas(a, sizeof a, best), mem,
+            v[ROUNDS / 2], v[0], v[ROUNDS - 1]);
         if (k == 0) continue;
         snprintf(a, sizeof a, "%.0f/s", best);
         snprintf(b, sizeof b, "one delay %.0f/s", max2(max2(rate[0][0], rate[0][1]), rate[0][2]));
@@ -188,18 +192,18 @@ static int parse_monitor_args(const char *line, char **argv, int max) {
             if (*p == '\\' && p[1]) {
                 p++;
                 switch (*p) {
-                case 'n': *o++ = '\n'; break;
-                case 'r': *o++ = '\r'; break;
-                case 't': *o++ = '\t'; break;
-                case 'a': *o++ = '\a'; break;
-                case 'b': *o++ = '\b'; break;
-                case 'x': {
-                    char hex[3] = {p[1], p[2], 0};
-                    *o++ = (char)strtol(hex, NULL, 16);
-                    p += 2;
-                    break;
-                }
-                default: *o++ = *p; break;
+                    case 'n': *o++ = '\n'; break;
+                    case 'r': *o++ = '\r'; break;
+                    case 't': *o++ = '\t'; break;
+                    case 'a': *o++ = '\a'; break;
+                    case 'b': *o++ = '\b'; break;
+                    case 'x': {
+                        char hex[3] = {p[1], p[2], 0};
+                        *o++ = (char)strtol(hex, NULL, 16);
+                        p += 2;
+                        break;
+                    }
+                    default: *o++ = *p; break;
                 }
                 p++;
             } else {
@@ -226,14 +230,16 @@ static void capture_offer(void) {
     snprintf(ref_id, sizeof ref_id, "%s", res.id);
     for (int i = 0; i < 10000 && !ref_argc; i++) {
         if (redisGetReply(m, (void **)&r) != REDIS_OK) die("MONITOR: %s", m->errstr);
-        if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && !strstr(r->str, "[0 lua]") &&
-            (strstr(r->str, "\"FCALL\"") || strstr(r->str, "\"fcall\"")) && strstr(r->str, ref_id))
+        if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) &&
+            !strstr(r->str, "[0 lua]") && (strstr(r->str, "\"FCALL\"") || strstr(r->str, "\"fcall\"")) &&
+            strstr(r->str, ref_id))
             ref_argc = parse_monitor_args(r->str, ref_argv, 32);
         freeReplyObject(r);
     }
     redisFree(m);
     if (ref_argc < 3) die("could not capture the offer command with MONITOR");
-    if (strlen(ref_id) != 22) die("generated ids are %zu chars; the reference assumes 22", strlen(ref_id));
+    if (strlen(ref_id) != 22)
+        die("generated ids are %zu chars; the reference assumes 22", strlen(ref_id));
 }
 
 /* The captured command as redis-benchmark arguments (single-quoted for
@@ -259,7 +265,8 @@ static void offer_ref_args(char *buf, size_t size, const char *sha) {
 static void print_offer_command(void) {
     capture_offer();
     out("   ");
-    for (int i = 0; i < ref_argc; i++) out("%s%s", i ? " " : "", strcmp(ref_argv[i], ref_id) == 0 ? "<id>" : ref_argv[i]);
+    for (int i = 0; i < ref_argc; i++)
+        out("%s%s", i ? " " : "", strcmp(ref_argv[i], ref_id) == 0 ? "<id>" : ref_argv[i]);
     out("\n");
 }
 
@@ -300,7 +307,8 @@ void phase_offer(void) {
     const int64_t ns[M_N] = {scaled(6000), scaled(60000), scaled(60000), scaled(32000)};
     mode_res m[M_N];
     memset(m, 0, sizeof m);
-    for (int i = 0; i < M_N; i++) m[i].ours_cpu = m[i].ref_cpu = m[i].zadd_cpu = m[i].ours_client = m[i].ref_client = 1e30;
+    for (int i = 0; i < M_N; i++)
+        m[i].ours_cpu = m[i].ref_cpu = m[i].zadd_cpu = m[i].ours_client = m[i].ref_client = 1e30;
     run_out best_many;
     memset(&best_many, 0, sizeof best_many);
     /* ROUNDS rounds; in each, every mode's reference runs right before ours,
@@ -328,7 +336,8 @@ void phase_offer(void) {
                 if (i == M_MANY) many_ref_this_round = v;
                 if (i == M_SINGLE) {
                     flushall();
-                    single_evalsha = max2(single_evalsha, redis_benchmark(ns[i], 1, 1, evalsha_args, &cpu, NULL));
+                    single_evalsha =
+                        max2(single_evalsha, redis_benchmark(ns[i], 1, 1, evalsha_args, &cpu, NULL));
                 }
             } else {
                 v = many_ref_this_round;
@@ -336,10 +345,10 @@ void phase_offer(void) {
             flushall();
             run_out o;
             switch (i) {
-            case M_SINGLE: ours_single(ns[i], &o); break;
-            case M_MANY: ours_many(ns[i], 64, &o); break;
-            case M_WINDOW: ours_window(ns[i], 64, &o); break;
-            default: ours_concurrent(ns[i], 8, &o); break;
+                case M_SINGLE: ours_single(ns[i], &o); break;
+                case M_MANY: ours_many(ns[i], 64, &o); break;
+                case M_WINDOW: ours_window(ns[i], 64, &o); break;
+                default: ours_concurrent(ns[i], 8, &o); break;
             }
             pr[i][round] = o.rate / v;
             if (i == M_MANY && o.rate > best_many.rate) best_many = o;
@@ -376,8 +385,8 @@ void phase_offer(void) {
         "ref FCALL", "ref ZADD", "ratio", "(median of paired ratios; range)");
     for (int i = 0; i < M_N; i++)
         out("   %-42s %2d/%-2d %11s %15s %13s %7.3f (%.3f .. %.3f)\n", names[i], ps[i], cs[i],
-            commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval), commas(c, sizeof c, m[i].ref_zadd),
-            med[i], lo[i], hi[i]);
+            commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval),
+            commas(c, sizeof c, m[i].ref_zadd), med[i], lo[i], hi[i]);
     out("   One at a time against EVALSHA of the same script text (lua/lib + offer.lua, as EVAL\n"
         "   runs it; the brief's reference): %s/s, ratio %.3f.\n",
         commas(a, sizeof a, single_evalsha), m[M_SINGLE].ours / single_evalsha);
@@ -385,22 +394,23 @@ void phase_offer(void) {
     out("\n   %-42s %5s %11s %15s %13s %7s\n", "client CPU per offer (us, getrusage)", "-P/-c", "ours",
         "redis-benchmark", "", "ratio");
     for (int i = 0; i < M_N; i++)
-        out("   %-42s %2d/%-2d %11.2f %15.2f %13s %7.2f\n", names[i], ps[i], cs[i], m[i].ours_client, m[i].ref_client,
-            "", m[i].ours_client / m[i].ref_client);
+        out("   %-42s %2d/%-2d %11.2f %15.2f %13s %7.2f\n", names[i], ps[i], cs[i], m[i].ours_client,
+            m[i].ref_client, "", m[i].ours_client / m[i].ref_client);
     out("   (the client core is the other half of a pipelined run: Redis idles while the client\n"
         "   decodes 64 replies and encodes the next 64)\n");
 
     out("\n   %-42s %5s %11s %15s %13s %7s\n", "Figure 2: Redis CPU per offer (us)", "-P/-c", "ours",
         "ref FCALL", "ref ZADD", "ratio");
     for (int i = 0; i < M_N; i++)
-        out("   %-42s %2d/%-2d %11.2f %15.2f %13.2f %7.2f\n", names[i], ps[i], cs[i], m[i].ours_cpu, m[i].ref_cpu,
-            m[i].zadd_cpu, m[i].ours_cpu / m[i].ref_cpu);
+        out("   %-42s %2d/%-2d %11.2f %15.2f %13.2f %7.2f\n", names[i], ps[i], cs[i], m[i].ours_cpu,
+            m[i].ref_cpu, m[i].zadd_cpu, m[i].ours_cpu / m[i].ref_cpu);
     out("   (INFO cpu used_cpu_sys+used_cpu_user delta over the run / items; BullMQ: 21 us.)\n");
     out("   Floor of any script call with these 10 arguments (EVALSHA of 'return 1', -P64 -c1):\n"
         "   %.2f us Redis CPU, %.0f calls/s. Where the offer's time goes (batched run):\n",
         floor_cpu, floor_rate);
     print_breakdown(&best_many.a, &best_many.b, (double)ns[M_MANY], "offer");
-    out("   (the batched run made %.0f script calls for %" PRId64 " offers: dq_offer_many sends several\n"
+    out("   (the batched run made %.0f script calls for %" PRId64
+        " offers: dq_offer_many sends several\n"
         "   items per call, so its reference is really the per-item FCALL it replaces)\n",
         d_calls(&best_many.a, &best_many.b, "fcall"), ns[M_MANY]);
 
@@ -426,9 +436,11 @@ void phase_offer(void) {
     /* The pipelined CPU: the smaller of the two pipelined modes (same server work). */
     int best = m[M_WINDOW].ours_cpu < m[M_MANY].ours_cpu ? M_WINDOW : M_MANY;
     snprintf(ours, sizeof ours, "%.2f us", m[best].ours_cpu);
-    snprintf(ref, sizeof ref, "FCALL %.2f, ZADD %.2f, floor %.2f", m[best].ref_cpu, m[best].zadd_cpu, floor_cpu);
+    snprintf(ref, sizeof ref, "FCALL %.2f, ZADD %.2f, floor %.2f", m[best].ref_cpu, m[best].zadd_cpu,
+             floor_cpu);
     snprintf(ratio, sizeof ratio, "%.2f", m[best].ours_cpu / m[best].ref_cpu);
-    add_row("2", "Redis CPU per offer, pipelined -P64", ours, ref, ratio, "<= 7 us", m[best].ours_cpu <= 7.0);
+    add_row("2", "Redis CPU per offer, pipelined -P64", ours, ref, ratio, "<= 7 us",
+            m[best].ours_cpu <= 7.0);
     char nt[34];
     snprintf(nt, sizeof nt, "<= %.1f us", 7.0 / factor);
     row_norm(nt, m[best].ours_cpu <= 7.0 / factor);

@@ -45,8 +45,7 @@ double cpu_of(int who) {
 void sleep_s(double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 void sleep_until(double t) { sleep_s(t - mono()); }
@@ -130,8 +129,8 @@ const char *commas(char *buf, size_t size, double v) {
 row rows[64];
 int nrows;
 
-void add_row(const char *fig, const char *what, const char *ours, const char *ref,
-                    const char *ratio, const char *target, int verdict) {
+void add_row(const char *fig, const char *what, const char *ours, const char *ref, const char *ratio,
+             const char *target, int verdict) {
     if (nrows >= (int)(sizeof rows / sizeof rows[0])) return;
     row *r = &rows[nrows++];
     snprintf(r->fig, sizeof r->fig, "%s", fig);
@@ -326,8 +325,8 @@ void print_breakdown(const snap *a, const snap *b, double per_n, const char *per
     for (int i = 0; i < n && i < 9; i++) {
         const cmdstat *c = &b->cs[idx[i]];
         double calls = c->calls - snap_cmd(a, c->name).calls;
-        out("%s %s %.0f x %.2f = %.2f", i % 3 == 0 ? "\n     " : ";", c->name, calls, us[i] / (calls ? calls : 1),
-            us[i] / per_n);
+        out("%s %s %.0f x %.2f = %.2f", i % 3 == 0 ? "\n     " : ";", c->name, calls,
+            us[i] / (calls ? calls : 1), us[i] / per_n);
     }
     out("\n");
 }
@@ -385,8 +384,11 @@ static void fill_send(filler *f) {
         const fill_spec *fs = f->fs;
         make_payload(payload, (uint64_t)f->sent);
         dq_item it = {.payload = payload, .payload_len = PAYLOAD_LEN};
-        if (fs->due_ms > 0) it.due_ms = fs->due_ms + (fs->due_span ? (int64_t)(rnd() % (uint64_t)fs->due_span) : 0);
-        else it.delay_ms = fs->delay_ms + (fs->delay_span ? (int64_t)(rnd() % (uint64_t)fs->delay_span) : 0);
+        if (fs->due_ms > 0)
+            it.due_ms = fs->due_ms + (fs->due_span ? (int64_t)(rnd() % (uint64_t)fs->due_span) : 0);
+        else
+            it.delay_ms =
+                fs->delay_ms + (fs->delay_span ? (int64_t)(rnd() % (uint64_t)fs->delay_span) : 0);
         int rc = dq_offer_async(P, f->queue, &it, fill_cb, f);
         if (rc != 0) die("dq_offer_async: %s", dq_client_errstr(P));
         f->inflight++;

@@ -7,14 +7,14 @@
 void print_quantiles(const char *label, const hist *h) {
     out("   %-46s p50 %6.2f  p90 %6.2f  p99 %6.2f  p99.9 %6.2f  max %7.2f ms%s\n", label,
         (double)hist_quantile(h, 0.50) / 1000, (double)hist_quantile(h, 0.90) / 1000,
-        (double)hist_quantile(h, 0.99) / 1000, (double)hist_quantile(h, 0.999) / 1000, (double)h->max / 1000,
-        h->neg ? " (some < 0: clock offset error)" : "");
+        (double)hist_quantile(h, 0.99) / 1000, (double)hist_quantile(h, 0.999) / 1000,
+        (double)h->max / 1000, h->neg ? " (some < 0: clock offset error)" : "");
 }
 
 /* Steady offers at `rate`/s for `secs` with delays uniform in [0, max_delay)
  * while `consumers` worker processes (each with its own scheduler) take. */
 void lateness_run(const char *queue, int consumers, double rate, double secs, int max_delay_ms,
-                         const char *label, lat_res *res) {
+                  const char *label, lat_res *res) {
     memset(res, 0, sizeof *res);
     reset_slots();
     cons_args ca = {queue, CONS_WORKER, CONSUMER_CONC, 0};
@@ -36,7 +36,8 @@ void lateness_run(const char *queue, int consumers, double rate, double secs, in
             int k = (int)(target - sent > 64 ? 64 : target - sent);
             for (int j = 0; j < k; j++) {
                 make_payload(payloads[j], (uint64_t)(sent + j));
-                items[j] = (dq_item){.payload = payloads[j], .payload_len = PAYLOAD_LEN,
+                items[j] = (dq_item){.payload = payloads[j],
+                                     .payload_len = PAYLOAD_LEN,
                                      .delay_ms = (int64_t)(rnd() % (uint64_t)max_delay_ms)};
             }
             int rc = dq_offer_many(P, queue, items, (size_t)k, NULL);
@@ -57,7 +58,8 @@ void lateness_run(const char *queue, int consumers, double rate, double secs, in
         if (mono() > next_progress) {
             next_progress += 2;
             check_kids_failed(consumers);
-            progress("%s: all %" PRId64 " offered, delivered %" PRIu64, label, sent, total_delivered(consumers));
+            progress("%s: all %" PRId64 " offered, delivered %" PRIu64, label, sent,
+                     total_delivered(consumers));
         }
         usleep(5000);
     }
@@ -85,9 +87,10 @@ void lateness_run(const char *queue, int consumers, double rate, double secs, in
                        d_calls(&a, &b, "brpoplpush");
 
     out("\n   -- %s%s\n", label, scaled_tag());
-    out("   %d consumer process(es), each: dq_worker_start (own scheduler), %d takes in flight.\n", consumers,
-        CONSUMER_CONC);
-    out("   offered %" PRId64 " at %.0f/s for %.1f s, delays uniform in [0, %d) ms; delivered %" PRId64 "%s\n",
+    out("   %d consumer process(es), each: dq_worker_start (own scheduler), %d takes in flight.\n",
+        consumers, CONSUMER_CONC);
+    out("   offered %" PRId64 " at %.0f/s for %.1f s, delays uniform in [0, %d) ms; delivered %" PRId64
+        "%s\n",
         res->offered, res->rate, t_offer, max_delay_ms, res->delivered,
         res->delivered == res->offered ? "" : "  <-- NOT ALL DELIVERED");
     print_quantiles("receive lateness (consumer clock + offset - due)", &res->recv);
@@ -101,9 +104,9 @@ void lateness_run(const char *queue, int consumers, double rate, double secs, in
     out("   Redis CPU %.3f s in the window = %.2f us per delivered item (offers included);\n"
         "   transfer runs %" PRIu64 " (%.3f per delivered item), wake-ups heard %" PRIu64
         ", safety checks %" PRIu64 ", errors %" PRIu64 "\n",
-        res->cpu_us / 1e6, res->cpu_us / (double)(res->delivered ? res->delivered : 1), res->sc.transfers,
-        (double)res->sc.transfers / (double)(res->delivered ? res->delivered : 1), res->sc.wakeups,
-        res->sc.safety_checks, res->sc.errors);
+        res->cpu_us / 1e6, res->cpu_us / (double)(res->delivered ? res->delivered : 1),
+        res->sc.transfers, (double)res->sc.transfers / (double)(res->delivered ? res->delivered : 1),
+        res->sc.wakeups, res->sc.safety_checks, res->sc.errors);
     fflush(stdout);
 }
 
@@ -114,7 +117,8 @@ void lateness_rows(const char *pending, int consumers, const lat_res *r) {
              consumers > 1 ? "s" : "");
     snprintf(ours, sizeof ours, "%.2f ms", (double)p99 / 1000);
     char ref[44];
-    snprintf(ref, sizeof ref, "ready_ms-due: %.2f ms", (double)hist_quantile(&r->ready_lat, 0.99) / 1000);
+    snprintf(ref, sizeof ref, "ready_ms-due: %.2f ms",
+             (double)hist_quantile(&r->ready_lat, 0.99) / 1000);
     add_row("4", what, ours, ref, "-", "<= 5 ms", p99 <= 5000 && r->delivered == r->offered);
     snprintf(what, sizeof what, "lateness max, %s pending, %d consumer%s", pending, consumers,
              consumers > 1 ? "s" : "");

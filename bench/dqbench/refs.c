@@ -9,8 +9,9 @@
  * request in *cpu_us). */
 double redis_benchmark(int64_t n, int c, int p, const char *args, double *cpu_us, double *client_us) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s -h 127.0.0.1 -p %d -n %" PRId64 " -c %d -P %d -r 1000000000 --csv %s 2>&1",
-             G.rbench, G.port, n, c, p, args);
+    snprintf(cmd, sizeof cmd,
+             "%s -h 127.0.0.1 -p %d -n %" PRId64 " -c %d -P %d -r 1000000000 --csv %s 2>&1", G.rbench,
+             G.port, n, c, p, args);
     snap a, b;
     take_snap(&a);
     double c0 = cpu_of(RUSAGE_CHILDREN);
@@ -71,7 +72,8 @@ double mover_reference(int64_t n, double *cpu_item) {
         int k = 0;
         for (; k < 1000 && i < n; k++, i++) {
             random_id(id);
-            redisAppendCommand(ctl, "ZADD mover:z %.0f %s", (double)(now - 2000 + (int64_t)(rnd() % 1000)) * 2048, id);
+            redisAppendCommand(ctl, "ZADD mover:z %.0f %s",
+                               (double)(now - 2000 + (int64_t)(rnd() % 1000)) * 2048, id);
         }
         drain_replies(k);
     }
@@ -99,8 +101,9 @@ double mover_reference(int64_t n, double *cpu_item) {
  * returns LPOP's requests/s at -c clients, one pop per round trip. */
 double lpop_reference(int64_t n, int clients) {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s -h 127.0.0.1 -p %d -n %" PRId64 " -c %d -P 1 -d 71 -t lpush,lpop --csv 2>&1",
-             G.rbench, G.port, n, clients);
+    snprintf(cmd, sizeof cmd,
+             "%s -h 127.0.0.1 -p %d -n %" PRId64 " -c %d -P 1 -d 71 -t lpush,lpop --csv 2>&1", G.rbench,
+             G.port, n, clients);
     flushall();
     FILE *f = popen(cmd, "r");
     if (!f) die("popen %s: %s", cmd, strerror(errno));
@@ -160,8 +163,8 @@ double redisson_move(int64_t n) {
             uint64_t x = rnd();
             memcpy(rid, &x, sizeof rid);
             make_payload(payload, (uint64_t)i);
-            redisAppendCommand(ctl, "EVALSHA %s 4 rs rs:timeout rs:queue rs:channel %lld %b %b", offer_sha, due, rid,
-                               sizeof rid, payload, (size_t)PAYLOAD_LEN);
+            redisAppendCommand(ctl, "EVALSHA %s 4 rs rs:timeout rs:queue rs:channel %lld %b %b",
+                               offer_sha, due, rid, sizeof rid, payload, (size_t)PAYLOAD_LEN);
         }
         drain_replies(k);
     }
@@ -175,7 +178,8 @@ double redisson_move(int64_t n) {
     take_snap(&b);
     long long left = rint_cmd("ZCARD rs:timeout"), moved = rint_cmd("LLEN rs");
     flushall();
-    if (left != 0 || moved != n) die("Redisson reference: moved %lld of %" PRId64 ", %lld left", moved, n, left);
+    if (left != 0 || moved != n)
+        die("Redisson reference: moved %lld of %" PRId64 ", %lld left", moved, n, left);
     return d_usec(&a, &b, "evalsha") / 1e6;
 }
 

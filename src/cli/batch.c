@@ -33,8 +33,7 @@
 /* The buffer: a chunk's bytes, then one line of the longest kind. */
 #define BUF_CAP (BATCH_CHUNK_BYTES + BATCH_LINE_MAX + 1)
 
-int cli_batch_open(const char *path, unsigned flags, cli_batch *b)
-{
+int cli_batch_open(const char *path, unsigned flags, cli_batch *b) {
     int is_stdin = strcmp(path, "-") == 0;
 
     memset(b, 0, sizeof *b);
@@ -49,17 +48,14 @@ int cli_batch_open(const char *path, unsigned flags, cli_batch *b)
     b->buf = malloc(BUF_CAP + 1); /* + 1: the NUL after a last line without "\n" */
     b->items = calloc(BATCH_CHUNK_ITEMS, sizeof *b->items);
     b->lines = calloc(BATCH_CHUNK_ITEMS, sizeof *b->lines);
-    if (b->buf && b->items && b->lines)
-        return 0;
+    if (b->buf && b->items && b->lines) return 0;
     cli_err("batch: out of memory");
     cli_batch_close(b);
     return CLI_FAIL;
 }
 
-void cli_batch_close(cli_batch *b)
-{
-    if (b->fd > 0)
-        close(b->fd);
+void cli_batch_close(cli_batch *b) {
+    if (b->fd > 0) close(b->fd);
     free(b->buf);
     free(b->items);
     free(b->lines);
@@ -68,9 +64,7 @@ void cli_batch_close(cli_batch *b)
 
 /* Checks one line (len bytes at line, then a byte that may be overwritten)
  * and fills *it. where names the line in messages. */
-static int parse_line(const cli_batch *b, char *line, size_t len, const char *where,
-                      dq_item *it)
-{
+static int parse_line(const cli_batch *b, char *line, size_t len, const char *where, dq_item *it) {
     char *tab1 = memchr(line, '\t', len);
     char *tab2 = tab1 ? memchr(tab1 + 1, '\t', len - (size_t)(tab1 + 1 - line)) : NULL;
     int rc;
@@ -90,8 +84,7 @@ static int parse_line(const cli_batch *b, char *line, size_t len, const char *wh
     if ((rc = cli_parse_delay(where, "delay", line, &it->delay_ms)) != 0 ||
         (rc = cli_check_due(where, line, it->delay_ms, b->delay_max)) != 0)
         return rc;
-    if (tab2 > tab1 + 1 &&
-        (rc = cli_check_id(where, tab1 + 1, (size_t)(tab2 - tab1 - 1))) != 0)
+    if (tab2 > tab1 + 1 && (rc = cli_check_id(where, tab1 + 1, (size_t)(tab2 - tab1 - 1))) != 0)
         return rc;
     it->id = tab2 > tab1 + 1 ? tab1 + 1 : NULL;
     it->payload = tab2 + 1;
@@ -102,47 +95,39 @@ static int parse_line(const cli_batch *b, char *line, size_t len, const char *wh
 
 /* Takes the line [b->start, nl) (nl: its "\n", or the end of the input)
  * into the chunk, unless it is blank. */
-static int take_line(cli_batch *b, char *nl)
-{
+static int take_line(cli_batch *b, char *nl) {
     char *line = b->buf + b->start, where[sizeof b->name + 48];
     size_t len = (size_t)(nl - line);
 
     b->lineno++;
     b->start += len + (nl < b->buf + b->end);
     b->scan = b->start;
-    if (len && line[len - 1] == '\r')
-        len--;
-    if (!len)
-        return 0;
+    if (len && line[len - 1] == '\r') len--;
+    if (!len) return 0;
     snprintf(where, sizeof where, "%s line %zu: ", b->name, b->lineno);
     int rc = parse_line(b, line, len, where, &b->items[b->n]);
-    if (!rc)
-        b->lines[b->n++] = b->lineno;
+    if (!rc) b->lines[b->n++] = b->lineno;
     return rc;
 }
 
 /* Whether a read of fd would return at once (data, end of input, or an
  * error to report): always so for a regular file. */
-static int input_ready(int fd)
-{
+static int input_ready(int fd) {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int n;
 
-    do
-        n = poll(&p, 1, 0);
+    do n = poll(&p, 1, 0);
     while (n < 0 && errno == EINTR);
     return n != 0;
 }
 
 /* Reads more input after b->end. Returns 0 or CLI_USAGE after saying why. */
-static int fill(cli_batch *b)
-{
+static int fill(cli_batch *b) {
     size_t room = BUF_CAP - b->end;
 
     for (;;) {
         ssize_t got = read(b->fd, b->buf + b->end, room < READ_SIZE ? room : READ_SIZE);
-        if (got < 0 && errno == EINTR)
-            continue;
+        if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
             cli_err("cannot read %s: %s", b->name, strerror(errno));
             return CLI_USAGE;
@@ -153,8 +138,7 @@ static int fill(cli_batch *b)
     }
 }
 
-int cli_batch_next(cli_batch *b)
-{
+int cli_batch_next(cli_batch *b) {
     /* The last chunk has been sent: its bytes go, the line begun stays. */
     memmove(b->buf, b->buf + b->start, b->end - b->start);
     b->end -= b->start;
@@ -168,14 +152,12 @@ int cli_batch_next(cli_batch *b)
             rc = take_line(b, nl);
         } else if (b->end - b->start > BATCH_LINE_MAX) {
             cli_err("%s line %zu: longer than %d bytes (a delay, an id and a payload of at "
-                    "most %u bytes)", b->name, b->lineno + 1, BATCH_LINE_MAX,
-                    DQ_PAYLOAD_DEFAULT_MAX);
+                    "most %u bytes)",
+                    b->name, b->lineno + 1, BATCH_LINE_MAX, DQ_PAYLOAD_DEFAULT_MAX);
             rc = CLI_USAGE;
         } else if (b->eof) {
-            if (b->start < b->end)
-                rc = take_line(b, b->buf + b->end);
-            if (!rc)
-                break;
+            if (b->start < b->end) rc = take_line(b, b->buf + b->end);
+            if (!rc) break;
         } else if (b->n > 0 && !input_ready(b->fd)) {
             break; /* the input pauses: send what has come */
         } else {

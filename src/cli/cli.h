@@ -100,22 +100,19 @@ typedef struct cli_opt {
  * accepted everywhere and stored in env. The positional arguments are moved,
  * in order, to argv[0..*npos). Returns 0, CLI_HELP for --help/-h, or
  * CLI_USAGE after printing why. */
-int cli_parse(cli_env *env, const char *cmd, int argc, char **argv,
-              const cli_opt *opts, int *npos);
+int cli_parse(cli_env *env, const char *cmd, int argc, char **argv, const cli_opt *opts, int *npos);
 
 /* As cli_parse, except that an argument starting with '-' that is no option
  * of cmd (nor --redis, --help, -h) is positional: for commands whose
  * arguments are ids or lease tokens, which may start with '-' (generated
  * ones are base64url). A mistyped option then shows as an extra or invalid
  * argument. */
-int cli_parse_ids(cli_env *env, const char *cmd, int argc, char **argv,
-                  const cli_opt *opts, int *npos);
+int cli_parse_ids(cli_env *env, const char *cmd, int argc, char **argv, const cli_opt *opts, int *npos);
 
 /* Checks that cmd got between min and max positional arguments (max < 0:
  * no limit); names the first missing one (names[i] for argument i) or the
  * first extra one. Returns 0 or CLI_USAGE after printing why. */
-int cli_want_args(const char *cmd, int npos, int min, int max,
-                  const char *const *names, char **argv);
+int cli_want_args(const char *cmd, int npos, int min, int max, const char *const *names, char **argv);
 
 /* Validators: return 0, or print the error and return CLI_USAGE. where
  * starts the message (e.g. "batch.tsv line 3: ", or ""). */
@@ -279,7 +276,8 @@ int cli_print_dead(const dq_dead_letter *d, int json);
 int cli_read_secret(const char *cmd, const char *what, const char *path, char *out, size_t size);
 /* All of such a file into buf (size bytes, NUL-terminated; *len its
  * length). 0, or CLI_USAGE after saying why. The caller wipes buf. */
-int cli_read_secret_file(const char *cmd, const char *what, const char *path, char *buf, size_t size, size_t *len);
+int cli_read_secret_file(const char *cmd, const char *what, const char *path, char *buf, size_t size,
+                         size_t *len);
 
 /* "pending", "ready", "inflight", "dead" or "unknown" for an enum dq_state. */
 const char *cli_state_name(int state);

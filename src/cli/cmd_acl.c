@@ -104,15 +104,13 @@ static const char *const commands_read[] = {
 };
 /* clang-format on */
 
-static int user_valid(const char *name)
-{
+static int user_valid(const char *name) {
     size_t n = strlen(name);
-    if (n < 1 || n > 64)
-        return 0;
+    if (n < 1 || n > 64) return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '.' || c == '-'))
             return 0;
     }
     return 1;
@@ -121,8 +119,7 @@ static int user_valid(const char *name)
 
 /* The rule for queues[0..n-1], printed as one line: an ACL SETUSER of
  * user from reset, or (user NULL) the access string alone. */
-static int print_rule(const char *user, const char *pw, int read_only, char **queues, int n)
-{
+static int print_rule(const char *user, const char *pw, int read_only, char **queues, int n) {
     dq__buf b = {0};
     int bad = user ? dq__buf_printf(&b, "ACL SETUSER %s reset on", user) : dq__buf_printf(&b, "on");
     if (pw) {
@@ -146,15 +143,15 @@ static int print_rule(const char *user, const char *pw, int read_only, char **qu
     /* The registry of queue names: offers add to it, serve lists it. A
      * selector of its own, so that no command the root grants (SET, DEL
      * for the scripts) reaches it. */
-    bad |= dq__buf_printf(&b, read_only ? " (%%R~dq:queues +smembers)" : " (~dq:queues +sadd +smembers)");
+    bad |=
+        dq__buf_printf(&b, read_only ? " (%%R~dq:queues +smembers)" : " (~dq:queues +sadd +smembers)");
     bad |= dq__buf_append(&b, "\n", 1);
     int rc = bad ? (cli_err("acl: out of memory"), CLI_FAIL) : cli_write_out(b.data, b.len);
     dq__buf_release(&b);
     return rc ? CLI_FAIL : CLI_OK;
 }
 
-int cli_cmd_acl(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_acl(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *user = NULL, *pwfile = NULL;
     int read_only = 0, access = 0, npos;
@@ -166,39 +163,33 @@ int cli_cmd_acl(cli_env *env, int argc, char **argv)
     char pw[512];
 
     int rc = cli_parse(env, "acl", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("acl", npos, 1, -1, names, argv);
-    for (int i = 0; !rc && i < npos; i++)
-        rc = cli_check_queue(argv[i]);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("acl", npos, 1, -1, names, argv);
+    for (int i = 0; !rc && i < npos; i++) rc = cli_check_queue(argv[i]);
     if (!rc && access && (user || pwfile)) {
         cli_err("acl: --access-string prints the rule alone: the provider takes the user "
                 "name and the password apart (no --user, no --password-file)");
         rc = CLI_USAGE;
     }
-    if (!rc && access)
-        return print_rule(NULL, NULL, read_only, argv, npos);
+    if (!rc && access) return print_rule(NULL, NULL, read_only, argv, npos);
     if (!rc && !user) {
         cli_err("acl: missing --user NAME (see 'delayq acl --help')");
         rc = CLI_USAGE;
     }
     if (!rc && !user_valid(user)) {
-        cli_err("acl: invalid user name '%s': expected 1 to 64 of A-Z a-z 0-9 _ . -",
-                cli_quote(user));
+        cli_err("acl: invalid user name '%s': expected 1 to 64 of A-Z a-z 0-9 _ . -", cli_quote(user));
         rc = CLI_USAGE;
     }
     if (!rc && sodium_init() < 0) {
         cli_err("acl: libsodium could not start");
         rc = CLI_FAIL;
     }
-    if (!rc && pwfile)
-        rc = cli_read_secret("acl", "password", pwfile, pw, sizeof pw);
-    if (rc)
-        return rc;
+    if (!rc && pwfile) rc = cli_read_secret("acl", "password", pwfile, pw, sizeof pw);
+    if (rc) return rc;
     if (!pwfile)
         cli_err("acl: no --password-file: user %s gets no password and cannot log in until "
-                "one is set (ACL SETUSER %s >PASSWORD)", user, user);
+                "one is set (ACL SETUSER %s >PASSWORD)",
+                user, user);
     rc = print_rule(user, pwfile ? pw : NULL, read_only, argv, npos);
     sodium_memzero(pw, sizeof pw);
     return rc;

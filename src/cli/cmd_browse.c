@@ -48,8 +48,7 @@ const char cli_usage_list[] =
     "\n"
     "Exit codes: 0 ok, 2 usage error, 3 Redis unreachable or erroring.\n";
 
-int cli_cmd_lookup(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_lookup(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE", "ID"};
     int json = 0, npos;
     const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
@@ -57,21 +56,14 @@ int cli_cmd_lookup(cli_env *env, int argc, char **argv)
     dq_item_info info;
 
     int rc = cli_parse_ids(env, "lookup", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("lookup", npos, 2, 2, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_check_id("lookup: ", argv[1], strlen(argv[1]));
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("lookup", npos, 2, 2, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_check_id("lookup: ", argv[1], strlen(argv[1]));
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     rc = dq_lookup(c, argv[0], argv[1], &info);
-    if (rc < 0)
-        rc = cli_fail(c, rc, "lookup");
+    if (rc < 0) rc = cli_fail(c, rc, "lookup");
     else if ((rc = cli_print_lookup(argv[1], &info, json)) == 0 && info.state == DQ_STATE_UNKNOWN)
         rc = CLI_NONE;
     dq_client_free(c);
@@ -79,27 +71,21 @@ int cli_cmd_lookup(cli_env *env, int argc, char **argv)
 }
 
 /* An enum dq_state from its name, or -1. */
-static int state_named(const char *name)
-{
+static int state_named(const char *name) {
     for (int s = DQ_STATE_PENDING; s <= DQ_STATE_DEAD; s++)
-        if (strcmp(name, cli_state_name(s)) == 0)
-            return s;
+        if (strcmp(name, cli_state_name(s)) == 0) return s;
     return -1;
 }
 
 /* Prints the page and its cursor. */
-static int print_page(const dq_listed *items, size_t n, const char *next, int json)
-{
+static int print_page(const dq_listed *items, size_t n, const char *next, int json) {
     for (size_t i = 0; i < n; i++)
-        if (cli_print_listed(&items[i], json))
-            return CLI_FAIL;
-    if (next[0])
-        cli_err("next: %s", next);
+        if (cli_print_listed(&items[i], json)) return CLI_FAIL;
+    if (next[0]) cli_err("next: %s", next);
     return CLI_OK;
 }
 
-int cli_cmd_list(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_list(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *state_arg = "pending", *limit_arg = "100", *cursor = "";
     int json = 0, npos;
@@ -111,15 +97,13 @@ int cli_cmd_list(cli_env *env, int argc, char **argv)
     dq_client *c;
 
     int rc = cli_parse(env, "list", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("list", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("list", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
     int state = state_named(state_arg);
     if (!rc && state < 0) {
-        cli_err("list: --state: expected pending, ready, inflight or dead, not %s", cli_quote(state_arg));
+        cli_err("list: --state: expected pending, ready, inflight or dead, not %s",
+                cli_quote(state_arg));
         rc = CLI_USAGE;
     }
     char *end;
@@ -128,10 +112,8 @@ int cli_cmd_list(cli_env *env, int argc, char **argv)
         cli_err("list: --limit: expected a number from 1 to 1000, not %s", cli_quote(limit_arg));
         rc = CLI_USAGE;
     }
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     dq_listed *items;
     size_t n;
     char next[DQ_CURSOR_MAX + 1];

@@ -40,8 +40,7 @@ const char cli_usage_config[] =
     "Exit codes: 0 ok, 2 usage error or a refused setting, 3 Redis unreachable\n"
     "or erroring, or stdout could not be written.\n";
 
-static int parse_count(const char *text, int64_t *out)
-{
+static int parse_count(const char *text, int64_t *out) {
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
@@ -62,16 +61,12 @@ static int parse_count(const char *text, int64_t *out)
 /* A base above the cap that the options themselves show (both given, or
  * one given with --reset): refused here, before anything is changed. One
  * given against the other's stored value is the script's to refuse. */
-static int check_backoff(const char *base, const char *cap, int reset, const dq_queue_config *set)
-{
+static int check_backoff(const char *base, const char *cap, int reset, const dq_queue_config *set) {
     int64_t b = set->backoff_base_ms, m = set->backoff_max_ms;
 
-    if (reset && !base)
-        b = BACKOFF_BASE_DEFAULT_MS;
-    if (reset && !cap)
-        m = BACKOFF_MAX_DEFAULT_MS;
-    if (b < 0 || m < 0 || b <= m)
-        return 0;
+    if (reset && !base) b = BACKOFF_BASE_DEFAULT_MS;
+    if (reset && !cap) m = BACKOFF_MAX_DEFAULT_MS;
+    if (b < 0 || m < 0 || b <= m) return 0;
     cli_err("config: backoff base %s is above backoff max %s: the base must not exceed the max",
             base ? cli_quote(base) : "1s (the default)", cap ? cli_quote(cap) : "10m (the default)");
     return CLI_USAGE;
@@ -79,8 +74,7 @@ static int check_backoff(const char *base, const char *cap, int reset, const dq_
 
 /* Reads the options into *set (DQ_QUEUE_SETTING for those not given). */
 static int parse_settings(const char *lease, const char *max, const char *base, const char *cap,
-                          const char *shards, dq_queue_config *set)
-{
+                          const char *shards, dq_queue_config *set) {
     set->lease_ms = set->max_attempts = DQ_QUEUE_SETTING;
     set->backoff_base_ms = set->backoff_max_ms = set->shards = DQ_QUEUE_SETTING;
     char *end;
@@ -89,57 +83,40 @@ static int parse_settings(const char *lease, const char *max, const char *base, 
         cli_err("config: invalid shard count '%s': expected 1 to 64", cli_quote(shards));
         return CLI_USAGE;
     }
-    if (lease && cli_parse_delay("", "lease", lease, &set->lease_ms))
-        return CLI_USAGE;
+    if (lease && cli_parse_delay("", "lease", lease, &set->lease_ms)) return CLI_USAGE;
     if (lease && set->lease_ms <= 0) {
         cli_err("config: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
     }
-    if (max && parse_count(max, &set->max_attempts))
-        return CLI_USAGE;
-    if (base && cli_parse_delay("", "backoff base", base, &set->backoff_base_ms))
-        return CLI_USAGE;
-    if (cap && cli_parse_delay("", "backoff max", cap, &set->backoff_max_ms))
-        return CLI_USAGE;
+    if (max && parse_count(max, &set->max_attempts)) return CLI_USAGE;
+    if (base && cli_parse_delay("", "backoff base", base, &set->backoff_base_ms)) return CLI_USAGE;
+    if (cap && cli_parse_delay("", "backoff max", cap, &set->backoff_max_ms)) return CLI_USAGE;
     return 0;
 }
 
-int cli_cmd_config(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_config(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *lease = NULL, *max = NULL, *base = NULL, *cap = NULL, *shards = NULL;
     int json = 0, reset = 0, npos;
     const cli_opt opts[] = {{"lease", &lease, NULL},       {"max-attempts", &max, NULL},
                             {"backoff-base", &base, NULL}, {"backoff-max", &cap, NULL},
-                            {"shards", &shards, NULL},
-                            {"reset", NULL, &reset},       {"json", NULL, &json},
-                            {NULL, NULL, NULL}};
+                            {"shards", &shards, NULL},     {"reset", NULL, &reset},
+                            {"json", NULL, &json},         {NULL, NULL, NULL}};
     dq_queue_config set, now;
     dq_client *c;
 
     int rc = cli_parse(env, "config", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("config", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = parse_settings(lease, max, base, cap, shards, &set);
-    if (!rc)
-        rc = check_backoff(base, cap, reset, &set);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
-    if (reset)
-        rc = dq_queue_config_reset(c, argv[0]);
-    if (rc == 0)
-        rc = dq_queue_config_set(c, argv[0], &set, &now);
-    if (rc < 0)
-        rc = cli_fail(c, rc, "config");
-    else
-        rc = cli_print_settings(&now, json);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("config", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = parse_settings(lease, max, base, cap, shards, &set);
+    if (!rc) rc = check_backoff(base, cap, reset, &set);
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
+    if (reset) rc = dq_queue_config_reset(c, argv[0]);
+    if (rc == 0) rc = dq_queue_config_set(c, argv[0], &set, &now);
+    if (rc < 0) rc = cli_fail(c, rc, "config");
+    else rc = cli_print_settings(&now, json);
     dq_client_free(c);
     return rc;
 }

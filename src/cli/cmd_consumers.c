@@ -37,8 +37,7 @@ const char cli_usage_consumers[] =
     "Exit codes: 0 listed (none is an empty list), 2 usage error, 3 Redis\n"
     "unreachable or erroring.\n";
 
-json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci)
-{
+json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci) {
     json_t *o = json_object();
     if (o && (json_object_set_new(o, "name", json_string(ci->name)) ||
               json_object_set_new(o, "queue", json_string(queue)) ||
@@ -53,26 +52,22 @@ json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci)
     return o;
 }
 
-int cli_name_ok(const char *name)
-{
+int cli_name_ok(const char *name) {
     size_t n = strlen(name);
     int ok = n >= 1 && n <= DQ_CONSUMER_NAME_MAX && dq__utf8_valid(name, n);
-    for (size_t i = 0; ok && i < n; i++)
-        ok = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
+    for (size_t i = 0; ok && i < n; i++) ok = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
     return ok;
 }
 
-int cli_name_valid(const char *cmd, const char *name)
-{
+int cli_name_valid(const char *cmd, const char *name) {
     int ok = cli_name_ok(name);
     if (!ok)
-        cli_err("%s: invalid --name '%s': 1 to %d bytes of UTF-8, no control character", cmd, cli_quote(name),
-                DQ_CONSUMER_NAME_MAX);
+        cli_err("%s: invalid --name '%s': 1 to %d bytes of UTF-8, no control character", cmd,
+                cli_quote(name), DQ_CONSUMER_NAME_MAX);
     return ok;
 }
 
-void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out)
-{
+void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) {
     *out = NULL;
     if (dq_consumer_start(c, queue, name, out) != 0)
         cli_err("consumer of %s not registered ('delayq consumers' will not list it): %s", queue,
@@ -80,13 +75,11 @@ void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_co
 }
 
 /* One consumer's line into b. Returns 0 or -1 (out of memory). */
-static int consumer_line(dq__buf *b, const char *queue, const dq_consumer_info *ci, int json)
-{
+static int consumer_line(dq__buf *b, const char *queue, const dq_consumer_info *ci, int json) {
     if (json) {
         char *text = NULL;
         json_t *o = cli_consumer_json(queue, ci);
-        if (o)
-            text = json_dumps(o, JSON_COMPACT);
+        if (o) text = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         int rc = !text || dq__buf_append(b, text, strlen(text)) || dq__buf_append(b, "\n", 1);
         free(text);
@@ -97,8 +90,7 @@ static int consumer_line(dq__buf *b, const char *queue, const dq_consumer_info *
                           (ci->now_ms - ci->last_seen_ms) / 1000);
 }
 
-int cli_cmd_consumers(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_consumers(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     int json = 0, npos;
     const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
@@ -107,16 +99,11 @@ int cli_cmd_consumers(cli_env *env, int argc, char **argv)
     size_t n;
 
     int rc = cli_parse(env, "consumers", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("consumers", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("consumers", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     rc = dq_consumers(c, argv[0], &list, &n);
     if (rc < 0) {
         rc = cli_fail(c, rc, "consumers");
@@ -124,8 +111,7 @@ int cli_cmd_consumers(cli_env *env, int argc, char **argv)
         return rc;
     }
     dq__buf b = {0};
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = consumer_line(&b, argv[0], &list[i], json);
+    for (size_t i = 0; i < n && !rc; i++) rc = consumer_line(&b, argv[0], &list[i], json);
     if (rc) {
         cli_err("consumers: out of memory");
         rc = CLI_FAIL;

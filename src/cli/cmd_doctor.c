@@ -37,11 +37,9 @@ const char cli_usage_doctor[] =
     "Exit codes: 0 nothing unsafe, 1 something unsafe, 2 usage error, 3 Redis\n"
     "unreachable.\n";
 
-static int print_text(const dq_finding *f, size_t n)
-{
+static int print_text(const dq_finding *f, size_t n) {
     size_t size = 1;
-    for (size_t i = 0; i < n; i++)
-        size += strlen(f[i].check) + strlen(f[i].detail) + 32;
+    for (size_t i = 0; i < n; i++) size += strlen(f[i].check) + strlen(f[i].detail) + 32;
     char *buf = malloc(size);
     if (!buf) {
         cli_err("doctor: out of memory");
@@ -56,13 +54,12 @@ static int print_text(const dq_finding *f, size_t n)
     return rc;
 }
 
-static int print_json(const dq_finding *f, size_t n)
-{
+static int print_json(const dq_finding *f, size_t n) {
     json_t *list = json_array(), *body = json_object();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "check", f[i].check, "status",
-                                              dq_finding_status_name(f[i].status), "detail",
-                                              f[i].detail));
+        json_array_append_new(list,
+                              json_pack("{s:s, s:s, s:s}", "check", f[i].check, "status",
+                                        dq_finding_status_name(f[i].status), "detail", f[i].detail));
     json_object_set_new(body, "findings", list);
     char *text = json_dumps(body, 0);
     json_decref(body);
@@ -77,8 +74,7 @@ static int print_json(const dq_finding *f, size_t n)
     return rc;
 }
 
-int cli_cmd_doctor(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_doctor(cli_env *env, int argc, char **argv) {
     int json = 0, npos;
     const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
     dq_client *c;
@@ -86,14 +82,10 @@ int cli_cmd_doctor(cli_env *env, int argc, char **argv)
     size_t n;
 
     int rc = cli_parse(env, "doctor", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("doctor", npos, 0, 0, NULL, argv);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("doctor", npos, 0, 0, NULL, argv);
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     rc = dq_doctor(c, 0, &f, &n);
     if (rc < 0) {
         rc = cli_fail(c, rc, "doctor");
@@ -103,8 +95,7 @@ int cli_cmd_doctor(cli_env *env, int argc, char **argv)
     cli_close(c);
     rc = json ? print_json(f, n) : print_text(f, n);
     for (size_t i = 0; !rc && i < n; i++)
-        if (f[i].status == DQ_FINDING_UNSAFE)
-            rc = CLI_NONE;
+        if (f[i].status == DQ_FINDING_UNSAFE) rc = CLI_NONE;
     dq_findings_free(f, n);
     return rc;
 }

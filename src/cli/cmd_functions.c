@@ -46,17 +46,14 @@ typedef struct printing {
 } printing;
 
 /* 1 if the space-separated names hold name. */
-static int holds(const char *names, const char *name)
-{
+static int holds(const char *names, const char *name) {
     size_t n = strlen(name);
     for (const char *p = names; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == names || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-            return 1;
+        if ((p == names || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
     return 0;
 }
 
-static void print_master(void *privdata, const char *node, int code, const char *text)
-{
+static void print_master(void *privdata, const char *node, int code, const char *text) {
     printing *pr = privdata;
     if (code) {
         cli_err("%s: %s: %s%s", pr->what, node, text,
@@ -74,37 +71,29 @@ static void print_master(void *privdata, const char *node, int code, const char 
         n = snprintf(line, sizeof line, "%s\t%s\t%s\n", node, current ? "current" : "missing",
                      text[0] ? text : "-");
     }
-    if (n < 0 || (size_t)n >= sizeof line || cli_write_out(line, (size_t)n) != 0)
-        pr->failed = 1;
+    if (n < 0 || (size_t)n >= sizeof line || cli_write_out(line, (size_t)n) != 0) pr->failed = 1;
 }
 
-int cli_cmd_functions(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_functions(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"load|status"};
     const cli_opt opts[] = {{NULL, NULL, NULL}};
     int npos;
     dq_client *c;
 
     int rc = cli_parse(env, "functions", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("functions", npos, 1, 1, names, argv);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("functions", npos, 1, 1, names, argv);
     int load = !rc && strcmp(argv[0], "load") == 0;
     if (!rc && !load && strcmp(argv[0], "status") != 0) {
         cli_err("functions: unknown subcommand '%s': expected load or status", cli_quote(argv[0]));
         rc = CLI_USAGE;
     }
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     printing pr = {load ? "functions load" : "functions status", 0, 0};
     rc = load ? dq_functions_load(c, print_master, &pr) : dq_functions_status(c, print_master, &pr);
     dq_client_free(c);
-    if (rc < 0)
-        return cli_exit_code(rc);
-    if (pr.failed)
-        return CLI_FAIL;
+    if (rc < 0) return cli_exit_code(rc);
+    if (pr.failed) return CLI_FAIL;
     return pr.missing ? CLI_NONE : CLI_OK;
 }

@@ -24,20 +24,16 @@ const char cli_usage_keygen[] =
     "\n"
     "Exit codes: 0 printed, 2 usage error.\n";
 
-int cli_cmd_keygen(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_keygen(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {""};
     const cli_opt opts[] = {{NULL, NULL, NULL}};
     char line[128];
     int npos;
 
     int rc = cli_parse(env, "keygen", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("keygen", npos, 0, 0, names, argv);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("keygen", npos, 0, 0, names, argv);
+    if (rc) return rc;
     if (sodium_init() < 0 || dq__key_line(line, sizeof line) != 0) {
         cli_err("keygen: libsodium could not make a key");
         return CLI_FAIL;

@@ -54,8 +54,7 @@ const char cli_usage_cancel[] =
 /* ------------------------------------------------------------ one item */
 
 /* The payload: the argument, else all of stdin. *owned is what to free. */
-static int get_payload(int npos, char **argv, dq_item *it, char **owned)
-{
+static int get_payload(int npos, char **argv, dq_item *it, char **owned) {
     size_t len;
 
     *owned = NULL;
@@ -65,8 +64,7 @@ static int get_payload(int npos, char **argv, dq_item *it, char **owned)
     } else if (cli_read_all(0, DQ_PAYLOAD_DEFAULT_MAX, owned, &len) == 0) {
         it->payload = *owned;
         if (len > DQ_PAYLOAD_DEFAULT_MAX) {
-            cli_err("payload on stdin is more than %u bytes, the limit",
-                    DQ_PAYLOAD_DEFAULT_MAX);
+            cli_err("payload on stdin is more than %u bytes, the limit", DQ_PAYLOAD_DEFAULT_MAX);
             return CLI_USAGE;
         }
     } else {
@@ -78,16 +76,14 @@ static int get_payload(int npos, char **argv, dq_item *it, char **owned)
 }
 
 /* Offers it and prints its id. */
-static int send_one(const cli_env *env, const char *queue, const dq_item *it)
-{
+static int send_one(const cli_env *env, const char *queue, const dq_item *it) {
     dq_client *c;
     dq_offer_result res;
     char what[DQ_QUEUE_MAX + 32];
     char line[DQ_ID_MAX + 2];
 
     int rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     int code = dq_offer(c, queue, it, &res);
     snprintf(what, sizeof what, "offer to %s", queue);
     if (code < 0 && code != DQ_ENOTDURABLE) {
@@ -101,32 +97,24 @@ static int send_one(const cli_env *env, const char *queue, const dq_item *it)
         int n = snprintf(line, sizeof line, "%s\n", res.id);
         rc = cli_write_out(line, (size_t)n);
         /* Offered, but not confirmed by the replicas asked for: exit 4. */
-        if (!rc && code == DQ_ENOTDURABLE)
-            rc = cli_fail(c, code, what);
+        if (!rc && code == DQ_ENOTDURABLE) rc = cli_fail(c, code, what);
     }
     dq_client_free(c);
     return rc;
 }
 
-static int offer_one(const cli_env *env, int npos, char **argv, const char *id, int nx)
-{
+static int offer_one(const cli_env *env, int npos, char **argv, const char *id, int nx) {
     static const char *const names[] = {"QUEUE", "DELAY"};
     dq_item it = {.id = id, .flags = nx ? DQ_OFFER_KEEP : 0};
     char *owned = NULL;
 
     int rc = cli_want_args("offer", npos, 2, 3, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_parse_delay("", "delay", argv[1], &it.delay_ms);
-    if (!rc)
-        rc = cli_check_due("", argv[1], it.delay_ms, cli_delay_max());
-    if (!rc && id)
-        rc = cli_check_id("", id, strlen(id));
-    if (!rc)
-        rc = get_payload(npos, argv, &it, &owned);
-    if (!rc)
-        rc = send_one(env, argv[0], &it);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_parse_delay("", "delay", argv[1], &it.delay_ms);
+    if (!rc) rc = cli_check_due("", argv[1], it.delay_ms, cli_delay_max());
+    if (!rc && id) rc = cli_check_id("", id, strlen(id));
+    if (!rc) rc = get_payload(npos, argv, &it, &owned);
+    if (!rc) rc = send_one(env, argv[0], &it);
     free(owned);
     return rc;
 }
@@ -145,8 +133,7 @@ typedef struct batch_run {
 } batch_run;
 
 /* Reports the first failed item of a chunk that Redis partly refused. */
-static int report_partial(const batch_run *r, size_t k)
-{
+static int report_partial(const batch_run *r, size_t k) {
     char what[64];
 
     for (size_t i = 0; i < k; i++) {
@@ -159,49 +146,41 @@ static int report_partial(const batch_run *r, size_t k)
 }
 
 /* Sends the chunk in r->b; counts what Redis took. */
-static int send_chunk(batch_run *r, const char *queue)
-{
+static int send_chunk(batch_run *r, const char *queue) {
     size_t k = r->b.n;
     int got = dq_offer_many(r->c, queue, r->b.items, k, r->res);
 
     if (got == DQ_ENOTDURABLE) {
         /* All offered; say so once, go on, and exit 4 at the end. */
-        if (!r->not_durable)
-            cli_fail(r->c, got, "batch");
+        if (!r->not_durable) cli_fail(r->c, got, "batch");
         r->not_durable = 1;
         got = (int)k;
     }
-    if (got < 0)
-        return cli_fail(r->c, got, "batch");
+    if (got < 0) return cli_fail(r->c, got, "batch");
     r->accepted += (size_t)got;
-    if ((size_t)got < k)
-        return report_partial(r, k);
+    if ((size_t)got < k) return report_partial(r, k);
     r->whole = r->accepted;
     r->last_line = r->b.lines[k - 1];
     return 0;
 }
 
 /* Reads, checks and sends the file a chunk at a time. */
-static int run_batch(const cli_env *env, const char *queue, batch_run *r)
-{
+static int run_batch(const cli_env *env, const char *queue, batch_run *r) {
     int rc;
 
     while ((rc = cli_batch_next(&r->b)) == 0 && r->b.n > 0) {
-        if (!r->c && (rc = cli_connect(env, &r->c)) != 0)
-            return rc;
+        if (!r->c && (rc = cli_connect(env, &r->c)) != 0) return rc;
         if (!r->res && !(r->res = malloc(BATCH_CHUNK_ITEMS * sizeof *r->res))) {
             cli_err("batch: out of memory");
             return CLI_FAIL;
         }
-        if ((rc = send_chunk(r, queue)) != 0)
-            return rc;
+        if ((rc = send_chunk(r, queue)) != 0) return rc;
     }
     return rc;
 }
 
-static int offer_batch(const cli_env *env, int npos, char **argv, const char *file,
-                       const char *id, int nx)
-{
+static int offer_batch(const cli_env *env, int npos, char **argv, const char *file, const char *id,
+                       int nx) {
     static const char *const names[] = {"QUEUE"};
     batch_run r = {0};
     char line[32];
@@ -211,21 +190,17 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
         return CLI_USAGE;
     }
     int rc = cli_want_args("offer", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_batch_open(file, nx ? DQ_OFFER_KEEP : 0, &r.b);
-    if (rc)
-        return rc;
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_batch_open(file, nx ? DQ_OFFER_KEEP : 0, &r.b);
+    if (rc) return rc;
     rc = run_batch(env, argv[0], &r);
     if (rc && r.whole)
-        cli_err("batch: stopped; offered before: %zu item%s, every line up to line %zu%s",
-                r.whole, r.whole == 1 ? "" : "s", r.last_line,
-                r.accepted > r.whole ? ", and some of the chunk that failed (see the count)"
-                                     : "");
+        cli_err("batch: stopped; offered before: %zu item%s, every line up to line %zu%s", r.whole,
+                r.whole == 1 ? "" : "s", r.last_line,
+                r.accepted > r.whole ? ", and some of the chunk that failed (see the count)" : "");
     else if (rc && r.accepted)
-        cli_err("batch: stopped; offered before: %zu item%s of the first chunk",
-                r.accepted, r.accepted == 1 ? "" : "s");
+        cli_err("batch: stopped; offered before: %zu item%s of the first chunk", r.accepted,
+                r.accepted == 1 ? "" : "s");
     /* The count: what was offered, also after a failure once Redis was
      * reached, so a caller knows how far the batch got. */
     if (!rc || r.c) {
@@ -233,8 +208,7 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
         int wrc = cli_write_out(line, (size_t)n);
         rc = rc ? rc : wrc;
     }
-    if (!rc && r.not_durable)
-        rc = CLI_NOT_DURABLE;
+    if (!rc && r.not_durable) rc = CLI_NOT_DURABLE;
     dq_client_free(r.c);
     free(r.res);
     cli_batch_close(&r.b);
@@ -243,48 +217,35 @@ static int offer_batch(const cli_env *env, int npos, char **argv, const char *fi
 
 /* ------------------------------------------------------------ commands */
 
-int cli_cmd_offer(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_offer(cli_env *env, int argc, char **argv) {
     const char *id = NULL, *batch = NULL;
     int nx = 0, npos;
     const cli_opt opts[] = {
         {"id", &id, NULL}, {"nx", NULL, &nx}, {"batch", &batch, NULL}, {NULL, NULL, NULL}};
 
     int rc = cli_parse(env, "offer", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (rc)
-        return rc;
-    if (batch)
-        return offer_batch(env, npos, argv, batch, id, nx);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (rc) return rc;
+    if (batch) return offer_batch(env, npos, argv, batch, id, nx);
     return offer_one(env, npos, argv, id, nx);
 }
 
-int cli_cmd_cancel(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_cancel(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE", "ID"};
     const cli_opt opts[] = {{NULL, NULL, NULL}};
     dq_client *c;
     int npos;
 
     int rc = cli_parse_ids(env, "cancel", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("cancel", npos, 2, 2, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_check_id("", argv[1], strlen(argv[1]));
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("cancel", npos, 2, 2, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_check_id("", argv[1], strlen(argv[1]));
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     int n = dq_cancel(c, argv[0], argv[1]);
-    if (n < 0)
-        rc = cli_fail(c, n, "cancel");
-    else if (n == 0)
-        cli_err("%s is not pending in %s", cli_quote(argv[1]), argv[0]);
+    if (n < 0) rc = cli_fail(c, n, "cancel");
+    else if (n == 0) cli_err("%s is not pending in %s", cli_quote(argv[1]), argv[0]);
     dq_client_free(c);
     return n < 0 ? rc : n == 1 ? CLI_OK : CLI_NONE;
 }

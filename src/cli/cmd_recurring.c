@@ -83,8 +83,7 @@ const char cli_usage_schedules[] =
     "or erroring, or stdout could not be written.\n";
 
 /* TIME: epoch ms, or "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
-static int parse_time(const char *cmd, const char *what, const char *text, int64_t *ms)
-{
+static int parse_time(const char *cmd, const char *what, const char *text, int64_t *ms) {
     struct tm tm;
     char *end;
 
@@ -110,8 +109,7 @@ static int parse_time(const char *cmd, const char *what, const char *text, int64
     return CLI_USAGE;
 }
 
-static int parse_missed(const char *cmd, const char *text, int *missed)
-{
+static int parse_missed(const char *cmd, const char *text, int *missed) {
     static const char *const names[] = {"one", "skip", "all"};
     for (int i = 0; i < 3; i++)
         if (strcmp(text, names[i]) == 0) {
@@ -122,8 +120,7 @@ static int parse_missed(const char *cmd, const char *text, int *missed)
     return CLI_USAGE;
 }
 
-static int check_name(const char *cmd, const char *name)
-{
+static int check_name(const char *cmd, const char *name) {
     size_t n = strlen(name);
     if (n >= 1 && n <= DQ_RECURRING_NAME_MAX &&
         strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") == n)
@@ -134,18 +131,13 @@ static int check_name(const char *cmd, const char *name)
 }
 
 /* The options of every and cron (cmd), and QUEUE and NAME, into *sp. */
-static int parse_common(const char *cmd, char **argv, const char *missed, const char *start, const char *end,
-                        dq_recurring_spec *sp)
-{
+static int parse_common(const char *cmd, char **argv, const char *missed, const char *start,
+                        const char *end, dq_recurring_spec *sp) {
     int rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = check_name(cmd, argv[1]);
-    if (!rc && missed)
-        rc = parse_missed(cmd, missed, &sp->missed);
-    if (!rc && start)
-        rc = parse_time(cmd, "--start", start, &sp->start_ms);
-    if (!rc && end)
-        rc = parse_time(cmd, "--end", end, &sp->end_ms);
+    if (!rc) rc = check_name(cmd, argv[1]);
+    if (!rc && missed) rc = parse_missed(cmd, missed, &sp->missed);
+    if (!rc && start) rc = parse_time(cmd, "--start", start, &sp->start_ms);
+    if (!rc && end) rc = parse_time(cmd, "--end", end, &sp->end_ms);
     if (!rc && sp->end_ms && sp->start_ms > sp->end_ms) {
         cli_err("%s: --start is after --end", cmd);
         rc = CLI_USAGE;
@@ -156,8 +148,7 @@ static int parse_common(const char *cmd, char **argv, const char *missed, const 
 /* Reads the payload (argv[at] when given, else stdin), sets the schedule
  * and prints its first tick. */
 static int set_schedule(const cli_env *env, const char *cmd, char **argv, int npos, int at,
-                        dq_recurring_spec *sp)
-{
+                        dq_recurring_spec *sp) {
     char *owned = NULL;
     char where[24];
 
@@ -173,8 +164,7 @@ static int set_schedule(const cli_env *env, const char *cmd, char **argv, int np
     snprintf(where, sizeof where, "%s: ", cmd);
     int rc = cli_check_payload(where, sp->payload_len, DQ_PAYLOAD_DEFAULT_MAX);
     dq_client *c = NULL;
-    if (!rc)
-        rc = cli_connect(env, &c);
+    if (!rc) rc = cli_connect(env, &c);
     if (!rc) {
         int64_t next = -1;
         int code = dq_recurring_set(c, argv[0], argv[1], sp, &next);
@@ -184,8 +174,7 @@ static int set_schedule(const cli_env *env, const char *cmd, char **argv, int np
             char line[32];
             int n = snprintf(line, sizeof line, "%" PRId64 "\n", next);
             rc = cli_write_out(line, (size_t)n);
-            if (!rc && code == DQ_ENOTDURABLE)
-                rc = cli_fail(c, code, cmd);
+            if (!rc && code == DQ_ENOTDURABLE) rc = cli_fail(c, code, cmd);
         }
         dq_client_free(c);
     }
@@ -193,24 +182,19 @@ static int set_schedule(const cli_env *env, const char *cmd, char **argv, int np
     return rc;
 }
 
-int cli_cmd_every(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_every(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE", "NAME", "INTERVAL"};
     const char *missed = NULL, *start = NULL, *end = NULL;
-    const cli_opt opts[] = {{"missed", &missed, NULL}, {"start", &start, NULL}, {"end", &end, NULL},
-                            {NULL, NULL, NULL}};
+    const cli_opt opts[] = {
+        {"missed", &missed, NULL}, {"start", &start, NULL}, {"end", &end, NULL}, {NULL, NULL, NULL}};
     dq_recurring_spec sp = {.missed = DQ_MISSED_ONE};
     int npos;
 
     int rc = cli_parse(env, "every", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("every", npos, 3, 4, names, argv);
-    if (!rc)
-        rc = parse_common("every", argv, missed, start, end, &sp);
-    if (!rc)
-        rc = cli_parse_delay("every: ", "interval", argv[2], &sp.every_ms);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("every", npos, 3, 4, names, argv);
+    if (!rc) rc = parse_common("every", argv, missed, start, end, &sp);
+    if (!rc) rc = cli_parse_delay("every: ", "interval", argv[2], &sp.every_ms);
     if (!rc && sp.every_ms < DQ_RECURRING_EVERY_MIN_MS) {
         cli_err("every: invalid interval '%s': it must be at least 1s", cli_quote(argv[2]));
         rc = CLI_USAGE;
@@ -218,24 +202,22 @@ int cli_cmd_every(cli_env *env, int argc, char **argv)
     return rc ? rc : set_schedule(env, "every", argv, npos, 3, &sp);
 }
 
-int cli_cmd_cron(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_cron(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE", "NAME", "EXPR"};
     const char *missed = NULL, *start = NULL, *end = NULL, *tz = NULL;
-    const cli_opt opts[] = {{"missed", &missed, NULL}, {"start", &start, NULL}, {"end", &end, NULL},
-                            {"tz", &tz, NULL},         {NULL, NULL, NULL}};
+    const cli_opt opts[] = {{"missed", &missed, NULL},
+                            {"start", &start, NULL},
+                            {"end", &end, NULL},
+                            {"tz", &tz, NULL},
+                            {NULL, NULL, NULL}};
     dq_recurring_spec sp = {.missed = DQ_MISSED_ONE};
     int npos;
 
     int rc = cli_parse(env, "cron", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("cron", npos, 3, 4, names, argv);
-    if (!rc)
-        rc = parse_common("cron", argv, missed, start, end, &sp);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("cron", npos, 3, 4, names, argv);
+    if (!rc) rc = parse_common("cron", argv, missed, start, end, &sp);
+    if (rc) return rc;
     sp.cron = argv[2];
     sp.zone = tz;
     return set_schedule(env, "cron", argv, npos, 3, &sp);
@@ -243,8 +225,7 @@ int cli_cmd_cron(cli_env *env, int argc, char **argv)
 
 /* ------------------------------------------------------------ listing */
 
-static int print_schedule(const dq_recurring *s, int json)
-{
+static int print_schedule(const dq_recurring *s, int json) {
     if (json) {
         json_t *o = cli_json_schedule(s);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -260,34 +241,29 @@ static int print_schedule(const dq_recurring *s, int json)
         return rc;
     }
     char line[256];
-    int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%" PRId64 "\t%" PRId64 "\t%s\t%s\n", s->name, s->spec,
-                     s->zone[0] ? s->zone : "-", s->next_ms, s->last_ms, cli_schedule_state(s),
+    int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%" PRId64 "\t%" PRId64 "\t%s\t%s\n", s->name,
+                     s->spec, s->zone[0] ? s->zone : "-", s->next_ms, s->last_ms, cli_schedule_state(s),
                      cli_missed_name(s->missed));
     return cli_write_out(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-static int list_schedules(dq_client *c, const char *queue, int json)
-{
+static int list_schedules(dq_client *c, const char *queue, int json) {
     dq_recurring *list;
     size_t n;
     int rc = dq_recurring_list(c, queue, &list, &n);
-    if (rc < 0)
-        return cli_fail(c, rc, "schedules");
+    if (rc < 0) return cli_fail(c, rc, "schedules");
     rc = 0;
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = print_schedule(&list[i], json);
+    for (size_t i = 0; i < n && !rc; i++) rc = print_schedule(&list[i], json);
     dq_recurring_list_free(list, n);
     return rc;
 }
 
 /* remove, pause or resume NAME: exit 1 for no such schedule. */
-static int change_schedule(dq_client *c, const char *queue, const char *op, const char *name)
-{
+static int change_schedule(dq_client *c, const char *queue, const char *op, const char *name) {
     int rc = strcmp(op, "remove") == 0  ? dq_recurring_remove(c, queue, name)
              : strcmp(op, "pause") == 0 ? dq_recurring_pause(c, queue, name)
                                         : dq_recurring_resume(c, queue, name);
-    if (rc < 0 && rc != DQ_ENOTDURABLE)
-        return cli_fail(c, rc, "schedules");
+    if (rc < 0 && rc != DQ_ENOTDURABLE) return cli_fail(c, rc, "schedules");
     if (rc == 0) {
         cli_err("schedules: %s has no schedule %s", cli_quote(queue), cli_quote(name));
         return CLI_NONE;
@@ -295,31 +271,25 @@ static int change_schedule(dq_client *c, const char *queue, const char *op, cons
     return rc == DQ_ENOTDURABLE ? cli_fail(c, rc, "schedules") : 0;
 }
 
-int cli_cmd_schedules(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_schedules(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE", "OPERATION", "NAME"};
     int json = 0, npos;
     const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
     dq_client *c;
 
     int rc = cli_parse(env, "schedules", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("schedules", npos, npos == 2 ? 3 : 1, 3, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("schedules", npos, npos == 2 ? 3 : 1, 3, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
     if (!rc && npos == 3 && strcmp(argv[1], "remove") != 0 && strcmp(argv[1], "pause") != 0 &&
         strcmp(argv[1], "resume") != 0) {
-        cli_err("schedules: unknown operation '%s': expected remove, pause or resume", cli_quote(argv[1]));
+        cli_err("schedules: unknown operation '%s': expected remove, pause or resume",
+                cli_quote(argv[1]));
         rc = CLI_USAGE;
     }
-    if (!rc && npos == 3)
-        rc = check_name("schedules", argv[2]);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (!rc && npos == 3) rc = check_name("schedules", argv[2]);
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     rc = npos == 3 ? change_schedule(c, argv[0], argv[1], argv[2]) : list_schedules(c, argv[0], json);
     dq_client_free(c);
     return rc;

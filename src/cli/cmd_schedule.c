@@ -31,8 +31,7 @@ typedef struct sched_run {
     int refused; /* Redis's ACL refused a transfer or subscription */
 } sched_run;
 
-static void on_signal(void *data, int signum)
-{
+static void on_signal(void *data, int signum) {
     sched_run *s = data;
     s->signum = signum;
     dq_stop(s->c);
@@ -40,8 +39,7 @@ static void on_signal(void *data, int signum)
 
 /* The refusal's line is on stderr already (the log); retrying cannot help
  * until the user's rule changes, so stop and exit 3. */
-static void on_refused(void *data, const char *msg)
-{
+static void on_refused(void *data, const char *msg) {
     sched_run *s = data;
 
     (void)msg;
@@ -50,22 +48,18 @@ static void on_refused(void *data, const char *msg)
 }
 
 /* Starts a scheduler for each of the n queues. */
-static int schedule_all(dq_client *c, int n, char **queues)
-{
+static int schedule_all(dq_client *c, int n, char **queues) {
     for (int i = 0; i < n; i++) {
         int rc = dq_schedule(c, queues[i]);
-        if (rc < 0)
-            return cli_fail(c, rc, queues[i]);
+        if (rc < 0) return cli_fail(c, rc, queues[i]);
     }
     return 0;
 }
 
-static int run(sched_run *s, int n, char **queues)
-{
+static int run(sched_run *s, int n, char **queues) {
     cli_doctor_start(s->c, DQ_DOCTOR_QUICK, NULL, NULL);
     int rc = schedule_all(s->c, n, queues);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     cli_err("scheduling %d queue%s until SIGINT or SIGTERM", n, n == 1 ? "" : "s");
     cli_log_start(s->c);
     dq_set_on_refused(s->c, on_refused, s);
@@ -73,15 +67,12 @@ static int run(sched_run *s, int n, char **queues)
     dq_run(s->c);
     cli_signals_stop(dq_client_loop(s->c));
     dq_set_on_refused(s->c, NULL, NULL);
-    if (s->refused)
-        return CLI_FAIL;
-    if (s->signum)
-        return CLI_OK;
+    if (s->refused) return CLI_FAIL;
+    if (s->signum) return CLI_OK;
     return cli_fail(s->c, DQ_ECLOSED, "schedule");
 }
 
-int cli_cmd_schedule(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_schedule(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *wait = NULL;
     const cli_opt opts[] = {{"connect-wait", &wait, NULL}, {NULL, NULL, NULL}};
@@ -90,18 +81,12 @@ int cli_cmd_schedule(cli_env *env, int argc, char **argv)
     int npos;
 
     int rc = cli_parse(env, "schedule", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("schedule", npos, 1, -1, names, argv);
-    for (int i = 0; !rc && i < npos; i++)
-        rc = cli_check_queue(argv[i]);
-    if (!rc && wait)
-        rc = cli_parse_connect_wait(wait, &wait_ms);
-    if (!rc)
-        rc = cli_connect_wait(env, NULL, wait_ms, &s.c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("schedule", npos, 1, -1, names, argv);
+    for (int i = 0; !rc && i < npos; i++) rc = cli_check_queue(argv[i]);
+    if (!rc && wait) rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc) rc = cli_connect_wait(env, NULL, wait_ms, &s.c);
+    if (rc) return rc;
     rc = run(&s, npos, argv);
     cli_close(s.c);
     return rc;

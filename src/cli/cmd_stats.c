@@ -40,22 +40,18 @@ const char cli_usage_stats[] =
 
 /* 1 if queue is in the registry of queues offered to (dq_queues); 0 if not,
  * or when the registry cannot be read (*rc gets the code). */
-static int registered(dq_client *c, const char *queue, int *rc)
-{
+static int registered(dq_client *c, const char *queue, int *rc) {
     char **names;
     size_t n;
     int found = 0;
     *rc = dq_queues(c, &names, &n);
-    if (*rc < 0)
-        return 0;
-    for (size_t i = 0; i < n && !found; i++)
-        found = strcmp(names[i], queue) == 0;
+    if (*rc < 0) return 0;
+    for (size_t i = 0; i < n && !found; i++) found = strcmp(names[i], queue) == 0;
     dq_queues_free(names, n);
     return found;
 }
 
-int cli_cmd_stats(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_stats(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     int json = 0, npos;
     const cli_opt opts[] = {{"json", NULL, &json}, {NULL, NULL, NULL}};
@@ -63,16 +59,11 @@ int cli_cmd_stats(cli_env *env, int argc, char **argv)
     dq_stats st;
 
     int rc = cli_parse(env, "stats", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("stats", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc)
-        rc = cli_connect(env, &c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("stats", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc) rc = cli_connect(env, &c);
+    if (rc) return rc;
     rc = dq_get_stats(c, argv[0], &st);
     if (rc >= 0 && !st.exists && !registered(c, argv[0], &rc)) {
         cli_err("stats: no queue %s: never offered to (no keys, not in the registry)", argv[0]);
@@ -80,8 +71,7 @@ int cli_cmd_stats(cli_env *env, int argc, char **argv)
     } else if (rc >= 0) {
         rc = cli_print_stats(&st, json);
     }
-    if (rc < 0)
-        rc = cli_fail(c, rc, "stats");
+    if (rc < 0) rc = cli_fail(c, rc, "stats");
     dq_client_free(c);
     return rc;
 }

@@ -111,8 +111,7 @@ typedef struct take_run {
 static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata);
 
 /* Bytes printed to stdout (a pipe) that its reader has not read yet. */
-static int unread_out(void)
-{
+static int unread_out(void) {
     int n = 0;
     return ioctl(STDOUT_FILENO, FIONREAD, &n) == 0 ? n : 0;
 }
@@ -120,8 +119,7 @@ static int unread_out(void)
 /* Starts the next take, or, for a leased one whose reader has not read all
  * that came before, the wait for it (on_drain). Returns 0, or -1 with t->rc
  * set. */
-static int start_take(take_run *t)
-{
+static int start_take(take_run *t) {
     struct ev_loop *loop = dq_client_loop(t->c);
     if (t->pipe_out && unread_out() > 0) {
         /* A reader that keeps up reads within a millisecond or so. */
@@ -139,58 +137,45 @@ static int start_take(take_run *t)
         left = s > 0 ? (int64_t)(s * 1000.0 + 0.5) : 0;
     }
     int64_t batch = t->batch;
-    if (t->want && t->want - t->got < batch)
-        batch = t->want - t->got;
-    int rc = dq_take_many_async(t->c, t->queue, t->opts, left, (size_t)batch, on_take, t,
-                                &t->req);
-    if (rc == 0)
-        return 0;
+    if (t->want && t->want - t->got < batch) batch = t->want - t->got;
+    int rc = dq_take_many_async(t->c, t->queue, t->opts, left, (size_t)batch, on_take, t, &t->req);
+    if (rc == 0) return 0;
     t->rc = cli_fail(t->c, rc, "take");
     return -1;
 }
 
 /* Ends the run: right away, or once the outstanding take has reported. */
-static void finish(take_run *t, const char *why)
-{
-    if (t->stopping)
-        return;
+static void finish(take_run *t, const char *why) {
+    if (t->stopping) return;
     t->stopping = 1;
     t->stop_why = why;
     ev_timer_stop(dq_client_loop(t->c), &t->drain);
-    if (t->req)
-        dq_take_cancel(t->req);
-    else
-        dq_stop(t->c);
+    if (t->req) dq_take_cancel(t->req);
+    else dq_stop(t->c);
 }
 
 /* The wait for the reader: the next take once it has read all, the end at
  * --timeout. */
-static void on_drain(struct ev_loop *loop, ev_timer *w, int revents)
-{
+static void on_drain(struct ev_loop *loop, ev_timer *w, int revents) {
     take_run *t = w->data;
     (void)revents;
     if (t->deadline >= 0 && ev_now(loop) >= t->deadline) {
         finish(t, "timeout");
         return;
     }
-    if (start_take(t) < 0)
-        dq_stop(t->c);
+    if (start_take(t) < 0) dq_stop(t->c);
 }
 
-static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata)
-{
+static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
     take_run *t = privdata;
 
     t->req = NULL;
     if (status == 1) {
         t->got += (int64_t)n;
         int rc = cli_print_msgs(msgs, n, t->json);
-        for (size_t i = 0; i < n; i++)
-            dq_msg_free(msgs[i]);
-        if (rc)
-            t->rc = rc;
-        if (rc || (t->want && t->got >= t->want))
-            t->stopping = 1;
+        for (size_t i = 0; i < n; i++) dq_msg_free(msgs[i]);
+        if (rc) t->rc = rc;
+        if (rc || (t->want && t->got >= t->want)) t->stopping = 1;
     } else if (status == 0) {
         t->stopping = 1; /* the take's timeout is what was left of --timeout */
         t->stop_why = "timeout";
@@ -198,42 +183,34 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
         t->rc = cli_fail(c, status, "take");
         t->stopping = 1;
     }
-    if (t->stopping || start_take(t) < 0)
-        dq_stop(c);
+    if (t->stopping || start_take(t) < 0) dq_stop(c);
 }
 
-static void on_signal(void *data, int signum)
-{
-    finish(data, signum == SIGINT ? "SIGINT" : "SIGTERM");
-}
+static void on_signal(void *data, int signum) { finish(data, signum == SIGINT ? "SIGINT" : "SIGTERM"); }
 
 /* Runs the loop until the run is over; returns the exit code. */
-static int run(take_run *t, int64_t timeout_ms, int scheduler)
-{
+static int run(take_run *t, int64_t timeout_ms, int scheduler) {
     struct ev_loop *loop = dq_client_loop(t->c);
     cli_doctor_start(t->c, DQ_DOCTOR_QUICK, NULL, NULL);
     int rc = scheduler ? dq_schedule(t->c, t->queue) : 0;
 
     cli_log_start(t->c);
-    if (rc < 0)
-        return cli_fail(t->c, rc, "schedule");
+    if (rc < 0) return cli_fail(t->c, rc, "schedule");
     ev_now_update(loop);
     t->deadline = timeout_ms >= 0 ? ev_now(loop) + (double)timeout_ms / 1000.0 : -1;
     struct stat st;
     t->pipe_out = t->opts && fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
     ev_timer_init(&t->drain, on_drain, DRAIN_CHECK_S, 0);
     t->drain.data = t;
-    if (start_take(t) < 0)
-        return t->rc;
+    if (start_take(t) < 0) return t->rc;
     cli_signals_start(loop, on_signal, t);
     dq_run(t->c);
     cli_signals_stop(loop);
     ev_timer_stop(loop, &t->drain);
-    if (t->rc)
-        return t->rc;
+    if (t->rc) return t->rc;
     if (t->want && t->got < t->want) {
-        cli_err("take: %" PRId64 " of %" PRId64 " items arrived before the %s", t->got,
-                t->want, t->stop_why ? t->stop_why : "end");
+        cli_err("take: %" PRId64 " of %" PRId64 " items arrived before the %s", t->got, t->want,
+                t->stop_why ? t->stop_why : "end");
         return CLI_NONE;
     }
     return CLI_OK;
@@ -242,12 +219,10 @@ static int run(take_run *t, int64_t timeout_ms, int scheduler)
 /* Checks --ack, --lease and --holder; *out gets opts filled in for a
  * leased take, or NULL. Returns 0 or CLI_USAGE. */
 static int parse_ack(const char *ack, const char *lease, const char *holder, dq_take_opts *opts,
-                     const dq_take_opts **out)
-{
+                     const dq_take_opts **out) {
     *out = NULL;
     if (!ack) {
-        if (!lease && !holder)
-            return 0;
+        if (!lease && !holder) return 0;
         cli_err("take: --%s needs --ack manual", lease ? "lease" : "holder");
         return CLI_USAGE;
     }
@@ -256,8 +231,7 @@ static int parse_ack(const char *ack, const char *lease, const char *holder, dq_
         return CLI_USAGE;
     }
     dq_take_opts_init(opts); /* the queue's lease and max attempts */
-    if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms))
-        return CLI_USAGE;
+    if (lease && cli_parse_delay("", "lease", lease, &opts->lease_ms)) return CLI_USAGE;
     if (lease && opts->lease_ms <= 0) {
         cli_err("take: invalid lease '%s': it must be longer than 0", cli_quote(lease));
         return CLI_USAGE;
@@ -269,19 +243,16 @@ static int parse_ack(const char *ack, const char *lease, const char *holder, dq_
 
 /* Checks --batch (a leased take's only; default 1) into *out. Returns 0 or
  * CLI_USAGE. */
-static int parse_batch(const char *batch, int leased, int64_t *out)
-{
+static int parse_batch(const char *batch, int leased, int64_t *out) {
     if (!batch) {
-        if (leased)
-            *out = 1;
+        if (leased) *out = 1;
         return 0;
     }
     if (!leased) {
         cli_err("take: --batch needs --ack manual");
         return CLI_USAGE;
     }
-    if (cli_parse_count(batch, out))
-        return CLI_USAGE;
+    if (cli_parse_count(batch, out)) return CLI_USAGE;
     if (*out < 1 || *out > TAKE_BATCH) {
         cli_err("take: invalid --batch '%s': 1 to %d", cli_quote(batch), TAKE_BATCH);
         return CLI_USAGE;
@@ -289,55 +260,46 @@ static int parse_batch(const char *batch, int leased, int64_t *out)
     return 0;
 }
 
-int cli_cmd_take(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_take(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *count = NULL, *timeout = NULL, *ack = NULL, *lease = NULL, *holder = NULL;
     const char *batch = NULL, *wait = NULL, *name = NULL;
     int64_t wait_ms = 0;
     int json = 0, no_sched = 0, npos;
-    const cli_opt opts[] = {{"count", &count, NULL},    {"timeout", &timeout, NULL},
-                            {"json", NULL, &json},      {"no-scheduler", NULL, &no_sched},
-                            {"ack", &ack, NULL},        {"lease", &lease, NULL},
-                            {"holder", &holder, NULL},  {"batch", &batch, NULL},
-                            {"connect-wait", &wait, NULL}, {"name", &name, NULL},
+    const cli_opt opts[] = {{"count", &count, NULL},
+                            {"timeout", &timeout, NULL},
+                            {"json", NULL, &json},
+                            {"no-scheduler", NULL, &no_sched},
+                            {"ack", &ack, NULL},
+                            {"lease", &lease, NULL},
+                            {"holder", &holder, NULL},
+                            {"batch", &batch, NULL},
+                            {"connect-wait", &wait, NULL},
+                            {"name", &name, NULL},
                             {NULL, NULL, NULL}};
     take_run t = {.want = 1, .batch = TAKE_BATCH};
     dq_take_opts take_opts;
     int64_t timeout_ms = -1;
 
     int rc = cli_parse(env, "take", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("take", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
-    if (!rc && count)
-        rc = cli_parse_count(count, &t.want);
-    if (!rc && timeout)
-        rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
-    if (!rc)
-        rc = parse_ack(ack, lease, holder, &take_opts, &t.opts);
-    if (!rc)
-        rc = parse_batch(batch, t.opts != NULL, &t.batch);
-    if (!rc && wait)
-        rc = cli_parse_connect_wait(wait, &wait_ms);
-    if (!rc && name && !cli_name_valid("take", name))
-        rc = CLI_USAGE;
-    if (!rc)
-        rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
-    if (rc)
-        return rc;
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("take", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
+    if (!rc && count) rc = cli_parse_count(count, &t.want);
+    if (!rc && timeout) rc = cli_parse_delay("", "timeout", timeout, &timeout_ms);
+    if (!rc) rc = parse_ack(ack, lease, holder, &take_opts, &t.opts);
+    if (!rc) rc = parse_batch(batch, t.opts != NULL, &t.batch);
+    if (!rc && wait) rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc && name && !cli_name_valid("take", name)) rc = CLI_USAGE;
+    if (!rc) rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
+    if (rc) return rc;
     t.queue = argv[0];
     t.json = json;
     /* One that waits or streams shows in 'delayq consumers'; cli_close says
      * it leaves. A bad --holder is the take's to refuse (exit 2). */
     dq_consumer *me = NULL;
-    if (!name && holder && cli_name_ok(holder))
-        name = holder;
-    if (timeout_ms != 0 || t.want != 1)
-        cli_consumer_start(t.c, t.queue, name, &me);
+    if (!name && holder && cli_name_ok(holder)) name = holder;
+    if (timeout_ms != 0 || t.want != 1) cli_consumer_start(t.c, t.queue, name, &me);
     rc = run(&t, timeout_ms, !no_sched);
     cli_close(t.c);
     return rc;

@@ -126,34 +126,30 @@ struct work_run {
 
 /* ------------------------------------------------------------ environment */
 
-static const char *const our_vars[4] = {"DELAYQ_QUEUE=", "DELAYQ_ID=", "DELAYQ_ATTEMPT=",
-                                        "DELAYQ_TOKEN="};
+static const char *const our_vars[4] = {
+    "DELAYQ_QUEUE=", "DELAYQ_ID=", "DELAYQ_ATTEMPT=", "DELAYQ_TOKEN="};
 
 /* The worker's credentials: a command gets them only with
  * --pass-credentials. The key file too: the payload a command gets is
  * already opened, and a command that offers sealed items can be given it. */
-static const char *const cred_vars[4] = {"DELAYQ_REDIS=", "DELAYQ_PASSWORD_FILE=",
-                                         "DELAYQ_SENTINEL_PASSWORD_FILE=", "DELAYQ_KEY_FILE="};
+static const char *const cred_vars[4] = {
+    "DELAYQ_REDIS=", "DELAYQ_PASSWORD_FILE=", "DELAYQ_SENTINEL_PASSWORD_FILE=", "DELAYQ_KEY_FILE="};
 
-static int starts_with_any(const char *entry, const char *const *vars, int n)
-{
+static int starts_with_any(const char *entry, const char *const *vars, int n) {
     for (int k = 0; k < n; k++)
-        if (strncmp(entry, vars[k], strlen(vars[k])) == 0)
-            return 1;
+        if (strncmp(entry, vars[k], strlen(vars[k])) == 0) return 1;
     return 0;
 }
 
 /* With pass, the worker's own settings (whatever they came from: options
  * or variables) as cred_vars, into r->creds. Returns 0 or -1. */
-static int creds_init(work_run *r, const cli_env *env, int pass)
-{
+static int creds_init(work_run *r, const cli_env *env, int pass) {
     const char *values[4] = {env->redis_url, env->password_file, env->sentinel_password_file,
                              env->key_file};
     int n = 0;
 
     for (int k = 0; pass && k < 4; k++) {
-        if (!values[k] || !*values[k])
-            continue;
+        if (!values[k] || !*values[k]) continue;
         if (asprintf(&r->creds[n], "%s%s", cred_vars[k], values[k]) < 0) {
             r->creds[n] = NULL;
             return -1;
@@ -165,36 +161,29 @@ static int creds_init(work_run *r, const cli_env *env, int pass)
 
 /* Copies environ, leaving out the variables each command gets from us and
  * the worker's credentials, then adds those of r->creds. */
-static int env_init(work_run *r, const cli_env *env, int pass)
-{
+static int env_init(work_run *r, const cli_env *env, int pass) {
     size_t n = 0;
 
-    while (environ && environ[n])
-        n++;
+    while (environ && environ[n]) n++;
     r->env = calloc(n + 4 + 5, sizeof *r->env);
-    if (!r->env || creds_init(r, env, pass))
-        return -1;
+    if (!r->env || creds_init(r, env, pass)) return -1;
     for (size_t i = 0; i < n; i++)
         if (!starts_with_any(environ[i], our_vars, 4) && !starts_with_any(environ[i], cred_vars, 4))
             r->env[r->nenv++] = environ[i];
-    for (int k = 0; k < 4 && r->creds[k]; k++)
-        r->env[r->nenv++] = r->creds[k];
+    for (int k = 0; k < 4 && r->creds[k]; k++) r->env[r->nenv++] = r->creds[k];
     return 0;
 }
 
-static void env_free(work_run *r)
-{
+static void env_free(work_run *r) {
     for (int k = 0; k < 4; k++) {
-        if (r->creds[k])
-            explicit_bzero(r->creds[k], strlen(r->creds[k])); /* a URL's password */
+        if (r->creds[k]) explicit_bzero(r->creds[k], strlen(r->creds[k])); /* a URL's password */
         free(r->creds[k]);
     }
     free(r->env);
 }
 
 /* Fills the 4 slots for msg; release with env_clear. Returns 0 or -1. */
-static int env_set(work_run *r, const dq_msg *msg)
-{
+static int env_set(work_run *r, const dq_msg *msg) {
     char **slot = r->env + r->nenv;
     int bad = asprintf(&slot[0], "DELAYQ_QUEUE=%s", msg->queue) < 0;
     bad |= asprintf(&slot[1], "DELAYQ_ID=%s", msg->id) < 0;
@@ -203,8 +192,7 @@ static int env_set(work_run *r, const dq_msg *msg)
     return bad ? -1 : 0;
 }
 
-static void env_clear(work_run *r)
-{
+static void env_clear(work_run *r) {
     for (size_t i = r->nenv; i < r->nenv + 4; i++) {
         free(r->env[i]);
         r->env[i] = NULL;
@@ -215,8 +203,7 @@ static void env_clear(work_run *r)
 
 /* Starts the shell for j->msg with the read end of a new pipe as its stdin;
  * j->fd gets the write end (non-blocking). Returns 0 or an errno value. */
-static int spawn(work_run *r, job *j)
-{
+static int spawn(work_run *r, job *j) {
     char *const argv[] = {(char *)SHELL, (char *)"-c", (char *)r->cmd, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -238,24 +225,18 @@ static int spawn(work_run *r, job *j)
     sigemptyset(&dfl);
     sigaddset(&dfl, SIGPIPE);
     e = posix_spawn_file_actions_init(&fa);
-    if (!e)
-        e = posix_spawnattr_init(&at);
+    if (!e) e = posix_spawnattr_init(&at);
     if (!e) {
         e = posix_spawn_file_actions_adddup2(&fa, p[0], 0);
         /* The client's sockets and libev's fds are not the command's. */
-        if (!e)
-            e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-        if (!e)
-            e = posix_spawnattr_setsigmask(&at, &none);
-        if (!e)
-            e = posix_spawnattr_setsigdefault(&at, &dfl);
-        if (!e)
-            e = posix_spawnattr_setpgroup(&at, 0);
+        if (!e) e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        if (!e) e = posix_spawnattr_setsigmask(&at, &none);
+        if (!e) e = posix_spawnattr_setsigdefault(&at, &dfl);
+        if (!e) e = posix_spawnattr_setpgroup(&at, 0);
         if (!e)
             e = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                                   POSIX_SPAWN_SETPGROUP);
-        if (!e)
-            e = posix_spawn(&j->pid, SHELL, &fa, &at, argv, r->env);
+        if (!e) e = posix_spawn(&j->pid, SHELL, &fa, &at, argv, r->env);
         posix_spawnattr_destroy(&at);
         posix_spawn_file_actions_destroy(&fa);
     }
@@ -270,10 +251,8 @@ static int spawn(work_run *r, job *j)
     return 0;
 }
 
-static void close_input(job *j)
-{
-    if (j->fd < 0)
-        return;
+static void close_input(job *j) {
+    if (j->fd < 0) return;
     ev_io_stop(j->r->loop, &j->input);
     close(j->fd);
     j->fd = -1;
@@ -282,8 +261,7 @@ static void close_input(job *j)
 /* Writes what the pipe takes of the rest of the payload; closes it when all
  * is written or the command will not read more (EPIPE: its exit status
  * decides, as for any command). */
-static void feed(job *j)
-{
+static void feed(job *j) {
     const char *data = j->msg->payload;
     size_t len = j->msg->payload_len;
 
@@ -292,8 +270,7 @@ static void feed(job *j)
         if (n > 0) {
             j->written += (size_t)n;
         } else if (n < 0 && errno == EAGAIN) {
-            if (!ev_is_active(&j->input))
-                ev_io_start(j->r->loop, &j->input);
+            if (!ev_is_active(&j->input)) ev_io_start(j->r->loop, &j->input);
             return;
         } else if (!(n < 0 && errno == EINTR)) {
             break;
@@ -302,15 +279,13 @@ static void feed(job *j)
     close_input(j);
 }
 
-static void on_input(struct ev_loop *loop, ev_io *w, int revents)
-{
+static void on_input(struct ev_loop *loop, ev_io *w, int revents) {
     (void)loop;
     (void)revents;
     feed(w->data);
 }
 
-static void unlink_job(work_run *r, job *j)
-{
+static void unlink_job(work_run *r, job *j) {
     for (job **p = &r->jobs; *p; p = &(*p)->next) {
         if (*p == j) {
             *p = j->next;
@@ -321,8 +296,7 @@ static void unlink_job(work_run *r, job *j)
 }
 
 /* The command ended: ack or nack its message. */
-static void on_child(struct ev_loop *loop, ev_child *w, int revents)
-{
+static void on_child(struct ev_loop *loop, ev_child *w, int revents) {
     job *j = w->data;
     work_run *r = j->r;
     int st = w->rstatus;
@@ -336,25 +310,20 @@ static void on_child(struct ev_loop *loop, ev_child *w, int revents)
         r->succeeded++;
         dq_worker_done(r->w, j->msg, 0);
     } else {
-        if (WIFSIGNALED(st))
-            snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
-        else
-            snprintf(why, sizeof why, "exit status %d", WEXITSTATUS(st));
+        if (WIFSIGNALED(st)) snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(st));
+        else snprintf(why, sizeof why, "exit status %d", WEXITSTATUS(st));
         int last = r->max_attempts > 0 && j->msg->attempt >= r->max_attempts;
         cli_err("work: %s (attempt %d) failed: %s%s", cli_quote_n(j->msg->id, j->msg->id_len),
-                j->msg->attempt, why,
-                last ? "; that was its last attempt: now a dead letter" : "");
+                j->msg->attempt, why, last ? "; that was its last attempt: now a dead letter" : "");
         r->failed++;
         dq_worker_fail(r->w, j->msg, why);
     }
     free(j);
-    if ((r->signals || r->refused) && r->running == 0)
-        dq_stop(r->c);
+    if ((r->signals || r->refused) && r->running == 0) dq_stop(r->c);
 }
 
 /* The worker's handler: start the command for msg. */
-static void on_msg(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void on_msg(dq_worker *w, dq_msg *msg, void *privdata) {
     work_run *r = privdata;
     const char *why = "the worker was stopping";
     int e = 0;
@@ -391,49 +360,42 @@ static void on_msg(dq_worker *w, dq_msg *msg, void *privdata)
 
 /* ------------------------------------------------------------ stopping */
 
-static void on_signal(void *data, int signum)
-{
+static void on_signal(void *data, int signum) {
     work_run *r = data;
     const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
 
     if (++r->signals == 1) {
         if (r->running)
             cli_err("work: %s: waiting for %d running command%s (send it again to stop "
-                    "them)", name, r->running, r->running == 1 ? "" : "s");
+                    "them)",
+                    name, r->running, r->running == 1 ? "" : "s");
         dq_worker_stop(r->w);
-        if (r->running == 0)
-            dq_stop(r->c);
+        if (r->running == 0) dq_stop(r->c);
         return;
     }
     int sig = r->signals == 2 ? SIGTERM : SIGKILL;
     if (r->running)
         cli_err("work: %s again: sending %s to %d running command%s", name,
-                sig == SIGTERM ? "SIGTERM" : "SIGKILL", r->running,
-                r->running == 1 ? "" : "s");
-    for (job *j = r->jobs; j; j = j->next)
-        kill(-j->pid, sig);
+                sig == SIGTERM ? "SIGTERM" : "SIGKILL", r->running, r->running == 1 ? "" : "s");
+    for (job *j = r->jobs; j; j = j->next) kill(-j->pid, sig);
 }
 
 /* Redis's ACL refused the worker's takes (the line is on stderr already):
  * retrying cannot help, so stop as on a first signal, then exit 3. */
-static void on_refused(void *data, const char *msg)
-{
+static void on_refused(void *data, const char *msg) {
     work_run *r = data;
 
     (void)msg;
-    if (r->refused++ || r->signals)
-        return;
+    if (r->refused++ || r->signals) return;
     dq_worker_stop(r->w);
-    if (r->running == 0)
-        dq_stop(r->c);
+    if (r->running == 0) dq_stop(r->c);
 }
 
 /* After the last command: the worker's cancelled takes may still bring a
  * message, and its acks and nacks are still on their way. A command on the
  * client's connection answers after all of them. Returns 1 when the run is
  * over, 0 when a message came meanwhile (run the loop again). */
-static int settled(work_run *r)
-{
+static int settled(work_run *r) {
     dq_stats st;
     uint64_t seen = r->handled;
 
@@ -444,8 +406,7 @@ static int settled(work_run *r)
 
 /* Frees what an unexpected end leaves: the messages go back when their
  * leases run out. */
-static void drop_jobs(work_run *r)
-{
+static void drop_jobs(work_run *r) {
     while (r->jobs) {
         job *j = r->jobs;
         r->jobs = j->next;
@@ -456,8 +417,7 @@ static void drop_jobs(work_run *r)
     }
 }
 
-static int run(work_run *r, int concurrency, const dq_take_opts *opts)
-{
+static int run(work_run *r, int concurrency, const dq_take_opts *opts) {
     cli_doctor_start(r->c, DQ_DOCTOR_QUICK, NULL, NULL);
     r->w = dq_worker_start_ex(r->c, r->queue, concurrency, 0, opts, on_msg, r);
     if (!r->w) {
@@ -467,12 +427,12 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts)
     cli_log_start(r->c);
     dq_set_on_refused(r->c, on_refused, r);
     cli_err("work: running the command for items of %s, up to %d at once, until SIGINT "
-            "or SIGTERM", r->queue, concurrency);
+            "or SIGTERM",
+            r->queue, concurrency);
     cli_signals_start(r->loop, on_signal, r);
     for (;;) {
         dq_run(r->c);
-        if (!(r->signals || r->refused) || (r->running == 0 && settled(r)))
-            break;
+        if (!(r->signals || r->refused) || (r->running == 0 && settled(r))) break;
     }
     cli_signals_stop(r->loop);
     dq_set_on_refused(r->c, NULL, NULL);
@@ -485,8 +445,7 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts)
         drop_jobs(r);
         return cli_fail(r->c, DQ_ECLOSED, "work");
     }
-    cli_err("work: stopped: %" PRIu64 " succeeded, %" PRIu64 " failed", r->succeeded,
-            r->failed);
+    cli_err("work: stopped: %" PRIu64 " succeeded, %" PRIu64 " failed", r->succeeded, r->failed);
     return CLI_OK;
 }
 
@@ -494,8 +453,7 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts)
 
 /* A command's stdin must not become one of ours by accident: a pipe made
  * while fd 0 is closed would be fd 0 itself. */
-static void open_std_fds(void)
-{
+static void open_std_fds(void) {
     for (int fd = 0; fd < 3; fd++)
         if (fcntl(fd, F_GETFD) < 0 && errno == EBADF &&
             open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0)
@@ -504,14 +462,12 @@ static void open_std_fds(void)
 
 /* A whole number of at least min and at most max for option what. Returns 0
  * or CLI_USAGE. */
-static int parse_int(const char *what, const char *text, int min, int max, int *out)
-{
+static int parse_int(const char *what, const char *text, int min, int max, int *out) {
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end || errno || v < min || v > max) {
-        cli_err("work: invalid %s '%s': expected a whole number from %d to %d", what,
-                cli_quote(text),
+        cli_err("work: invalid %s '%s': expected a whole number from %d to %d", what, cli_quote(text),
                 min, max);
         return CLI_USAGE;
     }
@@ -520,62 +476,46 @@ static int parse_int(const char *what, const char *text, int min, int max, int *
 }
 
 /* Checks the options into *opts and *concurrency. Returns 0 or CLI_USAGE. */
-static int parse_options(const char *conc, const char *lease, const char *max,
-                         dq_take_opts *opts, int *concurrency)
-{
+static int parse_options(const char *conc, const char *lease, const char *max, dq_take_opts *opts,
+                         int *concurrency) {
     dq_take_opts_init(opts); /* the queue's lease and max attempts, unless given */
-    if (conc && parse_int("concurrency", conc, 1, CONCURRENCY_MAX, concurrency))
-        return CLI_USAGE;
+    if (conc && parse_int("concurrency", conc, 1, CONCURRENCY_MAX, concurrency)) return CLI_USAGE;
     if (lease) {
-        if (cli_parse_delay("", "lease", lease, &opts->lease_ms))
-            return CLI_USAGE;
+        if (cli_parse_delay("", "lease", lease, &opts->lease_ms)) return CLI_USAGE;
         if (opts->lease_ms <= 0) {
             cli_err("work: invalid lease '%s': it must be longer than 0", cli_quote(lease));
             return CLI_USAGE;
         }
     }
-    if (max && parse_int("max attempts", max, 0, INT_MAX, &opts->max_attempts))
-        return CLI_USAGE;
+    if (max && parse_int("max attempts", max, 0, INT_MAX, &opts->max_attempts)) return CLI_USAGE;
     return 0;
 }
 
-int cli_cmd_work(cli_env *env, int argc, char **argv)
-{
+int cli_cmd_work(cli_env *env, int argc, char **argv) {
     static const char *const names[] = {"QUEUE"};
     const char *exec = NULL, *conc = NULL, *lease = NULL, *max = NULL, *wait = NULL, *name = NULL;
     int64_t wait_ms = -1;
     int pass = 0;
-    const cli_opt opts[] = {{"exec", &exec, NULL},
-                            {"pass-credentials", NULL, &pass},
-                            {"concurrency", &conc, NULL},
-                            {"lease", &lease, NULL},
-                            {"max-attempts", &max, NULL},
-                            {"connect-wait", &wait, NULL},
-                            {"name", &name, NULL},
-                            {NULL, NULL, NULL}};
+    const cli_opt opts[] = {{"exec", &exec, NULL},        {"pass-credentials", NULL, &pass},
+                            {"concurrency", &conc, NULL}, {"lease", &lease, NULL},
+                            {"max-attempts", &max, NULL}, {"connect-wait", &wait, NULL},
+                            {"name", &name, NULL},        {NULL, NULL, NULL}};
     work_run r = {0};
     dq_take_opts take_opts;
     int concurrency = 1, npos;
 
     int rc = cli_parse(env, "work", argc, argv, opts, &npos);
-    if (rc == CLI_HELP)
-        return CLI_HELP;
-    if (!rc)
-        rc = cli_want_args("work", npos, 1, 1, names, argv);
-    if (!rc)
-        rc = cli_check_queue(argv[0]);
+    if (rc == CLI_HELP) return CLI_HELP;
+    if (!rc) rc = cli_want_args("work", npos, 1, 1, names, argv);
+    if (!rc) rc = cli_check_queue(argv[0]);
     if (!rc && (!exec || !*exec)) {
         cli_err("work: missing --exec CMD (see 'delayq work --help')");
         rc = CLI_USAGE;
     }
-    if (!rc)
-        rc = parse_options(conc, lease, max, &take_opts, &concurrency);
-    if (!rc && wait)
-        rc = cli_parse_connect_wait(wait, &wait_ms);
-    if (!rc && name && !cli_name_valid("work", name))
-        rc = CLI_USAGE;
-    if (rc)
-        return rc;
+    if (!rc) rc = parse_options(conc, lease, max, &take_opts, &concurrency);
+    if (!rc && wait) rc = cli_parse_connect_wait(wait, &wait_ms);
+    if (!rc && name && !cli_name_valid("work", name)) rc = CLI_USAGE;
+    if (rc) return rc;
     take_opts.holder = name; /* the worker's consumer name too */
     open_std_fds();
     r.queue = argv[0];
@@ -591,8 +531,7 @@ int cli_cmd_work(cli_env *env, int argc, char **argv)
     if (!rc && r.max_attempts < 0) {
         /* For the "last attempt" line: the queue's setting. */
         dq_queue_config qc;
-        if (dq_queue_config_get(r.c, r.queue, &qc) == 0)
-            r.max_attempts = (int)qc.max_attempts;
+        if (dq_queue_config_get(r.c, r.queue, &qc) == 0) r.max_attempts = (int)qc.max_attempts;
     }
     if (!rc) {
         rc = run(&r, concurrency, &take_opts);

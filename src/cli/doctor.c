@@ -13,8 +13,7 @@
 
 #include "cli/cli.h"
 
-void cli_doctor_start(dq_client *c, unsigned flags, dq_finding **out, size_t *n)
-{
+void cli_doctor_start(dq_client *c, unsigned flags, dq_finding **out, size_t *n) {
     dq_finding *f = NULL;
     size_t nf = 0;
 

@@ -13,36 +13,28 @@
 #include "cli/cli.h"
 
 /* Makes room for at least want bytes plus the terminating NUL. */
-static int grow(char **data, size_t *cap, size_t want)
-{
-    if (want + 1 <= *cap)
-        return 0;
+static int grow(char **data, size_t *cap, size_t want) {
+    if (want + 1 <= *cap) return 0;
     size_t ncap = *cap ? *cap : 4096;
-    while (ncap < want + 1)
-        ncap *= 2;
+    while (ncap < want + 1) ncap *= 2;
     char *p = realloc(*data, ncap);
-    if (!p)
-        return -1;
+    if (!p) return -1;
     *data = p;
     *cap = ncap;
     return 0;
 }
 
-int cli_read_all(int fd, size_t limit, char **data, size_t *len)
-{
+int cli_read_all(int fd, size_t limit, char **data, size_t *len) {
     char *buf = NULL;
     size_t cap = 0, got = 0;
 
     /* One byte past the limit tells "too big" without reading the rest. */
     while (got <= limit) {
         size_t want = limit + 1 - got < 65536 ? limit + 1 - got : 65536;
-        if (grow(&buf, &cap, got + want) < 0)
-            break;
+        if (grow(&buf, &cap, got + want) < 0) break;
         ssize_t n = read(fd, buf + got, want);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
         if (n == 0) {
             buf[got] = '\0';
             *data = buf;

@@ -164,19 +164,15 @@ static const command commands[] = {
     {NULL, NULL, NULL},
 };
 
-static const command *find_command(const char *name)
-{
+static const command *find_command(const char *name) {
     for (const command *c = commands; c->name; c++)
-        if (strcmp(c->name, name) == 0)
-            return c;
+        if (strcmp(c->name, name) == 0) return c;
     return NULL;
 }
 
 /* "delayq help [COMMAND]". */
-static int run_help(int argc, char **argv)
-{
-    if (argc == 0)
-        return cli_help(usage_main);
+static int run_help(int argc, char **argv) {
+    if (argc == 0) return cli_help(usage_main);
     const command *c = find_command(argv[0]);
     if (!c) {
         cli_err("help: unknown command '%s' (see 'delayq --help')", cli_quote(argv[0]));
@@ -187,21 +183,17 @@ static int run_help(int argc, char **argv)
 
 /* Consumes the options before the command name; returns how many arguments
  * they took, or -1 - exit code when the run ends here. */
-static int global_options(cli_env *env, int argc, char **argv)
-{
+static int global_options(cli_env *env, int argc, char **argv) {
     int i = 1;
 
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return -1 - cli_help(usage_main);
-        if (strcmp(a, "--version") == 0)
-            return -1 - cli_help("delayq " DQ_VERSION "\n");
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1 - cli_help(usage_main);
+        if (strcmp(a, "--version") == 0) return -1 - cli_help("delayq " DQ_VERSION "\n");
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a) - 2;
         const char **value;
-        if (a[1] == '-' && !eq && cli_global_flag(env, a + 2, len))
-            continue;
+        if (a[1] == '-' && !eq && cli_global_flag(env, a + 2, len)) continue;
         if (a[1] != '-' || !cli_global_opt(env, a + 2, len, &value)) {
             /* The name only: a mistyped --redis may carry a password. */
             cli_err("unknown option '%s' (see 'delayq --help')",
@@ -221,8 +213,7 @@ static int global_options(cli_env *env, int argc, char **argv)
 }
 
 /* Runs the command argv names; returns its exit code. */
-static int dispatch(int argc, char **argv)
-{
+static int dispatch(int argc, char **argv) {
     const char *url = getenv("DELAYQ_REDIS");
     cli_env env = {.redis_url = url && *url ? url : DEFAULT_URL,
                    .key_file = getenv("DELAYQ_KEY_FILE"),
@@ -236,14 +227,12 @@ static int dispatch(int argc, char **argv)
                    .tls_insecure = getenv("DELAYQ_TLS_INSECURE_SKIP_VERIFY")};
 
     int i = global_options(&env, argc, argv);
-    if (i < 0)
-        return -1 - i;
+    if (i < 0) return -1 - i;
     if (i >= argc) {
         cli_err("missing command (see 'delayq --help')");
         return CLI_USAGE;
     }
-    if (strcmp(argv[i], "help") == 0)
-        return run_help(argc - i - 1, argv + i + 1);
+    if (strcmp(argv[i], "help") == 0) return run_help(argc - i - 1, argv + i + 1);
     const command *c = find_command(argv[i]);
     if (!c) {
         cli_err("unknown command '%s' (see 'delayq --help')", cli_quote(argv[i]));
@@ -255,13 +244,11 @@ static int dispatch(int argc, char **argv)
     return rc == CLI_HELP ? cli_help(c->usage) : rc;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     /* A closed stdout or socket is an error to report, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);
     int rc = dispatch(argc, argv);
     /* Output that could not be written fails a run that would succeed. */
-    if (cli_out_close() && rc < CLI_USAGE)
-        rc = CLI_FAIL;
+    if (cli_out_close() && rc < CLI_USAGE) rc = CLI_FAIL;
     return rc;
 }

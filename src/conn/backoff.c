@@ -84,9 +84,9 @@ static void log_line(dq_client *c, const char *error, const char *line) {
     k->count++;
     if (now - k->line_at < WINDOW_S) return; /* counted, said at the next line */
     if (k->count > 1)
-        dq__log(c, "%s (repeated %" PRIu64 " times in the last %.0f s)", line, k->count, now - k->line_at);
-    else
-        dq__log(c, "%s (retrying with backoff while it lasts)", line);
+        dq__log(c, "%s (repeated %" PRIu64 " times in the last %.0f s)", line, k->count,
+                now - k->line_at);
+    else dq__log(c, "%s (retrying with backoff while it lasts)", line);
     k->said = 1;
     k->count = 0;
     k->line_at = now;
@@ -138,7 +138,8 @@ void dq__backoff_ok(dq_client *c, dq__backoff *b) {
     double now = ev_now(c->loop);
     k->going = 0;
     if (!k->said) return; /* came back within a window: counted only */
-    dq__log(c, "%s errors cleared after %.1f s (%" PRIu64 " failed tries)", k->kind, now - k->began, k->total);
+    dq__log(c, "%s errors cleared after %.1f s (%" PRIu64 " failed tries)", k->kind, now - k->began,
+            k->total);
     k->count = 0;
     k->line_at = now;
 }

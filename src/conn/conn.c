@@ -98,8 +98,8 @@ void dq__ignore_reply(dq__conn *conn, redisReply *reply, int code, void *privdat
 }
 
 /* Sends cmd with a reply deadline of timeout_ms (0: none). */
-static int send_within(dq__conn *conn, int timeout_ms, const char *cmd, size_t len,
-                       dq__reply_fn *fn, void *privdata) {
+static int send_within(dq__conn *conn, int timeout_ms, const char *cmd, size_t len, dq__reply_fn *fn,
+                       void *privdata) {
     if (!conn->link || (conn->state != DQ__UP && conn->state != DQ__HANDSHAKE)) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "%s", conn->errstr[0] ? conn->errstr : "connecting");
@@ -132,14 +132,14 @@ static int send_within(dq__conn *conn, int timeout_ms, const char *cmd, size_t l
     return 0;
 }
 
-int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
-                      dq__reply_fn *fn, void *privdata) {
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len, dq__reply_fn *fn,
+                      void *privdata) {
     int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
     return send_within(conn, ms, cmd, len, fn, privdata);
 }
 
-int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
-                  const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
+int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv, const size_t *argvlen,
+                  dq__reply_fn *fn, void *privdata) {
     int ms = (flags & DQ__SEND_NO_TIMEOUT) ? 0 : conn->client->opt.command_timeout_ms;
     return dq__conn_send_within(conn, ms, argc, argv, argvlen, fn, privdata);
 }
@@ -191,8 +191,8 @@ static void handshake_reply(dq__conn *conn, redisReply *reply, int code, void *p
     (void)code;
     if (reply->type == REDIS_REPLY_ERROR && !refuses_writes_only(what, reply)) {
         int auth = strcmp(what, "AUTH") == 0 || strcmp(what, "SELECT") == 0;
-        set_err(conn, auth ? DQ_EAUTH : DQ_EREDIS, "%s refused by Redis at %s: %s", what,
-                conn->name, reply->str);
+        set_err(conn, auth ? DQ_EAUTH : DQ_EREDIS, "%s refused by Redis at %s: %s", what, conn->name,
+                reply->str);
         dq__conn_abort(conn, conn->last_code, NULL);
         return;
     }
@@ -279,8 +279,7 @@ static void on_link_down(dq__conn *conn, const char *why) {
     }
     if (!conn->last_code) {
         /* A TLS port drops a plain client at its first command. */
-        int first = conn->state == DQ__HANDSHAKE && !conn->ep.tls && !conn->ep.is_unix &&
-                    conn->ups == 0;
+        int first = conn->state == DQ__HANDSHAKE && !conn->ep.tls && !conn->ep.is_unix && conn->ups == 0;
         set_err(conn, DQ_ECONNECT, "connection to %s lost: %s%s", conn->name, why,
                 first ? " before any reply (a TLS port? use rediss://)" : "");
     }
@@ -299,10 +298,11 @@ static void on_connect_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     dq__conn *conn = w->data;
     if (!conn->link) return;
-    set_err(conn, DQ_ETIMEDOUT, "cannot connect to %s: no answer within %d ms%s",
-            conn->name, conn->client->opt.connect_timeout_ms,
+    set_err(conn, DQ_ETIMEDOUT, "cannot connect to %s: no answer within %d ms%s", conn->name,
+            conn->client->opt.connect_timeout_ms,
             conn->ep.tls && conn->state == DQ__CONNECTING
-                ? " (the TLS handshake did not finish: a plain port? use redis://)" : "");
+                ? " (the TLS handshake did not finish: a plain port? use redis://)"
+                : "");
     dq__conn_abort(conn, DQ_ETIMEDOUT, NULL);
 }
 
@@ -499,8 +499,9 @@ enum dq__errclass dq__reply_class(const redisReply *reply) {
 int dq__reply_error_code(const redisReply *reply) {
     if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str) return DQ_EPROTO;
     switch (dq__error_class(reply->str)) {
-    case DQ__ERR_WRONGTYPE: return DQ_EWRONGTYPE;
-    case DQ__ERR_NOAUTH: case DQ__ERR_NOPERM: return DQ_EAUTH;
-    default: return DQ_EREDIS;
+        case DQ__ERR_WRONGTYPE: return DQ_EWRONGTYPE;
+        case DQ__ERR_NOAUTH:
+        case DQ__ERR_NOPERM: return DQ_EAUTH;
+        default: return DQ_EREDIS;
     }
 }

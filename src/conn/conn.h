@@ -90,11 +90,11 @@ void dq__conn_abort(dq__conn *conn, int code, const char *why);
 
 /* Sends a command. Returns 0 (fn will run exactly once), or DQ_ECONNECT /
  * DQ_ENOMEM (fn never runs). argv/argvlen are copied. */
-int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv,
-                  const size_t *argvlen, dq__reply_fn *fn, void *privdata);
+int dq__conn_send(dq__conn *conn, unsigned flags, int argc, const char **argv, const size_t *argvlen,
+                  dq__reply_fn *fn, void *privdata);
 /* The same with a command already in RESP (len bytes, copied). */
-int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len,
-                      dq__reply_fn *fn, void *privdata);
+int dq__conn_send_raw(dq__conn *conn, unsigned flags, const char *cmd, size_t len, dq__reply_fn *fn,
+                      void *privdata);
 /* The same with a reply deadline of timeout_ms (0: none) instead of
  * command_timeout_ms: a blocking command that must end by then. */
 int dq__conn_send_within(dq__conn *conn, int timeout_ms, int argc, const char **argv,
@@ -164,12 +164,11 @@ enum { DQ__LINK_UP, DQ__LINK_REPLY, DQ__LINK_DOWN };
  * (each reply in order; freed after the call), DOWN (why: the stream is
  * dead, the owner closes the link). The owner may close the link in any
  * of them. */
-typedef void dq__link_fn(dq__link *l, int event, redisReply *reply, const char *why,
-                         void *privdata);
+typedef void dq__link_fn(dq__link *l, int event, redisReply *reply, const char *why, void *privdata);
 /* Starts connecting to ep (plain, or TLS when ep->tls). NULL with the cause
  * in err when it cannot even start (fn never runs). */
-dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata,
-                        char *err, size_t errlen);
+dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata, char *err,
+                        size_t errlen);
 /* Queues a command in RESP (len bytes, copied): 0, DQ_ECONNECT or DQ_ENOMEM. */
 int dq__link_send(dq__link *l, const char *cmd, size_t len);
 /* Writes what is queued now, without waiting for the loop. */
@@ -223,7 +222,8 @@ double dq__backoff_left(const dq_client *c, const dq__backoff *b);
 /* Logs a line about error (the Redis error text): one of a persisting kind
  * is coalesced with the client's others of that kind (the first said, the
  * rest counted in a line at most every 10 s); any other, as dq__log. */
-void dq__log_error(dq_client *c, const char *error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void dq__log_error(dq_client *c, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Frees the client's record of the kinds (dq_client_free). */
 void dq__errlog_free(dq_client *c);
 

@@ -237,8 +237,8 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents) {
     if (l->closing && l->depth == 0) dq__link_close(l);
 }
 
-dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata,
-                        char *err, size_t errlen) {
+dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, void *privdata, char *err,
+                        size_t errlen) {
     if (ep->tls && !c->tls) {
         snprintf(err, errlen, "TLS is not set up on this client");
         return NULL;
@@ -248,8 +248,8 @@ dq__link *dq__link_open(dq_client *c, const dq__endpoint *ep, dq__link_fn *fn, v
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    redisContext *ctx = ep->is_unix ? redisConnectUnixNonBlock(ep->path)
-                                    : redisConnectNonBlock(ep->host, ep->port);
+    redisContext *ctx =
+        ep->is_unix ? redisConnectUnixNonBlock(ep->path) : redisConnectNonBlock(ep->host, ep->port);
     if (!ctx || ctx->err) {
         snprintf(err, errlen, "%s", ctx ? ctx->errstr : "out of memory");
         if (ctx) redisFree(ctx);

@@ -47,7 +47,8 @@ static void ssl_error(char *err, size_t errlen, const char *what, const char *fa
 int dq__tls_ctx_new(dq__tls_ctx **out, const dq_options *o, char *err, size_t errlen) {
     *out = NULL;
     if ((o->tls_cert == NULL) != (o->tls_key == NULL)) {
-        snprintf(err, errlen, "TLS: a client certificate needs both a certificate file and its key file");
+        snprintf(err, errlen,
+                 "TLS: a client certificate needs both a certificate file and its key file");
         return DQ_EINVAL;
     }
     if (o->tls_server_name && strlen(o->tls_server_name) >= 256) {
@@ -142,12 +143,10 @@ void dq__tls_free(dq__tls *s) {
 static int status(dq__tls *s, int rc, char *err, size_t errlen) {
     int e = SSL_get_error(s->ssl, rc);
     switch (e) {
-    case SSL_ERROR_WANT_READ: return DQ__TLS_WANT_READ;
-    case SSL_ERROR_WANT_WRITE: return DQ__TLS_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN:
-        snprintf(err, errlen, "closed by server");
-        return DQ__TLS_ERR;
-    default: break;
+        case SSL_ERROR_WANT_READ: return DQ__TLS_WANT_READ;
+        case SSL_ERROR_WANT_WRITE: return DQ__TLS_WANT_WRITE;
+        case SSL_ERROR_ZERO_RETURN: snprintf(err, errlen, "closed by server"); return DQ__TLS_ERR;
+        default: break;
     }
     long v = SSL_get_verify_result(s->ssl);
     if (v != X509_V_OK && !SSL_is_init_finished(s->ssl)) {

@@ -35,8 +35,7 @@ static int options_valid(const dq_options *o) {
            o->backoff_base_ms >= -1 && o->backoff_max_ms >= -1 &&
            (o->backoff_base_ms < 0) == (o->backoff_max_ms < 0) &&
            o->backoff_max_ms >= o->backoff_base_ms && o->backoff_max_ms <= DQ_DUE_MAX_MS &&
-           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0 &&
-           o->consumer_beat_ms >= 100;
+           o->wait_replicas >= DQ_WAIT_ALL && o->wait_timeout_ms >= 0 && o->consumer_beat_ms >= 100;
 }
 
 dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts) {
@@ -83,8 +82,9 @@ static int take_passwords(dq_client *c, const char *pw, const char *spw) {
     int rc = 0;
     if (pw) rc = take_password(c, pw, c->url.password, sizeof c->url.password, "password");
     if (!rc && spw && c->url.topology != DQ__TOPO_SENTINEL)
-        rc = dq__fail(c, DQ_EINVAL, "a sentinel password is given, but the URL is not "
-                                    "redis-sentinel://");
+        rc = dq__fail(c, DQ_EINVAL,
+                      "a sentinel password is given, but the URL is not "
+                      "redis-sentinel://");
     if (!rc && spw)
         rc = take_password(c, spw, c->url.sentinel_password, sizeof c->url.sentinel_password,
                            "sentinel password");
@@ -96,8 +96,7 @@ int dq_connect(dq_client *c, const char *url) {
     /* The caller's strings are read here or never. */
     const char *pw = c->opt.password, *spw = c->opt.sentinel_password;
     c->opt.password = c->opt.sentinel_password = NULL;
-    if (c->router)
-        return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
+    if (c->router) return dq__fail(c, DQ_EINVAL, "dq_connect: already connected");
     if (!url || dq__url_parse(url, &c->url, err, sizeof err) != 0)
         return dq__fail(c, DQ_EINVAL, "invalid Redis URL: %s", err); /* never echo a password */
     int prc = take_passwords(c, pw, spw);
@@ -142,7 +141,8 @@ void dq_stop(dq_client *c) {
 static void drain(dq_client *c) {
     if (!c->router || !dq__route_busy(c)) return;
     ev_now_update(c->loop);
-    double end = ev_now(c->loop) + (c->opt.command_timeout_ms ? c->opt.command_timeout_ms : 5000) / 1000.0;
+    double end =
+        ev_now(c->loop) + (c->opt.command_timeout_ms ? c->opt.command_timeout_ms : 5000) / 1000.0;
     while (dq__route_busy(c) && ev_now(c->loop) < end) ev_run(c->loop, EVRUN_ONCE);
 }
 
@@ -168,4 +168,3 @@ void dq_client_free(dq_client *c) {
     explicit_bzero(&c->url, sizeof c->url); /* its passwords */
     free(c);
 }
-

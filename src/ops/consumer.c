@@ -58,10 +58,8 @@ static void beat_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     if (code == DQ_ECLOSED || c->consumer_failed) return;
     c->consumer_failed = 1;
     const char *why = reply ? reply->str : conn ? conn->errstr : dq_strerror(code);
-    if (reply && dq__reply_is_refusal(reply))
-        dq__refused(c, "consumer beat refused: %s", why);
-    else
-        dq__log(c, "consumer beat failed: %s (tried again at the next beat)", why);
+    if (reply && dq__reply_is_refusal(reply)) dq__refused(c, "consumer beat refused: %s", why);
+    else dq__log(c, "consumer beat failed: %s (tried again at the next beat)", why);
 }
 
 /* Sends k's beat ("beat") or its leaving ("bye"). */
@@ -97,7 +95,8 @@ static void on_beat(struct ev_loop *loop, ev_timer *w, int revents) {
  * and says nothing, and a newcomer is listed about a second after it came. */
 static void arm_beats(dq_client *c) {
     double every = c->opt.consumer_beat_ms / 1000.0, first = every < FIRST_BEAT_S ? every : FIRST_BEAT_S;
-    if (ev_is_active(&c->consumer_beat) && ev_timer_remaining(c->loop, &c->consumer_beat) <= first) return;
+    if (ev_is_active(&c->consumer_beat) && ev_timer_remaining(c->loop, &c->consumer_beat) <= first)
+        return;
     ev_timer_stop(c->loop, &c->consumer_beat);
     ev_timer_set(&c->consumer_beat, first, every);
     ev_timer_start(c->loop, &c->consumer_beat);
@@ -108,7 +107,8 @@ int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_cons
     int bad = dq__check_queue(c, queue);
     if (bad) return bad;
     if (name && !dq__holder_valid(name))
-        return dq__fail(c, DQ_EINVAL, "invalid consumer name: 1 to %d bytes of UTF-8, no control character",
+        return dq__fail(c, DQ_EINVAL,
+                        "invalid consumer name: 1 to %d bytes of UTF-8, no control character",
                         DQ_CONSUMER_NAME_MAX);
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
     dq_consumer *k = calloc(1, sizeof *k);
@@ -173,7 +173,8 @@ static int decode_one(redisReply **e, int64_t now, dq_consumer_info *ci) {
 }
 
 static int list_decode(list_call *s, const redisReply *r) {
-    if (r->elements < 1 || (r->elements - 1) % 4 != 0 || (r->elements - 1) / 4 > LIST_MAX) return DQ_EPROTO;
+    if (r->elements < 1 || (r->elements - 1) % 4 != 0 || (r->elements - 1) / 4 > LIST_MAX)
+        return DQ_EPROTO;
     int64_t now = dq__reply_int(r->element[0]);
     size_t n = (r->elements - 1) / 4;
     if (n == 0) return 0;
@@ -191,7 +192,9 @@ static void list_reply(dq__conn *conn, redisReply *reply, int code, void *privda
     s->done = 1;
     if (reply && reply->type == REDIS_REPLY_ARRAY) {
         int rc = list_decode(s, reply);
-        if (rc) s->status = dq__fail(s->c, rc, rc == DQ_ENOMEM ? "out of memory" : "unexpected consumers reply");
+        if (rc)
+            s->status =
+                dq__fail(s->c, rc, rc == DQ_ENOMEM ? "out of memory" : "unexpected consumers reply");
     } else {
         s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }

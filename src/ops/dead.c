@@ -18,8 +18,8 @@ static int dead_ints(dq_client *c, const char *queue, unsigned i, unsigned shard
     int rc = dq__shard_at_init(c, &at, queue, i, shards, shards);
     if (rc) return rc;
     const dq__keys *k = &at.k;
-    const char *argv[10] = {k->dead, k->dead_times, k->ready, k->signal, k->counters,
-                            k->prefix, op, arg ? arg : "", "", at.count};
+    const char *argv[10] = {k->dead, k->dead_times,  k->ready, k->signal, k->counters, k->prefix,
+                            op,      arg ? arg : "", "",       at.count};
     unsigned flags = strcmp(op, "count") == 0 ? 0 : DQ__ROUTE_WRITE;
     enum dq__script script = flags ? DQ__LUA_DEAD : DQ__LUA_DEAD_RO; /* count only reads */
     return dq__eval_ints_on(c, queue, at.name, flags, script, 5, 5, argv, s);
@@ -153,7 +153,8 @@ static void dead_list_reply(dq__conn *conn, redisReply *reply, int code, void *p
         l->status = dq__fail(l->c, rc, rc == DQ_ENOMEM ? "out of memory" : "undecodable dead letter");
         return;
     }
-    for (size_t i = 0; i < l->n; i++) dq__open_shown(l->c, l->queue, l->out[i].id, &l->out[i].payload, &l->out[i].payload_len);
+    for (size_t i = 0; i < l->n; i++)
+        dq__open_shown(l->c, l->queue, l->out[i].id, &l->out[i].payload, &l->out[i].payload_len);
 }
 
 /* One page of shard i's dead letters appended to *out (*n of them). */
@@ -166,8 +167,8 @@ static int dead_list_one(dq_client *c, const char *queue, unsigned i, unsigned s
     char off[24], lim[24];
     snprintf(off, sizeof off, "%zu", offset);
     snprintf(lim, sizeof lim, "%zu", limit);
-    const char *argv[10] = {k->dead, k->dead_times, k->ready, k->signal, k->counters, k->prefix, "list", off,
-                            lim, at.count};
+    const char *argv[10] = {k->dead,   k->dead_times, k->ready, k->signal, k->counters,
+                            k->prefix, "list",        off,      lim,       at.count};
     size_t lens[10];
     for (int j = 0; j < 10; j++) lens[j] = strlen(argv[j]);
     dead_list l = {c, queue, 0, 0, NULL, 0};
@@ -215,8 +216,8 @@ static int dead_list_shards(dq_client *c, const char *queue, unsigned shards, si
     return *out ? 0 : dq__fail(c, DQ_ENOMEM, "out of memory");
 }
 
-int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit,
-                 dq_dead_letter **out, size_t *n) {
+int dq_dead_list(dq_client *c, const char *queue, size_t offset, size_t limit, dq_dead_letter **out,
+                 size_t *n) {
     *out = NULL;
     *n = 0;
     int rc = dq__not_in_callback(c);

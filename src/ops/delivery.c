@@ -73,8 +73,8 @@ static void ack_lease(const dq__delivery *d, const dq__entry *e, const char *tok
     if (!args) return;
     dq__ack_args_init(args, d->keys->z, d->keys->counters, d->keys->prefix, "");
     dq__ack_args_add(args, id, token);
-    (void)dq__op_eval(d->c, d->shard, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv, args->lens,
-                      dq__ignore_reply, NULL);
+    (void)dq__op_eval(d->c, d->shard, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv,
+                      args->lens, dq__ignore_reply, NULL);
     free(args);
 }
 
@@ -88,8 +88,8 @@ static int open_payload(const dq__delivery *d, const redisReply *r, dq__entry *e
                         unsigned char **plain) {
     char why[96];
     size_t len = 0;
-    int rc = dq__open_taken(d->c->keyring, d->c->opt.allow_plaintext, d->owner, e->id, e->id_len, e->payload,
-                            e->payload_len, plain, &len, why, sizeof why);
+    int rc = dq__open_taken(d->c->keyring, d->c->opt.allow_plaintext, d->owner, e->id, e->id_len,
+                            e->payload, e->payload_len, plain, &len, why, sizeof why);
     if (rc == 0) {
         e->payload = (const char *)*plain;
         e->payload_len = len;
@@ -108,16 +108,19 @@ static void note_held_back(const dq__delivery *d, const redisReply *r, int first
     if (!first || !bar) return;
     int kl = (int)(bar - r->str - 2), il = (int)(r->len - (size_t)(bar + 1 - r->str));
     if (d->c->keyring)
-        dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, which this client's key "
-                 "file does not hold; it stays for a consumer that does", il, bar + 1, d->owner, kl, r->str + 2);
+        dq__fail(d->c, DQ_EKEY,
+                 "item %.*s of queue %s is sealed with key %.*s, which this client's key "
+                 "file does not hold; it stays for a consumer that does",
+                 il, bar + 1, d->owner, kl, r->str + 2);
     else
-        dq__fail(d->c, DQ_EKEY, "item %.*s of queue %s is sealed with key %.*s, and this client has no key "
-                 "file (--key-file); it stays for a consumer that has the key", il, bar + 1, d->owner, kl,
-                 r->str + 2);
+        dq__fail(d->c, DQ_EKEY,
+                 "item %.*s of queue %s is sealed with key %.*s, and this client has no key "
+                 "file (--key-file); it stays for a consumer that has the key",
+                 il, bar + 1, d->owner, kl, r->str + 2);
 }
 
-int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request, dq_msg **msgs,
-                          size_t max, int *held) {
+int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request,
+                          dq_msg **msgs, size_t max, int *held) {
     /* The last element is the queue's epoch (lua/take.lua). */
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0) return -1;
     if (dq__epoch_reply(d->c, d->shard, reply->element[reply->elements - 1]) != 0) return -1;

@@ -32,9 +32,25 @@
 #define CLOCK_SKEW_MS 1000.0      /* beyond this a clock is unsafe     */
 #define BEHIND_WARN_BYTES (1024 * 1024)
 
-enum query { Q_TIME, Q_ROLE, Q_HELLO, Q_POLICY, Q_APPENDONLY, Q_FSYNC, Q_SAVE, Q_MINREP,
-             Q_MINLAG, Q_INFO, Q_FUNCTIONS, Q_WHOAMI, Q_EVAL, Q_LOAD, Q_FCALL, Q_FCALL_RO,
-             Q_COUNT };
+enum query {
+    Q_TIME,
+    Q_ROLE,
+    Q_HELLO,
+    Q_POLICY,
+    Q_APPENDONLY,
+    Q_FSYNC,
+    Q_SAVE,
+    Q_MINREP,
+    Q_MINLAG,
+    Q_INFO,
+    Q_FUNCTIONS,
+    Q_WHOAMI,
+    Q_EVAL,
+    Q_LOAD,
+    Q_FCALL,
+    Q_FCALL_RO,
+    Q_COUNT
+};
 
 /* The last ones (from Q_FUNCTIONS) only for the checks DQ_DOCTOR_QUICK skips. */
 #define Q_QUICK Q_FUNCTIONS
@@ -212,15 +228,15 @@ static void node_up(dq__conn *conn, void *privdata) {
     for (int q = 0; q < n; q++) {
         const char *argv[4];
         size_t lens[4];
-        for (int i = 0; i < queries[q].argc; i++) argv[i] = queries[q].argv[i], lens[i] = strlen(argv[i]);
+        for (int i = 0; i < queries[q].argc; i++)
+            argv[i] = queries[q].argv[i], lens[i] = strlen(argv[i]);
         if (q == Q_TIME) nd->sent = ev_time();
         nd->refs[q].nd = nd;
         nd->refs[q].q = q;
-        if (dq__conn_send(conn, 0, queries[q].argc, argv, lens,
-                          q == Q_ROLE ? on_role : on_answer, &nd->refs[q]) == 0)
+        if (dq__conn_send(conn, 0, queries[q].argc, argv, lens, q == Q_ROLE ? on_role : on_answer,
+                          &nd->refs[q]) == 0)
             nd->ex->left++;
-        else
-            nd->a[q].error = 1;
+        else nd->a[q].error = 1;
     }
     nd->ex->left--;
 }
@@ -332,8 +348,9 @@ static void advise(report *r, unsigned bit, const char *text) {
 #define ADV_READ (1u << 31)
 static void unreadable(report *r, const char *name, const char *what, const char *cause) {
     problem(r, DQ_FINDING_WARN, name, "%s not readable (%s)", what, cause);
-    advise(r, ADV_READ, "Run 'delayq doctor' with a user that may read it (CONFIG GET, INFO, "
-                        "FUNCTION LIST) to check.");
+    advise(r, ADV_READ,
+           "Run 'delayq doctor' with a user that may read it (CONFIG GET, INFO, "
+           "FUNCTION LIST) to check.");
 }
 
 /* "host:port" or "host:port (replica)". */
@@ -363,9 +380,10 @@ static void check_policy(const node *nd, const char *name, report *r) {
         unreadable(r, name, "maxmemory-policy", why(nd, Q_POLICY));
     } else if (strcmp(p, "noeviction") != 0) {
         problem(r, DQ_FINDING_UNSAFE, name, "maxmemory-policy %s", p);
-        advise(r, 1, "Redis evicts keys under memory pressure: items, dead letters and queue "
-                     "settings vanish without a word. Set maxmemory-policy noeviction (offers "
-                     "then fail with OOM instead) and give Redis the memory it needs.");
+        advise(r, 1,
+               "Redis evicts keys under memory pressure: items, dead letters and queue "
+               "settings vanish without a word. Set maxmemory-policy noeviction (offers "
+               "then fail with OOM instead) and give Redis the memory it needs.");
     } else {
         fine(r, "noeviction");
     }
@@ -384,20 +402,22 @@ static void check_persistence(const node *nd, const char *name, report *r) {
         unreadable(r, name, "save (no AOF)", why(nd, Q_SAVE));
     } else if (strcmp(aof, "yes") != 0 && !save[0]) {
         problem(r, DQ_FINDING_UNSAFE, name, "neither AOF nor RDB");
-        advise(r, 1, "A restart loses every item and setting. Set appendonly yes and "
-                     "appendfsync always.");
+        advise(r, 1,
+               "A restart loses every item and setting. Set appendonly yes and "
+               "appendfsync always.");
     } else if (strcmp(aof, "yes") != 0) {
         problem(r, DQ_FINDING_WARN, name, "RDB snapshots only (save %s)", save);
-        advise(r, 2, "A crash loses what was written since the last snapshot. Set appendonly "
-                     "yes and appendfsync always.");
+        advise(r, 2,
+               "A crash loses what was written since the last snapshot. Set appendonly "
+               "yes and appendfsync always.");
     } else if (!always && !copies) {
         problem(r, DQ_FINDING_WARN, name, "AOF with appendfsync %s and no replica",
-             fsync ? fsync : "(not readable)");
-        advise(r, 4, "A crash of the host loses up to a second of acknowledged writes. Set "
-                     "appendfsync always, or add replicas and offer with --wait-replicas.");
+                fsync ? fsync : "(not readable)");
+        advise(r, 4,
+               "A crash of the host loses up to a second of acknowledged writes. Set "
+               "appendfsync always, or add replicas and offer with --wait-replicas.");
     } else {
-        fine(r, "AOF with appendfsync %s%s", fsync ? fsync : "?",
-             always ? "" : " and replicas");
+        fine(r, "AOF with appendfsync %s%s", fsync ? fsync : "?", always ? "" : " and replicas");
     }
 }
 
@@ -412,11 +432,12 @@ static void replicas_master(const node *nd, const char *name, report *r) {
             behind = top - atoll(line);
     if (n == 0) {
         problem(r, DQ_FINDING_WARN, name, "no replica");
-        advise(r, 1, "One host holds everything: a lost disk or host loses the queues. Add replicas "
-                     "(with Sentinel or Cluster to fail over).");
+        advise(r, 1,
+               "One host holds everything: a lost disk or host loses the queues. Add replicas "
+               "(with Sentinel or Cluster to fail over).");
     } else if (behind > BEHIND_WARN_BYTES) {
         problem(r, DQ_FINDING_WARN, name, "%d replica%s, one %lld bytes behind", n, n == 1 ? "" : "s",
-             behind);
+                behind);
         advise(r, 2, "A failover now loses what the replica lacks: check its link and load.");
     } else {
         fine(r, "%d replica%s, at most %lld bytes behind", n, n == 1 ? "" : "s", behind);
@@ -446,20 +467,22 @@ static void check_min_replicas(const node *nd, const char *name, report *r) {
     if (!v) {
         unreadable(r, name, "min-replicas-to-write", why(nd, Q_MINREP));
     } else if (want > n) {
-        problem(r, DQ_FINDING_UNSAFE, name, "min-replicas-to-write %d with %d replica%s connected",
-             want, n, n == 1 ? "" : "s");
-        advise(r, 1, "Every write is refused (NOREPLICAS) until enough replicas are back. Lower "
-                     "it or bring the replicas back.");
+        problem(r, DQ_FINDING_UNSAFE, name, "min-replicas-to-write %d with %d replica%s connected", want,
+                n, n == 1 ? "" : "s");
+        advise(r, 1,
+               "Every write is refused (NOREPLICAS) until enough replicas are back. Lower "
+               "it or bring the replicas back.");
     } else if (want == 0 && n > 0) {
         problem(r, DQ_FINDING_WARN, name, "min-replicas-to-write 0 with %d replica%s", n,
-             n == 1 ? "" : "s");
-        advise(r, 2, "A master cut off from its replicas keeps taking writes that a failover then "
-                     "drops. Set min-replicas-to-write 1 and min-replicas-max-lag 10 to bound "
-                     "that window, and offer with --wait-replicas where a write must survive a "
-                     "failover.");
+                n == 1 ? "" : "s");
+        advise(r, 2,
+               "A master cut off from its replicas keeps taking writes that a failover then "
+               "drops. Set min-replicas-to-write 1 and min-replicas-max-lag 10 to bound "
+               "that window, and offer with --wait-replicas where a write must survive a "
+               "failover.");
     } else {
-        fine(r, "min-replicas-to-write %d (max lag %s s) with %d replica%s", want,
-             lag ? lag : "?", n, n == 1 ? "" : "s");
+        fine(r, "min-replicas-to-write %d (max lag %s s) with %d replica%s", want, lag ? lag : "?", n,
+             n == 1 ? "" : "s");
     }
 }
 
@@ -477,7 +500,8 @@ static const char *iso_ms(double ms, char *buf, size_t size) {
  * trip, and half that round trip (the uncertainty). 0, or -1 unread. */
 static int clock_offset(const node *nd, double *server, double *off, double *half) {
     char s[32], us[32];
-    if (line_of(value(nd, Q_TIME), 0, s, sizeof s) || line_of(value(nd, Q_TIME), 1, us, sizeof us)) return -1;
+    if (line_of(value(nd, Q_TIME), 0, s, sizeof s) || line_of(value(nd, Q_TIME), 1, us, sizeof us))
+        return -1;
     *server = atof(s) * 1000.0 + atof(us) / 1000.0;
     *off = *server - (nd->sent + nd->received) * 500.0;
     *half = (nd->received - nd->sent) * 500.0;
@@ -491,12 +515,13 @@ static void check_clock(const node *nd, const char *name, report *r) {
         unreadable(r, name, "TIME", why(nd, Q_TIME));
     } else if (fabs(off) - half > CLOCK_SKEW_MS) {
         problem(r, DQ_FINDING_UNSAFE, name, "clock %.3f s %s this host's (%s there, %s here)",
-             fabs(off) / 1000.0, off > 0 ? "ahead of" : "behind", iso_ms(server, there, sizeof there),
-             iso_ms(server - off, here, sizeof here));
-        advise(r, 1, "delayq times everything by the server's clock, and a clock this far off "
-                     "gets set right with a jump: forward, items due within the jump come early "
-                     "by up to the jump and leases end early; backward, items come late by the "
-                     "jump. Synchronise the clocks (NTP) on both hosts (docs/operations.md, 'Clocks').");
+                fabs(off) / 1000.0, off > 0 ? "ahead of" : "behind", iso_ms(server, there, sizeof there),
+                iso_ms(server - off, here, sizeof here));
+        advise(r, 1,
+               "delayq times everything by the server's clock, and a clock this far off "
+               "gets set right with a jump: forward, items due within the jump come early "
+               "by up to the jump and leases end early; backward, items come late by the "
+               "jump. Synchronise the clocks (NTP) on both hosts (docs/operations.md, 'Clocks').");
     } else {
         fine(r, "within %.0f ms of this host's clock", fabs(off) + half);
     }
@@ -532,8 +557,9 @@ static void check_version(const node *nd, const char *name, report *r) {
         else unreadable(r, name, "the version", why(nd, Q_HELLO));
     } else if (atoi(v) < 7) {
         problem(r, DQ_FINDING_UNSAFE, name, "Redis %s", v);
-        advise(r, 1, "delayq needs Redis 7.0 or later: functions (FCALL) and sharded pub/sub "
-                     "(SSUBSCRIBE, SPUBLISH). Upgrade.");
+        advise(r, 1,
+               "delayq needs Redis 7.0 or later: functions (FCALL) and sharded pub/sub "
+               "(SSUBSCRIBE, SPUBLISH). Upgrade.");
     } else {
         fine(r, "Redis %s: functions and sharded pub/sub", v);
     }
@@ -556,11 +582,13 @@ static void check_library(const node *nd, const char *name, report *r) {
         fine(r, "%s loaded", dq_library_name());
         return;
     }
-    if (other[0]) problem(r, DQ_FINDING_WARN, name, "%s, not this client's %s", other, dq_library_name());
+    if (other[0])
+        problem(r, DQ_FINDING_WARN, name, "%s, not this client's %s", other, dq_library_name());
     else problem(r, DQ_FINDING_WARN, name, "no delayq library (this client's is %s)", dq_library_name());
-    advise(r, 1, "A client loads its library at its first call if its user may run FUNCTION "
-                 "LOAD; for users that may not (the rule of 'delayq acl'), an administrator "
-                 "loads it first.");
+    advise(r, 1,
+           "A client loads its library at its first call if its user may run FUNCTION "
+           "LOAD; for users that may not (the rule of 'delayq acl'), an administrator "
+           "loads it first.");
 }
 
 static void check_acl(const node *nd, const char *name, report *r) {
@@ -571,18 +599,23 @@ static void check_acl(const node *nd, const char *name, report *r) {
     int eval = allowed(nd, Q_EVAL) == 1, load = allowed(nd, Q_LOAD) == 1;
     if (eval || load) {
         problem(r, DQ_FINDING_WARN, name, "user %s may run %s", user,
-             eval && load ? "EVAL and FUNCTION LOAD" : eval ? "EVAL" : "FUNCTION LOAD");
-        advise(r, 1, "Code such a user loads (FUNCTION LOAD REPLACE of delayq's library) or "
-                     "runs (EVAL) runs with the rights of every user that calls delayq, and a "
-                     "looping script freezes Redis. Give applications the rule 'delayq acl' "
-                     "prints.");
+                eval && load ? "EVAL and FUNCTION LOAD"
+                : eval       ? "EVAL"
+                             : "FUNCTION LOAD");
+        advise(r, 1,
+               "Code such a user loads (FUNCTION LOAD REPLACE of delayq's library) or "
+               "runs (EVAL) runs with the rights of every user that calls delayq, and a "
+               "looping script freezes Redis. Give applications the rule 'delayq acl' "
+               "prints.");
     } else if (allowed(nd, Q_FCALL_RO) == 0) {
         problem(r, DQ_FINDING_WARN, name, "user %s may not call delayq's functions (FCALL_RO refused)",
-             user);
+                user);
         advise(r, 2, "Every delayq command fails as this user: give it the rule 'delayq acl' prints.");
     } else {
-        fine(r, "user %s may call delayq's functions%s and may not run EVAL or "
-                               "FUNCTION LOAD", user, allowed(nd, Q_FCALL) == 0 ? " (read only)" : "");
+        fine(r,
+             "user %s may call delayq's functions%s and may not run EVAL or "
+             "FUNCTION LOAD",
+             user, allowed(nd, Q_FCALL) == 0 ? " (read only)" : "");
     }
 }
 
@@ -625,18 +658,17 @@ static char *detail_of(const exam *ex, const report *r) {
     for (int i = 0; i < ex->n; i++)
         if (!ex->nodes[i]->failed) ex->nodes[i]->is_replica ? replicas++ : masters++;
     for (int g = 0; r->status > DQ_FINDING_OK && g < r->ngroups; g++)
-        dq__buf_printf(&b, "%s%s%s%s", g ? "; " : "", r->groups[g].names.data ? r->groups[g].names.data : "",
+        dq__buf_printf(&b, "%s%s%s%s", g ? "; " : "",
+                       r->groups[g].names.data ? r->groups[g].names.data : "",
                        r->groups[g].names.len ? ": " : "", r->groups[g].text);
     if (r->status > DQ_FINDING_OK)
         dq__buf_printf(&b, "%s.%s", r->more ? "; and more" : "", r->advice.data ? r->advice.data : "");
-    else if (r->oks == 1 && ex->n == 1)
-        dq__buf_printf(&b, "%s: %s", ex->nodes[0]->conn->ep.name, r->ok);
+    else if (r->oks == 1 && ex->n == 1) dq__buf_printf(&b, "%s: %s", ex->nodes[0]->conn->ep.name, r->ok);
     else if (r->oks)
         dq__buf_printf(&b, "%s (on %d node%s; %d master%s, %d replica%s examined)", r->ok, r->oks,
                        r->oks == 1 ? "" : "s", masters, masters == 1 ? "" : "s", replicas,
                        replicas == 1 ? "" : "s");
-    else
-        dq__buf_printf(&b, "nothing to check");
+    else dq__buf_printf(&b, "nothing to check");
     for (size_t i = 0; i < b.len; i++)
         if (b.data[i] < 0x20 || b.data[i] > 0x7e) b.data[i] = '?';
     return b.data;
@@ -694,9 +726,9 @@ void dq_findings_free(dq_finding *findings, size_t n) {
 
 const char *dq_finding_status_name(int status) {
     switch (status) {
-    case DQ_FINDING_OK: return "ok";
-    case DQ_FINDING_WARN: return "warn";
-    case DQ_FINDING_UNSAFE: return "unsafe";
-    default: return "?";
+        case DQ_FINDING_OK: return "ok";
+        case DQ_FINDING_WARN: return "warn";
+        case DQ_FINDING_UNSAFE: return "unsafe";
+        default: return "?";
     }
 }

@@ -47,13 +47,18 @@ void dq__epoch_seen(dq_client *c, const char *queue, int64_t epoch) {
     } else if (e->epoch > 0 && epoch != e->epoch) {
         e->wiped++;
         if (epoch > 0)
-            dq__log(c, "queue %s: its keys were lost and made anew (epoch %" PRId64 ", was %" PRId64 "): "
+            dq__log(c,
+                    "queue %s: its keys were lost and made anew (epoch %" PRId64 ", was %" PRId64 "): "
                     "Redis restarted without persistence, evicted them or was flushed; its pending, "
-                    "in-flight and dead items and its settings are gone", queue, epoch, e->epoch);
+                    "in-flight and dead items and its settings are gone",
+                    queue, epoch, e->epoch);
         else
-            dq__log(c, "queue %s: its keys vanished (epoch %" PRId64 " gone): Redis restarted without "
-                    "persistence, evicted them or was flushed; its pending, in-flight and dead items and "
-                    "its settings are gone", queue, e->epoch);
+            dq__log(
+                c,
+                "queue %s: its keys vanished (epoch %" PRId64 " gone): Redis restarted without "
+                "persistence, evicted them or was flushed; its pending, in-flight and dead items and "
+                "its settings are gone",
+                queue, e->epoch);
     }
     e->epoch = epoch > 0 ? epoch : 0;
 }

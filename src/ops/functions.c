@@ -56,7 +56,10 @@ static void on_answer(dq__conn *conn, redisReply *reply, int code, void *privdat
     } else {
         dq__buf text = {0};
         int rc = rd->answer(reply, &text);
-        report(rd, node, rc, rc ? (rc == DQ_ENOMEM ? "out of memory" : "unexpected reply") : text.data ? text.data : "");
+        report(rd, node, rc,
+               rc          ? (rc == DQ_ENOMEM ? "out of memory" : "unexpected reply")
+               : text.data ? text.data
+                           : "");
         dq__buf_release(&text);
     }
     if (--rd->left == 0) rd->done = 1;
@@ -64,8 +67,8 @@ static void on_answer(dq__conn *conn, redisReply *reply, int code, void *privdat
 
 /* Sends the command made by make (a malloc'ed RESP command, NULL when out
  * of memory) to every master and waits for every answer. */
-static int every_master(dq_client *c, char *(*make)(size_t *len), answer_fn *answer, dq_node_report_fn *fn,
-                        void *privdata) {
+static int every_master(dq_client *c, char *(*make)(size_t *len), answer_fn *answer,
+                        dq_node_report_fn *fn, void *privdata) {
     int rc = dq__not_in_callback(c);
     if (rc) return rc;
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");

@@ -57,7 +57,8 @@ static int item_decode(item_call *s, const redisReply *reply) {
     /* In flight: the holder its take named follows (lookup.lua), before the
      * payload's two elements. */
     const redisReply *h = n >= 7 && state == DQ_STATE_IN_FLIGHT ? reply->element[3] : NULL;
-    if (h && h->type == REDIS_REPLY_STRING && h->len <= DQ_HOLDER_MAX) memcpy(it->holder, h->str, h->len);
+    if (h && h->type == REDIS_REPLY_STRING && h->len <= DQ_HOLDER_MAX)
+        memcpy(it->holder, h->str, h->len);
     if (whole < 0) return 0; /* not read */
     if (!(it->payload = dq__reply_dup(reply->element[n - 2]))) return DQ_ENOMEM;
     it->payload_len = reply->element[n - 2]->len;
@@ -72,7 +73,8 @@ static void item_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         s->status = DQ__ESHARDS;
     } else if (reply && reply->type == REDIS_REPLY_ARRAY) {
         int rc = item_decode(s, reply);
-        s->status = rc ? dq__fail(s->c, rc, rc == DQ_ENOMEM ? "out of memory" : "unexpected lookup reply") : 0;
+        s->status =
+            rc ? dq__fail(s->c, rc, rc == DQ_ENOMEM ? "out of memory" : "unexpected lookup reply") : 0;
     } else {
         s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }
@@ -94,7 +96,8 @@ static void item_shown(dq_client *c, const char *queue, dq_listed *it, size_t pa
     }
 }
 
-int dq_lookup_item(dq_client *c, const char *queue, const char *id, size_t payload_max, dq_listed **out) {
+int dq_lookup_item(dq_client *c, const char *queue, const char *id, size_t payload_max,
+                   dq_listed **out) {
     *out = NULL;
     int bad = dq__check_sync(c, queue, id);
     if (bad) return bad;

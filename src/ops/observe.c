@@ -11,7 +11,7 @@
 #include "internal.h"
 
 const int64_t dq_lateness_bounds_ms[DQ_LATENESS_BUCKETS] = {1,   2,   5,    10,   25,   50,   100,
-                                                             250, 500, 1000, 2500, 5000, 10000};
+                                                            250, 500, 1000, 2500, 5000, 10000};
 
 /* A synchronous script or command whose array reply decode turns into the
  * caller's result, inside the reply callback (the reply is freed after it). */
@@ -37,8 +37,8 @@ static void sync_reply(dq__conn *conn, redisReply *reply, int code, void *privda
 static int run_sync(sync_call *s, int script, int nkeys, int nargs, const char **argv) {
     size_t lens[8];
     for (int i = 0; i < nkeys + nargs; i++) lens[i] = strlen(argv[i]);
-    int rc = script >= 0 ? dq__op_eval(s->c, s->queue, 0, (enum dq__script)script, nkeys, nargs, argv, lens,
-                                       sync_reply, s)
+    int rc = script >= 0 ? dq__op_eval(s->c, s->queue, 0, (enum dq__script)script, nkeys, nargs, argv,
+                                       lens, sync_reply, s)
                          : dq__op_command(s->c, s->queue, nkeys + nargs, argv, lens, sync_reply, s);
     if (rc) return rc;
     dq__wait(s->c, &s->done);
@@ -63,9 +63,11 @@ static int stored_total(dq_client *c, const redisReply *r, const char *field, in
         return 0;
     }
     char *end = NULL;
-    long long v = r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 19 ? strtoll(r->str, &end, 10) : 0;
+    long long v =
+        r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= 19 ? strtoll(r->str, &end, 10) : 0;
     if (!end || *end || end != r->str + r->len || v < 0)
-        return dq__fail(c, DQ_EPROTO, "metric %s of the queue is not a count (HDEL it to reset it)", field);
+        return dq__fail(c, DQ_EPROTO, "metric %s of the queue is not a count (HDEL it to reset it)",
+                        field);
     *out = v;
     return 0;
 }
@@ -96,9 +98,9 @@ static int decode_metrics(dq_client *c, const char *queue, const redisReply *rep
     m->stats.schedulers = dq__reply_int(e[count + 2]);
     m->stats.overdue_ms = dq__reply_int(e[count + 3]);
     m->schedules = dq__reply_int(e[count + 4]);
-    static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked", "nacked",
+    static const char *const names[METRIC_TOTALS] = {"offered", "delivered", "acked",  "nacked",
                                                      "dead",    "expired",   "lat_sum"};
-    int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered, &m->acked,          &m->nacked,
+    int64_t *totals[METRIC_TOTALS] = {&m->offered, &m->delivered,     &m->acked,          &m->nacked,
                                       &m->dead,    &m->lease_expired, &m->lateness_sum_ms};
     for (int i = 0; i < METRIC_TOTALS; i++) {
         int rc = stored_total(c, e[METRIC_COUNTS + i], names[i], totals[i]);
@@ -132,7 +134,8 @@ static void metrics_add(dq_metrics *sum, const dq_metrics *one) {
     a->in_flight += b->in_flight, a->dead += b->dead;
     if (b->next_due_in_ms >= 0 && (a->next_due_in_ms < 0 || b->next_due_in_ms < a->next_due_in_ms))
         a->next_due_in_ms = b->next_due_in_ms;
-    if (one->oldest_ready_age_ms > sum->oldest_ready_age_ms) sum->oldest_ready_age_ms = one->oldest_ready_age_ms;
+    if (one->oldest_ready_age_ms > sum->oldest_ready_age_ms)
+        sum->oldest_ready_age_ms = one->oldest_ready_age_ms;
     if (b->schedulers > a->schedulers) a->schedulers = b->schedulers; /* each beats on every shard */
     if (b->overdue_ms > a->overdue_ms) a->overdue_ms = b->overdue_ms;
     sum->offered += one->offered, sum->delivered += one->delivered, sum->acked += one->acked;
@@ -180,7 +183,8 @@ int dq_get_metrics_many(dq_client *c, const char *const *queues, size_t n, dq_me
     for (size_t i = 0; i < n; i++) {
         sync_call *s = &calls[i];
         *s = (sync_call){c, queues[i], 0, 0, decode_metrics, &m[i], &left};
-        if ((status[i] = dq__check_queue(c, queues[i])) == 0 && (status[i] = send_metrics(s)) == 0) left++;
+        if ((status[i] = dq__check_queue(c, queues[i])) == 0 && (status[i] = send_metrics(s)) == 0)
+            left++;
         else s->done = 1;
     }
     dq__wait_all(c, &left);
@@ -206,8 +210,7 @@ typedef struct ping_call {
 static void ping_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     ping_call *p = privdata;
     p->done = 1;
-    if (dq__reply_class(reply) == DQ__ERR_MISCONF)
-        p->status = dq__fail(p->c, 0, "%s", reply->str);
+    if (dq__reply_class(reply) == DQ__ERR_MISCONF) p->status = dq__fail(p->c, 0, "%s", reply->str);
     else if (reply && reply->type != REDIS_REPLY_ERROR) p->status = 1;
     else p->status = dq__reply_failure(p->c, conn, reply, code, "(none)");
 }
@@ -365,7 +368,8 @@ static int list_keys(dq_client *c, const char *queue, const char *name, const ch
         snprintf(num[1], sizeof num[1], "%zu", p->cut);
         /* In flight: with the holders, so with the whole lengths too. */
         int inflight = p->state == DQ_STATE_IN_FLIGHT;
-        const char *argv[7] = {k.z, k.prefix, inflight ? "inflight" : "pending", cursor, num[0], num[1], "1"};
+        const char *argv[7] = {k.z,    k.prefix, inflight ? "inflight" : "pending", cursor, num[0],
+                               num[1], "1"};
         s.decode = decode_slots_page;
         return run_sync(&s, DQ__LUA_LIST, 1, inflight ? 6 : p->cut ? 5 : 4, argv);
     }
@@ -390,7 +394,8 @@ static int list_shards(dq_client *c, const char *queue, unsigned shards, const c
     }
     int slots = p->state == DQ_STATE_PENDING || p->state == DQ_STATE_IN_FLIGHT;
     if (!dq__list_cursor(slots, inner, &p->offset))
-        return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
+        return dq__fail(c, DQ_EINVAL,
+                        "malformed cursor: give the next cursor a page of this state printed");
     char name[DQ__SHARD_NAME_MAX + 1];
     if (dq__shard_named(c, queue, shard, shards, name) != 0) return DQ_EPROTO;
     char next[DQ_CURSOR_MAX + 1] = "";
@@ -405,7 +410,8 @@ static int list_shards(dq_client *c, const char *queue, unsigned shards, const c
     int w = 0;
     if (next[0]) w = snprintf(caller, DQ_CURSOR_MAX + 1, "%u/%s", shard, next);
     else if (shard + 1 < shards) w = snprintf(caller, DQ_CURSOR_MAX + 1, "%u/", shard + 1);
-    if (w < 0 || w > DQ_CURSOR_MAX) return dq__fail(c, DQ_EPROTO, "next cursor longer than %d bytes", DQ_CURSOR_MAX);
+    if (w < 0 || w > DQ_CURSOR_MAX)
+        return dq__fail(c, DQ_EPROTO, "next cursor longer than %d bytes", DQ_CURSOR_MAX);
     return 0;
 }
 
@@ -421,13 +427,13 @@ static void cut_payload(const page *p, dq_listed *it) {
     }
 }
 
-int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, dq_listed **out,
-            size_t *n, char *next_cursor) {
+int dq_list(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
+            dq_listed **out, size_t *n, char *next_cursor) {
     return dq_list_cut(c, queue, state, cursor, limit, 0, out, n, next_cursor);
 }
 
-int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit, size_t payload_max,
-                dq_listed **out, size_t *n, char *next_cursor) {
+int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, size_t limit,
+                size_t payload_max, dq_listed **out, size_t *n, char *next_cursor) {
     *out = NULL;
     *n = 0;
     next_cursor[0] = '\0';
@@ -442,12 +448,14 @@ int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, 
     unsigned shards = 1;
     if (state == DQ_STATE_DEAD) { /* dq_dead_list pages over the shards itself */
         if (!dq__list_cursor(0, cursor, &p.offset))
-            return dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
+            return dq__fail(c, DQ_EINVAL,
+                            "malformed cursor: give the next cursor a page of this state printed");
         rc = list_dead(c, queue, &p);
     } else if ((rc = dq__shards_fetch(c, queue, &shards)) == 0) {
         if (shards > 1) rc = list_shards(c, queue, shards, cursor, &p);
         else if (!dq__list_cursor(slots, cursor, &p.offset))
-            rc = dq__fail(c, DQ_EINVAL, "malformed cursor: give the next cursor a page of this state printed");
+            rc = dq__fail(c, DQ_EINVAL,
+                          "malformed cursor: give the next cursor a page of this state printed");
         else rc = list_keys(c, queue, queue, cursor, &p);
     }
     if (rc) {
@@ -469,4 +477,3 @@ int dq_list_cut(dq_client *c, const char *queue, int state, const char *cursor, 
     *n = p.n;
     return 0;
 }
-

@@ -29,8 +29,9 @@ static int check_item(dq_client *c, const dq_item *item) {
      * set aside by every consumer with keys): a client without keys may not
      * offer it (its first byte is NUL, so no text payload is refused). */
     if (!c->keyring && item->payload_len && dq__looks_sealed(item->payload, item->payload_len))
-        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs): offer it "
-                                      "with a key file, or change its first bytes");
+        return dq__fail(c, DQ_EINVAL,
+                        "the payload starts as a sealed payload does (\\0dqs): offer it "
+                        "with a key file, or change its first bytes");
     return 0;
 }
 
@@ -87,8 +88,8 @@ static void chunk_reply(dq__conn *conn, redisReply *reply, int code, void *privd
  * the argument arrays and the numbers' text; no printf on the way (this is
  * the path of every offer, one at a time included). */
 static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned shards,
-                      const dq_item *items, const char *const *ids, size_t n,
-                      chunk_done_fn *done, void *privdata) {
+                      const dq_item *items, const char *const *ids, size_t n, chunk_done_fn *done,
+                      void *privdata) {
     enum { HEAD = 7, PER_ITEM = 5, MS_LEN = 24, BUCKET_LEN = 8 };
     char name[DQ__SHARD_NAME_MAX + 1], count[24];
     if (dq__shard_named(c, queue, shard, shards, name) != 0) return DQ_EPROTO;
@@ -126,7 +127,8 @@ static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned 
             size_t *l = lens + HEAD + PER_ITEM * i;
             a[0] = id, l[0] = idl;
             a[1] = it->payload_len ? it->payload : "", l[1] = it->payload_len;
-            if (sealed && dq__seal(c->keyring, queue, id, a[1], it->payload_len, &sealed[i], &l[1]) != 0) {
+            if (sealed &&
+                dq__seal(c->keyring, queue, id, a[1], it->payload_len, &sealed[i], &l[1]) != 0) {
                 rc = DQ_ENOMEM;
                 break;
             }
@@ -137,8 +139,8 @@ static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned 
         }
         dq__keyring_done(c->keyring);
         rc = rc == 0 ? dq__eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
-                                   chunk_reply, oc)
-                        : dq__fail(c, DQ_ENOMEM, "out of memory");
+                                chunk_reply, oc)
+                     : dq__fail(c, DQ_ENOMEM, "out of memory");
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
     }
@@ -459,7 +461,8 @@ static int send_group(dq_client *c, const char *queue, const dq_item *items, man
         if (bc) {
             bc->b = b, bc->results = results;
             memcpy(bc->map, m->gmap + sent, len * sizeof *bc->map);
-            rc = send_chunk(c, queue, shard, shards, m->group + sent, m->gids + sent, len, batch_done, bc);
+            rc = send_chunk(c, queue, shard, shards, m->group + sent, m->gids + sent, len, batch_done,
+                            bc);
             if (rc) free(bc);
         }
         if (rc) {
@@ -488,8 +491,9 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
     }
     batch b = {0};
     size_t k = n ? n : 1;
-    many m = {malloc(k * sizeof *m.ids), malloc(k * (DQ_ID_GENERATED_LEN + 1)), malloc(k * sizeof *m.todo),
-              malloc(k * sizeof *m.group), malloc(k * sizeof *m.gids), malloc(k * sizeof *m.gmap)};
+    many m = {malloc(k * sizeof *m.ids),  malloc(k * (DQ_ID_GENERATED_LEN + 1)),
+              malloc(k * sizeof *m.todo), malloc(k * sizeof *m.group),
+              malloc(k * sizeof *m.gids), malloc(k * sizeof *m.gmap)};
     b.again = malloc(k * sizeof *b.again);
     if (!m.ids || !m.made || !m.todo || !m.group || !m.gids || !m.gmap || !b.again) {
         many_free(&m, &b);

@@ -24,7 +24,8 @@ int dq__check_queue(dq_client *c, const char *queue) {
 
 int dq__check_id(dq_client *c, const char *id) {
     if (!id || !dq__id_valid(id))
-        return dq__fail(c, DQ_EINVAL, "invalid id '%s': use 1 to %d printable ASCII characters, no spaces",
+        return dq__fail(c, DQ_EINVAL,
+                        "invalid id '%s': use 1 to %d printable ASCII characters, no spaces",
                         id ? id : "(null)", DQ_ID_MAX);
     return 0;
 }
@@ -43,11 +44,15 @@ int dq__reply_failure(dq_client *c, dq__conn *conn, const redisReply *reply, int
         /* ACL refusals: Redis names a refused command, never a refused key
          * (nor, from inside a script, the command): say which permission. */
         if (dq__error_names_key(reply->str))
-            return dq__fail(c, code, "%.*s (queue %s needs keys dq:{%s}:* and channel dq:{%s}:w: "
-                            "see 'delayq acl')", len, reply->str, queue, queue, queue);
+            return dq__fail(c, code,
+                            "%.*s (queue %s needs keys dq:{%s}:* and channel dq:{%s}:w: "
+                            "see 'delayq acl')",
+                            len, reply->str, queue, queue, queue);
         if (dq__error_class(reply->str) == DQ__ERR_NOPERM_SCRIPT)
-            return dq__fail(c, code, "%.*s (queue %s: a command or key of its scripts is not "
-                            "granted: 'delayq acl' prints the rule delayq needs)", len, reply->str, queue);
+            return dq__fail(c, code,
+                            "%.*s (queue %s: a command or key of its scripts is not "
+                            "granted: 'delayq acl' prints the rule delayq needs)",
+                            len, reply->str, queue);
         if (code == DQ_EWRONGTYPE && !strstr(reply->str, "dq:{"))
             return dq__fail(c, code,
                             "%.*s (queue %s: dq:{%s}:zs and dq:{%s}:q:* must be zsets, "
@@ -65,16 +70,15 @@ static void offers_first(dq_client *c) {
     if (c->offers) c->offers_send(c);
 }
 
-int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
-                int nkeys, int nargs, const char **argv, const size_t *argvlen,
-                dq__reply_fn *fn, void *privdata) {
+int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
+                int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
     offers_first(c); /* keep call order */
     return dq__eval(c, queue, flags, script, nkeys, nargs, argv, argvlen, fn, privdata);
 }
 
-int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
-                   const size_t *lens, dq__reply_fn *fn, void *privdata) {
+int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv, const size_t *lens,
+                   dq__reply_fn *fn, void *privdata) {
     if (!c->router) return dq__fail(c, DQ_ECONNECT, "not connected: call dq_connect first");
     offers_first(c);
     return dq__route_argv(c, dq__queue_slot(queue), 0, argc, argv, lens, fn, privdata);
@@ -130,7 +134,8 @@ static void ints_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         for (size_t i = 0; i < reply->elements; i++) s->v[i] = dq__reply_int(reply->element[i]);
         s->count = (int)reply->elements;
         const redisReply *t = reply->elements > 3 ? reply->element[3] : NULL;
-        if (t && t->type == REDIS_REPLY_STRING && t->len < sizeof s->text) memcpy(s->text, t->str, t->len);
+        if (t && t->type == REDIS_REPLY_STRING && t->len < sizeof s->text)
+            memcpy(s->text, t->str, t->len);
     } else {
         s->status = dq__reply_failure(s->c, conn, reply, code, s->queue);
     }
@@ -150,8 +155,8 @@ int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigne
     return s->status;
 }
 
-int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
-                  int nkeys, int nargs, const char **argv, sync_ints *s) {
+int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
+                  int nargs, const char **argv, sync_ints *s) {
     return dq__eval_ints_on(c, queue, queue, flags, script, nkeys, nargs, argv, s);
 }
 

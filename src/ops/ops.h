@@ -11,23 +11,35 @@
 /* ------------------------------------------------------------ scripts (script.c) */
 
 /* Script ids: one per lua/<name>.lua. */
-enum dq__script { DQ__LUA_OFFER, DQ__LUA_TRANSFER, DQ__LUA_CANCEL, DQ__LUA_LOOKUP,
-                  DQ__LUA_STATS, DQ__LUA_TAKE, DQ__LUA_ACK, DQ__LUA_NACK, DQ__LUA_EXTEND,
-                  DQ__LUA_DEAD, DQ__LUA_CONFIG,
-                  DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
-                  DQ__LUA_METRICS, DQ__LUA_LIST, DQ__LUA_SHARDS,
-                  DQ__LUA_RECURRING,
-                  DQ__LUA_SCHEDULES, /* the listing of recurring schedules, no-writes */
-                  DQ__LUA_BEAT, DQ__LUA_CONSUMERS,
-                  DQ__LUA_COUNT };
+enum dq__script {
+    DQ__LUA_OFFER,
+    DQ__LUA_TRANSFER,
+    DQ__LUA_CANCEL,
+    DQ__LUA_LOOKUP,
+    DQ__LUA_STATS,
+    DQ__LUA_TAKE,
+    DQ__LUA_ACK,
+    DQ__LUA_NACK,
+    DQ__LUA_EXTEND,
+    DQ__LUA_DEAD,
+    DQ__LUA_CONFIG,
+    DQ__LUA_DEAD_RO, /* dead.lua's list and count, as no-writes */
+    DQ__LUA_METRICS,
+    DQ__LUA_LIST,
+    DQ__LUA_SHARDS,
+    DQ__LUA_RECURRING,
+    DQ__LUA_SCHEDULES, /* the listing of recurring schedules, no-writes */
+    DQ__LUA_BEAT,
+    DQ__LUA_CONSUMERS,
+    DQ__LUA_COUNT
+};
 
 /* Runs a script on the node serving queue's slot with FCALL (EVAL of its
  * text, with the library loaded before it, when the node lacks the library):
  * argv holds nkeys keys then nargs args. flags as dq__route. Returns as
  * dq__route. */
 int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
-             int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
-             void *privdata);
+             int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn, void *privdata);
 
 /* "FUNCTION LOAD REPLACE <the library>", formatted (malloc'ed, *len bytes),
  * or NULL when out of memory. */
@@ -57,9 +69,8 @@ typedef struct dq__delivery {
  * keeps to 64): a worker whose handlers are quick takes this many at once,
  * as each take and ack has a fixed cost in Redis (src/ops/worker.c). */
 #define DQ__TAKE_BATCH_MAX DQ__ACK_BATCH /* a worker acks a whole take at once */
-int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
-                         int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
-                         dq_take_req **out);
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                         size_t max, dq_take_many_cb *cb, void *privdata, dq_take_req **out);
 
 /* The take script's reply: {} or {lease, entry 1, ..., entry n}
  * (lua/take.lua); lease is 0, or the score of the lease record when leased:
@@ -72,8 +83,8 @@ int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *op
  * cannot decode, or that is no envelope opening under c's keys when c has
  * keys (dq__open_taken), goes to the shard's set-aside list (its lease
  * acked) instead of into msgs. */
-int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request, dq_msg **msgs,
-                          size_t max, int *held);
+int dq__take_reply_decode(const dq__delivery *d, const redisReply *reply, const char *request,
+                          dq_msg **msgs, size_t max, int *held);
 
 /* ------------------------------------------------------------ waiters */
 
@@ -130,12 +141,11 @@ void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n);
  * commands keep call order. */
 void dq__offers_flush(dq_client *c);
 /* dq__eval for the operations: gathered offers go first. */
-int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
-                int nkeys, int nargs, const char **argv, const size_t *argvlen,
-                dq__reply_fn *fn, void *privdata);
+int dq__op_eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
+                int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn, void *privdata);
 /* The same for a plain command on queue's node. */
-int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv,
-                   const size_t *lens, dq__reply_fn *fn, void *privdata);
+int dq__op_command(dq_client *c, const char *queue, int argc, const char **argv, const size_t *lens,
+                   dq__reply_fn *fn, void *privdata);
 
 /* Registers queue in dq:queues unless this client did already: an SADD on
  * the loop, not waited for (registry.c). Called by every offer. */
@@ -246,13 +256,12 @@ typedef struct dq__sync_ints {
     int64_t v[10];
     char text[DQ_HOLDER_MAX + 1];
 } dq__sync_ints;
-int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script,
-                  int nkeys, int nargs, const char **argv, dq__sync_ints *s);
+int dq__eval_ints(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
+                  int nargs, const char **argv, dq__sync_ints *s);
 /* The same on a shard of queue (argv holds the shard's keys). A script's
  * "DQSHARDS n" is learned and returned as DQ__ESHARDS: route again. */
 int dq__eval_ints_on(dq_client *c, const char *queue, const char *shard, unsigned flags,
-                     enum dq__script script, int nkeys, int nargs, const char **argv,
-                     dq__sync_ints *s);
+                     enum dq__script script, int nkeys, int nargs, const char **argv, dq__sync_ints *s);
 /* A shard of a queue (the queue itself when it has one), addressed for a
  * script call: its name, the shard count the call goes by as text (the
  * scripts check it, see shards_refusal in lua/lib/20_counters.lua), and its keys. */
@@ -292,9 +301,8 @@ void dq__open_shown(dq_client *c, const char *queue, const char *id, void **payl
 /* Nacking a leased delivery asynchronously (reliable.c). status: the
  * script's answer (1 retried, 2 buried, 0 stale) or a negative code. */
 typedef void dq__settle_cb(dq_client *c, int status, void *privdata);
-int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
-                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
-                   void *privdata);
+int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+                   const char *error, int attempt, dq__settle_cb *cb, void *privdata);
 
 /* Acks n deliveries (1..DQ__ACK_BATCH) of queue, given by id and token, in
  * one script call; the strings are only read during the call. Each is

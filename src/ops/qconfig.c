@@ -75,8 +75,7 @@ int dq_queue_config_get(dq_client *c, const char *queue, dq_queue_config *out) {
 
 int dq__config_settings_set(dq_client *c, const char *queue, const dq_queue_config *set,
                             dq_queue_config *now) {
-    const int64_t v[4] = {set->lease_ms, set->max_attempts, set->backoff_base_ms,
-                          set->backoff_max_ms};
+    const int64_t v[4] = {set->lease_ms, set->max_attempts, set->backoff_base_ms, set->backoff_max_ms};
     char values[4][24];
     for (int i = 0; i < 4; i++) {
         if (v[i] < DQ_QUEUE_SETTING || v[i] > DQ_DUE_MAX_MS)

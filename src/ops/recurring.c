@@ -156,7 +156,8 @@ static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *s
         return dq__fail(c, DQ_EINVAL, "invalid interval %" PRId64 " ms: at least %d ms", sp->every_ms,
                         DQ_RECURRING_EVERY_MIN_MS);
     if (sp->start_ms < 0 || sp->start_ms > DQ_DUE_MAX_MS || sp->end_ms < 0 || sp->end_ms > DQ_DUE_MAX_MS)
-        return dq__fail(c, DQ_EINVAL, "start or end time out of range (0 to %" PRId64 " ms)", DQ_DUE_MAX_MS);
+        return dq__fail(c, DQ_EINVAL, "start or end time out of range (0 to %" PRId64 " ms)",
+                        DQ_DUE_MAX_MS);
     if (sp->missed < DQ_MISSED_ONE || sp->missed > DQ_MISSED_ALL)
         return dq__fail(c, DQ_EINVAL, "unknown missed policy %d", sp->missed);
     if (sp->payload_len > c->opt.max_payload)
@@ -165,8 +166,9 @@ static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *s
     if (sp->payload_len && !sp->payload) return dq__fail(c, DQ_EINVAL, "payload is NULL");
     /* As for an offer: a client with keys seals it (dq_recurring_set). */
     if (!c->keyring && sp->payload_len && dq__looks_sealed(sp->payload, sp->payload_len))
-        return dq__fail(c, DQ_EINVAL, "the payload starts as a sealed payload does (\\0dqs): set it "
-                                      "with a key file, or change its first bytes");
+        return dq__fail(c, DQ_EINVAL,
+                        "the payload starts as a sealed payload does (\\0dqs): set it "
+                        "with a key file, or change its first bytes");
     return 0;
 }
 
@@ -185,8 +187,8 @@ static int cron_load(dq_client *c, const char *expr, const char *zone, dq__cron 
 }
 
 /* Up to max ticks after after (none past stop, if stop > 0) into out. */
-static size_t cron_ticks(const dq__cron *cr, const dq__zone *z, int64_t after, int64_t stop, int64_t *out,
-                         size_t max) {
+static size_t cron_ticks(const dq__cron *cr, const dq__zone *z, int64_t after, int64_t stop,
+                         int64_t *out, size_t max) {
     size_t n = 0;
     while (n < max) {
         int64_t t = dq__cron_next(cr, z, after);
@@ -202,7 +204,8 @@ static int send_refill(dq_client *c, const char *queue, const char *name, int64_
     dq__keys keys;
     dq__keys_init(&keys, queue);
     char text[REFILL_TICKS + 1][24];
-    const char *argv[7 + REFILL_TICKS] = {keys.z, keys.counters, keys.prefix, keys.chan, "refill", name, text[0]};
+    const char *argv[7 + REFILL_TICKS] = {keys.z,   keys.counters, keys.prefix, keys.chan,
+                                          "refill", name,          text[0]};
     size_t lens[7 + REFILL_TICKS];
     snprintf(text[0], sizeof text[0], "%" PRId64, wlast);
     for (size_t i = 0; i < n; i++) {
@@ -210,7 +213,8 @@ static int send_refill(dq_client *c, const char *queue, const char *name, int64_
         argv[7 + i] = text[i + 1];
     }
     for (size_t i = 0; i < 7 + n; i++) lens[i] = strlen(argv[i]);
-    return dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_RECURRING, 2, (int)(5 + n), argv, lens, fn, privdata);
+    return dq__op_eval(c, queue, DQ__ROUTE_WRITE, DQ__LUA_RECURRING, 2, (int)(5 + n), argv, lens, fn,
+                       privdata);
 }
 
 /* One schedule of a transfer's refill list (4 strings). */
@@ -237,7 +241,8 @@ void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *lis
     if (!list || list->type != REDIS_REPLY_ARRAY || list->elements % 4) return;
     for (size_t i = 0; i < list->elements; i++)
         if (list->element[i]->type != REDIS_REPLY_STRING) return;
-    for (size_t i = 0; i + 4 <= list->elements && i < 4 * 100; i += 4) refill_one(c, queue, list->element + i);
+    for (size_t i = 0; i + 4 <= list->elements && i < 4 * 100; i += 4)
+        refill_one(c, queue, list->element + i);
 }
 
 /* The first ticks of a cron schedule just set (the server's time now). */
@@ -286,9 +291,11 @@ static int set_cron(dq_client *c, const char *queue, const char *name, const dq_
     const char *zone = sp->zone ? sp->zone : "UTC";
     snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
     snprintf(end, sizeof end, "%" PRId64, sp->end_ms);
-    const char *args[9] = {name, "0", start, end, missed_names[sp->missed], sp->cron, payload, "cron", zone};
-    size_t lens[9] = {strlen(name), 1, strlen(start), strlen(end), strlen(missed_names[sp->missed]),
-                      strlen(sp->cron), payload_len, 4, strlen(zone)};
+    const char *args[9] = {name,     "0",     start,  end, missed_names[sp->missed],
+                           sp->cron, payload, "cron", zone};
+    size_t lens[9] = {
+        strlen(name), 1, strlen(start), strlen(end), strlen(missed_names[sp->missed]), strlen(sp->cron),
+        payload_len,  4, strlen(zone)};
     recur_call k;
     int rc = recur_run(c, queue, "set", 9, args, lens, &k);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
@@ -304,8 +311,9 @@ static int set_every(dq_client *c, const char *queue, const char *name, const dq
     snprintf(end, sizeof end, "%" PRId64, spec->end_ms);
     every_text(spec->every_ms, text, sizeof text);
     const char *args[7] = {name, every, start, end, missed_names[spec->missed], text, payload};
-    size_t lens[7] = {strlen(name), strlen(every), strlen(start), strlen(end),
-                      strlen(missed_names[spec->missed]), strlen(text), payload_len};
+    size_t lens[7] = {
+        strlen(name), strlen(every), strlen(start), strlen(end), strlen(missed_names[spec->missed]),
+        strlen(text), payload_len};
     recur_call k;
     int rc = recur_run(c, queue, "set", 7, args, lens, &k);
     if ((rc == 0 || rc == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
@@ -403,7 +411,8 @@ int dq_recurring_list(dq_client *c, const char *queue, dq_recurring **list, size
     if (!rc) rc = dq__check_queue(c, queue);
     unsigned shards = 1;
     if (!rc) rc = dq__shards_fetch(c, queue, &shards);
-    if (!rc && shards < 1) rc = dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
+    if (!rc && shards < 1)
+        rc = dq__fail(c, DQ_EBUSY, "queue %s is changing its shard count: try again", queue);
     int not_durable = 0;
     for (unsigned i = 0; !rc && i < shards; i++) {
         recur_call k;

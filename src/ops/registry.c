@@ -83,8 +83,10 @@ static void sadd_reply(dq__conn *conn, redisReply *reply, int code, void *privda
         if (code != DQ_ECLOSED) forget(nd->c, nd->name); /* lost: the next offer tries again */
     } else if (reply->type == REDIS_REPLY_ERROR && nd->c->registry && !nd->c->registry->refused) {
         nd->c->registry->refused = 1;
-        dq__log(nd->c, "queue registry %s: %s (queue %s is not listed for 'delayq serve'; "
-                "'delayq acl' grants it)", REGISTRY_KEY, reply->str, nd->name);
+        dq__log(nd->c,
+                "queue registry %s: %s (queue %s is not listed for 'delayq serve'; "
+                "'delayq acl' grants it)",
+                REGISTRY_KEY, reply->str, nd->name);
     }
     free(nd);
 }
@@ -132,15 +134,14 @@ typedef struct members {
     size_t n;
 } members;
 
-static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void smembers_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
     members *m = privdata;
     m->done = 1;
     if (reply && reply->type == REDIS_REPLY_ERROR) {
-        m->status = dq__fail(m->c, dq__reply_error_code(reply), "queue registry %s: %s", REGISTRY_KEY, reply->str);
+        m->status = dq__fail(m->c, dq__reply_error_code(reply), "queue registry %s: %s", REGISTRY_KEY,
+                             reply->str);
         return;
     }
     if (!reply || reply->type != REDIS_REPLY_ARRAY) {
@@ -155,7 +156,8 @@ static void smembers_reply(dq__conn *conn, redisReply *reply, int code, void *pr
     for (size_t i = 0; i < reply->elements; i++) {
         const redisReply *e = reply->element[i];
         /* Names only a delayq client would register: others are skipped. */
-        if (e->type != REDIS_REPLY_STRING || strlen(e->str) != e->len || !dq__queue_valid(e->str)) continue;
+        if (e->type != REDIS_REPLY_STRING || strlen(e->str) != e->len || !dq__queue_valid(e->str))
+            continue;
         if (!(m->names[m->n] = strdup(e->str))) {
             m->status = dq__fail(m->c, DQ_ENOMEM, "out of memory");
             return;

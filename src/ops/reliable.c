@@ -170,8 +170,8 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
     int rc = 0;
     if (a->sent > 0) {
         dq__ack_args_pack(args);
-        rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv, args->lens,
-                         ack_call_reply, a);
+        rc = dq__op_eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv,
+                         args->lens, ack_call_reply, a);
     }
     if (a->sent == 0 || rc) free(a);
     else b->calls++;
@@ -204,8 +204,7 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
         free(b);
         return dq__fail(c, DQ_EINVAL, "invalid id or lease token for ack");
     }
-    if (bad)
-        dq__log(c, "queue %s: %zu of %zu acks not sent: invalid id or lease token", queue, bad, n);
+    if (bad) dq__log(c, "queue %s: %zu of %zu acks not sent: invalid id or lease token", queue, bad, n);
     /* Replies come from the loop, never during a send: the count of calls
      * is complete before the first can end the batch. */
     for (unsigned s = 0; s < shards && !rc; s++) rc = ack_send_shard(b, ids, tokens, s, shards);
@@ -219,8 +218,9 @@ int dq__ack_many_async(dq_client *c, const char *queue, const char *const *ids,
 
 /* The nack script's call for a nack, or (release) a release: the script
  * then gives the take back uncounted (see lua/nack.lua). */
-static int nack_send(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
-                     const char *error, int release, dq__settle_cb *cb, void *privdata) {
+static int nack_send(dq_client *c, const char *queue, const char *id, const char *token,
+                     int64_t delay_ms, const char *error, int release, dq__settle_cb *cb,
+                     void *privdata) {
     int rc = check_lease_args(c, queue, id, token);
     if (rc) return rc;
     if (delay_ms > DQ_DUE_MAX_MS) return dq__fail(c, DQ_EINVAL, "nack delay out of range");
@@ -232,16 +232,16 @@ static int nack_send(dq_client *c, const char *queue, const char *id, const char
     snprintf(base, sizeof base, "%" PRId64, c->opt.backoff_base_ms);
     snprintf(cap, sizeof cap, "%" PRId64, c->opt.backoff_max_ms);
     snprintf(frac, sizeof frac, "%.6f", dq__random_uniform(1000001) / 1e6);
-    const char *argv[16] = {k->z, k->counters, k->dead, k->dead_times, k->config, k->prefix, k->chan, id,
-                            token, delay, error ? error : "", base, cap, frac, at.count, "1"};
+    const char *argv[16] = {
+        k->z,  k->counters,        k->dead, k->dead_times, k->config, k->prefix, k->chan, id, token,
+        delay, error ? error : "", base,    cap,           frac,      at.count,  "1"};
     size_t lens[16];
     for (int i = 0; i < 16; i++) lens[i] = strlen(argv[i]);
     return settle_send(c, queue, at.name, DQ__LUA_NACK, 5, release ? 11 : 10, argv, lens, cb, privdata);
 }
 
-int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token,
-                   int64_t delay_ms, const char *error, int attempt, dq__settle_cb *cb,
-                   void *privdata) {
+int dq__nack_async(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
+                   const char *error, int attempt, dq__settle_cb *cb, void *privdata) {
     (void)attempt; /* the script knows it */
     return nack_send(c, queue, id, token, delay_ms, error, 0, cb, privdata);
 }
@@ -286,8 +286,8 @@ int dq_ack(dq_client *c, const char *queue, const char *id, const char *token) {
 }
 
 /* dq_nack and dq_release: nack_send, waited for. */
-static int nack_sync(dq_client *c, const char *queue, const char *id, const char *token, int64_t delay_ms,
-                     const char *error, int release) {
+static int nack_sync(dq_client *c, const char *queue, const char *id, const char *token,
+                     int64_t delay_ms, const char *error, int release) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
     for (int round = 0;; round++) {
         unsigned before = dq__shards_of(c, queue);
@@ -319,7 +319,8 @@ int dq_extend(dq_client *c, const char *queue, const char *id, const char *token
         dq__shard_at at;
         rc = dq__shard_for_id(c, queue, id, round, &at, NULL);
         if (rc) return rc;
-        const char *argv[8] = {at.k.z, at.k.counters, at.k.prefix, id, token, lease, at.k.chan, at.count};
+        const char *argv[8] = {at.k.z, at.k.counters, at.k.prefix, id,
+                               token,  lease,         at.k.chan,   at.count};
         dq__sync_ints s;
         rc = dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_EXTEND, 2, 6, argv, &s);
         if (rc != DQ__ESHARDS) return rc ? rc : (int)s.v[0];

@@ -144,8 +144,10 @@ static void transfer_reply(dq__conn *conn, redisReply *reply, int code, void *pr
         if (dq__reply_is_refusal(reply) && dq__text_is_no_library(reply->str))
             dq__refused(c, "queue %s: transfer refused: %s", s->queue, reply->str);
         else if (dq__reply_is_refusal(reply))
-            dq__refused(c, "queue %s: transfer refused: %s (queue %s needs keys dq:{%s}:* and channel "
-                        "dq:{%s}:w: see 'delayq acl')", s->queue, reply->str, s->queue, s->queue, s->queue);
+            dq__refused(c,
+                        "queue %s: transfer refused: %s (queue %s needs keys dq:{%s}:* and channel "
+                        "dq:{%s}:w: see 'delayq acl')",
+                        s->queue, reply->str, s->queue, s->queue, s->queue);
         else if (reply && reply->type == REDIS_REPLY_ERROR)
             dq__log_error(c, reply->str, "queue %s: transfer failed: %s", s->queue, reply->str);
         else if (!reply && code != DQ_ECLOSED)
@@ -211,17 +213,18 @@ static void transfer(dq__sched *s, int64_t fired_for) {
      * three safety intervals. */
     char lasts[24];
     snprintf(lasts, sizeof lasts, "%d", 3 * c->opt.safety_check_ms);
-    const char *argv[15] = {k->z, k->ready, k->aside, k->counters, k->dead, k->dead_times,
-                            k->signal, k->prefix, k->chan, batch, budget,
-                            fired_for < 0 ? "1" : "0", s->shards_text, dq__process_name(), lasts};
+    const char *argv[15] = {
+        k->z,           k->ready,           k->aside, k->counters, k->dead, k->dead_times,
+        k->signal,      k->prefix,          k->chan,  batch,       budget,  fired_for < 0 ? "1" : "0",
+        s->shards_text, dq__process_name(), lasts};
     size_t lens[15];
     snprintf(batch, sizeof batch, "%d", c->opt.transfer_batch);
     snprintf(budget, sizeof budget, "%d", c->opt.transfer_budget_us);
     for (int i = 0; i < 15; i++) lens[i] = strlen(argv[i]);
     s->sent_at = ev_time();
     dq__sched_core_begin(&s->core, fired_for);
-    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, fired_for < 0 ? 8 : 6, argv, lens, transfer_reply, s) !=
-        0) {
+    if (dq__op_eval(c, s->queue, 0, DQ__LUA_TRANSFER, 7, fired_for < 0 ? 8 : 6, argv, lens,
+                    transfer_reply, s) != 0) {
         /* Not connected: the reconnect runs a catch-up; the safety timer
          * covers the rest. */
         dq__sched_core_failed(&s->core);

@@ -85,7 +85,9 @@ static char *joined(const part *parts, size_t n, size_t *len) {
 
 char *dq__library_text(size_t *len) { return joined(library, sizeof library / sizeof *library, len); }
 
-char *dq__script_text(enum dq__script script, size_t *len) { return joined(scripts[script].eval, 2, len); }
+char *dq__script_text(enum dq__script script, size_t *len) {
+    return joined(scripts[script].eval, 2, len);
+}
 
 char *dq__library_load_command(size_t *len) {
     size_t lib_len;
@@ -106,8 +108,8 @@ char *dq__library_load_command(size_t *len) {
  * as it is, with the library's FUNCTION LOAD to go before it (*pre). The
  * command starts "*<argc>\r\n$5\r\nFCALL\r\n$<n>\r\n<name>\r\n" (or
  * "$8\r\nFCALL_RO\r\n"). */
-static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, size_t *newlen,
-                     char **pre, size_t *pre_len) {
+static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, size_t *newlen, char **pre,
+                     size_t *pre_len) {
     static const char fcall[] = "$5\r\nFCALL\r\n", fcall_ro[] = "$8\r\nFCALL_RO\r\n";
     if (dq__error_class(err->str) != DQ__ERR_NOFUNCTION) return NULL;
     const char *crlf = memchr(cmd, '\n', cmd_len);
@@ -154,7 +156,8 @@ static char *no_library(const redisReply *err, const dq__conn *conn) {
     if (dq__error_class(err->str) != DQ__ERR_NOPERM) return NULL;
     const char *user = conn->ep.user && conn->ep.user[0] ? conn->ep.user : "default";
     dq__buf b = {0};
-    if (dq__buf_printf(&b, "NOPERM %s lacks delayq's function library %s, and user %s may not load it "
+    if (dq__buf_printf(&b,
+                       "NOPERM %s lacks delayq's function library %s, and user %s may not load it "
                        "(nor run EVAL): " NO_LIBRARY_HINT,
                        conn->name, DQ_LUA_LIBRARY_NAME, user) != 0) {
         dq__buf_release(&b);
@@ -170,8 +173,7 @@ int dq__text_is_no_library(const char *text) {
 }
 
 int dq__eval(dq_client *c, const char *queue, unsigned flags, enum dq__script script, int nkeys,
-             int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn,
-             void *privdata) {
+             int nargs, const char **argv, const size_t *argvlen, dq__reply_fn *fn, void *privdata) {
     char nk[21];
     const char *head[3] = {scripts[script].ro ? "FCALL_RO" : "FCALL", scripts[script].fn, nk};
     size_t headlen[3] = {strlen(head[0]), strlen(scripts[script].fn), dq__fmt_i64(nk, nkeys)};

@@ -42,7 +42,8 @@ static int shard_step_ints(dq_client *c, const char *queue, unsigned i, unsigned
     if (rc) return rc;
     const char *argv[5] = {at.k.counters, at.k.ready, at.k.dead_times, op, at.count};
     dq__sync_ints s;
-    return dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_SHARDS, 3, 2, argv, out ? out : &s);
+    return dq__eval_ints_on(c, queue, at.name, DQ__ROUTE_WRITE, DQ__LUA_SHARDS, 3, 2, argv,
+                            out ? out : &s);
 }
 
 static int shard_step(dq_client *c, const char *queue, unsigned i, unsigned shards, const char *op,
@@ -136,7 +137,8 @@ int dq__shards_change(dq_client *c, const char *queue, unsigned n, const dq_queu
         int rc = shard_step_ints(c, queue, 0, 1, "begin", n, &s);
         if (!made(rc)) return rc;
         if (s.count < 2 || s.v[0] < 1 || s.v[0] > 2 || s.v[1] < 1 || s.v[1] > DQ__SHARDS_MAX)
-            return dq__fail(c, DQ_EPROTO, "queue %s: unexpected reply to the start of a shard change", queue);
+            return dq__fail(c, DQ_EPROTO, "queue %s: unexpected reply to the start of a shard change",
+                            queue);
         if (s.v[0] == 2) { /* a cut-off change, ours now */
             if (s.count != 4 || s.v[2] < 1 || s.v[2] > DQ__SHARDS_MAX)
                 return dq__fail(c, DQ_EPROTO, "queue %s: unexpected shard change record", queue);

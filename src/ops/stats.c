@@ -57,7 +57,8 @@ int dq_get_stats(dq_client *c, const char *queue, dq_stats *st) {
             if ((rc = shard_stats(c, queue, i, shards, &one, &told)) != 0) return rc;
             sum.pending += one.pending, sum.ready += one.ready, sum.set_aside += one.set_aside;
             sum.in_flight += one.in_flight, sum.dead += one.dead;
-            if (one.next_due_in_ms >= 0 && (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
+            if (one.next_due_in_ms >= 0 &&
+                (sum.next_due_in_ms < 0 || one.next_due_in_ms < sum.next_due_in_ms))
                 sum.next_due_in_ms = one.next_due_in_ms;
             /* A scheduler of the queue beats on each shard it moves. */
             if (one.schedulers > sum.schedulers) sum.schedulers = one.schedulers;

@@ -200,7 +200,8 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
          * taking long; a cluster says CLUSTERDOWN for every slot while one
          * master is replaced). The script did not run: try again shortly,
          * as while disconnected, until the take's own timeout. */
-        dq__log_error(t->c, reply->str, "queue %s: take waits for the cluster: %s", t->queue, reply->str);
+        dq__log_error(t->c, reply->str, "queue %s: take waits for the cluster: %s", t->queue,
+                      reply->str);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t);
         return;
@@ -267,8 +268,8 @@ static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *repl
         (t->deadline >= 0 && t->deadline <= now))
         return 0;
     t->end_status = dq__reply_failure(t->c, conn, reply, code, t->queue);
-    retry_after(t, dq__backoff_failed(t->c, &t->backoff, reply->str, "queue %s: take failed: %s", t->queue,
-                                      t->c->errstr));
+    retry_after(t, dq__backoff_failed(t->c, &t->backoff, reply->str, "queue %s: take failed: %s",
+                                      t->queue, t->c->errstr));
     return 1;
 }
 
@@ -325,9 +326,9 @@ static void run_script(dq_take_req *t) {
     const dq__keys *k = &t->keys;
     char held[64 * DQ__KEY_ID_LEN * 2 + 1]; /* the key ids this client holds */
     dq__keyring_ids_hex(c->keyring, held, sizeof held);
-    const char *argv[18] = {k->z,   k->ready, k->aside, k->counters, k->signal,
-                            k->config, k->prefix, k->chan, count, lease,
-                            tprefix, max, woke, t->result_key, repeat, held, t->shards_text, t->holder};
+    const char *argv[18] = {k->z,      k->ready,      k->aside, k->counters, k->signal,      k->config,
+                            k->prefix, k->chan,       count,    lease,       tprefix,        max,
+                            woke,      t->result_key, repeat,   held,        t->shards_text, t->holder};
     size_t lens[18];
     for (int i = 0; i < 18; i++) lens[i] = strlen(argv[i]);
     /* A leased take writes what must survive a failover; a plain take
@@ -565,7 +566,8 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     t->ending = 1;
     if (t->token) return;                   /* the script's reply finishes */
-    if (t->wait_out && t->shards == 1) dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
+    if (t->wait_out && t->shards == 1)
+        dq__conn_abort(t->conn, DQ_ECLOSED, "take ended"); /* nothing held */
     else finish(t, t->end_status, NULL, 0);
 }
 
@@ -592,8 +594,10 @@ static dq_take_req *take_new(dq_client *c, const char *queue, const dq_take_opts
         return NULL;
     }
     if (opts && opts->holder && (opts->lease_ms == 0 || !dq__holder_valid(opts->holder))) {
-        *rc = dq__fail(c, DQ_EINVAL, "invalid holder: a leased take's, 1 to %d bytes of UTF-8, no control "
-                       "character", DQ_HOLDER_MAX);
+        *rc = dq__fail(c, DQ_EINVAL,
+                       "invalid holder: a leased take's, 1 to %d bytes of UTF-8, no control "
+                       "character",
+                       DQ_HOLDER_MAX);
         return NULL;
     }
     dq_take_req *t = calloc(1, sizeof *t);
@@ -639,8 +643,8 @@ static void async_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     t->cb(t->c, status, status == 1 ? msgs[0] : NULL, t->privdata);
 }
 
-int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts,
-                     int64_t timeout_ms, dq_take_cb *cb, void *privdata, dq_take_req **out) {
+int dq_take_async_ex(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                     dq_take_cb *cb, void *privdata, dq_take_req **out) {
     if (!cb) return dq__fail(c, DQ_EINVAL, "no callback");
     int rc;
     dq_take_req *t = take_new(c, queue, opts, timeout_ms, 1, &rc);
@@ -657,10 +661,10 @@ static void batch_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
     t->batch_cb(t->c, status, status == 1 ? msgs : NULL, status == 1 ? n : 0, t->privdata);
 }
 
-int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts,
-                         int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
-                         dq_take_req **out) {
-    if (!cb || max == 0 || max > DQ__TAKE_BATCH_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 256 items");
+int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                         size_t max, dq_take_many_cb *cb, void *privdata, dq_take_req **out) {
+    if (!cb || max == 0 || max > DQ__TAKE_BATCH_MAX)
+        return dq__fail(c, DQ_EINVAL, "take between 1 and 256 items");
     int rc;
     dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);
     if (!t) return rc;
@@ -672,15 +676,14 @@ int dq__take_batch_async(dq_client *c, const char *queue, const dq_take_opts *op
     return 0;
 }
 
-int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts,
-                       int64_t timeout_ms, size_t max, dq_take_many_cb *cb, void *privdata,
-                       dq_take_req **out) {
+int dq_take_many_async(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
+                       size_t max, dq_take_many_cb *cb, void *privdata, dq_take_req **out) {
     if (!cb || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
     return dq__take_batch_async(c, queue, opts, timeout_ms, max, cb, privdata, out);
 }
 
-int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,
-                  void *privdata, dq_take_req **out) {
+int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb, void *privdata,
+                  dq_take_req **out) {
     return dq_take_async_ex(c, queue, NULL, timeout_ms, cb, privdata, out);
 }
 
@@ -723,7 +726,8 @@ static void sync_done(dq_take_req *t, int status, dq_msg **msgs, size_t n) {
 int dq_take_many(dq_client *c, const char *queue, const dq_take_opts *opts, int64_t timeout_ms,
                  dq_msg **msgs, size_t max) {
     if (dq__not_in_callback(c)) return DQ_EBUSY;
-    if (!msgs || max == 0 || max > TAKE_MAX) return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
+    if (!msgs || max == 0 || max > TAKE_MAX)
+        return dq__fail(c, DQ_EINVAL, "take between 1 and 64 items");
     sync_take s = {0, 0, msgs, max, 0};
     int rc;
     dq_take_req *t = take_new(c, queue, opts, timeout_ms, max, &rc);

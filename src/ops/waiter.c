@@ -63,7 +63,8 @@ void dq__push_back_tokens(dq_client *c, const char *shard, unsigned n) {
 /* Whether w waits on shard j of owner's queue, by a count of shards. */
 static int waiter_is(const dq__waiter *w, const char *owner, unsigned shards, unsigned j) {
     size_t ol = strlen(owner);
-    return w->index == j && w->shards == shards && strncmp(w->shard, owner, ol) == 0 && w->shard[ol] == '~';
+    return w->index == j && w->shards == shards && strncmp(w->shard, owner, ol) == 0 &&
+           w->shard[ol] == '~';
 }
 
 int dq__waiters_quiet(const dq_client *c, const char *owner, unsigned shards, unsigned j) {

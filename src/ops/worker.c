@@ -227,8 +227,8 @@ static void on_take(dq_client *c, int status, dq_msg **msgs, size_t n, void *pri
         dq__refused(c, "worker %s: take refused: %s", w->queue, c->errstr);
         pause_takes(w, dq__backoff_next(c, &w->backoff, c->errstr));
     } else if (status != DQ_ECLOSED && !ev_is_active(&w->retry)) {
-        pause_takes(w, dq__backoff_failed(c, &w->backoff, c->errstr, "worker %s: take failed: %s", w->queue,
-                                          c->errstr));
+        pause_takes(w, dq__backoff_failed(c, &w->backoff, c->errstr, "worker %s: take failed: %s",
+                                          w->queue, c->errstr));
     }
     w->busy--;
     if (w->stopping || w->orphaned) maybe_free(w);
@@ -248,7 +248,8 @@ static void refill(dq_worker *w) {
         if (!s) return;
         s->w = w;
         s->index = i;
-        if (dq__take_batch_async(w->c, w->queue, &w->opts, -1, (size_t)max, on_take, s, &w->reqs[i]) != 0) {
+        if (dq__take_batch_async(w->c, w->queue, &w->opts, -1, (size_t)max, on_take, s, &w->reqs[i]) !=
+            0) {
             free(s);
             return;
         }
@@ -308,14 +309,15 @@ dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, uns
 static void log_settle_failure(dq_worker *w, int status) {
     if (status == 0) {
         w->counters.stale++;
-        dq__log(w->c, "worker %s: lease had run out before ack/nack; the item went elsewhere",
-                w->queue);
+        dq__log(w->c, "worker %s: lease had run out before ack/nack; the item went elsewhere", w->queue);
     } else if (status == DQ_ENOTDURABLE) {
         dq__log(w->c, "worker %s: ack/nack made but not confirmed by the replicas: %s", w->queue,
                 w->c->errstr);
     } else if (status < 0 && status != DQ_ECLOSED) {
-        dq__log_error(w->c, w->c->errstr, "worker %s: ack/nack failed (%s); the lease will run out and "
-                      "the item come back", w->queue, w->c->errstr);
+        dq__log_error(w->c, w->c->errstr,
+                      "worker %s: ack/nack failed (%s); the lease will run out and "
+                      "the item come back",
+                      w->queue, w->c->errstr);
     }
 }
 
@@ -343,8 +345,10 @@ static void on_acked(dq_client *c, int status, const int *results, size_t n, voi
             log_settle_failure(w, 0);
         } else if (results[i] < 0) {
             w->counters.refused++;
-            dq__log(w->c, "worker %s: an ack was refused (invalid id or token); its lease will "
-                          "run out", w->queue);
+            dq__log(w->c,
+                    "worker %s: an ack was refused (invalid id or token); its lease will "
+                    "run out",
+                    w->queue);
         }
     }
     if (w->stopping || w->orphaned) maybe_free(w);
@@ -360,8 +364,8 @@ static void flush_acks(dq_worker *w) {
         w->settling++;
     } else {
         w->counters.refused += n;
-        dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue,
-                n, w->c->errstr);
+        dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue, n,
+                w->c->errstr);
     }
     for (size_t i = 0; i < n; i++) dq_msg_free(w->acks[i]);
 }
@@ -372,13 +376,13 @@ static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
         w->acks[w->nacks++] = msg; /* freed once its ack is sent */
     } else {
         if (msg->token) {
-            if (dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt,
-                               on_settled, w) == 0)
+            if (dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt, on_settled,
+                               w) == 0)
                 w->settling++;
             else {
                 w->counters.refused++;
-                dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out",
-                        w->queue, msg->id, w->c->errstr);
+                dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out", w->queue,
+                        msg->id, w->c->errstr);
             }
         }
         dq_msg_free(msg);

@@ -157,7 +157,8 @@ static int send_on(rreq *r, dq__node *n) {
         r->asking = 0;
     }
     if (r->pre) {
-        if (dq__conn_send_raw(conn, 0, r->pre, r->pre_len, dq__ignore_reply, NULL) != 0) return DQ_ECONNECT;
+        if (dq__conn_send_raw(conn, 0, r->pre, r->pre_len, dq__ignore_reply, NULL) != 0)
+            return DQ_ECONNECT;
         free(r->pre); /* sent: the connection has its copy */
         r->pre = NULL;
     }
@@ -193,7 +194,8 @@ static void on_role_reply(dq__conn *conn, redisReply *reply, int code, void *pri
      * is no master gets the same, its write is refused anyway (READONLY,
      * retried) and a refused ROLE leaves acked at -1: not confirmed. */
     if (n >= 0 || (reply && reply->type != REDIS_REPLY_ERROR)) send_wait(r, conn, n > 1 ? n : 1);
-    else if (reply) dq__log(r->rt->c, "cannot count the replicas of %s: ROLE: %s", conn->name, reply->str);
+    else if (reply)
+        dq__log(r->rt->c, "cannot count the replicas of %s: ROLE: %s", conn->name, reply->str);
     if (r->replies_left == 0) settle(r);
 }
 
@@ -269,14 +271,9 @@ static void retry_later(rreq *r) {
 static void settle(rreq *r) {
     dq__conn *conn = r->conn;
     switch (r->outcome) {
-    case RESEND:
-        dispatch(r);
-        return;
-    case RETRY_LATER:
-        retry_later(r);
-        return;
-    case DELIVER:
-        break;
+        case RESEND: dispatch(r); return;
+        case RETRY_LATER: retry_later(r); return;
+        case DELIVER: break;
     }
     int code = r->held_code;
     if (!code && r->wait_n != 0 && r->held && r->held->type != REDIS_REPLY_ERROR &&

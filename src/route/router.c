@@ -46,11 +46,15 @@
 
 int dq__reply_is_topology(const redisReply *r) {
     switch (dq__reply_class(r)) {
-    case DQ__ERR_MOVED: case DQ__ERR_ASK: case DQ__ERR_TRYAGAIN: case DQ__ERR_CLUSTERDOWN:
-    case DQ__ERR_READONLY: case DQ__ERR_LOADING: case DQ__ERR_MASTERDOWN: case DQ__ERR_UNBLOCKED:
-        return 1;
-    default:
-        return 0;
+        case DQ__ERR_MOVED:
+        case DQ__ERR_ASK:
+        case DQ__ERR_TRYAGAIN:
+        case DQ__ERR_CLUSTERDOWN:
+        case DQ__ERR_READONLY:
+        case DQ__ERR_LOADING:
+        case DQ__ERR_MASTERDOWN:
+        case DQ__ERR_UNBLOCKED: return 1;
+        default: return 0;
     }
 }
 
@@ -257,13 +261,12 @@ void dq__rt_node_move(dq__node *n, const char *host, int port) {
     node_renew(n, "the master moved", 0);
 }
 
-void dq__rt_node_demoted(dq__node *n) {
-    n->demoted = 1;
-}
+void dq__rt_node_demoted(dq__node *n) { n->demoted = 1; }
 
 int dq__rt_node_renew_demoted(dq__node *n) {
     double now = ev_now(n->rt->c->loop);
-    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head || now - n->renewed_at < RENEW_MIN_S) return 0;
+    if (!n->demoted || n->cmd->state != DQ__UP || n->cmd->head || now - n->renewed_at < RENEW_MIN_S)
+        return 0;
     n->demoted = 0;
     n->renewed_at = now;
     /* node_cmd_down logs it, with "reconnecting". */
@@ -445,7 +448,9 @@ int dq__router_connect(dq_client *c) {
     if (!rt->map_loaded) {
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "no cluster node answered: %.200s",
-                 rt->errstr[0] ? rt->errstr : rt->nodes ? rt->nodes->cmd->errstr : "no nodes");
+                 rt->errstr[0] ? rt->errstr
+                 : rt->nodes   ? rt->nodes->cmd->errstr
+                               : "no nodes");
         return connect_failed(c, DQ_ECONNECT, why);
     }
     return 0;

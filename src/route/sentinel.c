@@ -172,7 +172,8 @@ static void round_end(dq__router *rt) {
          * logged once, not each round. */
         char why[DQ__ERRSTR_MAX];
         snprintf(why, sizeof why, "sentinel %.46s:%d reports a failover of '%.40s' in progress",
-                 rt->c->url.nodes[busy].host, rt->c->url.nodes[busy].port, dq__url_master_shown(&rt->c->url));
+                 rt->c->url.nodes[busy].host, rt->c->url.nodes[busy].port,
+                 dq__url_master_shown(&rt->c->url));
         if (!rt->failover_logged) dq__log(rt->c, "%s; waiting", why);
         rt->failover_logged = 1;
         memcpy(rt->errstr, why, sizeof why);
@@ -246,8 +247,8 @@ static void announcement(dq__router *rt, const char *channel, const char *msg, s
     text[len] = '\0';
     if (strcmp(channel, "+switch-master") == 0) {
         if (sscanf(text, "%127s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5) return;
-    } else if (sscanf(text, "%15s %299s %255s %d @ %127s %255s %d", kind, tag, newh, &newp, name,
-                      oldh, &oldp) != 7) {
+    } else if (sscanf(text, "%15s %299s %255s %d @ %127s %255s %d", kind, tag, newh, &newp, name, oldh,
+                      &oldp) != 7) {
         return;
     }
     if (strcmp(name, rt->c->url.master) != 0) return;

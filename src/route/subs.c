@@ -60,7 +60,8 @@ static void sub_refused(dq__node *n, const redisReply *reply) {
     dq__router *rt = n->rt;
     char host[256];
     int port;
-    if (dq__reply_class(reply) == DQ__ERR_MOVED && rt->slots && dq__rt_redirect_addr(reply, host, sizeof host, &port) == 0) {
+    if (dq__reply_class(reply) == DQ__ERR_MOVED && rt->slots &&
+        dq__rt_redirect_addr(reply, host, sizeof host, &port) == 0) {
         unsigned slot = (unsigned)strtoul(strchr(reply->str, ' ') + 1, NULL, 10) % DQ__SLOTS;
         dq__node *to = dq__rt_node_get(rt, host, port);
         if (to && to != n) {
@@ -77,8 +78,7 @@ static void sub_refused(dq__node *n, const redisReply *reply) {
             if (s->node == n && !s->confirmed) chan = s->channel;
         dq__refused(rt->c, "subscription to %s refused by %s: %s (see 'delayq acl')", chan, n->ep.name,
                     reply->str);
-    } else
-        dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
+    } else dq__log(rt->c, "subscription refused by %s: %s", n->ep.name, reply->str);
     for (dq__sub *s = rt->subs; s; s = s->next)
         if (s->node == n && !s->confirmed) s->node = NULL;
     dq__rt_heal_later(rt); /* the map read attaches them */
@@ -113,19 +113,17 @@ static void push_event(dq__push *p, int event, redisReply *reply, void *privdata
     dq__node *n = privdata;
     dq__router *rt = n->rt;
     switch (event) {
-    case DQ__PUSH_UP:
-        for (dq__sub *s = rt->subs; s; s = s->next)
-            if (s->node == n) send_ssubscribe(s);
-        break;
-    case DQ__PUSH_DOWN:
-        dq__log(rt->c, "wake channel connection lost (%s); reconnecting", dq__push_errstr(p));
-        for (dq__sub *s = rt->subs; s; s = s->next)
-            if (s->node == n) s->confirmed = 0;
-        if (rt->topology == DQ__TOPO_CLUSTER) dq__rt_heal_later(rt);
-        break;
-    case DQ__PUSH_REPLY:
-        push_reply(n, reply);
-        break;
+        case DQ__PUSH_UP:
+            for (dq__sub *s = rt->subs; s; s = s->next)
+                if (s->node == n) send_ssubscribe(s);
+            break;
+        case DQ__PUSH_DOWN:
+            dq__log(rt->c, "wake channel connection lost (%s); reconnecting", dq__push_errstr(p));
+            for (dq__sub *s = rt->subs; s; s = s->next)
+                if (s->node == n) s->confirmed = 0;
+            if (rt->topology == DQ__TOPO_CLUSTER) dq__rt_heal_later(rt);
+            break;
+        case DQ__PUSH_REPLY: push_reply(n, reply); break;
     }
 }
 

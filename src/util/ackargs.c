@@ -55,8 +55,8 @@ static int in_current_group(const dq__ack_args *a, const char *token, size_t len
                             size_t suffix) {
     if (a->groups == 0) return 0;
     size_t h = a->group_at;
-    return a->lens[h] == mid && memcmp(a->argv[h], token, mid) == 0 &&
-           a->lens[h + 1] == len - suffix && memcmp(a->argv[h + 1], token + suffix, len - suffix) == 0;
+    return a->lens[h] == mid && memcmp(a->argv[h], token, mid) == 0 && a->lens[h + 1] == len - suffix &&
+           memcmp(a->argv[h + 1], token + suffix, len - suffix) == 0;
 }
 
 void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token) {

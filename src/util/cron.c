@@ -42,8 +42,8 @@ typedef struct field {
     const char *const *names; /* 3-letter names of lo.., or NULL */
 } field;
 
-static const char *const month_names[] = {"jan", "feb", "mar", "apr", "may", "jun",
-                                          "jul", "aug", "sep", "oct", "nov", "dec", NULL};
+static const char *const month_names[] = {"jan", "feb", "mar", "apr", "may", "jun", "jul",
+                                          "aug", "sep", "oct", "nov", "dec", NULL};
 static const char *const day_names[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat", NULL};
 
 /* One field a line, as a cron line reads (clang-format would pack them). */
@@ -93,7 +93,8 @@ static int parse_item(int i, const char *s, const char *end, uint64_t *bits, cha
         if (*p == '-') {
             p++;
             hi = read_value(f, &p);
-            if (hi < 0) return field_error(err, size, i, s, (size_t)(end - s), "has a range without an end");
+            if (hi < 0)
+                return field_error(err, size, i, s, (size_t)(end - s), "has a range without an end");
         } else if (*p == '/') {
             hi = f->hi; /* "N/S": from N to the field's end */
         }
@@ -132,15 +133,17 @@ static int parse_field(int i, const char *s, size_t len, uint64_t *bits, char *e
 static const struct {
     const char *name, *expr;
 } macros[] = {{"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
-              {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},     {"@midnight", "0 0 * * *"},
+              {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
               {"@hourly", "0 * * * *"}};
 
 int dq__cron_parse(const char *expr, dq__cron *out, char *err, size_t size) {
     if (expr[0] == '@') {
         for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
             if (strcmp(expr, macros[i].name) == 0) return dq__cron_parse(macros[i].expr, out, err, size);
-        snprintf(err, size, "unknown '%.20s': expected @yearly, @annually, @monthly, @weekly, @daily, "
-                            "@midnight or @hourly", expr);
+        snprintf(err, size,
+                 "unknown '%.20s': expected @yearly, @annually, @monthly, @weekly, @daily, "
+                 "@midnight or @hourly",
+                 expr);
         return -1;
     }
     const char *at[5];
@@ -183,9 +186,7 @@ static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static int64_t be64(const unsigned char *p) {
-    return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
-}
+static int64_t be64(const unsigned char *p) { return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4)); }
 
 #define TZIF_MAX (1 << 20)
 
@@ -208,9 +209,7 @@ static long read_file(const char *path, unsigned char **buf) {
 /* ------------------------------------------------------------ the footer's rule */
 
 /* Floor division, for days and weekdays before 1970. */
-static int64_t floor_div(int64_t a, int64_t b) {
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
 /* The civil date of day d since 1970-01-01 (proleptic Gregorian). */
 static void civil(int64_t d, int *month, int *mday) {
@@ -320,7 +319,8 @@ static void footer_extend(dq__zone *z, const char *footer, size_t len, size_t ca
     std = -std; /* POSIX offsets count west of Greenwich */
     dst = std + 3600;
     if (*p != ',' && tz_time(&p, &dst) == 0) dst = -dst;
-    if (*p++ != ',' || tz_rule_parse(&p, &start) != 0 || *p++ != ',' || tz_rule_parse(&p, &end) != 0 || *p)
+    if (*p++ != ',' || tz_rule_parse(&p, &start) != 0 || *p++ != ',' || tz_rule_parse(&p, &end) != 0 ||
+        *p)
         return;
     int64_t last = z->n ? z->at[z->n - 1] : INT64_MIN;
     int64_t y0 = z->n ? 1970 + floor_div(last, 31556952) : 1970; /* about the year of the last one */

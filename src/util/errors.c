@@ -22,24 +22,23 @@
 
 #include "util.h"
 
-const char *dq_strerror(int code)
-{
+const char *dq_strerror(int code) {
     switch (code) {
-    case DQ_OK: return "success";
-    case DQ_EINVAL: return "invalid argument";
-    case DQ_ETOOBIG: return "payload too large";
-    case DQ_ECONNECT: return "cannot connect to Redis";
-    case DQ_ETIMEDOUT: return "timed out";
-    case DQ_EAUTH: return "authentication failed";
-    case DQ_EWRONGTYPE: return "wrong key type in Redis";
-    case DQ_EREDIS: return "Redis error";
-    case DQ_EPROTO: return "protocol error";
-    case DQ_ENOMEM: return "out of memory";
-    case DQ_ECLOSED: return "closed";
-    case DQ_EBUSY: return "busy";
-    case DQ_ENOTDURABLE: return "not confirmed by enough replicas";
-    case DQ_EKEY: return "sealed with a key this client does not hold";
-    default: return "unknown error";
+        case DQ_OK: return "success";
+        case DQ_EINVAL: return "invalid argument";
+        case DQ_ETOOBIG: return "payload too large";
+        case DQ_ECONNECT: return "cannot connect to Redis";
+        case DQ_ETIMEDOUT: return "timed out";
+        case DQ_EAUTH: return "authentication failed";
+        case DQ_EWRONGTYPE: return "wrong key type in Redis";
+        case DQ_EREDIS: return "Redis error";
+        case DQ_EPROTO: return "protocol error";
+        case DQ_ENOMEM: return "out of memory";
+        case DQ_ECLOSED: return "closed";
+        case DQ_EBUSY: return "busy";
+        case DQ_ENOTDURABLE: return "not confirmed by enough replicas";
+        case DQ_EKEY: return "sealed with a key this client does not hold";
+        default: return "unknown error";
     }
 }
 
@@ -50,14 +49,22 @@ static const struct {
     const char *word;
     enum dq__errclass class;
 } codes[] = {
-    {"NOSCRIPT", DQ__ERR_NOSCRIPT},     {"MOVED", DQ__ERR_MOVED},
-    {"ASK", DQ__ERR_ASK},               {"TRYAGAIN", DQ__ERR_TRYAGAIN},
-    {"CLUSTERDOWN", DQ__ERR_CLUSTERDOWN}, {"READONLY", DQ__ERR_READONLY},
-    {"LOADING", DQ__ERR_LOADING},       {"BUSY", DQ__ERR_BUSY},
-    {"NOREPLICAS", DQ__ERR_NOREPLICAS}, {"MISCONF", DQ__ERR_MISCONF},
-    {"OOM", DQ__ERR_OOM},               {"NOPERM", DQ__ERR_NOPERM},
-    {"MASTERDOWN", DQ__ERR_MASTERDOWN}, {"UNBLOCKED", DQ__ERR_UNBLOCKED},
-    {"WRONGTYPE", DQ__ERR_WRONGTYPE},   {"NOAUTH", DQ__ERR_NOAUTH},
+    {"NOSCRIPT", DQ__ERR_NOSCRIPT},
+    {"MOVED", DQ__ERR_MOVED},
+    {"ASK", DQ__ERR_ASK},
+    {"TRYAGAIN", DQ__ERR_TRYAGAIN},
+    {"CLUSTERDOWN", DQ__ERR_CLUSTERDOWN},
+    {"READONLY", DQ__ERR_READONLY},
+    {"LOADING", DQ__ERR_LOADING},
+    {"BUSY", DQ__ERR_BUSY},
+    {"NOREPLICAS", DQ__ERR_NOREPLICAS},
+    {"MISCONF", DQ__ERR_MISCONF},
+    {"OOM", DQ__ERR_OOM},
+    {"NOPERM", DQ__ERR_NOPERM},
+    {"MASTERDOWN", DQ__ERR_MASTERDOWN},
+    {"UNBLOCKED", DQ__ERR_UNBLOCKED},
+    {"WRONGTYPE", DQ__ERR_WRONGTYPE},
+    {"NOAUTH", DQ__ERR_NOAUTH},
     {"WRONGPASS", DQ__ERR_NOAUTH},
 };
 
@@ -97,11 +104,13 @@ enum dq__errclass dq__error_class(const char *text) {
 
 int dq__error_persists(const char *text) {
     switch (dq__error_class(text)) {
-    case DQ__ERR_OOM: case DQ__ERR_MISCONF: case DQ__ERR_NOREPLICAS:
-    case DQ__ERR_READONLY: case DQ__ERR_LOADING: case DQ__ERR_BUSY:
-        return 1;
-    default:
-        return 0;
+        case DQ__ERR_OOM:
+        case DQ__ERR_MISCONF:
+        case DQ__ERR_NOREPLICAS:
+        case DQ__ERR_READONLY:
+        case DQ__ERR_LOADING:
+        case DQ__ERR_BUSY: return 1;
+        default: return 0;
     }
 }
 

@@ -22,14 +22,11 @@
 /* Set once sodium_init() has succeeded, so later calls skip its lock. */
 static atomic_int crypto_ready;
 
-int dq__crypto_init(void)
-{
-    if (atomic_load_explicit(&crypto_ready, memory_order_acquire))
-        return 0;
+int dq__crypto_init(void) {
+    if (atomic_load_explicit(&crypto_ready, memory_order_acquire)) return 0;
     /* sodium_init() is itself thread-safe and idempotent: 0 on the first
      * success, 1 when already done, -1 on failure. */
-    if (sodium_init() < 0)
-        return -1;
+    if (sodium_init() < 0) return -1;
     atomic_store_explicit(&crypto_ready, 1, memory_order_release);
     return 0;
 }
@@ -47,20 +44,17 @@ static _Thread_local unsigned char random_block[RANDOM_BLOCK];
 static _Thread_local size_t random_used = RANDOM_BLOCK;
 static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
 
-static void random_forget_in_child(void)
-{
+static void random_forget_in_child(void) {
     sodium_memzero(random_block, sizeof random_block);
     random_used = RANDOM_BLOCK;
 }
 
-static void install_fork_handler(void)
-{
+static void install_fork_handler(void) {
     /* On failure (ENOMEM) ids stay unique per process, not across forks. */
     (void)pthread_atfork(NULL, NULL, random_forget_in_child);
 }
 
-static void random_take(unsigned char *out, size_t n)
-{
+static void random_take(unsigned char *out, size_t n) {
     (void)pthread_once(&fork_handler_once, install_fork_handler);
     if (random_used + n > RANDOM_BLOCK) {
         randombytes_buf(random_block, sizeof random_block);
@@ -71,13 +65,12 @@ static void random_take(unsigned char *out, size_t n)
     random_used += n;
 }
 
-void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
-{
+void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1]) {
     unsigned char bin[ID_RANDOM_BYTES];
-    _Static_assert(sodium_base64_ENCODED_LEN(ID_RANDOM_BYTES,
-                                             sodium_base64_VARIANT_URLSAFE_NO_PADDING) ==
-                       DQ_ID_GENERATED_LEN + 1,
-                   "generated id length");
+    _Static_assert(
+        sodium_base64_ENCODED_LEN(ID_RANDOM_BYTES, sodium_base64_VARIANT_URLSAFE_NO_PADDING) ==
+            DQ_ID_GENERATED_LEN + 1,
+        "generated id length");
     /* randombytes works before sodium_init (it stirs on first use); the
      * init only picks the faster implementation, so failure is harmless. */
     (void)dq__crypto_init();
@@ -90,8 +83,7 @@ void dq__id_generate(char out[DQ_ID_GENERATED_LEN + 1])
     } while (out[0] == '-');
 }
 
-void dq__random_bytes(unsigned char *out, size_t n)
-{
+void dq__random_bytes(unsigned char *out, size_t n) {
     (void)dq__crypto_init();
     while (n > 0) {
         size_t k = n < ID_RANDOM_BYTES ? n : ID_RANDOM_BYTES;
@@ -100,26 +92,21 @@ void dq__random_bytes(unsigned char *out, size_t n)
     }
 }
 
-uint32_t dq__random_uniform(uint32_t upper)
-{
+uint32_t dq__random_uniform(uint32_t upper) {
     (void)dq__crypto_init();
     return randombytes_uniform(upper);
 }
 
-char *dq__base64_encode(const void *data, size_t len)
-{
+char *dq__base64_encode(const void *data, size_t len) {
     static const unsigned char empty[1];
     size_t size;
     char *out;
     /* sodium_base64_ENCODED_LEN is about len * 4 / 3 and would wrap for
      * lengths near SIZE_MAX. */
-    if (len > (SIZE_MAX / 4 - 1) * 3)
-        return NULL;
+    if (len > (SIZE_MAX / 4 - 1) * 3) return NULL;
     size = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
     out = malloc(size);
-    if (out == NULL)
-        return NULL;
-    sodium_bin2base64(out, size, data != NULL ? data : empty, len,
-                      sodium_base64_VARIANT_ORIGINAL);
+    if (out == NULL) return NULL;
+    sodium_bin2base64(out, size, data != NULL ? data : empty, len, sodium_base64_VARIANT_ORIGINAL);
     return out;
 }

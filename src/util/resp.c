@@ -32,8 +32,8 @@ static char *put_bulk(char *p, const char *s, size_t len) {
  * array into a malloc'ed buffer (*out, freed with free). Returns its length,
  * or -1 when out of memory. hiredis's formatter calls sprintf per argument;
  * this is on the path of every request. */
-long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
-                           int argc, const char **argv, const size_t *argvlen) {
+long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen, int argc,
+                        const char **argv, const size_t *argvlen) {
     size_t room = 1 + 20 + 2 + 1; /* + a NUL: see below */
     for (int i = 0; i < nhead; i++) room += BULK_FRAME + headlen[i];
     for (int i = 0; i < argc; i++) room += BULK_FRAME + argvlen[i];

@@ -100,12 +100,13 @@ void dq__keyring_free(dq__keyring *kr) {
 
 /* Parses one key line (len bytes, no newline) into key and id. Returns 0
  * or -1 with why in err. */
-static int parse_line(const char *line, size_t len, unsigned char *key, unsigned char *id,
-                      char *err, size_t errlen) {
+static int parse_line(const char *line, size_t len, unsigned char *key, unsigned char *id, char *err,
+                      size_t errlen) {
     char hexid[DQ__KEY_ID_LEN * 2 + 1], b64[64];
     const char *sp1 = memchr(line, ' ', len);
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', len - (size_t)(sp1 + 1 - line)) : NULL;
-    if (!sp2 || (size_t)(sp1 - line) != sizeof LINE_TAG - 1 || memcmp(line, LINE_TAG, sizeof LINE_TAG - 1) != 0) {
+    if (!sp2 || (size_t)(sp1 - line) != sizeof LINE_TAG - 1 ||
+        memcmp(line, LINE_TAG, sizeof LINE_TAG - 1) != 0) {
         snprintf(err, errlen, "not a key line (expected '" LINE_TAG " KEYID KEY')");
         return -1;
     }
@@ -120,9 +121,10 @@ static int parse_line(const char *line, size_t len, unsigned char *key, unsigned
     b64[kl] = '\0';
     size_t got = 0;
     unsigned char want[DQ__KEY_ID_LEN];
-    int bad = sodium_base642bin(key, KEY_LEN, b64, kl, NULL, &got, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
-              got != KEY_LEN ||
-              sodium_hex2bin(want, sizeof want, hexid, idl, NULL, &got, NULL) != 0 || got != sizeof want;
+    int bad = sodium_base642bin(key, KEY_LEN, b64, kl, NULL, &got, NULL,
+                                sodium_base64_VARIANT_ORIGINAL) != 0 ||
+              got != KEY_LEN || sodium_hex2bin(want, sizeof want, hexid, idl, NULL, &got, NULL) != 0 ||
+              got != sizeof want;
     sodium_memzero(b64, sizeof b64);
     if (bad) {
         snprintf(err, errlen, "malformed key id or key");
@@ -159,7 +161,8 @@ int dq__keyring_parse(const char *text, size_t len, dq__keyring **out, char *err
             char why[96];
             if (memchr(text + at, '\0', l) ||
                 parse_line(text + at, l, kr->keys + kr->n * KEY_LEN, kr->ids[kr->n], why, sizeof why)) {
-                snprintf(err, errlen, "line %zu: %s", lineno, memchr(text + at, '\0', l) ? "a NUL byte" : why);
+                snprintf(err, errlen, "line %zu: %s", lineno,
+                         memchr(text + at, '\0', l) ? "a NUL byte" : why);
                 dq__keyring_free(kr);
                 return DQ_EINVAL;
             }
@@ -219,7 +222,8 @@ int dq__keyring_load(const char *path, dq__keyring **out, char *err, size_t errl
 
 int dq__key_line(char *line, size_t size) {
     unsigned char key[KEY_LEN], id[DQ__KEY_ID_LEN];
-    char hex[DQ__KEY_ID_LEN * 2 + 1], b64[sodium_base64_ENCODED_LEN(KEY_LEN, sodium_base64_VARIANT_ORIGINAL)];
+    char hex[DQ__KEY_ID_LEN * 2 + 1],
+        b64[sodium_base64_ENCODED_LEN(KEY_LEN, sodium_base64_VARIANT_ORIGINAL)];
     randombytes_buf(key, sizeof key);
     key_id_of(key, id);
     dq__key_id_hex(id, hex);
@@ -305,8 +309,8 @@ static int open_ad(dq__keyring *kr, size_t which, const unsigned char *ad, size_
     if (!pt) return DQ_ENOMEM;
     unsigned long long plen = 0;
     dq__keyring_use(kr);
-    int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(pt, &plen, NULL, nonce + NONCE_LEN, clen, ad, adl, nonce,
-                                                         kr->keys + which * KEY_LEN);
+    int bad = crypto_aead_xchacha20poly1305_ietf_decrypt(pt, &plen, NULL, nonce + NONCE_LEN, clen, ad,
+                                                         adl, nonce, kr->keys + which * KEY_LEN);
     dq__keyring_done(kr);
     if (bad) {
         free(pt);
@@ -317,8 +321,8 @@ static int open_ad(dq__keyring *kr, size_t which, const unsigned char *ad, size_
     return 0;
 }
 
-int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
-             const void *env, size_t len, unsigned char **out, size_t *out_len) {
+int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len, const void *env,
+             size_t len, unsigned char **out, size_t *out_len) {
     unsigned char kid[DQ__KEY_ID_LEN];
     if (!dq__sealed(env, len, kid)) return DQ_EINVAL;
     size_t which = kr ? kr->n : 0;
@@ -344,19 +348,17 @@ int dq__looks_sealed(const void *payload, size_t len) {
  * DQ_EINVAL with why, or 1 when it may go as it is (a client without keys
  * reads every payload as it is; one that allows plaintext, one that does
  * not look sealed). */
-static int not_envelope(const dq__keyring *kr, int allow_plain, const unsigned char *p, size_t len, char *why,
-                        size_t whylen) {
+static int not_envelope(const dq__keyring *kr, int allow_plain, const unsigned char *p, size_t len,
+                        char *why, size_t whylen) {
     int looks = dq__looks_sealed(p, len);
     /* "\0dqs" then the version, '1', or nothing: an envelope cut short. */
     int cut = len < DQ__SEAL_MAGIC_LEN || p[DQ__SEAL_MAGIC_LEN - 1] == magic[DQ__SEAL_MAGIC_LEN - 1];
     if (!kr || (allow_plain && !looks)) return 1;
-    if (!looks)
-        snprintf(why, whylen, "payload not sealed, taken by a client that holds keys");
+    if (!looks) snprintf(why, whylen, "payload not sealed, taken by a client that holds keys");
     else if (cut)
         snprintf(why, whylen, "sealed payload cut short (%zu bytes, an envelope has at least %d)", len,
                  DQ__SEAL_OVERHEAD);
-    else
-        snprintf(why, whylen, "sealed payload of an unknown format (not \\0dqs1)");
+    else snprintf(why, whylen, "sealed payload of an unknown format (not \\0dqs1)");
     return DQ_EINVAL;
 }
 
@@ -371,7 +373,8 @@ int dq__open_taken(dq__keyring *kr, int allow_plain, const char *queue, const ch
     if (rc == 0) return 0;
     dq__key_id_hex(kid, hex);
     if (rc == DQ_EKEY) snprintf(why, whylen, "sealed with key %s, which the taking client lacked", hex);
-    else if (rc == DQ_EPROTO) snprintf(why, whylen, "sealed payload failed authentication (key %s)", hex);
+    else if (rc == DQ_EPROTO)
+        snprintf(why, whylen, "sealed payload failed authentication (key %s)", hex);
     else snprintf(why, whylen, "sealed payload (key %s): out of memory", hex);
     return rc;
 }

@@ -17,8 +17,7 @@
  * Bitwise rather than from a 256-entry table: keys are a few dozen bytes and
  * a slot is computed once per command, so the eight shifts per byte cost
  * less than a table would in cache, and there is no table to get wrong. */
-static unsigned crc16_xmodem(const unsigned char *p, size_t len)
-{
+static unsigned crc16_xmodem(const unsigned char *p, size_t len) {
     unsigned crc = 0;
     size_t i;
     int bit;
@@ -30,8 +29,7 @@ static unsigned crc16_xmodem(const unsigned char *p, size_t len)
     return crc;
 }
 
-unsigned dq__key_slot(const char *key, size_t len)
-{
+unsigned dq__key_slot(const char *key, size_t len) {
     const unsigned char *k = (const unsigned char *)key;
     size_t open, close;
 

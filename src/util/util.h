@@ -93,8 +93,8 @@ const char *dq__url_master_shown(const dq__url *u);
 
 /* Formats head[0..nhead-1] then argv[0..argc-1] as one RESP command into a
  * malloc'ed *out (the caller frees). Returns its length, or -1 (no memory). */
-long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen,
-                        int argc, const char **argv, const size_t *argvlen);
+long dq__format_command(char **out, int nhead, const char **head, const size_t *headlen, int argc,
+                        const char **argv, const size_t *argvlen);
 
 /* ------------------------------------------------------------ cluster slots (slot.c) */
 
@@ -181,8 +181,8 @@ int dq__entry_decode(const char *buf, size_t len, dq__entry *out);
 /* Builds a set-aside entry "1|reason|idlen|<id><raw>" (the same format the
  * Lua scripts write) into a malloc'ed buffer; *len gets its length.
  * Returns NULL when out of memory. The caller frees. */
-char *dq__aside_encode(const char *reason, const char *id, size_t id_len,
-                       const char *raw, size_t raw_len, size_t *len);
+char *dq__aside_encode(const char *reason, const char *id, size_t id_len, const char *raw,
+                       size_t raw_len, size_t *len);
 
 /* ------------------------------------------------------------ ids (ids.c) */
 
@@ -232,8 +232,7 @@ size_t dq__utf8_seq(const void *data, size_t len);
  * When len > max, or when out is too small for the rest, the text is cut
  * after a whole character or escape and "..." follows. Nothing is cut when
  * max >= len and size >= 4 * len + 1. Returns the length written. */
-size_t dq__escape(char *out, size_t size, const void *data, size_t len, size_t max,
-                  unsigned flags);
+size_t dq__escape(char *out, size_t size, const void *data, size_t len, size_t max, unsigned flags);
 
 /* A growing byte buffer. Invariant: when data != NULL, data[len] == '\0'
  * (not counted in len). */
@@ -243,8 +242,7 @@ typedef struct dq__buf {
 } dq__buf;
 /* Append len bytes, or printf-formatted text. Return 0 or DQ_ENOMEM. */
 int dq__buf_append(dq__buf *b, const void *data, size_t len);
-int dq__buf_printf(dq__buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int dq__buf_printf(dq__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dq__buf_release(dq__buf *b);
 
 /* ------------------------------------------------------------ sealing (seal.c) */
@@ -293,8 +291,8 @@ int dq__seal_schedule(dq__keyring *kr, const char *queue, const char *name, cons
  * DQ_EKEY (kr, which may be NULL, holds no key of that id), DQ_EPROTO (it
  * does not open: tampered, or moved from another item, schedule or queue),
  * DQ_EINVAL (no envelope), DQ_ENOMEM. */
-int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len,
-             const void *env, size_t len, unsigned char **out, size_t *out_len);
+int dq__open(dq__keyring *kr, const char *queue, const char *id, size_t id_len, const void *env,
+             size_t len, unsigned char **out, size_t *out_len);
 /* What a client holding kr (NULL: none) makes of the payload of item id of
  * queue it took (allow_plain: dq_options.allow_plaintext). Returns 0 (*out
  * as dq__open's), 1 (deliver the payload as it is: a client without keys, or
@@ -463,10 +461,10 @@ int64_t dq__cron_next(const dq__cron *c, const dq__zone *z, int64_t after_ms);
 #define DQ__NONE ((int64_t)-1)
 
 typedef struct dq__sched_core {
-    int64_t next_due;   /* earliest pending due (server ms) known, or -1   */
-    int in_flight;      /* a transfer run is outstanding                   */
-    int64_t fired_for;  /* due time the running transfer was fired for, -1 */
-    int64_t heard_min;  /* earliest due announced during the run, or -1    */
+    int64_t next_due; /* earliest pending due (server ms) known, or -1   */
+    int in_flight; /* a transfer run is outstanding                   */
+    int64_t fired_for; /* due time the running transfer was fired for, -1 */
+    int64_t heard_min; /* earliest due announced during the run, or -1    */
     int stagger_ms;
 } dq__sched_core;
 

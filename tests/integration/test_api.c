@@ -9,8 +9,7 @@
 
 /* ------------------------------------------------------------ connecting */
 
-static void test_strerror(void **state)
-{
+static void test_strerror(void **state) {
     (void)state;
     for (int code = DQ_OK; code >= DQ_EBUSY; code--) {
         const char *s = dq_strerror(code);
@@ -22,8 +21,7 @@ static void test_strerror(void **state)
     assert_string_not_equal(dq_strerror(DQ_EINVAL), dq_strerror(DQ_ECONNECT));
 }
 
-static void connect_expect(const char *url, int want, int64_t max_ms)
-{
+static void connect_expect(const char *url, int want, int64_t max_ms) {
     dq_options o;
     dq_options_init(&o);
     o.connect_timeout_ms = 2000;
@@ -33,8 +31,8 @@ static void connect_expect(const char *url, int want, int64_t max_ms)
     int rc = dq_connect(c, url);
     int64_t took = dqt_mono_ms() - t0;
     if (rc != want)
-        print_error("dq_connect(\"%s\") = %d (%s), want %d; errstr: %s\n", url, rc,
-                    dq_strerror(rc), want, dq_client_errstr(c));
+        print_error("dq_connect(\"%s\") = %d (%s), want %d; errstr: %s\n", url, rc, dq_strerror(rc),
+                    want, dq_client_errstr(c));
     size_t errlen = strlen(dq_client_errstr(c));
     int multiline = strchr(dq_client_errstr(c), '\n') != NULL;
     dq_client_free(c); /* before asserting: a failure is not also a leak */
@@ -48,8 +46,7 @@ static void connect_expect(const char *url, int want, int64_t max_ms)
     assert_true(took <= max_ms * dqt_slow());
 }
 
-static void test_connect_bad_url(void **state)
-{
+static void test_connect_bad_url(void **state) {
     (void)state;
     const char *bad[] = {
         "",
@@ -61,12 +58,10 @@ static void test_connect_bad_url(void **state)
         "redis://127.0.0.1:6379/notadb",
         "unix://",
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        connect_expect(bad[i], DQ_EINVAL, 1000);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) connect_expect(bad[i], DQ_EINVAL, 1000);
 }
 
-static void test_connect_closed_port(void **state)
-{
+static void test_connect_closed_port(void **state) {
     (void)state;
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", dqt_closed_port());
@@ -75,8 +70,7 @@ static void test_connect_closed_port(void **state)
 
 /* A server that accepts the TCP connection but never answers: the
  * handshake times out after connect_timeout_ms. */
-static void test_connect_silent_server(void **state)
-{
+static void test_connect_silent_server(void **state) {
     (void)state;
     int port;
     int fd = dqt_loopback_socket(&port);
@@ -105,8 +99,7 @@ static void test_connect_silent_server(void **state)
 
 /* A command that gets no reply within command_timeout_ms fails with
  * DQ_ETIMEDOUT; the client works again once Redis answers. */
-static void test_command_timeout(void **state)
-{
+static void test_command_timeout(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "cmdtmo");
@@ -132,8 +125,7 @@ static void test_command_timeout(void **state)
     int rc = -1;
     while (dqt_mono_ms() < end) {
         rc = dq_get_stats(c, q, &st);
-        if (rc == 0)
-            break;
+        if (rc == 0) break;
         dqt_run_for(c, 0.05);
     }
     DQT_EXPECT(c, rc, 0);
@@ -142,8 +134,7 @@ static void test_command_timeout(void **state)
     dq_client_free(c);
 }
 
-static void test_connect_ok(void **state)
-{
+static void test_connect_ok(void **state) {
     (void)state;
     connect_expect(dqt_url(), 0, 2000);
     /* The same server with an explicit db number. */
@@ -155,8 +146,7 @@ static void test_connect_ok(void **state)
 
 /* ------------------------------------------------------------ offer and take */
 
-static void test_roundtrip_binary(void **state)
-{
+static void test_roundtrip_binary(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "bin");
@@ -197,8 +187,7 @@ static void test_roundtrip_binary(void **state)
     dq_client_free(c);
 }
 
-static void test_generated_id(void **state)
-{
+static void test_generated_id(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "gen");
@@ -210,8 +199,8 @@ static void test_generated_id(void **state)
     assert_int_equal(strlen(a.id), DQ_ID_GENERATED_LEN);
     assert_string_not_equal(a.id, b.id);
     for (size_t i = 0; i < DQ_ID_GENERATED_LEN; i++)
-        assert_non_null(strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
-                               a.id[i]));
+        assert_non_null(
+            strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", a.id[i]));
     assert_int_equal(a.status, DQ_ADDED);
     assert_int_equal(b.status, DQ_ADDED);
     dq_item_info info;
@@ -224,8 +213,7 @@ static void test_generated_id(void **state)
 /* One client's takes share result keys (for the lost-reply replay): a
  * hundred takes one after the other leave one key, and two takes out at
  * once two. */
-static void on_async_take(dq_client *c, int status, dq_msg *msg, void *privdata)
-{
+static void on_async_take(dq_client *c, int status, dq_msg *msg, void *privdata) {
     (void)c;
     int *left = privdata;
     assert_int_equal(status, 1);
@@ -233,15 +221,13 @@ static void on_async_take(dq_client *c, int status, dq_msg *msg, void *privdata)
     (*left)--;
 }
 
-static void test_take_result_keys_bounded(void **state)
-{
+static void test_take_result_keys_bounded(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "rkeys");
     dq_client *c = dqt_client(NULL);
     dq_item it = {.payload = "x", .payload_len = 1, .delay_ms = 0};
-    for (int i = 0; i < 102; i++)
-        DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
+    for (int i = 0; i < 102; i++) DQT_EXPECT(c, dq_offer(c, q, &it, NULL), 0);
     DQT_EXPECT(c, dq_schedule(c, q), 0);
     for (int i = 0; i < 100; i++) {
         dq_msg *m = NULL;
@@ -257,8 +243,7 @@ static void test_take_result_keys_bounded(void **state)
     int left = 2;
     DQT_EXPECT(c, dq_take_async(c, q, 5000, on_async_take, &left, NULL), 0);
     DQT_EXPECT(c, dq_take_async(c, q, 5000, on_async_take, &left, NULL), 0);
-    for (int i = 0; i < 100 && left > 0; i++)
-        dqt_run_for(c, 0.05);
+    for (int i = 0; i < 100 && left > 0; i++) dqt_run_for(c, 0.05);
     assert_int_equal(left, 0);
     r = dqt_redis("KEYS %s", pattern);
     assert_int_equal(r->elements, 2);
@@ -267,8 +252,7 @@ static void test_take_result_keys_bounded(void **state)
 }
 
 /* A delayed item is not delivered before its due time, then promptly. */
-static void test_delay_respected(void **state)
-{
+static void test_delay_respected(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "delay");
@@ -296,8 +280,7 @@ static void test_delay_respected(void **state)
     assert_int_equal(m->due_ms, res.due_ms);
     assert_true(m->ready_ms >= m->due_ms);
     assert_true(dqt_server_ms() >= res.due_ms);
-    if (dqt_slow() == 1)
-        assert_true(m->ready_ms - m->due_ms < 500);
+    if (dqt_slow() == 1) assert_true(m->ready_ms - m->due_ms < 500);
     dq_msg_free(m);
 
     assert_int_equal(dqt_wait_moved(c, 1, 2), 1);
@@ -313,8 +296,7 @@ static void test_delay_respected(void **state)
 }
 
 /* An absolute due time in the past means now, even with later items pending. */
-static void test_due_in_past(void **state)
-{
+static void test_due_in_past(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "past");
@@ -355,8 +337,7 @@ static void test_due_in_past(void **state)
     dq_client_free(c);
 }
 
-static void test_offer_many(void **state)
-{
+static void test_offer_many(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "many");
@@ -410,8 +391,7 @@ static void test_offer_many(void **state)
  * slot holding them cannot split by score. All come out in offer order
  * (the ordinals run out after 2048: those past it share the last score and
  * must still all arrive), taken with leases and acked. */
-static void test_one_millisecond(void **state)
-{
+static void test_one_millisecond(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "onems");
@@ -467,8 +447,7 @@ static void test_one_millisecond(void **state)
 
 /* ------------------------------------------------------------ cancel, lookup, stats */
 
-static void test_cancel_lookup(void **state)
-{
+static void test_cancel_lookup(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "cancel");
@@ -524,8 +503,7 @@ static void test_cancel_lookup(void **state)
 
 /* dq_lookup_item: the payload whole (payload_max 0) or cut with its whole
  * size, binary bytes kept; an unknown id has none; bad input fills nothing. */
-static void test_lookup_item(void **state)
-{
+static void test_lookup_item(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "lookupitem");
@@ -561,8 +539,7 @@ static void test_lookup_item(void **state)
     dq_client_free(c);
 }
 
-static void test_stats(void **state)
-{
+static void test_stats(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "stats");
@@ -592,8 +569,7 @@ static void test_stats(void **state)
 /* dq_get_metrics_many: each queue's figures as dq_get_metrics gives them,
  * and each failure on its own queue (a bad name, a corrupt total), never
  * sinking the others. */
-static void test_metrics_many(void **state)
-{
+static void test_metrics_many(void **state) {
     (void)state;
     char q[3][64];
     dq_client *c = dqt_client(NULL);
@@ -634,8 +610,7 @@ static void test_metrics_many(void **state)
 
 /* ------------------------------------------------------------ keep / replace */
 
-static void test_keep_replace(void **state)
-{
+static void test_keep_replace(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "keep");
@@ -652,8 +627,8 @@ static void test_keep_replace(void **state)
     assert_string_equal(r2.id, "k");
     assert_true(r2.due_ms >= r1.due_ms + 3000 && r2.due_ms < r1.due_ms + 3000 + 1000 * dqt_slow());
 
-    dq_item keep = {.id = "k", .payload = "c", .payload_len = 1, .delay_ms = 1000,
-                    .flags = DQ_OFFER_KEEP};
+    dq_item keep = {
+        .id = "k", .payload = "c", .payload_len = 1, .delay_ms = 1000, .flags = DQ_OFFER_KEEP};
     DQT_EXPECT(c, dq_offer(c, q, &keep, &r3), 0);
     assert_int_equal(r3.status, DQ_KEPT);
     assert_int_equal(r3.due_ms, r2.due_ms);
@@ -683,8 +658,7 @@ static void test_keep_replace(void **state)
     assert_int_equal(st.ready, 0);
 
     /* KEEP on an id that is not pending adds it. */
-    dq_item e = {.id = "k", .payload = "e", .payload_len = 1, .delay_ms = 60000,
-                 .flags = DQ_OFFER_KEEP};
+    dq_item e = {.id = "k", .payload = "e", .payload_len = 1, .delay_ms = 60000, .flags = DQ_OFFER_KEEP};
     DQT_EXPECT(c, dq_offer(c, q, &e, &r1), 0);
     assert_int_equal(r1.status, DQ_ADDED);
     dq_client_free(c);
@@ -692,8 +666,7 @@ static void test_keep_replace(void **state)
 
 /* ------------------------------------------------------------ limits and errors */
 
-static void test_too_big(void **state)
-{
+static void test_too_big(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "big");
@@ -702,8 +675,7 @@ static void test_too_big(void **state)
     size_t n = DQ_PAYLOAD_DEFAULT_MAX + 1;
     unsigned char *buf = malloc(n);
     assert_non_null(buf);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (unsigned char)(i * 7 + (i >> 9));
+    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 7 + (i >> 9));
 
     dq_item it = {.id = "big", .payload = buf, .payload_len = n};
     DQT_EXPECT(c, dq_offer(c, q, &it, NULL), DQ_ETOOBIG);
@@ -737,8 +709,7 @@ static void test_too_big(void **state)
     free(buf);
 }
 
-static void test_invalid_args(void **state)
-{
+static void test_invalid_args(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "inval");
@@ -797,8 +768,7 @@ static void test_invalid_args(void **state)
     dq_client_free(c);
 }
 
-static void test_wrongtype(void **state)
-{
+static void test_wrongtype(void **state) {
     (void)state;
     char q[64], ok[64], key[128];
     dqt_queue(q, sizeof q, "wrong");
@@ -860,8 +830,7 @@ static void test_wrongtype(void **state)
     dq_client_free(c);
 }
 
-static void test_take_timeout(void **state)
-{
+static void test_take_timeout(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "tmo");
@@ -886,8 +855,7 @@ static void test_take_timeout(void **state)
     dq_msg_free(m);
     /* Timed-out takes in a row do not pile up connections. */
     long long before = dqt_clients();
-    for (int i = 0; i < 8; i++)
-        DQT_EXPECT(c, dq_take(c, q, 20, &m), 0);
+    for (int i = 0; i < 8; i++) DQT_EXPECT(c, dq_take(c, q, 20, &m), 0);
     long long after = dqt_clients();
     if (after > before + 2)
         print_error("connected clients: %lld before 8 timed-out takes, %lld after\n", before, after);
@@ -895,8 +863,7 @@ static void test_take_timeout(void **state)
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_connect_bad_url),

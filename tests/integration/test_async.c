@@ -22,23 +22,20 @@ typedef struct take_state {
     int called_inside_cancel;
 } take_state;
 
-static void take_cb(dq_client *c, int status, dq_msg *msg, void *privdata)
-{
+static void take_cb(dq_client *c, int status, dq_msg *msg, void *privdata) {
     take_state *s = privdata;
     s->calls++;
     s->status = status;
     s->msg = msg;
     s->at_ms = dqt_mono_ms();
-    if (s->in_cancel && *s->in_cancel)
-        s->called_inside_cancel = 1;
+    if (s->in_cancel && *s->in_cancel) s->called_inside_cancel = 1;
     if (s->queue) {
         dq_item it = {.payload = "x", .payload_len = 1};
         s->busy_offer = dq_offer(c, s->queue, &it, NULL);
         dq_msg *m = NULL;
         s->busy_take = dq_take(c, s->queue, 0, &m);
     }
-    if (s->stop_when_called)
-        dq_stop(c);
+    if (s->stop_when_called) dq_stop(c);
 }
 
 typedef struct offer_state {
@@ -47,20 +44,16 @@ typedef struct offer_state {
     dq_offer_result result;
 } offer_state;
 
-static void offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata)
-{
+static void offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata) {
     (void)c;
     offer_state *s = privdata;
     s->calls++;
     s->status = status;
-    if (result)
-        s->result = *result;
-    else
-        memset(&s->result, 0, sizeof s->result);
+    if (result) s->result = *result;
+    else memset(&s->result, 0, sizeof s->result);
 }
 
-static void test_take_async_item(void **state)
-{
+static void test_take_async_item(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "atake");
@@ -88,8 +81,7 @@ static void test_take_async_item(void **state)
     assert_memory_equal(ts.msg->payload, payload, sizeof payload);
     dq_msg_free(ts.msg);
     /* The offer's reply comes on another connection: maybe a bit later. */
-    for (int i = 0; i < 100 * dqt_slow() && os.calls == 0; i++)
-        dqt_run_for(c, 0.01);
+    for (int i = 0; i < 100 * dqt_slow() && os.calls == 0; i++) dqt_run_for(c, 0.01);
     assert_int_equal(os.calls, 1);
     assert_int_equal(os.status, 0);
     assert_int_equal(os.result.status, DQ_ADDED);
@@ -98,8 +90,7 @@ static void test_take_async_item(void **state)
     dq_client_free(c);
 }
 
-static void test_offer_async_errors(void **state)
-{
+static void test_offer_async_errors(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "aoffer");
@@ -143,8 +134,7 @@ typedef struct count_state {
     int calls, ok;
 } count_state;
 
-static void count_offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata)
-{
+static void count_offer_cb(dq_client *c, int status, const dq_offer_result *result, void *privdata) {
     (void)c;
     count_state *s = privdata;
     s->calls++;
@@ -154,8 +144,7 @@ static void count_offer_cb(dq_client *c, int status, const dq_offer_result *resu
 /* A new client assumes one shard: the first gathered batch on a sharded
  * queue is refused by the script (nothing written), learned, and sent
  * again by the right count, so every callback sees success. */
-static void test_offer_async_learns_shards(void **state)
-{
+static void test_offer_async_learns_shards(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "ashard");
@@ -172,8 +161,7 @@ static void test_offer_async_learns_shards(void **state)
         dq_item it = {.id = id, .payload = "p", .payload_len = 1, .delay_ms = 60000};
         DQT_EXPECT(c, dq_offer_async(c, q, &it, count_offer_cb, &cs), 0);
     }
-    for (int i = 0; i < 100 && cs.calls < N; i++)
-        dqt_run_for(c, 0.05);
+    for (int i = 0; i < 100 && cs.calls < N; i++) dqt_run_for(c, 0.05);
     assert_int_equal(cs.calls, N);
     assert_int_equal(cs.ok, N);
     dq_stats st;
@@ -186,8 +174,7 @@ static void test_offer_async_learns_shards(void **state)
     dq_client_free(admin);
 }
 
-static void test_take_async_timeout(void **state)
-{
+static void test_take_async_timeout(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "atmo");
@@ -210,8 +197,7 @@ static void test_take_async_timeout(void **state)
 
 /* Cancel a waiting take: the callback runs later, on the loop, with
  * DQ_ECLOSED, and an item offered afterwards is still there. */
-static void test_take_cancel(void **state)
-{
+static void test_take_cancel(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "acancel");
@@ -223,8 +209,7 @@ static void test_take_cancel(void **state)
         dq_take_req *req = NULL;
         DQT_EXPECT(c, dq_take_async(c, q, -1, take_cb, &ts, &req), 0);
         assert_non_null(req);
-        if (round == 1)
-            dqt_run_for(c, 0.15); /* let the BLPOP block first */
+        if (round == 1) dqt_run_for(c, 0.15); /* let the BLPOP block first */
         in_cancel = 1;
         dq_take_cancel(req);
         in_cancel = 0;
@@ -254,8 +239,7 @@ static void test_take_cancel(void **state)
 
 /* Cancelling a take whose item may already be on its way: the item is
  * either delivered to the callback or still in the ready list. */
-static void test_take_cancel_no_loss(void **state)
-{
+static void test_take_cancel_no_loss(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "anoloss");
@@ -269,12 +253,9 @@ static void test_take_cancel_no_loss(void **state)
         take_state ts = {.c = c, .stop_when_called = 1};
         dq_take_req *req = NULL;
         DQT_EXPECT(c, dq_take_async(c, q, -1, take_cb, &ts, &req), 0);
-        if (round % 2)
-            dqt_run_for(c, 0.001 * (round % 5));
-        if (ts.calls == 0)
-            dq_take_cancel(req);
-        if (ts.calls == 0)
-            assert_int_equal(dqt_run_until_stopped(c, 5), 0);
+        if (round % 2) dqt_run_for(c, 0.001 * (round % 5));
+        if (ts.calls == 0) dq_take_cancel(req);
+        if (ts.calls == 0) assert_int_equal(dqt_run_until_stopped(c, 5), 0);
         assert_int_equal(ts.calls, 1);
         dq_stats st;
         DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
@@ -297,8 +278,7 @@ static void test_take_cancel_no_loss(void **state)
 }
 
 /* Ten takes waiting at once on one queue each get a different item. */
-static void test_take_async_many(void **state)
-{
+static void test_take_async_many(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "amany");
@@ -326,8 +306,7 @@ static void test_take_async_many(void **state)
     while (done < N && dqt_mono_ms() < end) {
         dqt_run_for(c, 0.02);
         done = 0;
-        for (int i = 0; i < N; i++)
-            done += ts[i].calls;
+        for (int i = 0; i < N; i++) done += ts[i].calls;
     }
     assert_int_equal(done, N);
     int seen[N] = {0};
@@ -340,14 +319,12 @@ static void test_take_async_many(void **state)
         assert_string_equal(ts[i].msg->payload, ids[k]);
         dq_msg_free(ts[i].msg);
     }
-    for (int k = 0; k < N; k++)
-        assert_int_equal(seen[k], 1);
+    for (int k = 0; k < N; k++) assert_int_equal(seen[k], 1);
     dq_client_free(c);
 }
 
 /* Synchronous calls from inside a callback are refused with DQ_EBUSY. */
-static void test_busy_in_callback(void **state)
-{
+static void test_busy_in_callback(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "abusy");
@@ -366,8 +343,7 @@ static void test_busy_in_callback(void **state)
 }
 
 /* Freeing the client ends a waiting take with DQ_ECLOSED. */
-static void test_free_ends_takes(void **state)
-{
+static void test_free_ends_takes(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "afree");
@@ -388,8 +364,7 @@ static void test_free_ends_takes(void **state)
 }
 
 /* A scheduled item through the async path: not before its due time. */
-static void test_async_scheduled(void **state)
-{
+static void test_async_scheduled(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "asched");
@@ -403,16 +378,14 @@ static void test_async_scheduled(void **state)
     DQT_EXPECT(c, dq_offer_async(c, q, &it, offer_cb, &os), 0);
     assert_int_equal(dqt_run_until_stopped(c, 5), 0);
     assert_int_equal(ts.calls, 1);
-    for (int i = 0; i < 100 * dqt_slow() && os.calls == 0; i++)
-        dqt_run_for(c, 0.01);
+    for (int i = 0; i < 100 * dqt_slow() && os.calls == 0; i++) dqt_run_for(c, 0.01);
     assert_int_equal(os.calls, 1);
     assert_int_equal(ts.status, 1);
     assert_string_equal(ts.msg->id, "s1");
     assert_int_equal(ts.msg->due_ms, os.result.due_ms);
     assert_true(ts.msg->ready_ms >= ts.msg->due_ms);
     assert_true(ts.at_ms - t0 >= 290);
-    if (dqt_slow() == 1)
-        assert_true(ts.at_ms - t0 < 900);
+    if (dqt_slow() == 1) assert_true(ts.at_ms - t0 < 900);
     print_message("async_scheduled: delivered %lld ms after the offer (due +300), ready - due %lld ms\n",
                   (long long)(ts.at_ms - t0), (long long)(ts.msg->ready_ms - ts.msg->due_ms));
     dq_msg_free(ts.msg);
@@ -429,8 +402,7 @@ static void test_async_scheduled(void **state)
  * CLIENT KILL), the next take that must wait gets a new one: it once got
  * the dead one, which never reconnects, and waited for ever while items
  * were ready (seen as a CLI consumer stuck after a Redis restart). */
-static void test_take_after_pooled_conn_lost(void **state)
-{
+static void test_take_after_pooled_conn_lost(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "apool");
@@ -468,8 +440,7 @@ static void test_take_after_pooled_conn_lost(void **state)
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_async_item),
         cmocka_unit_test(test_offer_async_errors),

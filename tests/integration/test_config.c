@@ -5,8 +5,7 @@
  */
 #include "dqtest.h"
 
-static void test_defaults_and_all_or_nothing(void **state)
-{
+static void test_defaults_and_all_or_nothing(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "cfg");
@@ -39,8 +38,7 @@ static void test_defaults_and_all_or_nothing(void **state)
     dq_client_free(c);
 }
 
-static void test_takes_and_nacks_follow_the_queue(void **state)
-{
+static void test_takes_and_nacks_follow_the_queue(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "cfguse");
@@ -81,15 +79,13 @@ static void test_takes_and_nacks_follow_the_queue(void **state)
 }
 
 /* A worker without options takes with the queue's lease. */
-static void hold(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void hold(dq_worker *w, dq_msg *msg, void *privdata) {
     (void)w;
     dq_msg **held = privdata;
     *held = msg; /* never done: the lease must run out */
 }
 
-static void test_worker_uses_queue_lease(void **state)
-{
+static void test_worker_uses_queue_lease(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "cfgwork");
@@ -111,8 +107,7 @@ static void test_worker_uses_queue_lease(void **state)
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_all_or_nothing),
         cmocka_unit_test(test_takes_and_nacks_follow_the_queue),

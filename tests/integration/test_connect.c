@@ -6,8 +6,7 @@
  */
 #include "dqtest.h"
 
-static dq_client *connect_url(const char *url, int *rc)
-{
+static dq_client *connect_url(const char *url, int *rc) {
     dq_client *c = dq_client_new(NULL, NULL);
     assert_non_null(c);
     *rc = dq_connect(c, url);
@@ -15,8 +14,7 @@ static dq_client *connect_url(const char *url, int *rc)
 }
 
 /* Counts a key in database db, with a connection of our own. */
-static long long exists_in_db(int db, const char *key)
-{
+static long long exists_in_db(int db, const char *key) {
     redisContext *rc = redisConnectWithTimeout("127.0.0.1", dqt_port(), (struct timeval){5, 0});
     assert_true(rc && !rc->err);
     redisReply *r = redisCommand(rc, "SELECT %d", db);
@@ -29,8 +27,7 @@ static long long exists_in_db(int db, const char *key)
     return n;
 }
 
-static void test_acl_user_and_db(void **state)
-{
+static void test_acl_user_and_db(void **state) {
     (void)state;
     char q[64], url[256];
     dqt_queue(q, sizeof q, "acl");
@@ -71,8 +68,7 @@ static void test_acl_user_and_db(void **state)
 
 /* SCRIPT FLUSH (or a failover) empties the script cache under a connected
  * client: calls go on, with EVAL reloading each script. */
-static void test_script_cache_flushed(void **state)
-{
+static void test_script_cache_flushed(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "noscript");
@@ -95,8 +91,7 @@ static void test_script_cache_flushed(void **state)
 
 /* Delays of years: accepted, due exactly then by the server clock, never
  * moved early; beyond year 2109 refused. */
-static void test_delays_of_years(void **state)
-{
+static void test_delays_of_years(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "years");
@@ -136,8 +131,7 @@ static void test_delays_of_years(void **state)
 /* dq_options.password and sentinel_password: a password kept out of the
  * URL, copied by dq_connect (the caller's buffer wiped right after), used
  * again on reconnects; refused when empty, too long or for the wrong URL. */
-static void test_password_option(void **state)
-{
+static void test_password_option(void **state) {
     (void)state;
     char q[64], url[256], pw[300];
     dqt_queue(q, sizeof q, "pwopt");
@@ -160,8 +154,7 @@ static void test_password_option(void **state)
     assert_true(killed && killed->type == REDIS_REPLY_INTEGER && killed->integer >= 1);
     freeReplyObject(killed);
     it.id = "p2";
-    for (int i = 0; i < 100 && (rc = dq_offer(c, q, &it, NULL)) != 0; i++)
-        usleep(30000);
+    for (int i = 0; i < 100 && (rc = dq_offer(c, q, &it, NULL)) != 0; i++) usleep(30000);
     DQT_EXPECT(c, rc, 0);
     dq_client_free(c);
 
@@ -188,8 +181,7 @@ static void test_password_option(void **state)
     freeReplyObject(dqt_redis("ACL DELUSER dqpwopt"));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acl_user_and_db),
         cmocka_unit_test(test_script_cache_flushed),

@@ -5,8 +5,7 @@
  */
 #include "dqtest.h"
 
-static void test_expired_lease_refused_without_scheduler(void **state)
-{
+static void test_expired_lease_refused_without_scheduler(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "fence");
@@ -46,15 +45,13 @@ static void test_expired_lease_refused_without_scheduler(void **state)
 }
 
 /* dq_client_free right after an async ack must not drop it. */
-static void ack_cb_worker(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void ack_cb_worker(dq_worker *w, dq_msg *msg, void *privdata) {
     int *handled = privdata;
     (*handled)++;
     dq_worker_done(w, msg, 0);
 }
 
-static void test_free_drains_acks(void **state)
-{
+static void test_free_drains_acks(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "drain");
@@ -78,8 +75,7 @@ static void test_free_drains_acks(void **state)
     dq_client_free(c2);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expired_lease_refused_without_scheduler),
         cmocka_unit_test(test_free_drains_acks),

@@ -16,8 +16,7 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static dq_take_opts lease_opts(int64_t lease_ms, int max_attempts)
-{
+static dq_take_opts lease_opts(int64_t lease_ms, int max_attempts) {
     dq_take_opts o;
     dq_take_opts_init(&o);
     o.lease_ms = lease_ms;
@@ -25,9 +24,7 @@ static dq_take_opts lease_opts(int64_t lease_ms, int max_attempts)
     return o;
 }
 
-static void offer_now(dq_client *c, const char *q, const char *id, const void *payload,
-                      size_t len)
-{
+static void offer_now(dq_client *c, const char *q, const char *id, const void *payload, size_t len) {
     dq_item it = {.id = id, .payload = payload, .payload_len = len};
     dq_offer_result res;
     DQT_EXPECT(c, dq_offer(c, q, &it, &res), 0);
@@ -35,13 +32,12 @@ static void offer_now(dq_client *c, const char *q, const char *id, const void *p
 }
 
 /* Takes exactly one message with opts (NULL: no lease) within secs (scaled). */
-static dq_msg *take_one(dq_client *c, const char *q, const dq_take_opts *opts, double secs)
-{
+static dq_msg *take_one(dq_client *c, const char *q, const dq_take_opts *opts, double secs) {
     dq_msg *m[1] = {NULL};
     int rc = dq_take_many(c, q, opts, (int64_t)(secs * 1000 * dqt_slow()), m, 1);
     if (rc != 1)
-        print_error("take from %s: %d (%s), want 1 message; errstr: %s\n", q, rc,
-                    dq_strerror(rc), dq_client_errstr(c));
+        print_error("take from %s: %d (%s), want 1 message; errstr: %s\n", q, rc, dq_strerror(rc),
+                    dq_client_errstr(c));
     assert_int_equal(rc, 1);
     assert_non_null(m[0]);
     return m[0];
@@ -49,22 +45,19 @@ static dq_msg *take_one(dq_client *c, const char *q, const dq_take_opts *opts, d
 
 /* Asserts that nothing can be taken from q for timeout_ms (not scaled:
  * the point is that nothing comes during this window). */
-static void take_none(dq_client *c, const char *q, const dq_take_opts *opts, int64_t timeout_ms)
-{
+static void take_none(dq_client *c, const char *q, const dq_take_opts *opts, int64_t timeout_ms) {
     dq_msg *m[1] = {NULL};
     int rc = dq_take_many(c, q, opts, timeout_ms, m, 1);
     if (rc != 0) {
         dqt_print_msg("unexpected delivery", m[0]);
         if (rc == 1)
             print_error("  attempt %d token %s\n", m[0]->attempt, m[0]->token ? m[0]->token : "-");
-        if (rc == 1)
-            dq_msg_free(m[0]);
+        if (rc == 1) dq_msg_free(m[0]);
     }
     assert_int_equal(rc, 0);
 }
 
-static dq_item_info lookup(dq_client *c, const char *q, const char *id)
-{
+static dq_item_info lookup(dq_client *c, const char *q, const char *id) {
     dq_item_info info;
     memset(&info, 0xff, sizeof info);
     DQT_EXPECT(c, dq_lookup(c, q, id, &info), 0);
@@ -73,8 +66,7 @@ static dq_item_info lookup(dq_client *c, const char *q, const char *id)
 
 /* Runs c's loop in short slices until id is in state want, or secs (scaled)
  * pass; returns the last info seen. */
-static dq_item_info wait_state(dq_client *c, const char *q, const char *id, int want, double secs)
-{
+static dq_item_info wait_state(dq_client *c, const char *q, const char *id, int want, double secs) {
     int64_t end = dqt_mono_ms() + (int64_t)(secs * 1000 * dqt_slow());
     dq_item_info info = lookup(c, q, id);
     while (info.state != want && dqt_mono_ms() < end) {
@@ -82,30 +74,28 @@ static dq_item_info wait_state(dq_client *c, const char *q, const char *id, int 
         info = lookup(c, q, id);
     }
     if (info.state != want)
-        print_error("%s/%s: state %d after %.1f s, want %d\n", q, id, info.state,
-                    secs * dqt_slow(), want);
+        print_error("%s/%s: state %d after %.1f s, want %d\n", q, id, info.state, secs * dqt_slow(),
+                    want);
     assert_int_equal(info.state, want);
     return info;
 }
 
-static dq_stats stats(dq_client *c, const char *q)
-{
+static dq_stats stats(dq_client *c, const char *q) {
     dq_stats st;
     memset(&st, 0xff, sizeof st);
     DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
     return st;
 }
 
-static void expect_stats(dq_client *c, const char *q, int64_t pending, int64_t ready,
-                         int64_t in_flight, int64_t dead)
-{
+static void expect_stats(dq_client *c, const char *q, int64_t pending, int64_t ready, int64_t in_flight,
+                         int64_t dead) {
     dq_stats st = stats(c, q);
     if (st.pending != pending || st.ready != ready || st.in_flight != in_flight || st.dead != dead)
         print_error("%s: stats pending %lld ready %lld in_flight %lld dead %lld, want %lld %lld "
                     "%lld %lld\n",
                     q, (long long)st.pending, (long long)st.ready, (long long)st.in_flight,
-                    (long long)st.dead, (long long)pending, (long long)ready,
-                    (long long)in_flight, (long long)dead);
+                    (long long)st.dead, (long long)pending, (long long)ready, (long long)in_flight,
+                    (long long)dead);
     assert_int_equal(st.pending, pending);
     assert_int_equal(st.ready, ready);
     assert_int_equal(st.in_flight, in_flight);
@@ -113,8 +103,7 @@ static void expect_stats(dq_client *c, const char *q, int64_t pending, int64_t r
     assert_int_equal(st.set_aside, 0);
 }
 
-static int64_t dead_count(dq_client *c, const char *q)
-{
+static int64_t dead_count(dq_client *c, const char *q) {
     int64_t n = -1;
     DQT_EXPECT(c, dq_dead_count(c, q, &n), 0);
     return n;
@@ -125,8 +114,7 @@ static int64_t dead_count(dq_client *c, const char *q)
 /* PENDING -> READY -> IN_FLIGHT (due_ms = lease end) -> ack -> UNKNOWN;
  * attempt 1 and a token; a second ack, and nack/extend after the ack, are
  * refused with 0. */
-static void test_lease_ack_lifecycle(void **state)
-{
+static void test_lease_ack_lifecycle(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "life");
@@ -202,8 +190,7 @@ static void test_lease_ack_lifecycle(void **state)
 }
 
 /* Plain takes (no lease) still hand items out and forget them. */
-static void test_plain_take(void **state)
-{
+static void test_plain_take(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "plain");
@@ -251,8 +238,7 @@ static void test_plain_take(void **state)
 
 /* A lease of 200 ms runs out: the client's scheduler returns the item, and
  * the next take gets attempt 2 with a new token; the old token is fenced. */
-static void test_lease_expiry_fencing(void **state)
-{
+static void test_lease_expiry_fencing(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "expire");
@@ -308,8 +294,7 @@ static void test_lease_expiry_fencing(void **state)
 }
 
 /* A lease that runs out on the last attempt makes a dead letter. */
-static void test_lease_expiry_buries(void **state)
-{
+static void test_lease_expiry_buries(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "expdead");
@@ -348,8 +333,7 @@ static void test_lease_expiry_buries(void **state)
 
 /* dq_extend keeps a lease alive past its original end: while it is
  * extended nobody gets the item; once the extensions stop it comes back. */
-static void test_extend(void **state)
-{
+static void test_extend(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "extend");
@@ -402,8 +386,7 @@ static void test_extend(void **state)
 
 /* nack with a delay of 100 ms: pending again (attempts 1), then delivered
  * as attempt 2 no earlier than the delay. */
-static void test_nack_delay(void **state)
-{
+static void test_nack_delay(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "nack");
@@ -442,8 +425,7 @@ static void test_nack_delay(void **state)
 }
 
 /* nack with delay < 0 uses the client's backoff for the attempt number. */
-static void test_nack_backoff(void **state)
-{
+static void test_nack_backoff(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "backoff");
@@ -507,8 +489,7 @@ static void test_nack_backoff(void **state)
 /* max_attempts 3, nacked every time: the third nack buries it (2), with
  * attempts 3, a reason naming attempt 3 of 3, the last error and the exact
  * payload bytes; redrive(id) makes it ready again, attempt 1. */
-static void test_dead_after_max_attempts(void **state)
-{
+static void test_dead_after_max_attempts(void **state) {
     (void)state;
     static const unsigned char payload[] = {'d', 0x00, 'e', 0x00, 0xff, 'a', 0x00, '\n', 'd'};
     char q[64];
@@ -585,8 +566,7 @@ static void test_dead_after_max_attempts(void **state)
 }
 
 /* Buries n items named <prefix><i> with max_attempts 1 (one nack each). */
-static void bury_n(dq_client *c, const char *q, const char *prefix, int n)
-{
+static void bury_n(dq_client *c, const char *q, const char *prefix, int n) {
     for (int i = 0; i < n; i++) {
         char id[32], pay[48];
         snprintf(id, sizeof id, "%s%d", prefix, i);
@@ -602,8 +582,7 @@ static void bury_n(dq_client *c, const char *q, const char *prefix, int n)
 }
 
 /* Redrive all, purge, and never a second copy of an id that is active. */
-static void test_dead_redrive_all_purge(void **state)
-{
+static void test_dead_redrive_all_purge(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "deadall");
@@ -662,8 +641,7 @@ static void test_dead_redrive_all_purge(void **state)
 
 /* Redrive all in more than one batch (the library works in batches of a few
  * hundred): every letter comes back exactly once. */
-static void test_dead_redrive_many(void **state)
-{
+static void test_dead_redrive_many(void **state) {
     (void)state;
     enum { M = 1200 };
     char q[64];
@@ -709,16 +687,14 @@ static void test_dead_redrive_many(void **state)
         got += n;
     }
     assert_int_equal(got, M);
-    for (int i = 0; i < M; i++)
-        assert_int_equal(seen[i], 1);
+    for (int i = 0; i < M; i++) assert_int_equal(seen[i], 1);
     expect_stats(c, q, 0, 0, 0, 0);
     dq_client_free(c);
 }
 
 /* ------------------------------------------------------------ idempotent ids */
 
-static void test_idempotent_offer(void **state)
-{
+static void test_idempotent_offer(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "idem");
@@ -790,8 +766,7 @@ static void test_idempotent_offer(void **state)
 
 /* ------------------------------------------------------------ take many */
 
-static void test_take_many(void **state)
-{
+static void test_take_many(void **state) {
     (void)state;
     enum { M = 25 };
     char q[64];
@@ -820,8 +795,7 @@ static void test_take_many(void **state)
         assert_string_equal(ms[i]->id, ids[i]); /* offer order */
         assert_int_equal(ms[i]->attempt, 1);
         assert_non_null(ms[i]->token);
-        for (int j = 0; j < i; j++)
-            assert_string_not_equal(ms[i]->token, ms[j]->token);
+        for (int j = 0; j < i; j++) assert_string_not_equal(ms[i]->token, ms[j]->token);
     }
     assert_int_equal(lookup(c, q, "k17").state, DQ_STATE_IN_FLIGHT);
     for (int i = 0; i < M; i++) {
@@ -847,8 +821,7 @@ typedef struct fail_state {
     int total;
 } fail_state;
 
-static void fail_handler(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void fail_handler(dq_worker *w, dq_msg *msg, void *privdata) {
     fail_state *s = privdata;
     s->total++;
     int k = (msg->id_len == 3 && msg->id[0] == 'f') ? atoi(msg->id + 1) : -1;
@@ -863,8 +836,7 @@ static void fail_handler(dq_worker *w, dq_msg *msg, void *privdata)
 
 /* A handler that fails everything, max_attempts 2, a tiny backoff: each
  * item is delivered exactly twice (attempts 1 and 2), then dead. */
-static void test_worker_fails_to_dead(void **state)
-{
+static void test_worker_fails_to_dead(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "wfail");
@@ -892,8 +864,7 @@ static void test_worker_fails_to_dead(void **state)
     while (dqt_mono_ms() < end) {
         dqt_run_for(c, 0.02);
         dead = dead_count(c, q);
-        if (dead >= WN)
-            break;
+        if (dead >= WN) break;
     }
     print_message("worker: %d items dead after %lld ms, %d deliveries\n", (int)dead,
                   (long long)(dqt_mono_ms() - t0), s->total);
@@ -902,8 +873,7 @@ static void test_worker_fails_to_dead(void **state)
     dqt_run_for(c, 0.3);
     assert_int_equal(s->bad, 0);
     for (int i = 0; i < WN; i++) {
-        if (s->deliveries[i] != 2)
-            print_error("item f%02d delivered %d times\n", i, s->deliveries[i]);
+        if (s->deliveries[i] != 2) print_error("item f%02d delivered %d times\n", i, s->deliveries[i]);
         assert_int_equal(s->deliveries[i], 2);
         assert_int_equal(s->attempt_seen[i][1], 1);
         assert_int_equal(s->attempt_seen[i][2], 1);
@@ -939,16 +909,14 @@ typedef struct ack_state {
     dq_client *c;
 } ack_state;
 
-static void ack_handler(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void ack_handler(dq_worker *w, dq_msg *msg, void *privdata) {
     ack_state *s = privdata;
     s->handled++;
     dq_worker_done(w, msg, 0);
 }
 
 /* A worker that succeeds acks: nothing stays in flight or pending. */
-static void test_worker_acks(void **state)
-{
+static void test_worker_acks(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "wack");
@@ -962,8 +930,7 @@ static void test_worker_acks(void **state)
         offer_now(c, q, id, "x", 1);
     }
     int64_t end = dqt_mono_ms() + 5000 * dqt_slow();
-    while (s.handled < 6 && dqt_mono_ms() < end)
-        dqt_run_for(c, 0.02);
+    while (s.handled < 6 && dqt_mono_ms() < end) dqt_run_for(c, 0.02);
     assert_int_equal(s.handled, 6);
     /* Acks are asynchronous: wait until the server has them all. */
     dq_stats st = stats(c, q);
@@ -983,17 +950,14 @@ static void test_worker_acks(void **state)
 /* One delivery whose id went bad between take and ack (overwritten here:
  * the decoders never hand out such an id) is judged on its own: the other
  * acks of the same batch go through, and the worker counts one refused. */
-static void corrupting_handler(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void corrupting_handler(dq_worker *w, dq_msg *msg, void *privdata) {
     ack_state *s = privdata;
     s->handled++;
-    if (strcmp(msg->id, "b2") == 0)
-        ((char *)msg->id)[0] = ' ';
+    if (strcmp(msg->id, "b2") == 0) ((char *)msg->id)[0] = ' ';
     dq_worker_done(w, msg, 0);
 }
 
-static void test_ack_batch_bad_id(void **state)
-{
+static void test_ack_batch_bad_id(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "wbad");
@@ -1028,8 +992,7 @@ static void test_ack_batch_bad_id(void **state)
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lease_ack_lifecycle),
         cmocka_unit_test(test_plain_take),

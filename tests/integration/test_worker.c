@@ -36,30 +36,25 @@ typedef struct work_state {
     ev_timer finisher;
 } work_state;
 
-static void handler(dq_worker *w, dq_msg *msg, void *privdata)
-{
+static void handler(dq_worker *w, dq_msg *msg, void *privdata) {
     work_state *s = privdata;
     assert_ptr_equal(w, s->w);
     s->handled++;
     int k = -1;
-    if (msg->id_len == 4 && msg->id[0] == 'w')
-        k = atoi(msg->id + 1);
+    if (msg->id_len == 4 && msg->id[0] == 'w') k = atoi(msg->id + 1);
     if (k >= 0 && k < N) {
         s->seen[k]++;
         char want[32];
         snprintf(want, sizeof want, "work %d", k);
         size_t len = s->pad ? s->pad : strlen(want);
-        if (msg->payload_len != len || memcmp(msg->payload, want, strlen(want)) != 0)
-            s->bad++;
+        if (msg->payload_len != len || memcmp(msg->payload, want, strlen(want)) != 0) s->bad++;
     } else {
         s->bad++;
     }
-    if (msg->ready_ms < msg->due_ms)
-        s->early++;
+    if (msg->ready_ms < msg->due_ms) s->early++;
     dq_worker_counters wc;
     dq_worker_get_counters(w, &wc);
-    if (wc.in_hand > s->max_in_hand)
-        s->max_in_hand = wc.in_hand;
+    if (wc.in_hand > s->max_in_hand) s->max_in_hand = wc.in_hand;
     if ((int)(wc.taken - (uint64_t)s->handled) > s->max_ahead)
         s->max_ahead = (int)(wc.taken - (uint64_t)s->handled);
     if (s->handled <= s->sync_until) {
@@ -67,8 +62,7 @@ static void handler(dq_worker *w, dq_msg *msg, void *privdata)
         for (int i = 0; i < 1000000 && s->spin_us > 0 && dqt_mono_ms() * 1000 < until; i++)
             ;
         dq_worker_done(w, msg, 0);
-        if (s->handled >= s->target)
-            dq_stop(s->c);
+        if (s->handled >= s->target) dq_stop(s->c);
         return;
     }
     if (s->stop_in_handler) {
@@ -82,13 +76,11 @@ static void handler(dq_worker *w, dq_msg *msg, void *privdata)
     /* Keep it in hand; the timer finishes it a little later. */
     assert_true(s->nhand < (int)(sizeof s->hand / sizeof s->hand[0]));
     s->hand[s->nhand++] = msg;
-    if (s->nhand > s->max_hand)
-        s->max_hand = s->nhand;
+    if (s->nhand > s->max_hand) s->max_hand = s->nhand;
 }
 
 /* Finishes all messages in hand: every 10th fails. */
-static void finish_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
+static void finish_cb(struct ev_loop *loop, ev_timer *t, int revents) {
     (void)loop;
     (void)revents;
     work_state *s = t->data;
@@ -99,13 +91,11 @@ static void finish_cb(struct ev_loop *loop, ev_timer *t, int revents)
         int k = atoi(m->id + 1);
         dq_worker_done(s->w, m, k % 10 == 0 && !s->no_failures ? 1 : 0);
     }
-    if (s->handled >= s->target && s->nhand == 0)
-        dq_stop(s->c);
+    if (s->handled >= s->target && s->nhand == 0) dq_stop(s->c);
 }
 
 /* Offers n items "work <i>" (padded with '.' to pad bytes if pad). */
-static void offer_work_padded(dq_client *c, const char *q, int n, int delayed_every, size_t pad)
-{
+static void offer_work_padded(dq_client *c, const char *q, int n, int delayed_every, size_t pad) {
     dq_item items[N];
     char ids[N][8];
     static char pays[N][32768];
@@ -123,13 +113,11 @@ static void offer_work_padded(dq_client *c, const char *q, int n, int delayed_ev
     DQT_EXPECT(c, dq_offer_many(c, q, items, (size_t)n, NULL), n);
 }
 
-static void offer_work(dq_client *c, const char *q, int n, int delayed_every)
-{
+static void offer_work(dq_client *c, const char *q, int n, int delayed_every) {
     offer_work_padded(c, q, n, delayed_every, 0);
 }
 
-static void test_worker_100(void **state)
-{
+static void test_worker_100(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "work");
@@ -154,13 +142,12 @@ static void test_worker_100(void **state)
     int64_t t0 = dqt_mono_ms();
     int timed_out = dqt_run_until_stopped(c, 20);
     int64_t took = dqt_mono_ms() - t0;
-    print_message("worker: %d items in %lld ms, at most %d in hand\n", s->handled,
-                  (long long)took, s->max_hand);
+    print_message("worker: %d items in %lld ms, at most %d in hand\n", s->handled, (long long)took,
+                  s->max_hand);
     assert_int_equal(timed_out, 0);
     assert_int_equal(s->handled, N);
     for (int i = 0; i < N; i++) {
-        if (s->seen[i] != 1)
-            print_error("item w%03d delivered %d times\n", i, s->seen[i]);
+        if (s->seen[i] != 1) print_error("item w%03d delivered %d times\n", i, s->seen[i]);
         assert_int_equal(s->seen[i], 1);
     }
     assert_int_equal(s->bad, 0);
@@ -211,8 +198,7 @@ static void test_worker_100(void **state)
 /* A worker of concurrency conc over N ready items, its handlers as s
  * says; returns its state once all are handled (every one exactly once,
  * none left in flight), for the caller to free. */
-static work_state *run_worker(const char *name, int conc, int sync_until, int spin_us, size_t pad)
-{
+static work_state *run_worker(const char *name, int conc, int sync_until, int spin_us, size_t pad) {
     char q[64];
     dqt_queue(q, sizeof q, name);
     dq_client *c = dqt_client(NULL);
@@ -232,8 +218,7 @@ static work_state *run_worker(const char *name, int conc, int sync_until, int sp
     assert_non_null(s->w);
     assert_int_equal(dqt_run_until_stopped(c, 20), 0);
     assert_int_equal(s->handled, N);
-    for (int i = 0; i < N; i++)
-        assert_int_equal(s->seen[i], 1);
+    for (int i = 0; i < N; i++) assert_int_equal(s->seen[i], 1);
     assert_int_equal(s->bad, 0);
     dq_worker_stop(s->w);
     ev_timer_stop(dq_client_loop(c), &s->finisher);
@@ -250,8 +235,7 @@ static work_state *run_worker(const char *name, int conc, int sync_until, int sp
  * concurrency 4: after the first round the worker takes ahead, least to
  * most of the messages waiting behind the first of a take, and still holds
  * one message in hand at a time. */
-static void check_quick_ahead(const char *name, size_t pad, int least, int most)
-{
+static void check_quick_ahead(const char *name, size_t pad, int least, int most) {
     work_state *s = run_worker(name, 4, N, 0, pad);
     print_message("quick handlers, payloads padded to %zu bytes (0: not): at most %d taken ahead\n", pad,
                   s->max_ahead);
@@ -263,24 +247,21 @@ static void check_quick_ahead(const char *name, size_t pad, int least, int most)
 
 /* Short payloads: far past concurrency (all 96 left, unless this machine
  * is slow enough that 10 ms holds fewer). */
-static void test_worker_takes_ahead(void **state)
-{
+static void test_worker_takes_ahead(void **state) {
     (void)state;
     check_quick_ahead("workahead", 0, 32, N - 5);
 }
 
 /* 30,000-byte payloads: a take ahead brings about a megabyte (34 of them,
  * so 33 wait behind the first), not all that is ready. */
-static void test_worker_ahead_bytes(void **state)
-{
+static void test_worker_ahead_bytes(void **state) {
     (void)state;
     check_quick_ahead("workbytes", 30000, 5, 33);
 }
 
 /* Handlers that finish before they return, but slowly (2 ms each): a take
  * ahead holds no more than 10 ms of them, 5 (128 ms were it 64). */
-static void test_worker_slow_handlers_ahead_by_pace(void **state)
-{
+static void test_worker_slow_handlers_ahead_by_pace(void **state) {
     (void)state;
     work_state *s = run_worker("workslow", 4, N, 2000, 0);
     print_message("slow handlers, concurrency 4: at most %d taken ahead\n", s->max_ahead);
@@ -291,20 +272,18 @@ static void test_worker_slow_handlers_ahead_by_pace(void **state)
 /* Handlers that start keeping their messages after 10 (a round taken ahead
  * is out): the messages taken ahead wait, and concurrency still bounds
  * those in hand. */
-static void test_worker_ahead_then_kept(void **state)
-{
+static void test_worker_ahead_then_kept(void **state) {
     (void)state;
     work_state *s = run_worker("workkept", 2, 10, 0, 0);
-    print_message("turned slow at 10, concurrency 2: at most %d taken ahead, %d in hand\n",
-                  s->max_ahead, s->max_in_hand);
+    print_message("turned slow at 10, concurrency 2: at most %d taken ahead, %d in hand\n", s->max_ahead,
+                  s->max_in_hand);
     assert_true(s->max_ahead > 2);
     assert_int_equal(s->max_in_hand, 2);
     assert_int_equal(s->max_hand, 2);
     free(s);
 }
 
-static void test_worker_no_scheduler(void **state)
-{
+static void test_worker_no_scheduler(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "worknosched");
@@ -337,8 +316,7 @@ static void test_worker_no_scheduler(void **state)
 }
 
 /* A handler stops its worker: items it had not taken stay in the queue. */
-static void test_worker_stop_in_handler(void **state)
-{
+static void test_worker_stop_in_handler(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "workstop");
@@ -355,16 +333,14 @@ static void test_worker_stop_in_handler(void **state)
     dq_stats st;
     DQT_EXPECT(c, dq_get_stats(c, q, &st), 0);
     assert_int_equal(st.ready + s->handled, 5); /* none lost */
-    for (int i = 0; i < 5; i++)
-        assert_true(s->seen[i] <= 1);
+    for (int i = 0; i < 5; i++) assert_true(s->seen[i] <= 1);
     assert_int_equal(s->seen[0], 1);
     dq_client_free(c);
     free(s);
 }
 
 /* Freeing the client with a worker running (nothing in hand) is clean. */
-static void test_worker_free_with_client(void **state)
-{
+static void test_worker_free_with_client(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "workfree");
@@ -381,8 +357,7 @@ static void test_worker_free_with_client(void **state)
 }
 
 /* The consumers of a queue: one a program registers, one a worker is. */
-static void test_worker_consumers(void **state)
-{
+static void test_worker_consumers(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "workcons");
@@ -427,8 +402,7 @@ static void test_worker_consumers(void **state)
     free(s);
 }
 
-static void test_worker_invalid(void **state)
-{
+static void test_worker_invalid(void **state) {
     (void)state;
     char q[64];
     dqt_queue(q, sizeof q, "workbad");
@@ -442,8 +416,7 @@ static void test_worker_invalid(void **state)
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_100),
         cmocka_unit_test(test_worker_takes_ahead),

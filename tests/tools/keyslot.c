@@ -14,8 +14,7 @@
 
 #include "util.h"
 
-int main(void)
-{
+int main(void) {
     /* A line of hex holds half as many key bytes; keys here stay short. */
     static char line[65536];
     static char key[sizeof line / 2];

@@ -11,8 +11,7 @@
 
 #include "util.h"
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     char name[DQ__SHARD_NAME_MAX + 1];
     char *end;
     unsigned long n;

@@ -19,8 +19,7 @@
 
 /* Argument i of a as a NUL-terminated copy (the arguments are counted
  * strings pointing into the tokens). */
-static const char *arg(const dq__ack_args *a, size_t i)
-{
+static const char *arg(const dq__ack_args *a, size_t i) {
     static char buf[8][128];
     static int next;
     char *s = buf[next++ % 8];
@@ -32,13 +31,9 @@ static const char *arg(const dq__ack_args *a, size_t i)
 
 /* The keys and fixed arguments: argv[0..3]; the groups start at F. */
 #define F 4
-static void start(dq__ack_args *a)
-{
-    dq__ack_args_init(a, "zs", "n", "dq:{q}:", "1");
-}
+static void start(dq__ack_args *a) { dq__ack_args_init(a, "zs", "n", "dq:{q}:", "1"); }
 
-static void test_one_record_one_group(void **state)
-{
+static void test_one_record_one_group(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
@@ -63,8 +58,7 @@ static void test_one_record_one_group(void **state)
     }
 }
 
-static void test_groups_change_with_prefix_or_suffix(void **state)
-{
+static void test_groups_change_with_prefix_or_suffix(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
@@ -79,8 +73,7 @@ static void test_groups_change_with_prefix_or_suffix(void **state)
     assert_string_equal(arg(&a, F - 1 + 14), ".8192");
 }
 
-static void test_tokens_without_two_dots(void **state)
-{
+static void test_tokens_without_two_dots(void **state) {
     (void)state;
     const char *tokens[] = {"plain", "one.dot", ".", ".."};
     dq__ack_args a;
@@ -101,23 +94,23 @@ static void test_tokens_without_two_dots(void **state)
 
 /* Whatever the token, its group's prefix, its middle and the suffix give it
  * back byte for byte: the script rebuilds tokens it looks up by index. */
-static void test_cut_gives_the_token_back(void **state)
-{
+static void test_cut_gives_the_token_back(void **state) {
     (void)state;
-    const char *tokens[] = {"a.b.c.d", "x..y", "...", "007.012.0009", "t", "abc.", ".abc",
-                            "0123456789012345678901234567890123456789012345678901234567890.1.2"};
+    const char *tokens[] = {
+        "a.b.c.d", "x..y", "...",  "007.012.0009",
+        "t",       "abc.", ".abc", "0123456789012345678901234567890123456789012345678901234567890.1.2"};
     for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
         dq__ack_args a;
         start(&a);
         dq__ack_args_add(&a, "id", tokens[t]);
         char back[256];
-        snprintf(back, sizeof back, "%s%s%s", arg(&a, F - 1 + 1), arg(&a, F - 1 + 4), arg(&a, F - 1 + 2));
+        snprintf(back, sizeof back, "%s%s%s", arg(&a, F - 1 + 1), arg(&a, F - 1 + 4),
+                 arg(&a, F - 1 + 2));
         assert_string_equal(back, tokens[t]);
     }
 }
 
-static void test_full_batch(void **state)
-{
+static void test_full_batch(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
@@ -137,8 +130,7 @@ static void test_full_batch(void **state)
 }
 
 /* The bucket of id as text, as the script's bucket keys spell it. */
-static const char *bucket_of(const char *id)
-{
+static const char *bucket_of(const char *id) {
     static char buf[4][16];
     static int next;
     char *s = buf[next++ % 4];
@@ -146,8 +138,7 @@ static const char *bucket_of(const char *id)
     return s;
 }
 
-static void test_pack_whole_take(void **state)
-{
+static void test_pack_whole_take(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
@@ -167,8 +158,7 @@ static void test_pack_whole_take(void **state)
 
 /* Blocks not 1..k in order (a gap, a repeat, another order, a leading
  * zero), and groups of one item: left as they were. */
-static void test_pack_leaves_other_groups(void **state)
-{
+static void test_pack_leaves_other_groups(void **state) {
     (void)state;
     const char *mids[][3] = {{"1", "3", "4"}, {"1", "1", "2"}, {"2", "1", "3"}, {"01", "2", "3"}};
     for (size_t t = 0; t < sizeof mids / sizeof *mids; t++) {
@@ -194,8 +184,7 @@ static void test_pack_leaves_other_groups(void **state)
 
 /* Packed and unpacked groups side by side: each in its place, the
  * unpacked ones moved down whole. */
-static void test_pack_mixed_groups(void **state)
-{
+static void test_pack_mixed_groups(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
@@ -224,8 +213,7 @@ static void test_pack_mixed_groups(void **state)
 }
 
 /* A full batch of the longest ids in one take: two arguments, all of it. */
-static void test_pack_full_batch(void **state)
-{
+static void test_pack_full_batch(void **state) {
     (void)state;
     static dq__ack_args a;
     static char ids[DQ__ACK_BATCH][DQ_ID_MAX + 1], tokens[DQ__ACK_BATCH][32];
@@ -245,8 +233,7 @@ static void test_pack_full_batch(void **state)
     assert_memory_equal(a.argv[F + 3] + a.lens[F + 3] - DQ_ID_MAX, ids[DQ__ACK_BATCH - 1], DQ_ID_MAX);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_record_one_group),
         cmocka_unit_test(test_groups_change_with_prefix_or_suffix),

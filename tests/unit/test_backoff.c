@@ -25,15 +25,13 @@ typedef struct log_lines {
     char last[600];
 } log_lines;
 
-static void on_log(void *privdata, const char *msg)
-{
+static void on_log(void *privdata, const char *msg) {
     log_lines *l = privdata;
     l->n++;
     snprintf(l->last, sizeof l->last, "%s", msg);
 }
 
-static dq_client *client(log_lines *l)
-{
+static dq_client *client(log_lines *l) {
     dq_client *c = dq_client_new(NULL, NULL);
     assert_non_null(c);
     memset(l, 0, sizeof *l);
@@ -41,8 +39,7 @@ static dq_client *client(log_lines *l)
     return c;
 }
 
-static void test_kinds_by_first_word(void **state)
-{
+static void test_kinds_by_first_word(void **state) {
     (void)state;
     assert_true(dq__error_persists(OOM));
     assert_true(dq__error_persists("MISCONF Redis is configured to save RDB snapshots"));
@@ -60,8 +57,7 @@ static void test_kinds_by_first_word(void **state)
     assert_false(dq__error_persists(NULL));
 }
 
-static void test_waits_double_to_the_cap(void **state)
-{
+static void test_waits_double_to_the_cap(void **state) {
     (void)state;
     log_lines l;
     dq_client *c = client(&l);
@@ -81,8 +77,7 @@ static void test_waits_double_to_the_cap(void **state)
     dq_client_free(c);
 }
 
-static void test_one_line_a_burst_then_cleared(void **state)
-{
+static void test_one_line_a_burst_then_cleared(void **state) {
     (void)state;
     log_lines l;
     dq_client *c = client(&l);
@@ -107,8 +102,7 @@ static void test_one_line_a_burst_then_cleared(void **state)
     dq_client_free(c);
 }
 
-static void test_kinds_apart_and_others_each_time(void **state)
-{
+static void test_kinds_apart_and_others_each_time(void **state) {
     (void)state;
     log_lines l;
     dq_client *c = client(&l);
@@ -117,15 +111,15 @@ static void test_kinds_apart_and_others_each_time(void **state)
     dq__backoff_failed(c, &b, "MISCONF failing disk", "%s", "MISCONF failing disk");
     dq__backoff_failed(c, &b, "MISCONF failing disk", "%s", "MISCONF failing disk");
     assert_int_equal(l.n, 2);
-    for (int i = 0; i < 3; i++) dq__backoff_failed(c, &b, "ERR something else", "%s", "ERR something else");
+    for (int i = 0; i < 3; i++)
+        dq__backoff_failed(c, &b, "ERR something else", "%s", "ERR something else");
     assert_int_equal(l.n, 5);
     dq__log_error(c, "NOPERM no", "%s", "NOPERM no");
     assert_int_equal(l.n, 6);
     dq_client_free(c);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds_by_first_word),
         cmocka_unit_test(test_waits_double_to_the_cap),

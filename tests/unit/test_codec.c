@@ -16,8 +16,7 @@
 #include "util.h"
 
 /* A NUL-terminated string of n copies of c (n < 300). */
-static const char *run_of(char c, size_t n)
-{
+static const char *run_of(char c, size_t n) {
     static char buf[300];
     assert_true(n < sizeof buf);
     memset(buf, c, n);
@@ -27,8 +26,7 @@ static const char *run_of(char c, size_t n)
 
 /* ------------------------------------------------------------ names */
 
-static void test_queue_valid(void **state)
-{
+static void test_queue_valid(void **state) {
     char one[2] = {0, 0};
     int c;
     (void)state;
@@ -53,8 +51,7 @@ static void test_queue_valid(void **state)
     }
 }
 
-static void test_id_valid(void **state)
-{
+static void test_id_valid(void **state) {
     char one[2] = {0, 0};
     int c;
     (void)state;
@@ -75,8 +72,7 @@ static void test_id_valid(void **state)
 
 /* ------------------------------------------------------------ keys */
 
-static void test_key(void **state)
-{
+static void test_key(void **state) {
     char buf[64];
     (void)state;
     assert_int_equal(dq__key(buf, sizeof buf, "orders", "z"), 13);
@@ -99,8 +95,7 @@ static void test_key(void **state)
 }
 
 /* The longest queue name with the longest suffix fits a 160-byte buffer. */
-static void test_key_longest_queue(void **state)
-{
+static void test_key_longest_queue(void **state) {
     char buf[160], queue[DQ_QUEUE_MAX + 1];
     (void)state;
     memset(queue, 'q', DQ_QUEUE_MAX);
@@ -111,11 +106,23 @@ static void test_key_longest_queue(void **state)
 }
 
 /* dq__fmt_i64 agrees with printf's %lld on the edges and around them. */
-static void test_fmt_i64(void **state)
-{
-    static const int64_t values[] = {0, 1, 9, 10, 99, 100, -1, -9, -10, 4398046511103LL,
-                                     1700000000123LL * 2048, INT64_MAX, INT64_MAX - 1,
-                                     INT64_MIN, INT64_MIN + 1, 1000000000000000000LL};
+static void test_fmt_i64(void **state) {
+    static const int64_t values[] = {0,
+                                     1,
+                                     9,
+                                     10,
+                                     99,
+                                     100,
+                                     -1,
+                                     -9,
+                                     -10,
+                                     4398046511103LL,
+                                     1700000000123LL * 2048,
+                                     INT64_MAX,
+                                     INT64_MAX - 1,
+                                     INT64_MIN,
+                                     INT64_MIN + 1,
+                                     1000000000000000000LL};
     char got[21], want[32];
     size_t i;
     (void)state;
@@ -128,8 +135,7 @@ static void test_fmt_i64(void **state)
 
 /* ------------------------------------------------------------ ready entries */
 
-static void test_entry_decode_basic(void **state)
-{
+static void test_entry_decode_basic(void **state) {
     static const char e[] = "1|1700000000123|1700000000456|3|abcpayload";
     dq__entry d;
     (void)state;
@@ -146,8 +152,7 @@ static void test_entry_decode_basic(void **state)
 
 /* The payload is the raw tail: NUL, '|' and high bytes all survive, and the
  * id may hold '|' too (it is printable). */
-static void test_entry_decode_binary(void **state)
-{
+static void test_entry_decode_binary(void **state) {
     static const char e[] = "1|0|0|4|a|b|\0|x\xff|";
     dq__entry d;
     (void)state;
@@ -160,8 +165,7 @@ static void test_entry_decode_binary(void **state)
     assert_memory_equal(d.payload, "\0|x\xff|", 5);
 }
 
-static void test_entry_decode_empty_payload(void **state)
-{
+static void test_entry_decode_empty_payload(void **state) {
     static const char e[] = "1|5|6|2|idTRAILING";
     dq__entry d;
     (void)state;
@@ -175,8 +179,7 @@ static void test_entry_decode_empty_payload(void **state)
     assert_ptr_equal(d.payload, e + 10);
 }
 
-static void test_entry_decode_number_edges(void **state)
-{
+static void test_entry_decode_number_edges(void **state) {
     static const char max[] = "1|4398046511103|0000000000000000001|1|x";
     static const char zeros[] = "1|00|0|01|xy";
     dq__entry d;
@@ -195,8 +198,7 @@ static void test_entry_decode_number_edges(void **state)
 }
 
 /* Version 2 (delivered before): attempts and the last error come first. */
-static void test_entry_decode_v2(void **state)
-{
+static void test_entry_decode_v2(void **state) {
     static const char e[] = "2|1700000000123|1700000000456|3|2|4|idoopspay|load";
     static const char no_err[] = "2|5|6|15|1|0|x";
     dq__entry d;
@@ -218,8 +220,7 @@ static void test_entry_decode_v2(void **state)
     assert_ptr_equal(d.payload, no_err + sizeof no_err - 1);
 }
 
-static void test_entry_decode_id_limit(void **state)
-{
+static void test_entry_decode_id_limit(void **state) {
     char e[300];
     dq__entry d;
     int n;
@@ -234,14 +235,12 @@ static void test_entry_decode_id_limit(void **state)
 
 /* The id rule's edges: '!' (0x21) and '~' (0x7e) are in; an id made of
  * every allowed byte decodes. */
-static void test_entry_decode_id_rule(void **state)
-{
+static void test_entry_decode_id_rule(void **state) {
     char e[200], id[95];
     dq__entry d;
     int n;
     (void)state;
-    for (int c = 0x21; c <= 0x7e; c++)
-        id[c - 0x21] = (char)c;
+    for (int c = 0x21; c <= 0x7e; c++) id[c - 0x21] = (char)c;
     id[94] = '\0';
     n = snprintf(e, sizeof e, "2|1|2|998|%d|0|%s\x01 \x7f", 94, id);
     assert_int_equal(dq__entry_decode(e, (size_t)n, &d), 0);
@@ -309,16 +308,18 @@ static const char *const bad_entries[] = {
     "1|1|2|3|a bpayload",   /* space */
     "1|1|2|3|a\tbpayload",  /* tab */
     "1|1|2|3|a\nbpayload",  /* newline */
-    "1|1|2|3|a\x7f" "bpayload", /* DEL */
-    "1|1|2|3|a\x80" "bpayload", /* high byte */
-    "1|1|2|3|a\xff" "bpayload",
+    "1|1|2|3|a\x7f"
+    "bpayload", /* DEL */
+    "1|1|2|3|a\x80"
+    "bpayload", /* high byte */
+    "1|1|2|3|a\xff"
+    "bpayload",
     "1|1|2|1|\x1fpayload",   /* control */
     "2|1|2|3|3|0|a bpayload",
     "2|1|2|3|2|1|\x7fxEpayload",
 };
 
-static void test_entry_decode_malformed(void **state)
-{
+static void test_entry_decode_malformed(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof bad_entries / sizeof bad_entries[0]; i++) {
@@ -327,16 +328,14 @@ static void test_entry_decode_malformed(void **state)
         memcpy(&before, &d, sizeof d);
         if (dq__entry_decode(bad_entries[i], strlen(bad_entries[i]), &d) != DQ_EPROTO)
             print_error("entry [%s] accepted\n", bad_entries[i]);
-        assert_int_equal(dq__entry_decode(bad_entries[i], strlen(bad_entries[i]), &d),
-                         DQ_EPROTO);
+        assert_int_equal(dq__entry_decode(bad_entries[i], strlen(bad_entries[i]), &d), DQ_EPROTO);
         assert_memory_equal(&d, &before, sizeof d);
     }
 }
 
 /* Every proper prefix of a valid entry that cuts into the header fails; the
  * decoder never reads past len (checked by ASan/valgrind on a heap copy). */
-static void test_entry_decode_truncated(void **state)
-{
+static void test_entry_decode_truncated(void **state) {
     static const char e[] = "1|1700000000123|1700000000456|3|abc";
     size_t cut;
     dq__entry d;
@@ -351,8 +350,7 @@ static void test_entry_decode_truncated(void **state)
     assert_int_equal(dq__entry_decode(e, sizeof e - 1, &d), 0);
 }
 
-static void test_entry_decode_null(void **state)
-{
+static void test_entry_decode_null(void **state) {
     dq__entry d;
     (void)state;
     assert_int_equal(dq__entry_decode(NULL, 0, &d), DQ_EPROTO);
@@ -362,8 +360,7 @@ static void test_entry_decode_null(void **state)
 
 /* ------------------------------------------------------------ set-aside entries */
 
-static void test_aside_encode(void **state)
-{
+static void test_aside_encode(void **state) {
     static const char want[] = "1|undecodable|3|abcraw|x\0y";
     size_t len = 0;
     char *e;
@@ -376,8 +373,7 @@ static void test_aside_encode(void **state)
     free(e);
 }
 
-static void test_aside_encode_empty_parts(void **state)
-{
+static void test_aside_encode_empty_parts(void **state) {
     size_t len = 99;
     char *e;
     (void)state;
@@ -398,8 +394,7 @@ static void test_aside_encode_empty_parts(void **state)
 }
 
 /* A '|' in the reason would shift the later fields; it becomes '_'. */
-static void test_aside_encode_reason_pipe(void **state)
-{
+static void test_aside_encode_reason_pipe(void **state) {
     size_t len = 0;
     char *e = dq__aside_encode("a|b|", "id", 2, "|", 1, &len);
     (void)state;
@@ -411,8 +406,7 @@ static void test_aside_encode_reason_pipe(void **state)
 
 /* An entry with a long id and raw body: idlen is the byte count, and a
  * ready entry stored raw round-trips through the decoder. */
-static void test_aside_encode_roundtrip_raw(void **state)
-{
+static void test_aside_encode_roundtrip_raw(void **state) {
     static const char ready[] = "1|10|20|2|idbody";
     char *e;
     size_t len = 0, want_len;
@@ -431,8 +425,7 @@ static void test_aside_encode_roundtrip_raw(void **state)
 }
 
 /* Lengths whose sum overflows size_t fail without reading the buffers. */
-static void test_aside_encode_overflow(void **state)
-{
+static void test_aside_encode_overflow(void **state) {
     size_t len = 7;
     (void)state;
     assert_null(dq__aside_encode("r", "i", 1, "x", SIZE_MAX, &len));
@@ -441,8 +434,7 @@ static void test_aside_encode_overflow(void **state)
     assert_int_equal(len, 7);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_queue_valid),
         cmocka_unit_test(test_id_valid),

@@ -19,8 +19,7 @@
 #include "util.h"
 
 /* "2026-03-08T07:00Z" as epoch ms. */
-static int64_t ms_of(const char *iso)
-{
+static int64_t ms_of(const char *iso) {
     struct tm tm;
     memset(&tm, 0, sizeof tm);
     const char *end = strptime(iso, "%Y-%m-%dT%H:%MZ", &tm);
@@ -50,7 +49,8 @@ static const next_case next_cases[] = {
     {"0 0 * * 7", "UTC", "2026-11-27T00:00Z", "2026-11-29T00:00Z"}, /* 7 is Sunday */
     {"0 0 31 2 *", "UTC", "2026-01-01T00:00Z", NULL},                /* never */
     /* America/New_York, spring forward 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z) */
-    {"30 2 * * *", "America/New_York", "2026-03-07T08:00Z", "2026-03-08T07:00Z"}, /* in the gap: its end */
+    {"30 2 * * *", "America/New_York", "2026-03-07T08:00Z",
+     "2026-03-08T07:00Z"}, /* in the gap: its end */
     {"30 2 * * *", "America/New_York", "2026-03-08T07:00Z", "2026-03-09T06:30Z"},
     {"*/30 * * * *", "America/New_York", "2026-03-08T06:45Z", "2026-03-08T07:00Z"},
     {"*/30 * * * *", "America/New_York", "2026-03-08T07:00Z", "2026-03-08T07:30Z"}, /* once */
@@ -79,8 +79,7 @@ static const next_case next_cases[] = {
     {"0 2 * * *", "Asia/Tokyo", "2026-11-01T00:00Z", "2026-11-01T17:00Z"},
 };
 
-static void test_cron_next_table(void **state)
-{
+static void test_cron_next_table(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof next_cases / sizeof next_cases[0]; i++) {
         const next_case *t = &next_cases[i];
@@ -92,15 +91,14 @@ static void test_cron_next_table(void **state)
         int64_t got = dq__cron_next(&c, &z, ms_of(t->after));
         int64_t want = t->want ? ms_of(t->want) : -1;
         if (got != want)
-            fail_msg("case %zu: '%s' in %s after %s: got %lld, want %s (%lld)", i, t->expr, t->zone, t->after,
-                     (long long)got, t->want ? t->want : "none", (long long)want);
+            fail_msg("case %zu: '%s' in %s after %s: got %lld, want %s (%lld)", i, t->expr, t->zone,
+                     t->after, (long long)got, t->want ? t->want : "none", (long long)want);
         dq__zone_free(&z);
     }
 }
 
 /* A tick is strictly after the instant, also within its minute. */
-static void test_cron_next_within_minute(void **state)
-{
+static void test_cron_next_within_minute(void **state) {
     dq__cron c;
     dq__zone z;
     char err[200];
@@ -113,19 +111,26 @@ static void test_cron_next_within_minute(void **state)
     assert_int_equal(dq__cron_next(&c, &z, t + 59999), t + 60000);
 }
 
-static void test_cron_parse_errors(void **state)
-{
+static void test_cron_parse_errors(void **state) {
     static const struct {
         const char *expr, *says;
     } bad[] = {
-        {"60 * * * *", "field 1 (minute)"},  {"* 24 * * *", "field 2 (hour)"},
-        {"* * 0 * *", "field 3 (day of month)"}, {"* * * 13 *", "field 4 (month)"},
-        {"* * * * 8", "field 5 (day of week)"},  {"* * * *", "expected 5 fields"},
-        {"* * * * * *", "expected 5 fields"},    {"*/0 * * * *", "bad step"},
-        {"1,,2 * * * *", "field 1"},             {"5-1 * * * *", "out of range"},
-        {"* * * foo *", "field 4"},              {"@often", "unknown '@often'"},
-        {"1- * * * *", "field 1"},               {"1, * * * *", "field 1"},
-        {"*/61 * * * *", "bad step"},            {"* */25 * * *", "field 2 (hour): '*/25' has a bad step"},
+        {"60 * * * *", "field 1 (minute)"},
+        {"* 24 * * *", "field 2 (hour)"},
+        {"* * 0 * *", "field 3 (day of month)"},
+        {"* * * 13 *", "field 4 (month)"},
+        {"* * * * 8", "field 5 (day of week)"},
+        {"* * * *", "expected 5 fields"},
+        {"* * * * * *", "expected 5 fields"},
+        {"*/0 * * * *", "bad step"},
+        {"1,,2 * * * *", "field 1"},
+        {"5-1 * * * *", "out of range"},
+        {"* * * foo *", "field 4"},
+        {"@often", "unknown '@often'"},
+        {"1- * * * *", "field 1"},
+        {"1, * * * *", "field 1"},
+        {"*/61 * * * *", "bad step"},
+        {"* */25 * * *", "field 2 (hour): '*/25' has a bad step"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -133,12 +138,12 @@ static void test_cron_parse_errors(void **state)
         char err[200] = "";
         if (dq__cron_parse(bad[i].expr, &c, err, sizeof err) != -1)
             fail_msg("'%s' was accepted", bad[i].expr);
-        if (!strstr(err, bad[i].says)) fail_msg("'%s': '%s' does not say '%s'", bad[i].expr, err, bad[i].says);
+        if (!strstr(err, bad[i].says))
+            fail_msg("'%s': '%s' does not say '%s'", bad[i].expr, err, bad[i].says);
     }
 }
 
-static void test_cron_zones(void **state)
-{
+static void test_cron_zones(void **state) {
     dq__zone z;
     char err[200];
     (void)state;
@@ -153,8 +158,7 @@ static void test_cron_zones(void **state)
     dq__zone_free(&z);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cron_next_table),
         cmocka_unit_test(test_cron_next_within_minute),

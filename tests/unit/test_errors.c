@@ -41,18 +41,25 @@ static const sample table[] = {
     {"valkey 8", "READONLY Can not run script with write flag on readonly replica", DQ__ERR_READONLY},
     {"redis 7.0", "LOADING Redis is loading the dataset in memory", DQ__ERR_LOADING},
     {"valkey 8", "LOADING Valkey is loading the dataset in memory", DQ__ERR_LOADING},
-    {"redis 7.0", "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
+    {"redis 7.0",
+     "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
      DQ__ERR_BUSY},
-    {"valkey 8", "BUSY Valkey is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
+    {"valkey 8",
+     "BUSY Valkey is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
      DQ__ERR_BUSY},
     {"redis 7.0", "NOREPLICAS Not enough good replicas to write.", DQ__ERR_NOREPLICAS},
     {"valkey 8", "NOREPLICAS Not enough good replicas to write.", DQ__ERR_NOREPLICAS},
-    {"redis 7.0", "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
-                  "to disk.", DQ__ERR_MISCONF},
-    {"valkey 8", "MISCONF Valkey is configured to save RDB snapshots, but it's currently unable to persist "
-                 "to disk.", DQ__ERR_MISCONF},
+    {"redis 7.0",
+     "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
+     "to disk.",
+     DQ__ERR_MISCONF},
+    {"valkey 8",
+     "MISCONF Valkey is configured to save RDB snapshots, but it's currently unable to persist "
+     "to disk.",
+     DQ__ERR_MISCONF},
     {"redis 7.0", "OOM command not allowed when used memory > 'maxmemory'.", DQ__ERR_OOM},
-    {"valkey 8", "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
+    {"valkey 8",
+     "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
      DQ__ERR_OOM},
     {"redis 7.0", "NOPERM this user has no permissions to run the 'eval' command or its subcommand",
      DQ__ERR_NOPERM},
@@ -60,15 +67,21 @@ static const sample table[] = {
     {"redis 7.0", "NOPERM this user has no permissions to access one of the keys used as arguments",
      DQ__ERR_NOPERM},
     {"valkey 8", "NOPERM No permissions to access a key", DQ__ERR_NOPERM},
-    {"redis 7.0", "ERR The user executing the script can't run this command or subcommand script: "
-                  "delayq_take, on @user_function:12.", DQ__ERR_NOPERM_SCRIPT},
-    {"valkey 8", "ERR ACL failure in script: User alice has no permissions to run the 'zadd' command script: "
-                 "delayq_take, on @user_function:12.", DQ__ERR_NOPERM_SCRIPT},
+    {"redis 7.0",
+     "ERR The user executing the script can't run this command or subcommand script: "
+     "delayq_take, on @user_function:12.",
+     DQ__ERR_NOPERM_SCRIPT},
+    {"valkey 8",
+     "ERR ACL failure in script: User alice has no permissions to run the 'zadd' command script: "
+     "delayq_take, on @user_function:12.",
+     DQ__ERR_NOPERM_SCRIPT},
     {"redis 7.0", "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
      DQ__ERR_MASTERDOWN},
-    {"redis 7.0", "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+    {"redis 7.0",
+     "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
      DQ__ERR_UNBLOCKED},
-    {"redis 7.0", "WRONGTYPE Operation against a key holding the wrong kind of value", DQ__ERR_WRONGTYPE},
+    {"redis 7.0", "WRONGTYPE Operation against a key holding the wrong kind of value",
+     DQ__ERR_WRONGTYPE},
     {"redis 7.0", "NOAUTH Authentication required.", DQ__ERR_NOAUTH},
     {"valkey 8", "WRONGPASS invalid username-password pair or user is disabled.", DQ__ERR_NOAUTH},
     /* near misses */
@@ -82,8 +95,7 @@ static const sample table[] = {
     {"-", "", DQ__ERR_OTHER},
 };
 
-static void test_each_server_text_in_its_class(void **state)
-{
+static void test_each_server_text_in_its_class(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
         enum dq__errclass got = dq__error_class(table[i].text);
@@ -94,19 +106,18 @@ static void test_each_server_text_in_its_class(void **state)
     assert_int_equal(dq__error_class(NULL), DQ__ERR_OTHER);
 }
 
-static void test_persisting_classes(void **state)
-{
+static void test_persisting_classes(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
         enum dq__errclass k = table[i].class;
         int want = k == DQ__ERR_OOM || k == DQ__ERR_MISCONF || k == DQ__ERR_NOREPLICAS ||
                    k == DQ__ERR_READONLY || k == DQ__ERR_LOADING || k == DQ__ERR_BUSY;
-        if (dq__error_persists(table[i].text) != want) fail_msg("persists(\"%s\") != %d", table[i].text, want);
+        if (dq__error_persists(table[i].text) != want)
+            fail_msg("persists(\"%s\") != %d", table[i].text, want);
     }
 }
 
-static void test_code_word(void **state)
-{
+static void test_code_word(void **state) {
     (void)state;
     char w[DQ__ERRKIND_MAX];
     dq__error_code("NOREPLICAS Not enough good replicas to write.", w);
@@ -121,26 +132,28 @@ static void test_code_word(void **state)
     assert_string_equal(w, "");
 }
 
-static void test_refusals_of_a_key(void **state)
-{
+static void test_refusals_of_a_key(void **state) {
     (void)state;
-    assert_true(dq__error_names_key("NOPERM this user has no permissions to access one of the keys used as arguments"));
+    assert_true(dq__error_names_key(
+        "NOPERM this user has no permissions to access one of the keys used as arguments"));
     assert_true(dq__error_names_key("NOPERM No permissions to access a key"));
-    assert_true(dq__error_names_key("ERR The user executing the script can't access at least one of the keys "
-                                    "mentioned in the command arguments script: x, on @user_function:1."));
-    assert_true(dq__error_names_key("ERR ACL failure in script: No permissions to access a key script: x, on "
-                                    "@user_function:1."));
+    assert_true(
+        dq__error_names_key("ERR The user executing the script can't access at least one of the keys "
+                            "mentioned in the command arguments script: x, on @user_function:1."));
+    assert_true(
+        dq__error_names_key("ERR ACL failure in script: No permissions to access a key script: x, on "
+                            "@user_function:1."));
     assert_false(dq__error_names_key("NOPERM User alice has no permissions to run the 'eval' command"));
     assert_false(dq__error_names_key("NOPERM No permissions to access a channel"));
-    assert_false(dq__error_names_key("ERR The user executing the script can't publish to the channel mentioned "
-                                     "in the command"));
+    assert_false(
+        dq__error_names_key("ERR The user executing the script can't publish to the channel mentioned "
+                            "in the command"));
     assert_false(dq__error_names_key("ERR access to a key that is not NOPERM"));
     assert_false(dq__error_names_key(NULL));
 }
 
 /* The class word after "ERR delayq:" (lua/ writes them), never the prose. */
-static void test_refusal_classes(void **state)
-{
+static void test_refusal_classes(void **state) {
     (void)state;
     static const struct {
         const char *text;
@@ -175,8 +188,7 @@ static void test_refusal_classes(void **state)
     assert_int_equal(dq_client_refusal(NULL), DQ_REFUSAL_NONE);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_server_text_in_its_class),
         cmocka_unit_test(test_persisting_classes),

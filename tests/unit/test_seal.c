@@ -70,7 +70,8 @@ static void test_key_errors(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dq__keyring *kr = (dq__keyring *)1;
-        assert_int_not_equal(dq__keyring_parse(cases[i].what, strlen(cases[i].what), &kr, err, sizeof err), 0);
+        assert_int_not_equal(
+            dq__keyring_parse(cases[i].what, strlen(cases[i].what), &kr, err, sizeof err), 0);
         assert_null(kr);
         if (!strstr(err, cases[i].want)) fail_msg("%s: got '%s'", cases[i].what, err);
     }
@@ -145,11 +146,12 @@ static void test_what_does_not_open(void **state) {
     unsigned char *env, *out;
     size_t el, ol;
     assert_int_equal(dq__seal(ka, "orders", "o-1", "pay me", 6, &env, &el), 0);
-    assert_int_equal(dq__open(ka, "orders", "o-2", 3, env, el, &out, &ol), DQ_EPROTO);   /* another item */
-    assert_int_equal(dq__open(ka, "refunds", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);  /* another queue */
-    assert_int_equal(dq__open(kb, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY);     /* another key */
-    assert_int_equal(dq__open(NULL, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY);   /* no key */
-    for (size_t i = DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN; i < el; i++) {                 /* any byte */
+    assert_int_equal(dq__open(ka, "orders", "o-2", 3, env, el, &out, &ol), DQ_EPROTO); /* another item */
+    assert_int_equal(dq__open(ka, "refunds", "o-1", 3, env, el, &out, &ol),
+                     DQ_EPROTO); /* another queue */
+    assert_int_equal(dq__open(kb, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY); /* another key */
+    assert_int_equal(dq__open(NULL, "orders", "o-1", 3, env, el, &out, &ol), DQ_EKEY); /* no key */
+    for (size_t i = DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN; i < el; i++) { /* any byte */
         env[i] ^= 0x01;
         assert_int_equal(dq__open(ka, "orders", "o-1", 3, env, el, &out, &ol), DQ_EPROTO);
         env[i] ^= 0x01;
@@ -217,8 +219,18 @@ static void test_tick_ids(void **state) {
     assert_true(dq__tick_id("nightly@0", 9, &nl) && nl == 7);
     assert_true(dq__tick_id("a.b:c-d_e@1795783108709", 23, &nl) && nl == 9);
     assert_true(dq__tick_id("a@4398046511103", 15, &nl) && nl == 1); /* DQ_DUE_MAX_MS */
-    static const char *const no[] = {"a@4398046511104", "a@0123", "a@", "@5", "a@-5", "a@+5", "a@5x",
-                                      "a@b@5", "a b@5", "a@ 5", "nightly", "a@99999999999999999999"};
+    static const char *const no[] = {"a@4398046511104",
+                                     "a@0123",
+                                     "a@",
+                                     "@5",
+                                     "a@-5",
+                                     "a@+5",
+                                     "a@5x",
+                                     "a@b@5",
+                                     "a b@5",
+                                     "a@ 5",
+                                     "nightly",
+                                     "a@99999999999999999999"};
     for (size_t i = 0; i < sizeof no / sizeof *no; i++)
         if (dq__tick_id(no[i], strlen(no[i]), &nl)) fail_msg("'%s' read as a tick id", no[i]);
     char longname[DQ_RECURRING_NAME_MAX + 8];
@@ -248,7 +260,8 @@ static void test_schedule_binding(void **state) {
     assert_int_equal(dq__open(kr, "orders~3f", "nightly@0", 9, env, el, &out, &ol), 0);
     free(out);
     /* Nothing else: another schedule, queue, an ordinary id, one almost a tick's. */
-    static const char *const ids[] = {"weekly@1000", "nightly", "nightly@01000", "Nightly@1000", "nightly@"};
+    static const char *const ids[] = {"weekly@1000", "nightly", "nightly@01000", "Nightly@1000",
+                                      "nightly@"};
     for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
         assert_int_equal(dq__open(kr, "orders", ids[i], strlen(ids[i]), env, el, &out, &ol), DQ_EPROTO);
     assert_int_equal(dq__open(kr, "refunds", "nightly@1000", 12, env, el, &out, &ol), DQ_EPROTO);
@@ -275,7 +288,8 @@ static int taken(dq__keyring *kr, int allow, const void *p, size_t len, const ch
     int rc = dq__open_taken(kr, allow, "orders~2", "o-1", 3, p, len, &out, &ol, why, sizeof why);
     if (rc == 0) assert_non_null(out);
     else assert_null(out);
-    if (rc < 0 && (!want || !strstr(why, want))) fail_msg("len %zu: refused as '%s', want '%s'", len, why, want);
+    if (rc < 0 && (!want || !strstr(why, want)))
+        fail_msg("len %zu: refused as '%s', want '%s'", len, why, want);
     if (rc >= 0 && want) fail_msg("len %zu: not refused (%d), want '%s'", len, rc, want);
     free(out);
     return rc;
@@ -303,13 +317,12 @@ static void test_open_taken_strict(void **state) {
      * byte short of the whole fails authentication. */
     for (size_t len = 0; len < el; len++) {
         const char *want = len < DQ__SEAL_MAGIC_LEN - 1 ? "not sealed"
-                           : len < DQ__SEAL_OVERHEAD   ? "cut short"
-                                                       : "failed authentication";
+                           : len < DQ__SEAL_OVERHEAD    ? "cut short"
+                                                        : "failed authentication";
         assert_int_equal(taken(ka, 0, env, len, want), len < DQ__SEAL_OVERHEAD ? DQ_EINVAL : DQ_EPROTO);
         if (len >= DQ__SEAL_MAGIC_LEN - 1)
             assert_true(taken(ka, 1, env, len, len < DQ__SEAL_OVERHEAD ? "cut short" : "failed") < 0);
-        else
-            assert_int_equal(taken(ka, 1, env, len, NULL), 1);
+        else assert_int_equal(taken(ka, 1, env, len, NULL), 1);
         assert_true(dq__looks_sealed(env, len) == (len >= DQ__SEAL_MAGIC_LEN - 1));
     }
     /* Another format version: refused even when plaintext is allowed. */
@@ -322,7 +335,8 @@ static void test_open_taken_strict(void **state) {
     assert_int_equal(taken(kb, 0, env, el, "which the taking client lacked"), DQ_EKEY);
     assert_int_equal(taken(NULL, 0, env, el, "which the taking client lacked"), DQ_EKEY);
     memcpy(fake, env, DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN);
-    randombytes_buf(fake + DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN, sizeof fake - DQ__SEAL_MAGIC_LEN - DQ__KEY_ID_LEN);
+    randombytes_buf(fake + DQ__SEAL_MAGIC_LEN + DQ__KEY_ID_LEN,
+                    sizeof fake - DQ__SEAL_MAGIC_LEN - DQ__KEY_ID_LEN);
     assert_int_equal(taken(ka, 1, fake, sizeof fake, "failed authentication"), DQ_EPROTO);
     randombytes_buf(fake + DQ__SEAL_MAGIC_LEN, DQ__KEY_ID_LEN);
     assert_int_equal(taken(ka, 1, fake, sizeof fake, "lacked"), DQ_EKEY);
@@ -334,11 +348,11 @@ static void test_open_taken_strict(void **state) {
 int main(void) {
     if (sodium_init() < 0) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_lines),       cmocka_unit_test(test_key_errors),
-        cmocka_unit_test(test_key_file_mode),   cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_key_lines),          cmocka_unit_test(test_key_errors),
+        cmocka_unit_test(test_key_file_mode),      cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_what_does_not_open), cmocka_unit_test(test_rotation),
-        cmocka_unit_test(test_bound_to_queue),  cmocka_unit_test(test_open_taken_strict),
-        cmocka_unit_test(test_tick_ids),        cmocka_unit_test(test_schedule_binding),
+        cmocka_unit_test(test_bound_to_queue),     cmocka_unit_test(test_open_taken_strict),
+        cmocka_unit_test(test_tick_ids),           cmocka_unit_test(test_schedule_binding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

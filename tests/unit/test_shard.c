@@ -17,8 +17,7 @@
 
 static unsigned slot_of(const char *name) { return dq__key_slot(name, strlen(name)); }
 
-static void test_one_shard_is_the_queue(void **state)
-{
+static void test_one_shard_is_the_queue(void **state) {
     char name[DQ__SHARD_NAME_MAX + 1];
     (void)state;
     assert_int_equal(dq__shard_name("orders", 0, 1, name, sizeof name), 0);
@@ -27,8 +26,7 @@ static void test_one_shard_is_the_queue(void **state)
     assert_memory_equal(name, "orders~", 7);
 }
 
-static void test_shard_name_form(void **state)
-{
+static void test_shard_name_form(void **state) {
     char name[DQ__SHARD_NAME_MAX + 1], again[DQ__SHARD_NAME_MAX + 1];
     char longest[DQ_QUEUE_MAX + 1];
     (void)state;
@@ -48,8 +46,7 @@ static void test_shard_name_form(void **state)
     }
 }
 
-static void test_shard_name_refusals(void **state)
-{
+static void test_shard_name_refusals(void **state) {
     char name[DQ__SHARD_NAME_MAX + 1];
     (void)state;
     assert_int_equal(dq__shard_name("q", 0, 0, name, sizeof name), -1);
@@ -60,8 +57,7 @@ static void test_shard_name_refusals(void **state)
 
 /* Every shard in its own slot, within an eighth of an arc of its arc's
  * middle. */
-static void test_shard_slots_evenly_spaced(void **state)
-{
+static void test_shard_slots_evenly_spaced(void **state) {
     static const char *queues[] = {"orders", "a", "claims.eu-1", "Q:retry_2"};
     static const unsigned counts[] = {2, 3, 5, 12, 16, 64};
     char name[DQ__SHARD_NAME_MAX + 1];
@@ -85,14 +81,14 @@ static void test_shard_slots_evenly_spaced(void **state)
 /* Shards per master, for masters serving equal contiguous ranges as
  * `redis-cli --cluster create` assigns them (3 masters: 0-5460, 5461-10922,
  * 10923-16383). */
-static void shares(const char *queue, unsigned n, unsigned masters, unsigned *per)
-{
+static void shares(const char *queue, unsigned n, unsigned masters, unsigned *per) {
     char name[DQ__SHARD_NAME_MAX + 1];
     memset(per, 0, masters * sizeof *per);
     for (unsigned i = 0; i < n; i++) {
         assert_int_equal(dq__shard_name(queue, i, n, name, sizeof name), 0);
         unsigned s = slot_of(name), m = 0;
-        while (m + 1 < masters && s >= (unsigned)(((unsigned long)(m + 1) * DQ__SLOTS + masters - 1) / masters))
+        while (m + 1 < masters &&
+               s >= (unsigned)(((unsigned long)(m + 1) * DQ__SLOTS + masters - 1) / masters))
             m++;
         per[m]++;
     }
@@ -100,8 +96,7 @@ static void shares(const char *queue, unsigned n, unsigned masters, unsigned *pe
 
 /* 12 shards on 3 masters: 4 each, for every queue name tried; 12 on 2:
  * 6 each; 16 on 3 (not a multiple): 5 or 6 each. */
-static void test_shard_fair_on_masters(void **state)
-{
+static void test_shard_fair_on_masters(void **state) {
     char queue[32];
     unsigned per[3];
     (void)state;
@@ -119,8 +114,7 @@ static void test_shard_fair_on_masters(void **state)
     }
 }
 
-static void test_shard_of_id(void **state)
-{
+static void test_shard_of_id(void **state) {
     char id[32];
     unsigned per[12] = {0};
     (void)state;
@@ -142,15 +136,11 @@ static void test_shard_of_id(void **state)
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_shard_is_the_queue),
-        cmocka_unit_test(test_shard_name_form),
-        cmocka_unit_test(test_shard_name_refusals),
-        cmocka_unit_test(test_shard_slots_evenly_spaced),
-        cmocka_unit_test(test_shard_fair_on_masters),
-        cmocka_unit_test(test_shard_of_id),
+        cmocka_unit_test(test_one_shard_is_the_queue), cmocka_unit_test(test_shard_name_form),
+        cmocka_unit_test(test_shard_name_refusals),    cmocka_unit_test(test_shard_slots_evenly_spaced),
+        cmocka_unit_test(test_shard_fair_on_masters),  cmocka_unit_test(test_shard_of_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

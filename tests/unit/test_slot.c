@@ -18,8 +18,7 @@ static unsigned slot_of(const char *key) { return dq__key_slot(key, strlen(key))
 
 /* "123456789" is the check input of every CRC catalogue: CRC16/XMODEM of
  * it is 0x31C3, and 0x31C3 mod 16384 is 12739. */
-static void test_slot_check_value(void **state)
-{
+static void test_slot_check_value(void **state) {
     (void)state;
     assert_int_equal(slot_of("123456789"), 0x31C3 % DQ__SLOTS);
     assert_int_equal(slot_of("123456789"), 12739);
@@ -47,8 +46,7 @@ static const vector vectors[] = {
 };
 /* clang-format on */
 
-static void test_slot_vectors(void **state)
-{
+static void test_slot_vectors(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
@@ -61,8 +59,7 @@ static void test_slot_vectors(void **state)
     assert_int_equal(dq__key_slot(NULL, 0), 0);
 }
 
-static void test_slot_hash_tags(void **state)
-{
+static void test_slot_hash_tags(void **state) {
     (void)state;
     /* the tag alone is hashed, so these share a slot */
     assert_int_equal(slot_of("{user1000}.following"), slot_of("{user1000}.followers"));
@@ -86,8 +83,7 @@ static void test_slot_hash_tags(void **state)
 }
 
 /* Every key of a queue is "dq:{queue}:...": one slot, the queue name's. */
-static void test_slot_queue_keys(void **state)
-{
+static void test_slot_queue_keys(void **state) {
     char key[DQ_QUEUE_MAX + 64];
     (void)state;
     assert_int_equal(slot_of("dq:{myqueue}:zs"), slot_of("myqueue"));
@@ -96,8 +92,7 @@ static void test_slot_queue_keys(void **state)
     assert_int_equal(slot_of(key), slot_of("reminders"));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slot_check_value),
         cmocka_unit_test(test_slot_vectors),

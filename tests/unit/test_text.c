@@ -73,8 +73,7 @@ static const utf8_case utf8_cases[] = {
     U("ok\xe2\x82\xac ok \xf0\x9f\x98\x80", 1),
 };
 
-static void test_utf8_cases(void **state)
-{
+static void test_utf8_cases(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof utf8_cases / sizeof utf8_cases[0]; i++) {
@@ -85,8 +84,7 @@ static void test_utf8_cases(void **state)
     }
 }
 
-static void test_utf8_null(void **state)
-{
+static void test_utf8_null(void **state) {
     (void)state;
     assert_int_equal(dq__utf8_valid(NULL, 0), 1);
     assert_int_equal(dq__utf8_valid(NULL, 3), 0);
@@ -94,8 +92,7 @@ static void test_utf8_null(void **state)
 
 /* The length bounds the check: a sequence cut by len is invalid even if the
  * memory after it would complete it. */
-static void test_utf8_len_bounds(void **state)
-{
+static void test_utf8_len_bounds(void **state) {
     static const char s[] = "\xe2\x82\xac";
     (void)state;
     assert_int_equal(dq__utf8_valid(s, 3), 1);
@@ -106,12 +103,10 @@ static void test_utf8_len_bounds(void **state)
 
 /* Reference: decodes one sequence by bit arithmetic and checks the code
  * point's range; returns its length, or 0 if it is invalid. */
-static size_t ref_sequence(const unsigned char *s, size_t n)
-{
+static size_t ref_sequence(const unsigned char *s, size_t n) {
     uint32_t cp, min;
     size_t need, i;
-    if (s[0] < 0x80)
-        return 1;
+    if (s[0] < 0x80) return 1;
     if ((s[0] & 0xE0) == 0xC0) {
         need = 2, cp = s[0] & 0x1F, min = 0x80;
     } else if ((s[0] & 0xF0) == 0xE0) {
@@ -121,25 +116,20 @@ static size_t ref_sequence(const unsigned char *s, size_t n)
     } else {
         return 0;
     }
-    if (n < need)
-        return 0;
+    if (n < need) return 0;
     for (i = 1; i < need; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
+        if ((s[i] & 0xC0) != 0x80) return 0;
         cp = (cp << 6) | (s[i] & 0x3F);
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     return need;
 }
 
-static int ref_valid(const unsigned char *s, size_t n)
-{
+static int ref_valid(const unsigned char *s, size_t n) {
     size_t i = 0, k;
     while (i < n) {
         k = ref_sequence(s + i, n - i);
-        if (k == 0)
-            return 0;
+        if (k == 0) return 0;
         i += k;
     }
     return 1;
@@ -148,8 +138,7 @@ static int ref_valid(const unsigned char *s, size_t n)
 /* All 1- and 2-byte strings, all 3-byte strings led by E0..EF, and 4-byte
  * strings led by F0..FF with every second byte (third and fourth from a
  * set of boundary values) agree with the reference. */
-static void test_utf8_exhaustive(void **state)
-{
+static void test_utf8_exhaustive(void **state) {
     static const unsigned char tails[] = {0x00, 0x7f, 0x80, 0x81, 0xbf, 0xc0, 0xff};
     unsigned char s[4];
     unsigned a, b, c, d;
@@ -181,8 +170,7 @@ static void test_utf8_exhaustive(void **state)
 }
 
 /* Every code point encodes to a valid sequence except the surrogates. */
-static void test_utf8_every_code_point(void **state)
-{
+static void test_utf8_every_code_point(void **state) {
     unsigned char s[4];
     uint32_t cp;
     size_t n;
@@ -209,8 +197,7 @@ static void test_utf8_every_code_point(void **state)
 
 /* ------------------------------------------------------------ buffer */
 
-static void test_buf_append(void **state)
-{
+static void test_buf_append(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     assert_int_equal(dq__buf_append(&b, "abc", 3), 0);
@@ -228,8 +215,7 @@ static void test_buf_append(void **state)
 }
 
 /* An empty append allocates nothing, on an empty or a filled buffer. */
-static void test_buf_append_empty(void **state)
-{
+static void test_buf_append_empty(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     assert_int_equal(dq__buf_append(&b, NULL, 0), 0);
@@ -244,8 +230,7 @@ static void test_buf_append_empty(void **state)
 
 /* Many small appends cross several growth steps; content and NUL stay
  * right at every step, and cap always leaves room for the NUL. */
-static void test_buf_growth(void **state)
-{
+static void test_buf_growth(void **state) {
     dq__buf b = {NULL, 0, 0};
     size_t i;
     (void)state;
@@ -257,13 +242,11 @@ static void test_buf_growth(void **state)
         assert_int_equal(b.data[i], c);
         assert_int_equal(b.data[i + 1], '\0');
     }
-    for (i = 0; i < 5000; i++)
-        assert_int_equal(b.data[i], 'a' + i % 26);
+    for (i = 0; i < 5000; i++) assert_int_equal(b.data[i], 'a' + i % 26);
     dq__buf_release(&b);
 }
 
-static void test_buf_append_large(void **state)
-{
+static void test_buf_append_large(void **state) {
     dq__buf b = {NULL, 0, 0};
     char *big = malloc(100000);
     (void)state;
@@ -281,8 +264,7 @@ static void test_buf_append_large(void **state)
 
 /* A size that cannot be represented fails before anything is read, and the
  * buffer is left as it was. */
-static void test_buf_append_overflow(void **state)
-{
+static void test_buf_append_overflow(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     assert_int_equal(dq__buf_append(&b, "x", SIZE_MAX), DQ_ENOMEM);
@@ -295,8 +277,7 @@ static void test_buf_append_overflow(void **state)
     dq__buf_release(&b);
 }
 
-static void test_buf_printf(void **state)
-{
+static void test_buf_printf(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     assert_int_equal(dq__buf_printf(&b, "%d-%s", 42, "x"), 0);
@@ -309,8 +290,7 @@ static void test_buf_printf(void **state)
 }
 
 /* An empty format still leaves a valid "" (data != NULL, NUL at [0]). */
-static void test_buf_printf_empty(void **state)
-{
+static void test_buf_printf_empty(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     assert_int_equal(dq__buf_printf(&b, "%s", ""), 0);
@@ -320,8 +300,7 @@ static void test_buf_printf_empty(void **state)
     dq__buf_release(&b);
 }
 
-static void test_buf_printf_long(void **state)
-{
+static void test_buf_printf_long(void **state) {
     dq__buf b = {NULL, 0, 0};
     char want[3001];
     size_t i;
@@ -332,14 +311,12 @@ static void test_buf_printf_long(void **state)
     assert_int_equal(dq__buf_printf(&b, "%s%s%s", want, want, ">"), 0);
     assert_int_equal(b.len, 6002);
     assert_int_equal(b.data[0], '<');
-    for (i = 1; i <= 6000; i++)
-        assert_int_equal(b.data[i], 'w');
+    for (i = 1; i <= 6000; i++) assert_int_equal(b.data[i], 'w');
     assert_string_equal(b.data + 6001, ">");
     dq__buf_release(&b);
 }
 
-static void test_buf_release_twice(void **state)
-{
+static void test_buf_release_twice(void **state) {
     dq__buf b = {NULL, 0, 0};
     (void)state;
     dq__buf_release(&b);
@@ -355,8 +332,7 @@ static void test_buf_release_twice(void **state)
 
 /* ------------------------------------------------------------ UTF-8 sequences */
 
-static void test_utf8_seq(void **state)
-{
+static void test_utf8_seq(void **state) {
     (void)state;
     assert_int_equal(dq__utf8_seq("a", 1), 1);
     assert_int_equal(dq__utf8_seq("", 1), 1); /* NUL is a character */
@@ -376,16 +352,14 @@ static void test_utf8_seq(void **state)
 /* ------------------------------------------------------------ escaping */
 
 /* dq__escape of len bytes into a buffer of size, no cut by max. */
-static void esc_is(const void *in, size_t len, unsigned flags, const char *want)
-{
+static void esc_is(const void *in, size_t len, unsigned flags, const char *want) {
     char out[1024];
     size_t n = dq__escape(out, sizeof out, in, len, SIZE_MAX, flags);
     assert_string_equal(out, want);
     assert_int_equal(n, strlen(want));
 }
 
-static void test_escape_plain(void **state)
-{
+static void test_escape_plain(void **state) {
     (void)state;
     esc_is("", 0, 0, "");
     esc_is(NULL, 0, 0, "");
@@ -397,8 +371,7 @@ static void test_escape_plain(void **state)
     esc_is("\x80\xff", 2, 0, "\\x80\\xff");
 }
 
-static void test_escape_utf8(void **state)
-{
+static void test_escape_utf8(void **state) {
     (void)state;
     /* Without the flag every non-ASCII byte is escaped, valid or not. */
     esc_is("caf\xc3\xa9", 5, 0, "caf\\xc3\\xa9");
@@ -412,28 +385,22 @@ static void test_escape_utf8(void **state)
 }
 
 /* Every byte value alone: printable ASCII but '\' as is, the rest \xHH. */
-static void test_escape_every_byte(void **state)
-{
+static void test_escape_every_byte(void **state) {
     static const char hex[] = "0123456789abcdef";
     (void)state;
     for (int c = 0; c < 256; c++) {
         unsigned char in = (unsigned char)c;
         char want[8];
-        if (c == '\\')
-            strcpy(want, "\\\\");
-        else if (c >= 0x20 && c < 0x7f)
-            want[0] = (char)c, want[1] = '\0';
-        else
-            want[0] = '\\', want[1] = 'x', want[2] = hex[c >> 4], want[3] = hex[c & 15],
-            want[4] = '\0';
+        if (c == '\\') strcpy(want, "\\\\");
+        else if (c >= 0x20 && c < 0x7f) want[0] = (char)c, want[1] = '\0';
+        else want[0] = '\\', want[1] = 'x', want[2] = hex[c >> 4], want[3] = hex[c & 15], want[4] = '\0';
         esc_is(&in, 1, 0, want);
         esc_is(&in, 1, DQ__ESC_UTF8, want);
     }
 }
 
 /* max cuts the input; "..." marks the cut. */
-static void test_escape_max(void **state)
-{
+static void test_escape_max(void **state) {
     char out[64];
     (void)state;
     assert_int_equal(dq__escape(out, sizeof out, "abcdefgh", 8, 3, 0), 6);
@@ -450,8 +417,7 @@ static void test_escape_max(void **state)
 }
 
 /* A small out cuts at a whole unit and still ends in "..." + NUL. */
-static void test_escape_small_out(void **state)
-{
+static void test_escape_small_out(void **state) {
     char out[16];
     (void)state;
     memset(out, 'Z', sizeof out);
@@ -471,8 +437,7 @@ static void test_escape_small_out(void **state)
     /* 4 * len + 1 is always enough */
     unsigned char all[256];
     char big[4 * 256 + 1];
-    for (int i = 0; i < 256; i++)
-        all[i] = (unsigned char)i;
+    for (int i = 0; i < 256; i++) all[i] = (unsigned char)i;
     size_t n = dq__escape(big, sizeof big, all, sizeof all, SIZE_MAX, 0);
     assert_int_equal(n, strlen(big));
     assert_int_equal(n, 95 + 1 + 4 * (256 - 95)); /* printable, '\\', the rest */
@@ -481,8 +446,7 @@ static void test_escape_small_out(void **state)
 
 /* The output is always one line of printable ASCII (without the flag),
  * whatever the input: checked on random bytes. */
-static void test_escape_random(void **state)
-{
+static void test_escape_random(void **state) {
     unsigned char in[300];
     char out[200];
     unsigned seed = 12345;
@@ -496,18 +460,15 @@ static void test_escape_random(void **state)
         size_t n = dq__escape(out, sizeof out, in, len, (size_t)(round % 70), 0);
         assert_true(n < sizeof out);
         assert_int_equal(strlen(out), n);
-        for (size_t i = 0; i < n; i++)
-            assert_true(out[i] >= 0x20 && out[i] < 0x7f);
+        for (size_t i = 0; i < n; i++) assert_true(out[i] >= 0x20 && out[i] < 0x7f);
         n = dq__escape(out, sizeof out, in, len, SIZE_MAX, DQ__ESC_UTF8);
         assert_int_equal(strlen(out), n);
         assert_true(dq__utf8_valid(out, n));
-        for (size_t i = 0; i < n; i++)
-            assert_true((unsigned char)out[i] >= 0x20 && out[i] != 0x7f);
+        for (size_t i = 0; i < n; i++) assert_true((unsigned char)out[i] >= 0x20 && out[i] != 0x7f);
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_cases),
         cmocka_unit_test(test_utf8_null),

@@ -46,8 +46,8 @@ static const good_case good_cases[] = {
     {"redis://u:p@[2001:DB8::1]:1/1", 0, "2001:DB8::1", 1, "", "u", "p", 1},
     {"unix:///tmp/r.sock", 1, "", 0, "/tmp/r.sock", "", "", 0},
     {"unix:///tmp/r.sock?db=2", 1, "", 0, "/tmp/r.sock", "", "", 2},
-    {"unix:///var/run/redis/redis-server.sock?db=0", 1, "", 0,
-     "/var/run/redis/redis-server.sock", "", "", 0},
+    {"unix:///var/run/redis/redis-server.sock?db=0", 1, "", 0, "/var/run/redis/redis-server.sock", "",
+     "", 0},
     /* Percent-escapes in user and password. */
     {"redis://u%40x:p%3Aw%25%2f@h", 0, "h", 6379, "", "u@x", "p:w%/", 0},
     {"redis://%7e:%C3%A9@h", 0, "h", 6379, "", "~", "\xc3\xa9", 0},
@@ -62,13 +62,11 @@ static const good_case good_cases[] = {
     {"redis://h:06379/007", 0, "h", 6379, "", "", "", 7},
 };
 
-static void check_good(const good_case *g)
-{
+static void check_good(const good_case *g) {
     dq__url u;
     char err[200] = "stale";
     int rc = dq__url_parse(g->url, &u, err, sizeof err);
-    if (rc != 0)
-        print_error("url %s: %s\n", g->url, err);
+    if (rc != 0) print_error("url %s: %s\n", g->url, err);
     assert_int_equal(rc, 0);
     assert_string_equal(err, "");
     assert_int_equal(u.is_unix, g->is_unix);
@@ -90,12 +88,10 @@ static void check_good(const good_case *g)
     assert_string_equal(u.sentinel_password, "");
 }
 
-static void test_url_good(void **state)
-{
+static void test_url_good(void **state) {
     size_t i;
     (void)state;
-    for (i = 0; i < sizeof good_cases / sizeof good_cases[0]; i++)
-        check_good(&good_cases[i]);
+    for (i = 0; i < sizeof good_cases / sizeof good_cases[0]; i++) check_good(&good_cases[i]);
 }
 
 /* The forms with a node list. nodes is "host:port,..." with IPv6 hosts in
@@ -117,15 +113,15 @@ typedef struct multi_case {
 static const multi_case multi_cases[] = {
     {"redis-sentinel://s1#mymaster", SENT, "s1:26379", "", "", 0, "", "", "mymaster"},
     {"redis-sentinel://s1:5000,s2#m", SENT, "s1:5000,s2:26379", "", "", 0, "", "", "m"},
-    {"redis-sentinel://s1,s2:5001,s3:5002/3#m", SENT, "s1:26379,s2:5001,s3:5002", "", "", 3, "",
-     "", "m"},
+    {"redis-sentinel://s1,s2:5001,s3:5002/3#m", SENT, "s1:26379,s2:5001,s3:5002", "", "", 3, "", "",
+     "m"},
     {"redis-sentinel://u:p@s1,s2#Master.of-all_1", SENT, "s1:26379,s2:26379", "u", "p", 0, "", "",
      "Master.of-all_1"},
     {"redis-sentinel://pw@s/#m", SENT, "s:26379", "", "pw", 0, "", "", "m"},
-    {"redis-sentinel://s?sentinel_user=su&sentinel_password=sp#m", SENT, "s:26379", "", "", 0,
-     "su", "sp", "m"},
-    {"redis-sentinel://s/2?sentinel_password=sp&sentinel_user=su#m", SENT, "s:26379", "", "", 2,
-     "su", "sp", "m"},
+    {"redis-sentinel://s?sentinel_user=su&sentinel_password=sp#m", SENT, "s:26379", "", "", 0, "su",
+     "sp", "m"},
+    {"redis-sentinel://s/2?sentinel_password=sp&sentinel_user=su#m", SENT, "s:26379", "", "", 2, "su",
+     "sp", "m"},
     {"redis-sentinel://s?sentinel_password=only#m", SENT, "s:26379", "", "", 0, "", "only", "m"},
     {"redis-sentinel://s?sentinel_user=#m", SENT, "s:26379", "", "", 0, "", "", "m"},
     /* percent-decoding of both sentinel fields; '&', '#' and '@' escaped */
@@ -134,24 +130,22 @@ static const multi_case multi_cases[] = {
     /* the last '#' starts the master name, so a raw '#' in a value works */
     {"redis-sentinel://s?sentinel_password=a#b#m", SENT, "s:26379", "", "", 0, "", "a#b", "m"},
     /* the last '@' ends the user info: raw '@', ':', '/', '#', '?' in it */
-    {"redis-sentinel://u:p@s#w/x?y:z@s1,s2#m", SENT, "s1:26379,s2:26379", "u", "p@s#w/x?y:z", 0,
-     "", "", "m"},
-    {"redis-sentinel://:pw@[::1]:26380,[fe80::2],h:1#m", SENT, "[::1]:26380,[fe80::2]:26379,h:1",
-     "", "pw", 0, "", "", "m"},
+    {"redis-sentinel://u:p@s#w/x?y:z@s1,s2#m", SENT, "s1:26379,s2:26379", "u", "p@s#w/x?y:z", 0, "", "",
+     "m"},
+    {"redis-sentinel://:pw@[::1]:26380,[fe80::2],h:1#m", SENT, "[::1]:26380,[fe80::2]:26379,h:1", "",
+     "pw", 0, "", "", "m"},
     {"REDIS-SENTINEL://H#M", SENT, "H:26379", "", "", 0, "", "", "M"},
     {"redis-cluster://n1", CLUS, "n1:6379", "", "", 0, "", "", ""},
-    {"redis-cluster://u:p@n1:7000,n2:7001,[::1]:7002", CLUS, "n1:7000,n2:7001,[::1]:7002", "u",
-     "p", 0, "", "", ""},
+    {"redis-cluster://u:p@n1:7000,n2:7001,[::1]:7002", CLUS, "n1:7000,n2:7001,[::1]:7002", "u", "p", 0,
+     "", "", ""},
     {"redis-cluster://n1,n2/0", CLUS, "n1:6379,n2:6379", "", "", 0, "", "", ""},
     {"redis-cluster://n1/", CLUS, "n1:6379", "", "", 0, "", "", ""},
-    {"redis-cluster://:p%40ss@[2001:db8::1]", CLUS, "[2001:db8::1]:6379", "", "p@ss", 0, "", "",
-     ""},
+    {"redis-cluster://:p%40ss@[2001:db8::1]", CLUS, "[2001:db8::1]:6379", "", "p@ss", 0, "", "", ""},
     {"Redis-Cluster://N", CLUS, "N:6379", "", "", 0, "", "", ""},
 };
 
 /* u.nodes as "host:port,...", IPv6 hosts in brackets. */
-static const char *format_nodes(const dq__url *u, char *buf, size_t size)
-{
+static const char *format_nodes(const dq__url *u, char *buf, size_t size) {
     size_t len = 0;
     int i;
     buf[0] = '\0';
@@ -166,8 +160,7 @@ static const char *format_nodes(const dq__url *u, char *buf, size_t size)
     return buf;
 }
 
-static void test_url_multi(void **state)
-{
+static void test_url_multi(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof multi_cases / sizeof multi_cases[0]; i++) {
@@ -175,8 +168,7 @@ static void test_url_multi(void **state)
         dq__url u;
         char err[200] = "stale", nodes[600];
         int rc = dq__url_parse(g->url, &u, err, sizeof err);
-        if (rc != 0)
-            print_error("url %s: %s\n", g->url, err);
+        if (rc != 0) print_error("url %s: %s\n", g->url, err);
         assert_int_equal(rc, 0);
         assert_string_equal(err, "");
         assert_int_equal(u.topology, g->topology);
@@ -195,8 +187,7 @@ static void test_url_multi(void **state)
 }
 
 /* Up to DQ__URL_NODES_MAX nodes, in either list form. */
-static void test_url_nodes_max(void **state)
-{
+static void test_url_nodes_max(void **state) {
     static const char *const forms[][2] = {{"redis-sentinel://", "#m"}, {"redis-cluster://", ""}};
     size_t f;
     (void)state;
@@ -214,8 +205,7 @@ static void test_url_nodes_max(void **state)
         assert_int_equal(u.nodes[15].port, 7015);
         /* one more is refused */
         strcpy(url, forms[f][0]);
-        for (i = 0; i <= DQ__URL_NODES_MAX; i++)
-            sprintf(url + strlen(url), "%sn%d", i ? "," : "", i);
+        for (i = 0; i <= DQ__URL_NODES_MAX; i++) sprintf(url + strlen(url), "%sn%d", i ? "," : "", i);
         strcat(url, forms[f][1]);
         assert_int_equal(dq__url_parse(url, &u, err, sizeof err), DQ_EINVAL);
         assert_string_equal(err, "too many nodes (at most 16)");
@@ -227,9 +217,8 @@ static void test_url_nodes_max(void **state)
     scheme " takes no ?query (sentinel_user and sentinel_password are for redis-sentinel://)"
 #define NO_FRAGMENT(scheme) scheme " takes no #fragment (#MASTER is for redis-sentinel://)"
 #define EMPTY_NODE "empty host in the node list (no host between two ',' or at an end)"
-#define MISSING_MASTER \
-    "missing #MASTER at the end (the name of the master the sentinels monitor)"
-#define UNKNOWN_PARAM(n) \
+#define MISSING_MASTER "missing #MASTER at the end (the name of the master the sentinels monitor)"
+#define UNKNOWN_PARAM(n)                                                           \
     "unknown query parameter " #n " (only sentinel_user=, sentinel_password= and " \
     "sentinel_tls=; write '&' in a value as %26)"
 
@@ -303,11 +292,9 @@ static const url_case bad_cases[] = {
     {"unix:///tmp/r.sock?db=-2", "bad db '-2' (expected 0..2147483647)"},
     {"unix:///tmp/r.sock?db=2147483648", "bad db '2147483648' (expected 0..2147483647)"},
     {"unix:///tmp/r.sock?db=2&x=1", "trailing garbage '&x=1' after db"},
-    {"unix:///tmp/r.sock?foo=1",
-     "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
+    {"unix:///tmp/r.sock?foo=1", "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
     {"unix:///tmp/r.sock?", "trailing garbage '?' after socket path (only ?db=N is allowed)"},
-    {"unix:///tmp/r.sock?DB=1",
-     "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
+    {"unix:///tmp/r.sock?DB=1", "trailing garbage '?***' after socket path (only ?db=N is allowed)"},
     {"redis://u:p%zz@h", "bad percent-escape in password (write a literal '%' as %25)"},
     {"redis://u:p%@h", "bad percent-escape in password (write a literal '%' as %25)"},
     {"redis://u:p%4@h", "bad percent-escape in password (write a literal '%' as %25)"},
@@ -359,8 +346,7 @@ static const url_case bad_cases[] = {
     {"redis-sentinel://h?sentinel_user#m",
      "query parameter 1 has no '=' (expected sentinel_user=U or sentinel_password=P; write '&' "
      "in a value as %26)"},
-    {"redis-sentinel://h?sentinel_user=a&sentinel_user=b#m",
-     "duplicate query parameter sentinel_user"},
+    {"redis-sentinel://h?sentinel_user=a&sentinel_user=b#m", "duplicate query parameter sentinel_user"},
     {"redis-sentinel://h?sentinel_password=a&sentinel_user=u&sentinel_password=a#m",
      "duplicate query parameter sentinel_password"},
     {"redis-sentinel://h?#m", "empty query parameter (a stray '?' or '&')"},
@@ -383,10 +369,8 @@ static const url_case bad_cases[] = {
     {"redis-cluster://a,b,", EMPTY_NODE},
     {"redis-cluster://a,/0", EMPTY_NODE},
     {"redis-cluster://a:99999", "bad port '99999' (expected 1..65535)"},
-    {"redis-cluster://a,b/5",
-     "redis-cluster:// takes no /db other than /0 (a cluster has only db 0)"},
-    {"redis-cluster://a/00001",
-     "redis-cluster:// takes no /db other than /0 (a cluster has only db 0)"},
+    {"redis-cluster://a,b/5", "redis-cluster:// takes no /db other than /0 (a cluster has only db 0)"},
+    {"redis-cluster://a/00001", "redis-cluster:// takes no /db other than /0 (a cluster has only db 0)"},
     {"redis-cluster://a/x", "bad db 'x' (expected 0..2147483647)"},
     {"redis-cluster://a?x=1", NO_QUERY("redis-cluster://")},
     {"redis-cluster://a/0?x=1", NO_QUERY("redis-cluster://")},
@@ -394,8 +378,7 @@ static const url_case bad_cases[] = {
     {"redis-cluster://a,b/0#m", NO_FRAGMENT("redis-cluster://")},
 };
 
-static void test_url_bad(void **state)
-{
+static void test_url_bad(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
@@ -411,8 +394,7 @@ static void test_url_bad(void **state)
 
 /* The TLS forms: TLS to the nodes, and to the sentinels unless
  * sentinel_tls=no; the plain forms: none, unless sentinel_tls=yes. */
-static void test_url_tls(void **state)
-{
+static void test_url_tls(void **state) {
     static const struct {
         const char *url;
         int topology, tls, sentinel_tls;
@@ -437,12 +419,12 @@ static void test_url_tls(void **state)
         assert_int_equal(u.sentinel_tls, cases[i].sentinel_tls);
     }
     dq__url u;
-    assert_int_equal(dq__url_parse("rediss-sentinel://s?sentinel_tls=no&sentinel_password=x#m", &u, NULL, 0), 0);
+    assert_int_equal(
+        dq__url_parse("rediss-sentinel://s?sentinel_tls=no&sentinel_password=x#m", &u, NULL, 0), 0);
     assert_string_equal(u.masked, "rediss-sentinel://s?sentinel_tls=no&sentinel_password=***#***");
 }
 
-static void test_url_null_arguments(void **state)
-{
+static void test_url_null_arguments(void **state) {
     dq__url u;
     char err[64] = "";
     (void)state;
@@ -460,8 +442,7 @@ static void test_url_null_arguments(void **state)
     assert_string_equal(u.host, "h");
 }
 
-static void test_url_err_truncated(void **state)
-{
+static void test_url_err_truncated(void **state) {
     dq__url u;
     char err[8];
     (void)state;
@@ -473,10 +454,9 @@ static void test_url_err_truncated(void **state)
 
 /* On failure *out keeps every byte it had, even after a parse that got as
  * far as filling the user, password and host. */
-static void test_url_out_untouched_on_error(void **state)
-{
-    static const char *const urls[] = {"redis://u:p@host:0", "redis://u:p@host/x",
-                                       "unix:///s?db=x", "http://h", ""};
+static void test_url_out_untouched_on_error(void **state) {
+    static const char *const urls[] = {"redis://u:p@host:0", "redis://u:p@host/x", "unix:///s?db=x",
+                                       "http://h", ""};
     size_t i;
     (void)state;
     for (i = 0; i < sizeof urls / sizeof urls[0]; i++) {
@@ -489,8 +469,7 @@ static void test_url_out_untouched_on_error(void **state)
 }
 
 /* A success overwrites every field: nothing left from an earlier parse. */
-static void test_url_resets_fields(void **state)
-{
+static void test_url_resets_fields(void **state) {
     dq__url u;
     (void)state;
     assert_int_equal(dq__url_parse("redis://user:pw@h:1/4", &u, NULL, 0), 0);
@@ -504,7 +483,8 @@ static void test_url_resets_fields(void **state)
     assert_string_equal(u.path, "/s");
     assert_int_equal(dq__url_parse("redis-sentinel://u:pw@a,b/4?sentinel_user=su&"
                                    "sentinel_password=sp#m",
-                                   &u, NULL, 0), 0);
+                                   &u, NULL, 0),
+                     0);
     assert_int_equal(dq__url_parse("redis://h", &u, NULL, 0), 0);
     assert_int_equal(u.topology, DQ__TOPO_SINGLE);
     assert_int_equal(u.nnodes, 1);
@@ -519,13 +499,11 @@ static void test_url_resets_fields(void **state)
 }
 
 /* Reasons quote the port or db, never the user info. */
-static void test_url_err_hides_password(void **state)
-{
+static void test_url_err_hides_password(void **state) {
     static const char *const urls[] = {
-        "redis://u:HUNTER2%zz@h", "redis://u:HUNTER2@h:0", "redis://u:HUNTER2@h/x",
-        "redis://u:HUNTER2@", "redis://u:HUNTER2@[::1", "redis://HUNTER2%00@h",
-        "redis://u:HUNTER2@h?x", "redis://HUNTER2:p%@h",
-        "redis-sentinel://u:HUNTER2@h", "redis-sentinel://u:HUNTER2@h,,x#m",
+        "redis://u:HUNTER2%zz@h", "redis://u:HUNTER2@h:0", "redis://u:HUNTER2@h/x", "redis://u:HUNTER2@",
+        "redis://u:HUNTER2@[::1", "redis://HUNTER2%00@h", "redis://u:HUNTER2@h?x",
+        "redis://HUNTER2:p%@h", "redis-sentinel://u:HUNTER2@h", "redis-sentinel://u:HUNTER2@h,,x#m",
         "redis-cluster://u:HUNTER2@h/5", "redis-cluster://HUNTER2@h#m",
         /* sentinel passwords, however the query is broken around them */
         "redis-sentinel://h?sentinel_password=HUNTER2&x=1#m",
@@ -552,8 +530,7 @@ static void test_url_err_hides_password(void **state)
 
 /* Builds prefix + n copies of c + suffix into buf. */
 static const char *repeat(char *buf, size_t size, const char *prefix, char c, size_t n,
-                          const char *suffix)
-{
+                          const char *suffix) {
     size_t p = strlen(prefix), s = strlen(suffix);
     assert_true(p + n + s < size);
     memcpy(buf, prefix, p);
@@ -562,53 +539,56 @@ static const char *repeat(char *buf, size_t size, const char *prefix, char c, si
     return buf;
 }
 
-static void test_url_length_limits(void **state)
-{
+static void test_url_length_limits(void **state) {
     char url[1200], err[200];
     dq__url u;
     size_t i;
     (void)state;
 
     /* host: 255 bytes fit, 256 do not (also in brackets) */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://", 'a', 255, ":1"), &u, err,
-                                   sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://", 'a', 255, ":1"), &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.host), 255);
     assert_int_equal(u.port, 1);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://", 'a', 256, ""), &u, err,
-                                   sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://", 'a', 256, ""), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "host too long (at most 255 bytes)");
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://[", '1', 256, "]"), &u, err,
-                                   sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://[", '1', 256, "]"), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "host too long (at most 255 bytes)");
 
     /* unix path: 107 bytes fit, 108 do not */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "unix:///", 's', 106, "?db=1"), &u, err,
-                                   sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "unix:///", 's', 106, "?db=1"), &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.path), 107);
     assert_int_equal(u.db, 1);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "unix:///", 's', 107, ""), &u, err,
-                                   sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "unix:///", 's', 107, ""), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "socket path too long (at most 107 bytes)");
 
     /* user: 127 bytes fit, 128 do not */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://", 'u', 127, ":p@h"), &u, err,
-                                   sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://", 'u', 127, ":p@h"), &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.user), 127);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://", 'u', 128, ":p@h"), &u, err,
-                                   sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://", 'u', 128, ":p@h"), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "user too long (at most 127 bytes)");
 
     /* password: 255 decoded bytes fit, 256 do not; the limit counts
      * decoded bytes, not escapes */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://:", 'p', 255, "@h"), &u, err,
-                                   sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://:", 'p', 255, "@h"), &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.password), 255);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis://:", 'p', 256, "@h"), &u, err,
-                                   sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis://:", 'p', 256, "@h"), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "password too long (at most 255 bytes)");
     strcpy(url, "redis://:");
-    for (i = 0; i < 255; i++)
-        strcat(url, "%41");
+    for (i = 0; i < 255; i++) strcat(url, "%41");
     strcat(url, "@h");
     assert_int_equal(dq__url_parse(url, &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.password), 255);
@@ -616,27 +596,35 @@ static void test_url_length_limits(void **state)
     assert_int_equal(u.password[254], 'A');
 
     /* master: 127 bytes fit, 128 do not */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s#", 'm', 127, ""),
-                                   &u, err, sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s#", 'm', 127, ""), &u, err, sizeof err),
+        0);
     assert_int_equal(strlen(u.master), 127);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s#", 'm', 128, ""),
-                                   &u, err, sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s#", 'm', 128, ""), &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "master name too long (at most 127 bytes)");
 
     /* sentinel_user: 127 bytes; sentinel_password: 255 decoded bytes */
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_user=",
-                                          'u', 127, "#m"), &u, err, sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_user=", 'u', 127, "#m"), &u,
+                      err, sizeof err),
+        0);
     assert_int_equal(strlen(u.sentinel_user), 127);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_user=",
-                                          'u', 128, "#m"), &u, err, sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_user=", 'u', 128, "#m"), &u,
+                      err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "sentinel_user too long (at most 127 bytes)");
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url,
-                                          "redis-sentinel://s?sentinel_password=", 'p', 255, "#m"),
-                                   &u, err, sizeof err), 0);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_password=", 'p', 255, "#m"),
+                      &u, err, sizeof err),
+        0);
     assert_int_equal(strlen(u.sentinel_password), 255);
-    assert_int_equal(dq__url_parse(repeat(url, sizeof url,
-                                          "redis-sentinel://s?sentinel_password=", 'p', 256, "#m"),
-                                   &u, err, sizeof err), DQ_EINVAL);
+    assert_int_equal(
+        dq__url_parse(repeat(url, sizeof url, "redis-sentinel://s?sentinel_password=", 'p', 256, "#m"),
+                      &u, err, sizeof err),
+        DQ_EINVAL);
     assert_string_equal(err, "sentinel_password too long (at most 255 bytes)");
 }
 
@@ -668,16 +656,14 @@ static const url_case parsed_masks[] = {
     {"redis-cluster://:p@ss@n1,n2", "redis-cluster://***@n1,n2"},
 };
 
-static void test_url_masked(void **state)
-{
+static void test_url_masked(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof parsed_masks / sizeof parsed_masks[0]; i++) {
         dq__url u;
         char err[200] = "", out[DQ__URL_MASKED_MAX + 1];
         int rc = dq__url_parse(parsed_masks[i].url, &u, err, sizeof err);
-        if (rc != 0)
-            print_error("url %s: %s\n", parsed_masks[i].url, err);
+        if (rc != 0) print_error("url %s: %s\n", parsed_masks[i].url, err);
         assert_int_equal(rc, 0);
         assert_string_equal(u.masked, parsed_masks[i].want);
         /* dq__url_mask agrees on what parses (a socket path aside: it hides
@@ -731,8 +717,7 @@ static const url_case malformed_masks[] = {
     {"redis://h#frag?x", "redis://h#frag?x"},
 };
 
-static void test_url_mask_malformed(void **state)
-{
+static void test_url_mask_malformed(void **state) {
     size_t i;
     char out[DQ__URL_MASKED_MAX + 1];
     (void)state;
@@ -748,8 +733,7 @@ static void test_url_mask_malformed(void **state)
 
 /* A small out: cut at a unit boundary with as much of "..." as fits;
  * size 0 writes nothing. */
-static void test_url_mask_small_out(void **state)
-{
+static void test_url_mask_small_out(void **state) {
     static const struct {
         const char *url;
         size_t size;
@@ -773,8 +757,7 @@ static void test_url_mask_small_out(void **state)
 
 /* Percent-encodes every byte of s (so the encoded text shares nothing with
  * the decoded one but the hex digits) into out. */
-static void encode_all(const char *s, char *out)
-{
+static void encode_all(const char *s, char *out) {
     static const char hex[] = "0123456789ABCDEF";
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -786,8 +769,7 @@ static void encode_all(const char *s, char *out)
 }
 
 /* No 8-byte piece of the password (decoded or as written) in text. */
-static void assert_hides(const char *text, const char *decoded, const char *encoded)
-{
+static void assert_hides(const char *text, const char *decoded, const char *encoded) {
     size_t i;
     char piece[9];
     for (i = 0; decoded[i] && decoded[i + 1]; i += 4) {
@@ -805,8 +787,7 @@ static void assert_hides(const char *text, const char *decoded, const char *enco
 /* The hardening finding: a URL longer than any fixed buffer (here a 200-byte
  * password written as 600 bytes of escapes) is masked whole, before any cut,
  * so nothing of the password reaches a message. */
-static void test_url_mask_long_passwords(void **state)
-{
+static void test_url_mask_long_passwords(void **state) {
     char pw[201], enc[601], url[2000], out[DQ__URL_MASKED_MAX + 1];
     dq__url u;
     size_t i;
@@ -832,8 +813,7 @@ static void test_url_mask_long_passwords(void **state)
 
     /* as the sentinels' password, next to a long data-node password */
     snprintf(url, sizeof url,
-             "redis-sentinel://:%s@s1,s2/1?sentinel_user=admin&sentinel_password=%s#mymaster",
-             enc, enc);
+             "redis-sentinel://:%s@s1,s2/1?sentinel_user=admin&sentinel_password=%s#mymaster", enc, enc);
     assert_true(strlen(url) > 1200);
     assert_int_equal(dq__url_parse(url, &u, NULL, 0), 0);
     assert_string_equal(u.sentinel_password, pw);
@@ -859,8 +839,7 @@ static void test_url_mask_long_passwords(void **state)
 
 /* A masked text longer than DQ__URL_MASKED_MAX is cut to exactly that many
  * bytes ending in "...", never inside an escape. */
-static void test_url_mask_cut(void **state)
-{
+static void test_url_mask_cut(void **state) {
     char url[1200], out[1000];
     dq__url u;
     size_t i;
@@ -897,14 +876,12 @@ static void test_url_mask_cut(void **state)
     assert_int_equal(dq__url_parse(url, &u, NULL, 0), 0);
     assert_int_equal(strlen(u.masked), 199);
     assert_string_equal(u.masked + 192, "\\xff...");
-    for (i = 8; i < 196; i += 4)
-        assert_memory_equal(u.masked + i, "\\xff", 4);
+    for (i = 8; i < 196; i += 4) assert_memory_equal(u.masked + i, "\\xff", 4);
 }
 
 /* The master name is hidden in messages while it follows a
  * sentinel_password value (it may be that password's tail). */
-static void test_url_master_hidden(void **state)
-{
+static void test_url_master_hidden(void **state) {
     static const struct {
         const char *url;
         int hidden;
@@ -928,8 +905,7 @@ static void test_url_master_hidden(void **state)
 }
 
 /* dq__url_redact: the same masking on any bytes, written as they are. */
-static void test_url_redact(void **state)
-{
+static void test_url_redact(void **state) {
     static const char with_nul[] = "x\0y redis://:pw@h\x01";
     char out[64], big[3000];
     size_t n;
@@ -952,8 +928,7 @@ static void test_url_redact(void **state)
     assert_int_equal(n, 7);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_good),
         cmocka_unit_test(test_url_bad),

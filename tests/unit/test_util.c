@@ -50,34 +50,74 @@ static const duration_case good_durations[] = {
     {"50903d", 4398019200000LL},
 };
 
-static void test_duration_good(void **state)
-{
+static void test_duration_good(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof good_durations / sizeof good_durations[0]; i++) {
         int64_t ms = -12345;
         int rc = dq_parse_duration(good_durations[i].text, &ms);
         if (rc != 0 || ms != good_durations[i].ms)
-            print_error("duration [%s]: rc %d ms %lld\n", good_durations[i].text, rc,
-                        (long long)ms);
+            print_error("duration [%s]: rc %d ms %lld\n", good_durations[i].text, rc, (long long)ms);
         assert_int_equal(rc, 0);
         assert_int_equal(ms, good_durations[i].ms);
     }
 }
 
 static const char *const bad_durations[] = {
-    "", "-1", "+1", "-0", " 1", "1 ", "1 s", "5 s", "\t5", "1\n",
-    "1.5s", "1.0", ".5s", "1,5s", "1e3", "0x10",
-    "5x", "5S", "5MS", "5Ms", "5mS", "1H", "1D", "5sec", "5min", "1w", "1y", "1us", "1ns",
-    "ms", "s", "m", "h", "d", "1msx", "1sm", "1h30m", "1s1", "1ss",
-    "4398046511104", "4398046511104ms", "4398046512s", "73300776m", "1221680h", "50904d",
-    "9223372036854775807", "9223372036854775808", "99999999999999999999999999",
-    "18446744073709551616s", "106751991167300d",
+    "",
+    "-1",
+    "+1",
+    "-0",
+    " 1",
+    "1 ",
+    "1 s",
+    "5 s",
+    "\t5",
+    "1\n",
+    "1.5s",
+    "1.0",
+    ".5s",
+    "1,5s",
+    "1e3",
+    "0x10",
+    "5x",
+    "5S",
+    "5MS",
+    "5Ms",
+    "5mS",
+    "1H",
+    "1D",
+    "5sec",
+    "5min",
+    "1w",
+    "1y",
+    "1us",
+    "1ns",
+    "ms",
+    "s",
+    "m",
+    "h",
+    "d",
+    "1msx",
+    "1sm",
+    "1h30m",
+    "1s1",
+    "1ss",
+    "4398046511104",
+    "4398046511104ms",
+    "4398046512s",
+    "73300776m",
+    "1221680h",
+    "50904d",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999999999",
+    "18446744073709551616s",
+    "106751991167300d",
 };
 
 /* Every rejection is DQ_EINVAL and leaves *ms as it was. */
-static void test_duration_bad(void **state)
-{
+static void test_duration_bad(void **state) {
     size_t i;
     (void)state;
     for (i = 0; i < sizeof bad_durations / sizeof bad_durations[0]; i++) {
@@ -90,8 +130,7 @@ static void test_duration_bad(void **state)
     }
 }
 
-static void test_duration_null(void **state)
-{
+static void test_duration_null(void **state) {
     int64_t ms = 77;
     (void)state;
     assert_int_equal(dq_parse_duration(NULL, &ms), DQ_EINVAL);
@@ -101,8 +140,7 @@ static void test_duration_null(void **state)
 
 /* ------------------------------------------------------------ errors */
 
-static void test_strerror(void **state)
-{
+static void test_strerror(void **state) {
     (void)state;
     assert_string_equal(dq_strerror(DQ_OK), "success");
     assert_string_equal(dq_strerror(DQ_EINVAL), "invalid argument");
@@ -119,8 +157,7 @@ static void test_strerror(void **state)
     assert_string_equal(dq_strerror(DQ_EKEY), "sealed with a key this client does not hold");
 }
 
-static void test_strerror_unknown(void **state)
-{
+static void test_strerror_unknown(void **state) {
     static const int codes[] = {1, 2, -14, -100, 1000, INT_MIN, INT_MAX};
     size_t i;
     (void)state;
@@ -129,36 +166,31 @@ static void test_strerror_unknown(void **state)
 }
 
 /* Every code from DQ_EBUSY to DQ_OK has its own text. */
-static void test_strerror_distinct(void **state)
-{
+static void test_strerror_distinct(void **state) {
     int a, b;
     (void)state;
     for (a = DQ_EKEY; a <= DQ_OK; a++)
-        for (b = DQ_EKEY; b < a; b++)
-            assert_string_not_equal(dq_strerror(a), dq_strerror(b));
+        for (b = DQ_EKEY; b < a; b++) assert_string_not_equal(dq_strerror(a), dq_strerror(b));
 }
 
 /* ------------------------------------------------------------ ids and randomness */
 
-static void test_crypto_init(void **state)
-{
+static void test_crypto_init(void **state) {
     (void)state;
     assert_int_equal(dq__crypto_init(), 0);
     assert_int_equal(dq__crypto_init(), 0); /* idempotent */
 }
 
-static int is_base64url_char(char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+static int is_base64url_char(char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 static int cmp_ids(const void *a, const void *b) { return strcmp(a, b); }
 
 /* 22 base64url chars and a NUL. 128 bits fill 21 chars and 2 bits of the
  * last, whose 4 low bits are then zero: it is one of A, Q, g, w. */
-static void test_id_generate_format(void **state)
-{
+static void test_id_generate_format(void **state) {
     char id[DQ_ID_GENERATED_LEN + 2];
     int i, k;
     (void)state;
@@ -168,8 +200,7 @@ static void test_id_generate_format(void **state)
         assert_int_equal(id[DQ_ID_GENERATED_LEN], '\0');
         assert_int_equal(id[DQ_ID_GENERATED_LEN + 1], '#'); /* nothing written past */
         assert_int_equal(strlen(id), 22);
-        for (k = 0; k < DQ_ID_GENERATED_LEN; k++)
-            assert_true(is_base64url_char(id[k]));
+        for (k = 0; k < DQ_ID_GENERATED_LEN; k++) assert_true(is_base64url_char(id[k]));
         assert_non_null(strchr("AQgw", id[21]));
         assert_int_equal(dq__id_valid(id), 1);
     }
@@ -178,22 +209,18 @@ static void test_id_generate_format(void **state)
 #define NIDS 2000
 
 /* Ids are unique, and every position takes many values (not constant). */
-static void test_id_generate_unique(void **state)
-{
-    char (*ids)[DQ_ID_GENERATED_LEN + 1] = calloc(NIDS, sizeof *ids);
+static void test_id_generate_unique(void **state) {
+    char(*ids)[DQ_ID_GENERATED_LEN + 1] = calloc(NIDS, sizeof *ids);
     int i, k;
     (void)state;
     assert_non_null(ids);
-    for (i = 0; i < NIDS; i++)
-        dq__id_generate(ids[i]);
+    for (i = 0; i < NIDS; i++) dq__id_generate(ids[i]);
     qsort(ids, NIDS, sizeof *ids, cmp_ids);
-    for (i = 1; i < NIDS; i++)
-        assert_string_not_equal(ids[i - 1], ids[i]);
+    for (i = 1; i < NIDS; i++) assert_string_not_equal(ids[i - 1], ids[i]);
     for (k = 0; k < 21; k++) {
         int seen[128] = {0}, distinct = 0;
         for (i = 0; i < NIDS; i++)
-            if (!seen[(unsigned char)ids[i][k]]++)
-                distinct++;
+            if (!seen[(unsigned char)ids[i][k]]++) distinct++;
         /* 64 symbols, 2000 draws: missing even 8 is astronomically unlikely */
         assert_true(distinct >= 56);
     }
@@ -202,8 +229,7 @@ static void test_id_generate_unique(void **state)
 
 /* A forked child never makes an id its parent makes: ids are drawn from a
  * block of random bytes, and a child must not use what the parent left. */
-static void test_id_generate_after_fork(void **state)
-{
+static void test_id_generate_after_fork(void **state) {
     char first[DQ_ID_GENERATED_LEN + 1], parent[8][DQ_ID_GENERATED_LEN + 1];
     char child[8][DQ_ID_GENERATED_LEN + 1];
     int fds[2], i, j, status;
@@ -215,45 +241,37 @@ static void test_id_generate_after_fork(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fds[0]);
-        for (i = 0; i < 8; i++)
-            dq__id_generate(child[i]);
+        for (i = 0; i < 8; i++) dq__id_generate(child[i]);
         _exit(write(fds[1], child, sizeof child) == (ssize_t)sizeof child ? 0 : 1);
     }
     close(fds[1]);
-    for (i = 0; i < 8; i++)
-        dq__id_generate(parent[i]);
+    for (i = 0; i < 8; i++) dq__id_generate(parent[i]);
     assert_int_equal(read(fds[0], child, sizeof child), (ssize_t)sizeof child);
     close(fds[0]);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     for (i = 0; i < 8; i++)
-        for (j = 0; j < 8; j++)
-            assert_string_not_equal(parent[i], child[j]);
+        for (j = 0; j < 8; j++) assert_string_not_equal(parent[i], child[j]);
 }
 
-static void test_random_uniform(void **state)
-{
+static void test_random_uniform(void **state) {
     int seen[10] = {0};
     int i;
     (void)state;
-    for (i = 0; i < 100; i++)
-        assert_int_equal(dq__random_uniform(1), 0);
+    for (i = 0; i < 100; i++) assert_int_equal(dq__random_uniform(1), 0);
     for (i = 0; i < 2000; i++) {
         uint32_t v = dq__random_uniform(10);
         assert_true(v < 10);
         seen[v]++;
     }
     /* each value expected 200 times; below 100 is about 9 sigma off */
-    for (i = 0; i < 10; i++)
-        assert_true(seen[i] > 100);
-    for (i = 0; i < 1000; i++)
-        assert_true(dq__random_uniform(UINT32_MAX) < UINT32_MAX);
+    for (i = 0; i < 10; i++) assert_true(seen[i] > 100);
+    for (i = 0; i < 1000; i++) assert_true(dq__random_uniform(UINT32_MAX) < UINT32_MAX);
 }
 
 /* RFC 4648, section 10, plus bytes that differ between the standard and
  * URL-safe alphabets. */
-static void test_base64_vectors(void **state)
-{
+static void test_base64_vectors(void **state) {
     static const struct {
         const char *in;
         size_t len;
@@ -282,8 +300,7 @@ static void test_base64_vectors(void **state)
     }
 }
 
-static void test_base64_null_and_huge(void **state)
-{
+static void test_base64_null_and_huge(void **state) {
     char *s;
     (void)state;
     s = dq__base64_encode(NULL, 0);
@@ -297,15 +314,12 @@ static void test_base64_null_and_huge(void **state)
 
 /* A larger buffer: length is 4 * ceil(n / 3) and the output round-trips
  * through a small reference decoder. */
-static void test_base64_long(void **state)
-{
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static void test_base64_long(void **state) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     unsigned char in[1000];
     size_t n, i;
     (void)state;
-    for (i = 0; i < sizeof in; i++)
-        in[i] = (unsigned char)(i * 7 + 3);
+    for (i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 7 + 3);
     for (n = 995; n <= 1000; n++) {
         char *s = dq__base64_encode(in, n);
         size_t k, bits = 0, got = 0;
@@ -330,14 +344,11 @@ static void test_base64_long(void **state)
 
 /* ------------------------------------------------------------ id index */
 
-static void hex(const unsigned char *d, size_t n, char *out)
-{
-    for (size_t i = 0; i < n; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
+static void hex(const unsigned char *d, size_t n, char *out) {
+    for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static void test_sha1_vectors(void **state)
-{
+static void test_sha1_vectors(void **state) {
     (void)state;
     /* FIPS 180-4 examples, and lengths around the one- and two-block
      * padding boundaries (55, 56, 64 bytes), checked with sha1sum. */
@@ -365,8 +376,7 @@ static void test_sha1_vectors(void **state)
     }
 }
 
-static void test_id_bucket(void **state)
-{
+static void test_id_bucket(void **state) {
     (void)state;
     /* SHA-1("abc") starts a999: 0xa999 % 32768 = 10649, as
      * tonumber('a999', 16) % 32768 in lua/lib/50_idindex.lua. */
@@ -379,8 +389,7 @@ static void test_id_bucket(void **state)
     }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration_good),
         cmocka_unit_test(test_duration_bad),

@@ -79,8 +79,8 @@ void cli_view_queues(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v);
 void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view *v);
 /* state, cursor and limit as the router checked them (cli_route). */
-void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
-                    cli_view *v);
+void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor,
+                    size_t limit, cli_view *v);
 void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v);
 /* {"queue", "schedules": [as 'schedules --json']}: read only (FCALL_RO). */
 void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v);
@@ -99,32 +99,32 @@ int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known);
  * string is NUL-terminated and may hold any other byte; NULL: absent. */
 typedef struct cli_request {
     const char *method;
-    const char *path;          /* unescaped, without the query        */
+    const char *path; /* unescaped, without the query        */
     const char *state, *cursor, *limit; /* the query's values          */
     const char *authorization; /* the header's value                   */
-    size_t body_len;           /* bytes of body received               */
+    size_t body_len; /* bytes of body received               */
 } cli_request;
 
 typedef enum cli_endpoint {
-    CLI_EP_ERROR,       /* the route holds the answer: status, error, allow */
-    CLI_EP_PAGE,        /* GET /                                           */
-    CLI_EP_METRICS,     /* GET /metrics                                    */
-    CLI_EP_QUEUES,      /* GET /api/queues                                 */
-    CLI_EP_QUEUE,       /* GET /api/queues/{q}                             */
-    CLI_EP_ITEMS,       /* GET /api/queues/{q}/items                       */
-    CLI_EP_ITEM,        /* GET /api/queues/{q}/items/{id}                  */
-    CLI_EP_CANCEL,      /* DELETE /api/queues/{q}/items/{id}               */
+    CLI_EP_ERROR, /* the route holds the answer: status, error, allow */
+    CLI_EP_PAGE, /* GET /                                           */
+    CLI_EP_METRICS, /* GET /metrics                                    */
+    CLI_EP_QUEUES, /* GET /api/queues                                 */
+    CLI_EP_QUEUE, /* GET /api/queues/{q}                             */
+    CLI_EP_ITEMS, /* GET /api/queues/{q}/items                       */
+    CLI_EP_ITEM, /* GET /api/queues/{q}/items/{id}                  */
+    CLI_EP_CANCEL, /* DELETE /api/queues/{q}/items/{id}               */
     CLI_EP_REDRIVE_ALL, /* POST /api/queues/{q}/dead/redrive               */
     CLI_EP_REDRIVE_ONE, /* POST /api/queues/{q}/dead/{id}/redrive          */
-    CLI_EP_PURGE,       /* POST /api/queues/{q}/dead/purge                 */
-    CLI_EP_OFFER,       /* POST /api/queues/{q}/items                      */
-    CLI_EP_TAKE,        /* POST /api/queues/{q}/take                       */
-    CLI_EP_ACK,         /* POST /api/queues/{q}/items/{id}/ack             */
-    CLI_EP_NACK,        /* POST /api/queues/{q}/items/{id}/nack            */
-    CLI_EP_EXTEND,      /* POST /api/queues/{q}/items/{id}/extend          */
-    CLI_EP_RELEASE,     /* POST /api/queues/{q}/items/{id}/release         */
-    CLI_EP_CONSUMERS,   /* GET /api/queues/{q}/consumers                   */
-    CLI_EP_SCHEDULES    /* GET /api/queues/{q}/schedules                   */
+    CLI_EP_PURGE, /* POST /api/queues/{q}/dead/purge                 */
+    CLI_EP_OFFER, /* POST /api/queues/{q}/items                      */
+    CLI_EP_TAKE, /* POST /api/queues/{q}/take                       */
+    CLI_EP_ACK, /* POST /api/queues/{q}/items/{id}/ack             */
+    CLI_EP_NACK, /* POST /api/queues/{q}/items/{id}/nack            */
+    CLI_EP_EXTEND, /* POST /api/queues/{q}/items/{id}/extend          */
+    CLI_EP_RELEASE, /* POST /api/queues/{q}/items/{id}/release         */
+    CLI_EP_CONSUMERS, /* GET /api/queues/{q}/consumers                   */
+    CLI_EP_SCHEDULES /* GET /api/queues/{q}/schedules                   */
 } cli_endpoint;
 
 /* Bodies: CLI_BODY_MAX bytes for an offer, CLI_BODY_SMALL for the others. */
@@ -143,13 +143,13 @@ typedef struct cli_route {
     cli_endpoint ep;
     char queue[DQ_QUEUE_MAX + 1];
     char id[DQ_ID_MAX + 1];
-    int state;          /* enum dq_state */
+    int state; /* enum dq_state */
     size_t limit;
     const char *cursor; /* points into the request */
     /* CLI_EP_ERROR only: */
-    int status;         /* 4xx                                    */
-    const char *allow;  /* for 405: the methods the path takes    */
-    const char *error;  /* static text                            */
+    int status; /* 4xx                                    */
+    const char *allow; /* for 405: the methods the path takes    */
+    const char *error; /* static text                            */
 } cli_route;
 
 /* Routes rq. tokens: what changes need in "Authorization: Bearer TOKEN"
@@ -162,7 +162,7 @@ void cli_route_request(const cli_tokens *tokens, const cli_request *rq, cli_rout
 /* The names a request's Host header may give (DNS rebinding: a page of a
  * foreign origin whose name now points here still sends its own name). */
 typedef struct cli_hosts {
-    const char *listen;       /* the listen address: an IPv4 or IPv6 literal  */
+    const char *listen; /* the listen address: an IPv4 or IPv6 literal  */
     const char *const *names; /* --allow-host names, compared without case    */
     int nnames;
 } cli_hosts;
@@ -226,7 +226,8 @@ void *cli_conn_handle(const cli_conn *c);
 /* Offer, ack, nack and extend: the body (JSON, len bytes) checked in full
  * before anything changes (400 with what is wrong), then the library call
  * on conf->c. */
-void cli_view_offer(const cli_serve_conf *conf, const char *queue, const char *body, size_t len, cli_view *v);
+void cli_view_offer(const cli_serve_conf *conf, const char *queue, const char *body, size_t len,
+                    cli_view *v);
 void cli_view_lease(const cli_serve_conf *conf, cli_endpoint ep, const char *queue, const char *id,
                     const char *body, size_t len, cli_view *v);
 

@@ -45,13 +45,12 @@ typedef struct request {
 #define CSP_DATA "default-src 'none'; frame-ancestors 'none'"
 /* The page is one file with inline script and style, and talks only to
  * this server. */
-#define CSP_PAGE                                                                                              \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "        \
+#define CSP_PAGE                                                                                      \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; " \
     "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 static enum MHD_Result queue(struct MHD_Connection *conn, struct MHD_Response *r, unsigned status,
-                             const char *type, const char *csp)
-{
+                             const char *type, const char *csp) {
     MHD_add_response_header(r, "Content-Type", type);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
@@ -64,17 +63,14 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct MHD_Response *r
 
 /* Sends v; allow: the Allow header of a 405; retry_after: seconds, for a
  * 429 (0: none). */
-static enum MHD_Result send_view(struct MHD_Connection *conn, cli_view *v, const char *allow, int retry_after)
-{
+static enum MHD_Result send_view(struct MHD_Connection *conn, cli_view *v, const char *allow,
+                                 int retry_after) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(v->len, v->body ? v->body : (char *)"", MHD_RESPMEM_MUST_COPY);
     free(v->body);
-    if (!r)
-        return MHD_NO;
-    if (allow)
-        MHD_add_response_header(r, "Allow", allow);
-    if (v->status == 401)
-        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (!r) return MHD_NO;
+    if (allow) MHD_add_response_header(r, "Allow", allow);
+    if (v->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (retry_after > 0) {
         char secs[16];
         snprintf(secs, sizeof secs, "%d", retry_after);
@@ -83,12 +79,10 @@ static enum MHD_Result send_view(struct MHD_Connection *conn, cli_view *v, const
     return queue(conn, r, (unsigned)v->status, v->type, CSP_DATA);
 }
 
-static enum MHD_Result send_page(struct MHD_Connection *conn)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(dq_dashboard_html_LEN, (void *)dq_dashboard_html,
-                                                             MHD_RESPMEM_PERSISTENT);
-    if (!r)
-        return MHD_NO;
+static enum MHD_Result send_page(struct MHD_Connection *conn) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        dq_dashboard_html_LEN, (void *)dq_dashboard_html, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
     return queue(conn, r, MHD_HTTP_OK, "text/html; charset=utf-8", CSP_PAGE);
 }
 
@@ -96,8 +90,7 @@ static enum MHD_Result send_page(struct MHD_Connection *conn)
 
 /* 0 if the routed queue is one the server shows; else fills v (404, or
  * 503 with Redis away). */
-static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
-{
+static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *v) {
     int known;
     if (cli_queue_known(conf, queue, &known)) {
         cli_view_error(v, 503, "Redis: %s", dq_client_errstr(conf->c));
@@ -112,72 +105,42 @@ static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *
 
 /* Every endpoint's answer but the page's, which send_page sends, and a
  * take's, which the work thread builds. */
-static void answer(const cli_serve_conf *conf, const cli_route *r, const request *rq, cli_view *v)
-{
+static void answer(const cli_serve_conf *conf, const cli_route *r, const request *rq, cli_view *v) {
     switch (r->ep) {
-    case CLI_EP_ERROR:
-        cli_view_error(v, r->status, "%s", r->error);
-        return;
-    case CLI_EP_OFFER: /* a queue comes to be with its first offer */
-        cli_view_offer(conf, r->queue, rq->body, rq->len, v);
-        return;
-    case CLI_EP_ACK:
-    case CLI_EP_NACK:
-    case CLI_EP_EXTEND:
-    case CLI_EP_RELEASE:
-        cli_view_lease(conf, r->ep, r->queue, r->id, rq->body, rq->len, v);
-        return;
-    case CLI_EP_METRICS:
-        cli_view_metrics(conf, v);
-        return;
-    case CLI_EP_QUEUES:
-        cli_view_queues(conf, v);
-        return;
-    default:
-        break;
+        case CLI_EP_ERROR: cli_view_error(v, r->status, "%s", r->error); return;
+        case CLI_EP_OFFER: /* a queue comes to be with its first offer */
+            cli_view_offer(conf, r->queue, rq->body, rq->len, v);
+            return;
+        case CLI_EP_ACK:
+        case CLI_EP_NACK:
+        case CLI_EP_EXTEND:
+        case CLI_EP_RELEASE: cli_view_lease(conf, r->ep, r->queue, r->id, rq->body, rq->len, v); return;
+        case CLI_EP_METRICS: cli_view_metrics(conf, v); return;
+        case CLI_EP_QUEUES: cli_view_queues(conf, v); return;
+        default: break;
     }
-    if (known_queue(conf, r->queue, v))
-        return;
+    if (known_queue(conf, r->queue, v)) return;
     switch (r->ep) {
-    case CLI_EP_QUEUE:
-        cli_view_queue(conf, r->queue, v);
-        break;
-    case CLI_EP_CONSUMERS:
-        cli_view_consumers(conf, r->queue, v);
-        break;
-    case CLI_EP_ITEMS:
-        cli_view_items(conf, r->queue, r->state, r->cursor, r->limit, v);
-        break;
-    case CLI_EP_ITEM:
-        cli_view_item(conf, r->queue, r->id, v);
-        break;
-    case CLI_EP_SCHEDULES:
-        cli_view_schedules(conf, r->queue, v);
-        break;
-    case CLI_EP_CANCEL:
-        cli_view_cancel(conf, r->queue, r->id, v);
-        break;
-    case CLI_EP_REDRIVE_ALL:
-        cli_view_redrive(conf, r->queue, NULL, v);
-        break;
-    case CLI_EP_REDRIVE_ONE:
-        cli_view_redrive(conf, r->queue, r->id, v);
-        break;
-    default: /* CLI_EP_PURGE */
-        cli_view_purge(conf, r->queue, v);
-        break;
+        case CLI_EP_QUEUE: cli_view_queue(conf, r->queue, v); break;
+        case CLI_EP_CONSUMERS: cli_view_consumers(conf, r->queue, v); break;
+        case CLI_EP_ITEMS: cli_view_items(conf, r->queue, r->state, r->cursor, r->limit, v); break;
+        case CLI_EP_ITEM: cli_view_item(conf, r->queue, r->id, v); break;
+        case CLI_EP_SCHEDULES: cli_view_schedules(conf, r->queue, v); break;
+        case CLI_EP_CANCEL: cli_view_cancel(conf, r->queue, r->id, v); break;
+        case CLI_EP_REDRIVE_ALL: cli_view_redrive(conf, r->queue, NULL, v); break;
+        case CLI_EP_REDRIVE_ONE: cli_view_redrive(conf, r->queue, r->id, v); break;
+        default: /* CLI_EP_PURGE */ cli_view_purge(conf, r->queue, v); break;
     }
 }
 
-static const char *query(struct MHD_Connection *conn, const char *name)
-{
+static const char *query(struct MHD_Connection *conn, const char *name) {
     return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 /* The client's IP address bytes into ip (16); their count, 0 if unknown. */
-static size_t client_ip(struct MHD_Connection *conn, unsigned char ip[16])
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+static size_t client_ip(struct MHD_Connection *conn, unsigned char ip[16]) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ci ? ci->client_addr : NULL;
     if (sa && sa->sa_family == AF_INET) {
         memcpy(ip, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
@@ -190,8 +153,7 @@ static size_t client_ip(struct MHD_Connection *conn, unsigned char ip[16])
     return 0;
 }
 
-static int64_t now_ms(void)
-{
+static int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -200,14 +162,14 @@ static int64_t now_ms(void)
 /* The checks a request meets before anything else is done for it: a Host
  * of this server (421), and no wait owed for failed tokens if it brings
  * one (429). MHD_YES with nothing sent if it passes. */
-static enum MHD_Result guard(const cli_serve_conf *conf, struct MHD_Connection *conn, int *sent)
-{
+static enum MHD_Result guard(const cli_serve_conf *conf, struct MHD_Connection *conn, int *sent) {
     cli_view v = {0};
     unsigned char ip[16];
     *sent = 1;
     if (!cli_host_allowed(conf->hosts, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))) {
-        cli_view_error(&v, 421, "misdirected request: this server answers to its address, localhost and the "
-                                "names given with --allow-host");
+        cli_view_error(&v, 421,
+                       "misdirected request: this server answers to its address, localhost and the "
+                       "names given with --allow-host");
         return send_view(conn, &v, NULL, 0);
     }
     int wait = 0;
@@ -222,15 +184,14 @@ static enum MHD_Result guard(const cli_serve_conf *conf, struct MHD_Connection *
 }
 
 /* conn's entry in the connection table, or NULL. */
-static cli_conn *conn_entry(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+static cli_conn *conn_entry(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
 /* Runs on the work thread once the take's answer is in t->v. */
-static void take_done(cli_take *t)
-{
+static void take_done(cli_take *t) {
     request *rq = (request *)(void *)t;
     rq->taking = 2;
     MHD_resume_connection(rq->conn);
@@ -238,16 +199,13 @@ static void take_done(cli_take *t)
 
 /* Hands a routed take to the work thread and suspends the connection;
  * fills v instead when the body is wrong or the thread is stopping. */
-static int start_take(const cli_serve_conf *conf, const cli_route *r, request *rq, cli_view *v)
-{
-    if (cli_take_parse(rq->body, rq->len, &rq->take.args, v))
-        return -1;
+static int start_take(const cli_serve_conf *conf, const cli_route *r, request *rq, cli_view *v) {
+    if (cli_take_parse(rq->body, rq->len, &rq->take.args, v)) return -1;
     snprintf(rq->take.queue, sizeof rq->take.queue, "%s", r->queue);
     rq->take.done = take_done;
     rq->taking = 1;
     MHD_suspend_connection(rq->conn);
-    if (cli_work_take(conf->work, &rq->take) == 0)
-        return 0;
+    if (cli_work_take(conf->work, &rq->take) == 0) return 0;
     MHD_resume_connection(rq->conn);
     rq->taking = 0;
     cli_view_error(v, 503, "the server is stopping");
@@ -255,29 +213,24 @@ static int start_take(const cli_serve_conf *conf, const cli_route *r, request *r
 }
 
 /* Keeps what a body chunk brings, up to rq->keep bytes; counts the rest. */
-static int keep_body(request *rq, const char *data, size_t size)
-{
+static int keep_body(request *rq, const char *data, size_t size) {
     size_t room = rq->len < rq->keep ? rq->keep - rq->len : 0, take = size < room ? size : room;
     if (take && rq->len + take > rq->cap) {
         size_t cap = rq->cap ? rq->cap : 4096;
-        while (cap < rq->len + take)
-            cap *= 2;
+        while (cap < rq->len + take) cap *= 2;
         char *b = realloc(rq->body, cap + 1);
-        if (!b)
-            return -1;
+        if (!b) return -1;
         rq->body = b;
         rq->cap = cap;
     }
-    if (take)
-        memcpy(rq->body + rq->len, data, take);
+    if (take) memcpy(rq->body + rq->len, data, take);
     rq->len += size; /* past keep, only counted: the router answers 413 */
     return 0;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
-{
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
     const cli_serve_conf *conf = ((const cli_server *)cls)->conf;
     request *rq = *con_cls;
     (void)version;
@@ -286,10 +239,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         int sent;
         cli_conn_busy(conn_entry(conn), 1, now_ms());
         enum MHD_Result g = guard(conf, conn, &sent);
-        if (sent)
-            return g;
-        if (!(rq = calloc(1, sizeof *rq)))
-            return MHD_NO;
+        if (sent) return g;
+        if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         rq->conn = conn;
         /* Only an offer's body may be big (the router checks the rest):
          * others keep no more than the router takes from them. */
@@ -306,8 +257,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_view(conn, &v, NULL, 0);
     }
     if (*upload_data_size) {
-        if (keep_body(rq, upload_data, *upload_data_size))
-            return MHD_NO;
+        if (keep_body(rq, upload_data, *upload_data_size)) return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -326,12 +276,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         unsigned char ip[16];
         cli_guard_result(conf->guard, ip, client_ip(conn, ip), now_ms(), r.status != 401);
     }
-    if (r.ep == CLI_EP_PAGE)
-        return send_page(conn);
+    if (r.ep == CLI_EP_PAGE) return send_page(conn);
     cli_view v = {0};
     if (r.ep == CLI_EP_TAKE) {
-        if (start_take(conf, &r, rq, &v) == 0)
-            return MHD_YES;
+        if (start_take(conf, &r, rq, &v) == 0) return MHD_YES;
         return send_view(conn, &v, NULL, 0);
     }
     answer(conf, &r, rq, &v);
@@ -339,8 +287,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
+                         enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)toe;
     request *rq = *con_cls;
     cli_conn_busy(conn_entry(conn), 0, now_ms());
@@ -356,8 +303,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * pushes out: shutdown() makes the daemon see its end and close it, in
  * this same thread, so the descriptor is still that connection's. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe)
-{
+                          enum MHD_ConnectionNotificationCode toe) {
     cli_server *s = cls;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         cli_conn_end(s->conns, *socket_context);
@@ -368,9 +314,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     cli_conn *evict;
     *socket_context = cli_conn_start(s->conns, ip, client_ip(conn, ip), conn, now_ms(), &evict);
     const union MHD_ConnectionInfo *fd =
-        evict ? MHD_get_connection_info(cli_conn_handle(evict), MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-    if (fd)
-        shutdown(fd->connect_fd, SHUT_RDWR);
+        evict ? MHD_get_connection_info(cli_conn_handle(evict), MHD_CONNECTION_INFO_CONNECTION_FD)
+              : NULL;
+    if (fd) shutdown(fd->connect_fd, SHUT_RDWR);
 }
 
 /* ------------------------------------------------------------ the daemon */
@@ -386,8 +332,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 #define CONN_PER_IP 256
 #define CONN_IDLE_S 10
 
-cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int port)
-{
+cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int port) {
     struct sockaddr_storage ss = {0};
     struct sockaddr_in *sa4 = (struct sockaddr_in *)(void *)&ss;
     struct sockaddr_in6 *sa6 = (struct sockaddr_in6 *)(void *)&ss;
@@ -410,14 +355,14 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
         return NULL;
     }
     s->conf = conf;
-    s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            (unsigned)CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S,
-                            MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S, MHD_OPTION_END);
     if (!s->d) {
-        cli_err("serve: cannot listen on %s port %d (in use, or not an address of this machine)", addr, port);
+        cli_err("serve: cannot listen on %s port %d (in use, or not an address of this machine)", addr,
+                port);
         cli_conns_free(s->conns);
         free(s);
         return NULL;
@@ -425,10 +370,8 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
     return s;
 }
 
-void cli_serve_stop(cli_server *s)
-{
-    if (!s)
-        return;
+void cli_serve_stop(cli_server *s) {
+    if (!s) return;
     MHD_stop_daemon(s->d);
     cli_conns_free(s->conns);
     free(s);

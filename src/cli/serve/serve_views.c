@@ -21,8 +21,7 @@
 
 /* ------------------------------------------------------------ bodies */
 
-static void view_json(cli_view *v, int status, json_t *body)
-{
+static void view_json(cli_view *v, int status, json_t *body) {
     v->status = status;
     v->type = "application/json";
     v->body = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
@@ -34,8 +33,7 @@ static void view_json(cli_view *v, int status, json_t *body)
     v->len = v->body ? strlen(v->body) : 0;
 }
 
-void cli_view_error(cli_view *v, int status, const char *fmt, ...)
-{
+void cli_view_error(cli_view *v, int status, const char *fmt, ...) {
     char msg[512];
     va_list ap;
 
@@ -52,30 +50,22 @@ void cli_view_error(cli_view *v, int status, const char *fmt, ...)
 
 /* The HTTP status of a library failure: bad input 400, Redis away 503,
  * anything else Redis said 502. */
-static void view_failure(cli_view *v, dq_client *c, int rc)
-{
+static void view_failure(cli_view *v, dq_client *c, int rc) {
     int status = rc == DQ_EINVAL ? 400 : rc == DQ_ECONNECT || rc == DQ_ETIMEDOUT ? 503 : 502;
     const char *msg = dq_client_errstr(c);
     cli_view_error(v, status, "%s", msg[0] ? msg : dq_strerror(rc));
 }
 
-void cli_view_json(cli_view *v, int status, json_t *body)
-{
-    view_json(v, status, body);
-}
+void cli_view_json(cli_view *v, int status, json_t *body) { view_json(v, status, body); }
 
-void cli_view_failure(cli_view *v, dq_client *c, int rc)
-{
-    view_failure(v, c, rc);
-}
+void cli_view_failure(cli_view *v, dq_client *c, int rc) { view_failure(v, c, rc); }
 
 /* ------------------------------------------------------------ the queues shown */
 
 /* Whether rc, from reading the registry, means Redis answered but the
  * registry cannot be read (a key of another type, a refusal): a problem to
  * report, while the queues named on the command line are still shown. */
-static int registry_problem(int rc)
-{
+static int registry_problem(int rc) {
     return rc == DQ_EWRONGTYPE || rc == DQ_EAUTH || rc == DQ_EREDIS || rc == DQ_EPROTO;
 }
 
@@ -83,17 +73,16 @@ static int registry_problem(int rc)
  * has seen (dq_queues_seen), sorted, without repeats, into a new array (free with dq_queues_free). problem (size
  * bytes): "" or, when the registry could not be read though Redis
  * answered, why (the command line's queues are given then). */
-static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char *problem, size_t size)
-{
+static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char *problem, size_t size) {
     char **reg = NULL;
     size_t nreg = 0;
     problem[0] = '\0';
     int rc = dq_queues(conf->c, &reg, &nreg);
-    if (rc && !registry_problem(rc))
-        return rc;
+    if (rc && !registry_problem(rc)) return rc;
     if (rc)
-        snprintf(problem, size, "%s; only the queues named on the command line are shown (if the key was "
-                                "overwritten, delete it: clients register their queues again as they offer)",
+        snprintf(problem, size,
+                 "%s; only the queues named on the command line are shown (if the key was "
+                 "overwritten, delete it: clients register their queues again as they offer)",
                  dq_client_errstr(conf->c));
     /* And those seen before whose keys vanished since (a restart without
      * persistence, an eviction): shown, with their loss, not dropped. */
@@ -110,14 +99,12 @@ static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char
         return DQ_ENOMEM;
     }
     size_t k = 0;
-    for (size_t i = 0; i < nreg; i++)
-        all[k++] = reg[i];
+    for (size_t i = 0; i < nreg; i++) all[k++] = reg[i];
     free(reg);
     for (size_t i = 0; i < (size_t)conf->nqueues + nseen; i++) {
         const char *name = i < (size_t)conf->nqueues ? conf->queues[i] : seen[i - (size_t)conf->nqueues];
         size_t j = 0;
-        while (j < k && strcmp(all[j], name) != 0)
-            j++;
+        while (j < k && strcmp(all[j], name) != 0) j++;
         if (j == k && !(all[k++] = strdup(name))) {
             dq_queues_free(all, k - 1);
             dq_queues_free(seen, nseen);
@@ -130,56 +117,50 @@ static int shown_queues(const cli_serve_conf *conf, char ***out, size_t *n, char
     return 0;
 }
 
-int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known)
-{
+int cli_queue_known(const cli_serve_conf *conf, const char *queue, int *known) {
     char **names, problem[512];
     size_t n;
     *known = 0;
     int rc = shown_queues(conf, &names, &n, problem, sizeof problem);
     for (size_t i = 0; !rc && i < n; i++)
-        if (strcmp(names[i], queue) == 0)
-            *known = 1;
-    if (!rc)
-        dq_queues_free(names, n);
+        if (strcmp(names[i], queue) == 0) *known = 1;
+    if (!rc) dq_queues_free(names, n);
     return rc;
 }
 
 /* ------------------------------------------------------------ /metrics */
 
-static double seconds(int64_t ms)
-{
-    return (double)ms / 1000.0;
-}
+static double seconds(int64_t ms) { return (double)ms / 1000.0; }
 
 typedef struct family {
     const char *name, *type, *help;
 } family;
 
-static void family_head(dq__buf *b, const family *f)
-{
+static void family_head(dq__buf *b, const family *f) {
     dq__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
 }
 
 /* The metrics of each shown queue; a queue whose read fails counts in
  * delayq_queue_read_errors and is left out of the rest. */
-static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const int *okq, size_t n)
-{
+static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const int *okq, size_t n) {
     static const char *const states[4] = {"pending", "ready", "inflight", "dead"};
     static const family items = {"delayq_items", "gauge", "Items of a queue by state."};
     family_head(b, &items);
     for (size_t i = 0; i < n; i++) {
-        if (!okq[i])
-            continue;
-        const int64_t v[4] = {m[i].stats.pending, m[i].stats.ready, m[i].stats.in_flight, m[i].stats.dead};
+        if (!okq[i]) continue;
+        const int64_t v[4] = {m[i].stats.pending, m[i].stats.ready, m[i].stats.in_flight,
+                              m[i].stats.dead};
         for (int s = 0; s < 4; s++)
-            dq__buf_printf(b, "delayq_items{queue=\"%s\",state=\"%s\"} %" PRId64 "\n", names[i], states[s], v[s]);
+            dq__buf_printf(b, "delayq_items{queue=\"%s\",state=\"%s\"} %" PRId64 "\n", names[i],
+                           states[s], v[s]);
     }
     static const family aside = {"delayq_set_aside", "gauge",
                                  "Entries set aside because they could not be decoded."};
     family_head(b, &aside);
     for (size_t i = 0; i < n; i++)
         if (okq[i])
-            dq__buf_printf(b, "delayq_set_aside{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].stats.set_aside);
+            dq__buf_printf(b, "delayq_set_aside{queue=\"%s\"} %" PRId64 "\n", names[i],
+                           m[i].stats.set_aside);
 
     static const family totals[6] = {
         {"delayq_offered_total", "counter", "Items accepted by offers."},
@@ -192,8 +173,7 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
     for (int t = 0; t < 6; t++) {
         family_head(b, &totals[t]);
         for (size_t i = 0; i < n; i++) {
-            if (!okq[i])
-                continue;
+            if (!okq[i]) continue;
             const int64_t v[6] = {m[i].offered, m[i].delivered, m[i].acked,
                                   m[i].nacked,  m[i].dead,      m[i].lease_expired};
             dq__buf_printf(b, "%s{queue=\"%s\"} %" PRId64 "\n", totals[t].name, names[i], v[t]);
@@ -204,8 +184,7 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
                                "Ready time minus due time of the items transfers moved."};
     family_head(b, &lat);
     for (size_t i = 0; i < n; i++) {
-        if (!okq[i])
-            continue;
+        if (!okq[i]) continue;
         int64_t cum = 0;
         for (int k = 0; k <= DQ_LATENESS_BUCKETS; k++) {
             cum += m[i].lateness[k];
@@ -213,7 +192,8 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
                 dq__buf_printf(b, "delayq_lateness_seconds_bucket{queue=\"%s\",le=\"%g\"} %" PRId64 "\n",
                                names[i], seconds(dq_lateness_bounds_ms[k]), cum);
             else
-                dq__buf_printf(b, "delayq_lateness_seconds_bucket{queue=\"%s\",le=\"+Inf\"} %" PRId64 "\n",
+                dq__buf_printf(b,
+                               "delayq_lateness_seconds_bucket{queue=\"%s\",le=\"+Inf\"} %" PRId64 "\n",
                                names[i], cum);
         }
         dq__buf_printf(b, "delayq_lateness_seconds_sum{queue=\"%s\"} %.3f\n", names[i],
@@ -221,13 +201,15 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
         dq__buf_printf(b, "delayq_lateness_seconds_count{queue=\"%s\"} %" PRId64 "\n", names[i], cum);
     }
 
-    static const family wiped = {"delayq_queue_wiped_total", "counter",
-                                 "Times this process saw the queue's keys vanish (Redis restarted without "
-                                 "persistence, evicted them or was flushed): its items and settings are gone."};
+    static const family wiped = {
+        "delayq_queue_wiped_total", "counter",
+        "Times this process saw the queue's keys vanish (Redis restarted without "
+        "persistence, evicted them or was flushed): its items and settings are gone."};
     family_head(b, &wiped);
     for (size_t i = 0; i < n; i++)
         if (okq[i])
-            dq__buf_printf(b, "delayq_queue_wiped_total{queue=\"%s\"} %" PRIu64 "\n", names[i], m[i].wiped);
+            dq__buf_printf(b, "delayq_queue_wiped_total{queue=\"%s\"} %" PRIu64 "\n", names[i],
+                           m[i].wiped);
 
     static const family age = {"delayq_oldest_ready_age_seconds", "gauge",
                                "How long the head of the ready list has waited (0 when empty)."};
@@ -249,12 +231,14 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
     family_head(b, &sch);
     for (size_t i = 0; i < n; i++)
         if (okq[i])
-            dq__buf_printf(b, "delayq_schedulers{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].stats.schedulers);
+            dq__buf_printf(b, "delayq_schedulers{queue=\"%s\"} %" PRId64 "\n", names[i],
+                           m[i].stats.schedulers);
     static const family sched = {"delayq_schedules", "gauge",
                                  "Recurring schedules of a queue (active, paused or ended)."};
     family_head(b, &sched);
     for (size_t i = 0; i < n; i++)
-        if (okq[i]) dq__buf_printf(b, "delayq_schedules{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].schedules);
+        if (okq[i])
+            dq__buf_printf(b, "delayq_schedules{queue=\"%s\"} %" PRId64 "\n", names[i], m[i].schedules);
     static const family over = {"delayq_overdue_seconds", "gauge",
                                 "How long the earliest pending item or lease end has been past due "
                                 "(0 when none): work waiting for a scheduler."};
@@ -267,10 +251,8 @@ static void render_metrics(dq__buf *b, char **names, const dq_metrics *m, const 
 
 /* The doctor's findings at the start: one sample per check, its status a
  * label (Prometheus text). */
-static void render_findings(dq__buf *b, const cli_serve_conf *conf)
-{
-    if (!conf->nfindings)
-        return;
+static void render_findings(dq__buf *b, const cli_serve_conf *conf) {
+    if (!conf->nfindings) return;
     dq__buf_printf(b, "# HELP delayq_doctor_finding The checks of 'delayq doctor' at the start "
                       "(1 for the status found).\n# TYPE delayq_doctor_finding gauge\n");
     for (size_t i = 0; i < conf->nfindings; i++)
@@ -279,8 +261,7 @@ static void render_findings(dq__buf *b, const cli_serve_conf *conf)
 }
 
 /* The unsafe findings, for the dashboard. */
-static json_t *unsafe_json(const cli_serve_conf *conf)
-{
+static json_t *unsafe_json(const cli_serve_conf *conf) {
     json_t *list = json_array();
     for (size_t i = 0; i < conf->nfindings; i++)
         if (conf->findings[i].status == DQ_FINDING_UNSAFE)
@@ -289,8 +270,7 @@ static json_t *unsafe_json(const cli_serve_conf *conf)
     return list;
 }
 
-void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
-{
+void cli_view_metrics(const cli_serve_conf *conf, cli_view *v) {
     dq__buf b = {0};
     char **names = NULL, problem[512];
     size_t n = 0;
@@ -304,22 +284,26 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
         okq[i] = okq[i] == 0; /* a status until here */
         errors += !okq[i];
     }
-    dq__buf_printf(&b, "# HELP delayq_up Whether Redis answered this scrape (1) or not (0).\n"
-                       "# TYPE delayq_up gauge\ndelayq_up %d\n",
+    dq__buf_printf(&b,
+                   "# HELP delayq_up Whether Redis answered this scrape (1) or not (0).\n"
+                   "# TYPE delayq_up gauge\ndelayq_up %d\n",
                    up);
-    dq__buf_printf(&b, "# HELP delayq_redis_writable Whether Redis takes writes (1) or refuses them, "
-                       "as after a failed RDB save or AOF write (MISCONF), or did not answer (0).\n"
-                       "# TYPE delayq_redis_writable gauge\ndelayq_redis_writable %d\n",
+    dq__buf_printf(&b,
+                   "# HELP delayq_redis_writable Whether Redis takes writes (1) or refuses them, "
+                   "as after a failed RDB save or AOF write (MISCONF), or did not answer (0).\n"
+                   "# TYPE delayq_redis_writable gauge\ndelayq_redis_writable %d\n",
                    up && dq_redis_writable(conf->c, n ? names[0] : NULL) == 1);
-    dq__buf_printf(&b, "# HELP delayq_queue_read_errors Queues whose metrics could not be read.\n"
-                       "# TYPE delayq_queue_read_errors gauge\ndelayq_queue_read_errors %d\n",
+    dq__buf_printf(&b,
+                   "# HELP delayq_queue_read_errors Queues whose metrics could not be read.\n"
+                   "# TYPE delayq_queue_read_errors gauge\ndelayq_queue_read_errors %d\n",
                    errors);
-    dq__buf_printf(&b, "# HELP delayq_registry_errors Whether the queue registry (dq:queues) could not be read "
-                       "though Redis answered (1: a key of another type, or refused).\n"
-                       "# TYPE delayq_registry_errors gauge\ndelayq_registry_errors %d\n",
-                   up && problem[0] != '\0');
-    if (up)
-        render_metrics(&b, names, m, okq, n);
+    dq__buf_printf(
+        &b,
+        "# HELP delayq_registry_errors Whether the queue registry (dq:queues) could not be read "
+        "though Redis answered (1: a key of another type, or refused).\n"
+        "# TYPE delayq_registry_errors gauge\ndelayq_registry_errors %d\n",
+        up && problem[0] != '\0');
+    if (up) render_metrics(&b, names, m, okq, n);
     render_findings(&b, conf);
     free(m);
     free(okq);
@@ -332,8 +316,7 @@ void cli_view_metrics(const cli_serve_conf *conf, cli_view *v)
 
 /* ------------------------------------------------------------ /api/queues */
 
-static json_t *queue_json(const char *name, const dq_metrics *m)
-{
+static json_t *queue_json(const char *name, const dq_metrics *m) {
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(name));
     json_object_set_new(o, "pending", json_integer(m->stats.pending));
@@ -350,22 +333,23 @@ static json_t *queue_json(const char *name, const dq_metrics *m)
     json_object_set_new(o, "oldest_ready_age_seconds",
                         json_real(m->oldest_ready_age_ms > 0 ? seconds(m->oldest_ready_age_ms) : 0.0));
     json_object_set_new(o, "next_due_seconds",
-                        m->stats.next_due_in_ms >= 0 ? json_real(seconds(m->stats.next_due_in_ms)) : json_null());
+                        m->stats.next_due_in_ms >= 0 ? json_real(seconds(m->stats.next_due_in_ms))
+                                                     : json_null());
     /* The dashboard's banner: overdue work and no scheduler alive. */
     json_object_set_new(o, "schedulers", json_integer(m->stats.schedulers));
     json_object_set_new(o, "overdue_seconds", json_real(seconds(m->stats.overdue_ms)));
     return o;
 }
 
-void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
-{
+void cli_view_queues(const cli_serve_conf *conf, cli_view *v) {
     char **names, problem[512];
     size_t n;
     json_t *body = json_object(), *list = json_array();
     int rc = shown_queues(conf, &names, &n, problem, sizeof problem);
     json_object_set_new(body, "redis_up", json_boolean(rc == 0));
     json_object_set_new(body, "unsafe", unsafe_json(conf));
-    json_object_set_new(body, "registry_error", rc == 0 && problem[0] ? json_string(problem) : json_null());
+    json_object_set_new(body, "registry_error",
+                        rc == 0 && problem[0] ? json_string(problem) : json_null());
     if (rc) {
         const char *msg = dq_client_errstr(conf->c);
         json_object_set_new(body, "error", json_string(msg[0] ? msg : dq_strerror(rc)));
@@ -402,8 +386,7 @@ void cli_view_queues(const cli_serve_conf *conf, cli_view *v)
     view_json(v, 200, body);
 }
 
-void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
-{
+void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v) {
     dq_metrics m;
     int rc = dq_get_metrics(conf->c, queue, &m);
     if (rc) {
@@ -415,8 +398,9 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
     for (int k = 0; k <= DQ_LATENESS_BUCKETS; k++) {
         cum += m.lateness[k];
         json_t *bk = json_object();
-        json_object_set_new(bk, "le", k < DQ_LATENESS_BUCKETS ? json_real(seconds(dq_lateness_bounds_ms[k]))
-                                                              : json_string("+Inf"));
+        json_object_set_new(bk, "le",
+                            k < DQ_LATENESS_BUCKETS ? json_real(seconds(dq_lateness_bounds_ms[k]))
+                                                    : json_string("+Inf"));
         json_object_set_new(bk, "count", json_integer(cum));
         json_array_append_new(buckets, bk);
     }
@@ -431,8 +415,7 @@ void cli_view_queue(const cli_serve_conf *conf, const char *queue, cli_view *v)
 
 /* GET /api/queues/{q}/consumers: {"consumers": [...]}, each as 'delayq
  * consumers --json' prints it (cli_consumer_json). */
-void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view *v)
-{
+void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view *v) {
     dq_consumer_info *list;
     size_t n;
     int rc = dq_consumers(conf->c, queue, &list, &n);
@@ -441,8 +424,7 @@ void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view 
         return;
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, cli_consumer_json(queue, &list[i]));
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, cli_consumer_json(queue, &list[i]));
     free(list);
     view_json(v, 200, json_pack("{s:o}", "consumers", arr));
 }
@@ -460,13 +442,10 @@ void cli_view_consumers(const cli_serve_conf *conf, const char *queue, cli_view 
 /* How many of the len bytes of p to show: all, or if the payload was cut
  * and is text but for a character the cut split, up to that character, so
  * that a cut text still shows as text. */
-static size_t shown_length(const unsigned char *p, size_t len, int cut)
-{
-    if (!cut || len == 0)
-        return len;
+static size_t shown_length(const unsigned char *p, size_t len, int cut) {
+    if (!cut || len == 0) return len;
     size_t lead = len - 1, back = 0;
-    while (lead > 0 && back < 3 && (p[lead] & 0xC0) == 0x80)
-        lead--, back++;
+    while (lead > 0 && back < 3 && (p[lead] & 0xC0) == 0x80) lead--, back++;
     size_t need = p[lead] >= 0xF0 ? 4 : p[lead] >= 0xE0 ? 3 : p[lead] >= 0xC0 ? 2 : 1;
     size_t k = len - lead < need ? lead : len;
     return dq__utf8_valid(p, k) ? k : len;
@@ -474,8 +453,7 @@ static size_t shown_length(const unsigned char *p, size_t len, int cut)
 
 /* The JSON of an item whose payload the list cut: then "payload_truncated"
  * is true and "payload_bytes" the whole size. */
-static json_t *listed_json(const dq_listed *it)
-{
+static json_t *listed_json(const dq_listed *it) {
     dq_listed shown = *it;
     int cut = it->payload_full_len > it->payload_len;
     shown.payload_len = shown_length(it->payload, it->payload_len, cut);
@@ -488,13 +466,13 @@ static json_t *listed_json(const dq_listed *it)
     return o;
 }
 
-void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor, size_t limit,
-                    cli_view *v)
-{
+void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, const char *cursor,
+                    size_t limit, cli_view *v) {
     dq_listed *items;
     size_t n;
     char next[DQ_CURSOR_MAX + 1];
-    int rc = dq_list_cut(conf->c, queue, state, cursor, limit, PAGE_PAYLOAD_MAX / limit, &items, &n, next);
+    int rc =
+        dq_list_cut(conf->c, queue, state, cursor, limit, PAGE_PAYLOAD_MAX / limit, &items, &n, next);
     if (rc) {
         view_failure(v, conf->c, rc);
         return;
@@ -512,8 +490,7 @@ void cli_view_items(const cli_serve_conf *conf, const char *queue, int state, co
     view_json(v, 200, body);
 }
 
-void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
-{
+void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v) {
     dq_listed *it;
     int rc = dq_lookup_item(conf->c, queue, id, PAGE_PAYLOAD_MAX, &it);
     if (rc) {
@@ -534,8 +511,7 @@ void cli_view_item(const cli_serve_conf *conf, const char *queue, const char *id
     dq_listed_free(it, 1);
 }
 
-void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v)
-{
+void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view *v) {
     dq_recurring *list;
     size_t n;
     int rc = dq_recurring_list(conf->c, queue, &list, &n);
@@ -544,8 +520,7 @@ void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view 
         return;
     }
     json_t *o = json_object(), *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, cli_json_schedule(&list[i]));
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, cli_json_schedule(&list[i]));
     dq_recurring_list_free(list, n);
     json_object_set_new(o, "queue", json_string(queue));
     json_object_set_new(o, "schedules", arr);
@@ -554,35 +529,26 @@ void cli_view_schedules(const cli_serve_conf *conf, const char *queue, cli_view 
 
 /* ------------------------------------------------------------ changes */
 
-static void view_count(cli_view *v, const char *key, int64_t n)
-{
+static void view_count(cli_view *v, const char *key, int64_t n) {
     json_t *o = json_object();
     json_object_set_new(o, key, json_integer(n));
     view_json(v, 200, o);
 }
 
-void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
-{
+void cli_view_redrive(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v) {
     int64_t n = dq_dead_redrive(conf->c, queue, id);
-    if (n < 0)
-        view_failure(v, conf->c, (int)n);
-    else if (id && n == 0)
-        cli_view_error(v, 404, "no such dead letter");
-    else
-        view_count(v, "redriven", n);
+    if (n < 0) view_failure(v, conf->c, (int)n);
+    else if (id && n == 0) cli_view_error(v, 404, "no such dead letter");
+    else view_count(v, "redriven", n);
 }
 
-void cli_view_purge(const cli_serve_conf *conf, const char *queue, cli_view *v)
-{
+void cli_view_purge(const cli_serve_conf *conf, const char *queue, cli_view *v) {
     int64_t n = dq_dead_purge(conf->c, queue);
-    if (n < 0)
-        view_failure(v, conf->c, (int)n);
-    else
-        view_count(v, "purged", n);
+    if (n < 0) view_failure(v, conf->c, (int)n);
+    else view_count(v, "purged", n);
 }
 
-void cli_view_cancel(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v)
-{
+void cli_view_cancel(const cli_serve_conf *conf, const char *queue, const char *id, cli_view *v) {
     int rc = dq_cancel(conf->c, queue, id);
     if (rc < 0) {
         view_failure(v, conf->c, rc);

@@ -54,11 +54,9 @@ struct taken_from {
 
 /* Registers serve as a consumer of queue, once. Not being listed costs the
  * take nothing, so a failure is left to the client's log. */
-static void consume_from(cli_work *w, const char *queue)
-{
+static void consume_from(cli_work *w, const char *queue) {
     for (struct taken_from *q = w->queues; q; q = q->next)
-        if (strcmp(q->queue, queue) == 0)
-            return;
+        if (strcmp(q->queue, queue) == 0) return;
     dq_consumer *k;
     struct taken_from *q = calloc(1, sizeof *q);
     if (!q || dq_consumer_start(w->c, queue, NULL, &k) != 0) {
@@ -73,12 +71,12 @@ static void consume_from(cli_work *w, const char *queue)
 /* ------------------------------------------------------------ answers */
 
 /* A delivered message as the API shows it. */
-static json_t *msg_json(const dq_msg *m)
-{
+static json_t *msg_json(const dq_msg *m) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_stringn(m->id, m->id_len));
     if (dq__utf8_valid(m->payload, m->payload_len)) {
-        json_object_set_new(o, "payload", json_stringn(m->payload_len ? m->payload : "", m->payload_len));
+        json_object_set_new(o, "payload",
+                            json_stringn(m->payload_len ? m->payload : "", m->payload_len));
     } else {
         size_t size = sodium_base64_ENCODED_LEN(m->payload_len, sodium_base64_VARIANT_ORIGINAL);
         char *b64 = malloc(size);
@@ -96,22 +94,17 @@ static json_t *msg_json(const dq_msg *m)
     return o;
 }
 
-static void finish(cli_work *w, running *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        w->head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
+static void finish(cli_work *w, running *r) {
+    if (r->prev) r->prev->next = r->next;
+    else w->head = r->next;
+    if (r->next) r->next->prev = r->prev;
     cli_take *t = r->t;
     free(r);
     t->done(t); /* t is not ours from here on */
 }
 
 /* Ends the loop once a stop has cancelled every take. */
-static void maybe_end(cli_work *w)
-{
+static void maybe_end(cli_work *w) {
     pthread_mutex_lock(&w->mu);
     int stop = w->stopping;
     pthread_mutex_unlock(&w->mu);
@@ -121,8 +114,7 @@ static void maybe_end(cli_work *w)
     }
 }
 
-static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata)
-{
+static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *privdata) {
     running *r = privdata;
     cli_work *w = r->w;
     if (status >= 0) {
@@ -144,8 +136,7 @@ static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *pr
 
 /* ------------------------------------------------------------ the thread */
 
-static void start_take(cli_work *w, cli_take *t)
-{
+static void start_take(cli_work *w, cli_take *t) {
     running *r = calloc(1, sizeof *r);
     dq_take_opts opts;
     int rc = r ? dq_schedule(w->c, t->queue) : DQ_ENOMEM;
@@ -157,23 +148,21 @@ static void start_take(cli_work *w, cli_take *t)
     r->t = t;
     r->w = w;
     r->next = w->head;
-    if (w->head)
-        w->head->prev = r;
+    if (w->head) w->head->prev = r;
     w->head = r;
     dq_take_opts_init(&opts);
     opts.lease_ms = t->args.lease_ms;
+    if (!rc) consume_from(w, t->queue);
     if (!rc)
-        consume_from(w, t->queue);
-    if (!rc)
-        rc = dq_take_many_async(w->c, t->queue, &opts, t->args.wait_ms, t->args.count, on_taken, r, &r->req);
+        rc = dq_take_many_async(w->c, t->queue, &opts, t->args.wait_ms, t->args.count, on_taken, r,
+                                &r->req);
     if (rc) {
         cli_view_failure(&t->v, w->c, rc);
         finish(w, r);
     }
 }
 
-static void on_wake(struct ev_loop *loop, ev_async *wake, int revents)
-{
+static void on_wake(struct ev_loop *loop, ev_async *wake, int revents) {
     cli_work *w = wake->data;
     (void)loop, (void)revents;
     pthread_mutex_lock(&w->mu);
@@ -196,20 +185,17 @@ static void on_wake(struct ev_loop *loop, ev_async *wake, int revents)
     }
     if (stop)
         for (running *r = w->head; r; r = r->next)
-            if (r->req)
-                dq_take_cancel(r->req); /* on_taken runs later, with what came or DQ_ECLOSED */
+            if (r->req) dq_take_cancel(r->req); /* on_taken runs later, with what came or DQ_ECLOSED */
     maybe_end(w);
 }
 
-static void *run(void *arg)
-{
+static void *run(void *arg) {
     cli_work *w = arg;
     ev_run(w->loop, 0);
     return NULL;
 }
 
-cli_work *cli_work_start(dq_client *c)
-{
+cli_work *cli_work_start(dq_client *c) {
     cli_work *w = calloc(1, sizeof *w);
     if (!w) {
         cli_err("serve: out of memory");
@@ -231,8 +217,7 @@ cli_work *cli_work_start(dq_client *c)
     return w;
 }
 
-int cli_work_take(cli_work *w, cli_take *t)
-{
+int cli_work_take(cli_work *w, cli_take *t) {
     pthread_mutex_lock(&w->mu);
     int stop = w->stopping;
     if (!stop) {
@@ -240,16 +225,13 @@ int cli_work_take(cli_work *w, cli_take *t)
         w->inbox = t;
     }
     pthread_mutex_unlock(&w->mu);
-    if (stop)
-        return -1;
+    if (stop) return -1;
     ev_async_send(w->loop, &w->wake);
     return 0;
 }
 
-void cli_work_stop(cli_work *w)
-{
-    if (!w)
-        return;
+void cli_work_stop(cli_work *w) {
+    if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;
     pthread_mutex_unlock(&w->mu);
