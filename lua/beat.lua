@@ -25,7 +25,7 @@ end
 local now = server_now_ms()
 local started = now
 local old = redis.call('HGET', info, name)
-if type(old) == 'string' then started = tonumber(string.match(old, '^(%d+)|')) or now end
+if type(old) == 'string' then started = uint_of(string.match(old, '^(%d+)|'), 15, now) or now end
 redis.call('ZADD', live, fmt(now + lasts), name)
 redis.call('HSET', info, name, fmt(started) .. '|' .. fmt(hand) .. '|' .. fmt(now))
 local gone = redis.call('ZRANGEBYSCORE', live, '-inf', '(' .. fmt(now), 'LIMIT', 0, 100)
