@@ -705,6 +705,7 @@ enum dq_missed {
     DQ_MISSED_ONE = 0,  /* one item (the first missed tick's), then on time  */
     DQ_MISSED_SKIP = 1, /* none; a tick more than 60 s late is skipped too   */
     DQ_MISSED_ALL = 2   /* an item for each, each due at its own tick        */
+                        /* (every: of the last 1000 ticks at most)           */
 };
 
 #define DQ_RECURRING_NAME_MAX 64  /* name: 1..64 of A-Z a-z 0-9 _ . : -      */

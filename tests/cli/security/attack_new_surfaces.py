@@ -1,0 +1,122 @@
+"""attack_new_surfaces.py - what a writer to Redis plants in the consumers
+registry and the recurring schedules' buckets (issues 39 and 40) breaks
+nothing else and stays bounded.
+
+  - consumers: names planted in the registry with an escape sequence and a
+    bell, over 64 bytes, of bad UTF-8, and details that are not numbers or
+    are 24 digits long, are left out of `delayq consumers` (text and
+    --json), which still lists the good consumer and exits 0: no control
+    byte reaches the terminal, and one planted entry hides no other (it
+    failed with exit 3, "unexpected consumers reply" or "out of memory");
+  - a planted bucket member without a '|' (not NAME|PAYLOAD) in a bucket
+    found late is dropped: the transfer goes on, and the schedule beside it
+    still makes its items (the transfer's script failed on it);
+  - `--missed all` of a 1 s schedule whose tick is a day late (a day's
+    outage) makes the last 1000 ticks' items, not 86400: the schedule is
+    back on time at once, and the items are the newest ticks.
+"""
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+CQ = "atk-cons"
+LIVE, INFO = "dq:{" + CQ + "}:c", "dq:{" + CQ + "}:ci"
+
+
+def plant_consumer(name, details):
+    """A consumer entry whose beat counts for 100 s more, as a writer plants it."""
+    redis("ZADD", LIVE, str(server_ms() + 100000), name)
+    redis("HSET", INFO, name, details)
+
+
+section("consumers: planted names and details are left out, the good one listed")
+eq(dq("offer", CQ, "0", "x").rc, 0, "offer (the queue exists)")
+now = server_ms()
+plant_consumer("good", f"{now - 5000}|2|{now - 1000}")
+plant_consumer(b"evil\x1b[31mRED\x07", f"{now}|1|{now}")
+plant_consumer(b"L" * 200, f"{now}|1|{now}")
+plant_consumer(b"bad\xff\xfe", f"{now}|1|{now}")
+plant_consumer("huge-digits", f"{'9' * 24}|1|{now}")
+plant_consumer("not-numbers", "a|b|c")
+r = dq("consumers", CQ)
+ok(r.rc == 0 and r.out.startswith(b"good in_hand 2 up_s ") and r.out.count(b"\n") == 1,
+   "text: exit 0, the good consumer alone", r)
+ok(not any(b < 0x20 and b != 0x0a for b in r.out), "text: no control byte reaches the terminal", r.out)
+r = dq("consumers", CQ, "--json")
+names = [c.get("name") for c in r.json_lines()] if r.rc == 0 else None
+ok(r.rc == 0 and names == ["good"], "--json: exit 0, the good consumer alone", r)
+
+section("consumers: a planted huge start in the details is not kept by a beat")
+redis("DEL", LIVE, INFO)
+redis("HSET", INFO, "T9", f"{'9' * 24}|0|1")
+t = bg_dq("take", CQ, "--count", "0", "--name", "T9")
+
+
+def t9():
+    r = dq("consumers", CQ, "--json")
+    got = [c for c in r.json_lines() if c.get("name") == "T9"] if r.rc == 0 else []
+    return got[0] if got else None
+
+
+ok(wait_for(lambda: t9() is not None, 10), "T9 listed after its beat", redis("HGET", INFO, "T9"))
+c = t9() or {}
+ok(0 <= c.get("started_ms", -1) <= server_ms(), "its start is the server's time of its beat, not the planted one", c)
+t.stop()
+redis("DEL", LIVE, INFO)
+
+section("schedules: a planted bucket member with no '|' is dropped, the transfer goes on")
+RQ = "atk-rec"
+eq(dq("every", RQ, "hb", "1s", "ping", "--missed", "all").rc, 0, "every hb 1s --missed all")
+
+
+def replant(late_ms, *members):
+    """Moves hb's tick late_ms into the past, in one bucket with members."""
+    T = (server_ms() - late_ms) // 1000 * 1000
+    buckets = "dq:{" + RQ + "}:tb"
+    for b in redis("ZRANGE", buckets, "0", "-1"):
+        redis("DEL", b"dq:{" + RQ.encode() + b"}:tb:" + b)
+    redis("DEL", buckets)
+    b = f"{T}|e|1000|0|all"
+    redis("ZADD", buckets, str(T), b)
+    redis("RPUSH", "dq:{" + RQ + "}:tb:" + b, *members)
+    redis("HSET", "dq:{" + RQ + "}:sstate", "hb", f"-1|{T}")
+    return T
+
+
+def first_tick():
+    f = redis("ZRANGE", "dq:{" + RQ + "}:tb", "0", "0", "WITHSCORES")
+    return int(f[1]) if f else None
+
+
+def ready():
+    return redis("LLEN", "dq:{" + RQ + "}:r")
+
+
+replant(3500, "nopipe", "hb|ping")
+r = dq("take", RQ, "--count", "1", "--timeout", "5s")
+ok(r.rc == 0 and "transfer failed" not in r.errtext, "the take gets hb's item, no transfer fails", r)
+ok(wait_for(lambda: (first_tick() or 0) >= server_ms() - 1500, 5), "hb is back on time",
+   (first_tick(), server_ms()))
+redis("DEL", "dq:{" + RQ + "}:r")
+
+section("schedules: --missed all after a day's outage makes the last 1000 ticks")
+T = replant(86400000, "hb|ping")
+t0 = server_ms()
+r = dq("take", RQ, "--count", "1", "--timeout", "5s", "--json")
+m = r.json_lines()
+ok(r.rc == 0 and len(m) == 1, "one item taken", r)
+ok(wait_for(lambda: (first_tick() or 0) >= server_ms() - 1500, 5),
+   "hb is back on time at once (its older ticks skipped)", (first_tick(), T))
+time.sleep(0.5)
+n = ready() + 1
+ok(1000 <= n <= 1003, f"{n} items made for a day of 1 s ticks (the last 1000, and what came since)", n)
+first = m[0].get("id", "") if m else ""
+tick = int(first.split("@")[1]) if "@" in first else 0
+ok(tick >= t0 - 1000 * 1000 - 1000, "the items are the newest ticks", (first, t0))
+eq(dq("schedules", RQ, "remove", "hb").rc, 0, "remove hb")
+
+finish()
