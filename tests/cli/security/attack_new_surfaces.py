@@ -13,7 +13,10 @@ nothing else and stays bounded.
     still makes its items (the transfer's script failed on it);
   - `--missed all` of a 1 s schedule whose tick is a day late (a day's
     outage) makes the last 1000 ticks' items, not 86400: the schedule is
-    back on time at once, and the items are the newest ticks.
+    back on time at once, and the items are the newest ticks;
+  - a queue that has only a schedule is a known queue: `stats` exits 0
+    (it said "never offered to (no keys...)", exit 1) and it is in the
+    registry that serve and metrics list.
 """
 import os
 import sys
@@ -118,5 +121,14 @@ first = m[0].get("id", "") if m else ""
 tick = int(first.split("@")[1]) if "@" in first else 0
 ok(tick >= t0 - 1000 * 1000 - 1000, "the items are the newest ticks", (first, t0))
 eq(dq("schedules", RQ, "remove", "hb").rc, 0, "remove hb")
+
+section("a queue with only a schedule is known: stats exits 0, serve lists it")
+SQ = "atk-only-sched"
+eq(dq("every", SQ, "s1", "1h", "x").rc, 0, "every s1 1h on a queue never offered to")
+r = dq("stats", SQ)
+ok(r.rc == 0 and "pending 0" in r.text, "stats: exit 0 (it said 'never offered to (no keys...)', exit 1)", r)
+ok(wait_for(lambda: redis("SISMEMBER", "dq:queues", SQ) == 1, 5), "it is in the registry (serve's and metrics' list)")
+r = dq("stats", "atk-never-used")
+ok(r.rc == 1 and "no queue atk-never-used" in r.errtext, "a queue never used still exits 1", r)
 
 finish()
