@@ -14,6 +14,9 @@ nothing else and stays bounded.
   - `--missed all` of a 1 s schedule whose tick is a day late (a day's
     outage) makes the last 1000 ticks' items, not 86400: the schedule is
     back on time at once, and the items are the newest ticks;
+  - schedules planted with a name no schedule can have (an escape
+    sequence, a space) are left out of `delayq schedules`, and one whose
+    spec text holds control bytes is listed as bad (it printed them raw);
   - a queue that has only a schedule is a known queue: `stats` exits 0
     (it said "never offered to (no keys...)", exit 1) and it is in the
     registry that serve and metrics list.
@@ -121,6 +124,22 @@ first = m[0].get("id", "") if m else ""
 tick = int(first.split("@")[1]) if "@" in first else 0
 ok(tick >= t0 - 1000 * 1000 - 1000, "the items are the newest ticks", (first, t0))
 eq(dq("schedules", RQ, "remove", "hb").rc, 0, "remove hb")
+
+section("schedules: planted names and spec texts reach no terminal")
+PQ = "atk-plant-sched"
+eq(dq("every", PQ, "good", "1h", "x").rc, 0, "every good 1h")
+SCHED = "dq:{" + PQ + "}:sched"
+redis("HSET", SCHED, b"evil\x1b[31m", b"junk", b"x y", b"junk")
+# a spec that decodes, copied from good's, with an escape sequence as its text
+redis("EVAL", "local s = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'good')) s.text = ARGV[1] "
+      "redis.call('HSET', KEYS[1], 'good2', cmsgpack.pack(s)) return 1", 1, SCHED, b"\x1b]0;pwn\x07every 1h")
+r = dq("schedules", PQ)
+lines = r.out.splitlines()
+ok(r.rc == 0 and len(lines) == 2 and lines[0].startswith(b"good\tevery 1h") and lines[1].startswith(b"good2\t")
+   and b"\tbad\t" in lines[1], "text: good, and good2 listed as bad (it can be removed); the bad names left out", r)
+ok(not any(b < 0x20 and b not in (0x09, 0x0a) for b in r.out), "no control byte reaches the terminal", r.out)
+r = dq("schedules", PQ, "--json")
+ok(r.rc == 0 and [j.get("name") for j in r.json_lines()] == ["good", "good2"], "--json: the same two", r)
 
 section("a queue with only a schedule is known: stats exits 0, serve lists it")
 SQ = "atk-only-sched"
