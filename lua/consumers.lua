@@ -8,6 +8,9 @@
 -- bytes; the client leaves out one of bad bytes), details that are not
 -- three numbers of 1..15 digits. So the reply stays small, and one planted
 -- entry hides no other.
+-- A key of another type is an error that names it.
+local bad = require_type(KEYS[1], 'zset') or require_type(KEYS[2], 'hash')
+if bad then return bad end
 local now = server_now_ms()
 local names = redis.call('ZRANGEBYSCORE', KEYS[1], fmt(now), '+inf', 'LIMIT', 0, 1000)
 table.sort(names)

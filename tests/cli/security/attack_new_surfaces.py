@@ -8,6 +8,8 @@ nothing else and stays bounded.
     --json), which still lists the good consumer and exits 0: no control
     byte reaches the terminal, and one planted entry hides no other (it
     failed with exit 3, "unexpected consumers reply" or "out of memory");
+    a key of the registry of another type exits 3 with a line naming that
+    key (the line named the queue's other keys);
   - a planted bucket member without a '|' (not NAME|PAYLOAD) in a bucket
     found late is dropped: the transfer goes on, and the schedule beside it
     still makes its items (the transfer's script failed on it);
@@ -55,6 +57,14 @@ ok(not any(b < 0x20 and b != 0x0a for b in r.out), "text: no control byte reache
 r = dq("consumers", CQ, "--json")
 names = [c.get("name") for c in r.json_lines()] if r.rc == 0 else None
 ok(r.rc == 0 and names == ["good"], "--json: exit 0, the good consumer alone", r)
+
+section("consumers: a key of another type exits 3 naming it")
+for key, want in ((LIVE, "zset"), (INFO, "hash")):
+    redis("DEL", LIVE, INFO)
+    redis("SET", key, "x")
+    r = dq("consumers", CQ)
+    ok(r.rc == 3 and f"{key} holds a string, expected a {want}" in r.errtext, f"{key} a string: exit 3, named", r)
+redis("DEL", LIVE, INFO)
 
 section("consumers: a planted huge start in the details is not kept by a beat")
 redis("DEL", LIVE, INFO)
