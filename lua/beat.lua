@@ -1,7 +1,8 @@
 -- beat.lua: a consumer of the queue says it is alive, or that it is gone
 -- (see Consumers in lib/75_holders.lua).
 -- KEYS[1] the consumers (P..'c'), KEYS[2] their details (P..'ci');
--- ARGV[1] 'beat' or 'bye', ARGV[2] the consumer's name (1..64 bytes),
+-- ARGV[1] 'beat' or 'bye', ARGV[2] the consumer's name (1..64 bytes, no
+-- control byte),
 -- ARGV[3] (beat) items in hand, ARGV[4] (beat) how long the beat counts, in
 -- ms (1..3600000).
 -- A beat keeps the consumer's start (the server's time of its first beat
@@ -12,7 +13,11 @@
 -- bad arguments (nothing written).
 local live, info = KEYS[1], KEYS[2]
 local op, name = ARGV[1], ARGV[2] or ''
-if #name < 1 or #name > seen.HOLDER_MAX then return redis.error_reply('ERR delayq:input bad consumer name') end
+-- A control byte is refused here too, not only by the client: a queue
+-- user may call this with any bytes (see dq__holder_valid).
+if #name < 1 or #name > seen.HOLDER_MAX or string.find(name, '[%z\1-\31\127]') then
+  return redis.error_reply('ERR delayq:input bad consumer name')
+end
 if op == 'bye' then
   redis.call('ZREM', live, name)
   redis.call('HDEL', info, name)

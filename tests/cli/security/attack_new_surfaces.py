@@ -8,8 +8,10 @@ nothing else and stays bounded.
     --json), which still lists the good consumer and exits 0: no control
     byte reaches the terminal, and one planted entry hides no other (it
     failed with exit 3, "unexpected consumers reply" or "out of memory");
-    a key of the registry of another type exits 3 with a line naming that
-    key (the line named the queue's other keys);
+    a beat (lua/beat.lua, which a queue user may call with any bytes)
+    refuses a name with a control byte; a key of the registry of another
+    type exits 3 with a line naming that key (the line named the queue's
+    other keys);
   - a planted bucket member without a '|' (not NAME|PAYLOAD) in a bucket
     found late is dropped: the transfer goes on, and the schedule beside it
     still makes its items (the transfer's script failed on it);
@@ -57,6 +59,18 @@ ok(not any(b < 0x20 and b != 0x0a for b in r.out), "text: no control byte reache
 r = dq("consumers", CQ, "--json")
 names = [c.get("name") for c in r.json_lines()] if r.rc == 0 else None
 ok(r.rc == 0 and names == ["good"], "--json: exit 0, the good consumer alone", r)
+
+section("consumers: the beat refuses a name with a control byte, whoever calls it")
+redis("DEL", LIVE, INFO)
+beat = eval_script("beat")
+for bad in (b"evil\x1b[31m", b"nul\x00byte", b"del\x7f"):
+    try:
+        redis("EVAL", beat, 2, LIVE, INFO, "beat", bad, "0", "45000")
+        got = "accepted"
+    except RedisError as e:
+        got = str(e)
+    ok("delayq:input bad consumer name" in got, f"beat of {bad!r}: refused (input)", got)
+eq(redis("EXISTS", LIVE, INFO), 0, "nothing written")
 
 section("consumers: a key of another type exits 3 naming it")
 for key, want in ((LIVE, "zset"), (INFO, "hash")):
