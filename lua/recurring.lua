@@ -86,6 +86,7 @@ end
 if op == 'remove' then
   if redis.call('HEXISTS', recur.sched_key(P), name) == 0 then return 0 end
   if s and s.paused == 0 then recur.leave(P, name, s, nxt, payload_of()) end
+  if not s then recur.leave_any(P, name, payload_of()) end
   redis.call('HDEL', recur.sched_key(P), name)
   redis.call('HDEL', recur.payload_key(P), name)
   redis.call('HDEL', recur.state_key(P), name)

@@ -191,6 +191,26 @@ function recur.leave(P, name, s, N, payload)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
 end
 
+-- Takes a schedule whose spec does not decode (so neither its grid nor its
+-- RUN is known) out of the first bucket that holds it, looking as
+-- recur.locate does: else a RUN that decodes would go on making its items
+-- after 'remove', unlisted and past removing.
+function recur.leave_any(P, name, payload)
+  local member = name .. '|' .. payload
+  for page = 0, 99 do
+    local l = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
+    if type(l) ~= 'table' or #l == 0 then return end
+    for _, b in ipairs(l) do
+      local key = recur.bucket_key(P, b)
+      if type(redis.pcall('LPOS', key, member)) == 'number' then
+        redis.call('LREM', key, '1', member)
+        if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
+        return
+      end
+    end
+  end
+end
+
 -- The first tick of s after ms (start itself when start > ms), or -1 past
 -- its stop time.
 -- A cron schedule's window holds no tick after ms: -2 (waiting for ticks),

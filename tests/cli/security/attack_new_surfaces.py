@@ -21,6 +21,9 @@ nothing else and stays bounded.
   - schedules planted with a name no schedule can have (an escape
     sequence, a space) are left out of `delayq schedules`, and one whose
     spec text holds control bytes is listed as bad (it printed them raw);
+  - a schedule whose spec no longer decodes, once removed (as its error
+    says to), makes no more items: it stayed in its bucket and ticked on,
+    unlisted, and a second remove said there was no such schedule;
   - a queue that has only a schedule is a known queue: `stats` exits 0
     (it said "never offered to (no keys...)", exit 1) and it is in the
     registry that serve and metrics list.
@@ -164,6 +167,20 @@ ok(r.rc == 0 and len(lines) == 2 and lines[0].startswith(b"good\tevery 1h") and 
 ok(not any(b < 0x20 and b not in (0x09, 0x0a) for b in r.out), "no control byte reaches the terminal", r.out)
 r = dq("schedules", PQ, "--json")
 ok(r.rc == 0 and [j.get("name") for j in r.json_lines()] == ["good", "good2"], "--json: the same two", r)
+
+section("schedules: one whose spec no longer decodes, removed, makes no more items")
+GQ = "atk-gone-sched"
+eq(dq("every", GQ, "s", "1s", "from-s").rc, 0, "every s 1s")
+eq(dq("every", GQ, "t", "1s", "from-t").rc, 0, "every t 1s")
+redis("HSET", "dq:{" + GQ + "}:sched", "s", "junk")
+r = dq("schedules", GQ, "remove", "s")
+ok(r.rc == 0, "remove s (its spec does not decode, as the error told to do)", r)
+r = dq("take", GQ, "--count", "0", "--timeout", "2500ms")
+got = set(r.out.split())
+ok(b"from-t" in got and b"from-s" not in got, "t's items come, none of s's (it ticked on, unlisted)", r)
+left = [m for b in redis("ZRANGE", "dq:{" + GQ + "}:tb", "0", "-1")
+        for m in redis("LRANGE", b"dq:{" + GQ.encode() + b"}:tb:" + b, "0", "-1")]
+eq(left, [b"t|from-t"], "the buckets hold t alone")
 
 section("a queue with only a schedule is known: stats exits 0, serve lists it")
 SQ = "atk-only-sched"
