@@ -23,7 +23,8 @@ nothing else and stays bounded.
     spec text holds control bytes is listed as bad (it printed them raw);
   - a schedule whose spec no longer decodes, once removed (as its error
     says to), makes no more items: it stayed in its bucket and ticked on,
-    unlisted, and a second remove said there was no such schedule;
+    unlisted, and a second remove said there was no such schedule; one
+    set again over such a spec ticks once (the old one ticked on too);
   - a queue that has only a schedule is a known queue: `stats` exits 0
     (it said "never offered to (no keys...)", exit 1) and it is in the
     registry that serve and metrics list.
@@ -181,6 +182,15 @@ ok(b"from-t" in got and b"from-s" not in got, "t's items come, none of s's (it t
 left = [m for b in redis("ZRANGE", "dq:{" + GQ + "}:tb", "0", "-1")
         for m in redis("LRANGE", b"dq:{" + GQ.encode() + b"}:tb:" + b, "0", "-1")]
 eq(left, [b"t|from-t"], "the buckets hold t alone")
+
+section("schedules: one whose spec no longer decodes, set again, ticks once")
+eq(dq("every", GQ, "u", "1s", "old-u").rc, 0, "every u 1s old-u")
+redis("HSET", "dq:{" + GQ + "}:sched", "u", "junk")
+eq(dq("every", GQ, "u", "1s", "new-u").rc, 0, "every u 1s new-u (set again over it)")
+r = dq("take", GQ, "--count", "0", "--timeout", "2500ms")
+got = set(r.out.split())
+ok(b"new-u" in got and b"old-u" not in got, "new-u's items come, none of old-u's (both ticked)", r)
+eq(dq("schedules", GQ, "remove", "u").rc, 0, "remove u")
 
 section("a queue with only a schedule is known: stats exits 0, serve lists it")
 SQ = "atk-only-sched"
