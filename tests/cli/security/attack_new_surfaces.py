@@ -1,6 +1,6 @@
 """attack_new_surfaces.py - what a writer to Redis plants in the consumers
-registry and the recurring schedules' buckets (issues 39 and 40) breaks
-nothing else and stays bounded.
+registry, the recurring schedules and the queue registry (issues 39 and
+40) breaks nothing else, reaches no terminal and stays bounded.
 
   - consumers: names planted in the registry with an escape sequence and a
     bell, over 64 bytes, of bad UTF-8, and details that are not numbers or
@@ -27,7 +27,9 @@ nothing else and stays bounded.
     set again over such a spec ticks once (the old one ticked on too);
   - a queue that has only a schedule is a known queue: `stats` exits 0
     (it said "never offered to (no keys...)", exit 1) and it is in the
-    registry that serve and metrics list.
+    registry that serve and metrics list; `stats` of an unknown queue
+    whose registry cannot be read (a key of another type) exits 3 naming
+    it, not 1 "never offered to".
 """
 import os
 import sys
@@ -200,5 +202,16 @@ ok(r.rc == 0 and "pending 0" in r.text, "stats: exit 0 (it said 'never offered t
 ok(wait_for(lambda: redis("SISMEMBER", "dq:queues", SQ) == 1, 5), "it is in the registry (serve's and metrics' list)")
 r = dq("stats", "atk-never-used")
 ok(r.rc == 1 and "no queue atk-never-used" in r.errtext, "a queue never used still exits 1", r)
+
+section("stats: a registry that cannot be read is an error, not 'never offered to'")
+saved = redis("SMEMBERS", "dq:queues")
+redis("DEL", "dq:queues")
+redis("SET", "dq:queues", "planted")
+r = dq("stats", "atk-never-used")
+ok(r.rc == 3 and "dq:queues" in r.errtext and "never offered" not in r.errtext,
+   "registry a string: exit 3 naming it (it said 'never offered to', exit 1)", r)
+redis("DEL", "dq:queues")
+if saved:
+    redis("SADD", "dq:queues", *saved)
 
 finish()
