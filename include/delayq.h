@@ -1069,7 +1069,8 @@ typedef struct dq_consumer dq_consumer;
  * for a bad queue or name, DQ_ECONNECT before dq_connect, DQ_ENOMEM. A
  * failed beat is logged (dq_set_log) and tried again at the next one. */
 DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_consumer **out) DQ_NODISCARD;
-/* The items the consumer holds now (>= 0): sent with its next beat. */
+/* The items the consumer holds now (>= 0; sent as at most 999999999):
+ * sent with its next beat. */
 DQ_EXPORT void dq_consumer_set_in_hand(dq_consumer *k, int64_t in_hand);
 /* Deregisters the consumer (a 'bye' sent now if it beat, not waited for;
  * dq_client_free waits for it) and frees k. NULL is fine. dq_client_free does this for

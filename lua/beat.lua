@@ -2,9 +2,8 @@
 -- (see Consumers in lib/75_holders.lua).
 -- KEYS[1] the consumers (P..'c'), KEYS[2] their details (P..'ci');
 -- ARGV[1] 'beat' or 'bye', ARGV[2] the consumer's name (1..64 bytes, no
--- control byte),
--- ARGV[3] (beat) items in hand, ARGV[4] (beat) how long the beat counts, in
--- ms (1..3600000).
+-- control byte), ARGV[3] (beat) items in hand (0..999999999), ARGV[4]
+-- (beat) how long the beat counts, in ms (1..3600000).
 -- A beat keeps the consumer's start (the server's time of its first beat
 -- since it was last pruned), sets its items in hand and last seen (the
 -- server's TIME), and prunes at most 100 consumers whose beats ran out.
@@ -24,7 +23,7 @@ if op == 'bye' then
   return 1
 end
 local hand, lasts = tonumber(ARGV[3] or ''), tonumber(ARGV[4] or '')
-if op ~= 'beat' or not hand or hand < 0 or not lasts or lasts < 1 or lasts > 3600000 then
+if op ~= 'beat' or not hand or hand < 0 or hand > 999999999 or hand % 1 ~= 0 or not lasts or lasts < 1 or lasts > 3600000 then
   return redis.error_reply('ERR delayq:input bad consumer beat')
 end
 local now = server_now_ms()

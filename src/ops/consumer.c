@@ -69,7 +69,7 @@ static void send_beat(dq_consumer *k, const char *op) {
     char live[DQ__KEY_MAX + 4], info[DQ__KEY_MAX + 4], hand[24], lasts[24];
     consumer_keys(k->queue, live, info);
     int64_t n = k->count ? *k->count : k->in_hand;
-    snprintf(hand, sizeof hand, "%lld", (long long)(n > 0 ? n : 0));
+    snprintf(hand, sizeof hand, "%lld", (long long)(n > 0 ? (n < 999999999 ? n : 999999999) : 0)); /* beat.lua's bound */
     snprintf(lasts, sizeof lasts, "%d", 3 * k->c->opt.consumer_beat_ms);
     const char *argv[6] = {live, info, op, k->name, hand, lasts};
     size_t lens[6];

@@ -9,7 +9,8 @@ registry, the recurring schedules and the queue registry (issues 39 and
     byte reaches the terminal, and one planted entry hides no other (it
     failed with exit 3, "unexpected consumers reply" or "out of memory");
     a beat (lua/beat.lua, which a queue user may call with any bytes)
-    refuses a name with a control byte; a key of the registry of another
+    refuses a name with a control byte, and a count in hand that is no
+    whole number up to 999999999 (1e300 was stored as -2^63); a key of the registry of another
     type exits 3 with a line naming that key (the line named the queue's
     other keys);
   - a planted bucket member without a '|' (not NAME|PAYLOAD) in a bucket
@@ -76,6 +77,13 @@ for bad in (b"evil\x1b[31m", b"nul\x00byte", b"del\x7f"):
     except RedisError as e:
         got = str(e)
     ok("delayq:input bad consumer name" in got, f"beat of {bad!r}: refused (input)", got)
+for hand in ("1e300", "2.5", "-1", "1000000000"):
+    try:
+        redis("EVAL", beat, 2, LIVE, INFO, "beat", "B", hand, "45000")
+        got = "accepted"
+    except RedisError as e:
+        got = str(e)
+    ok("delayq:input bad consumer beat" in got, f"beat with {hand} in hand: refused (input)", got)
 eq(redis("EXISTS", LIVE, INFO), 0, "nothing written")
 
 section("consumers: a key of another type exits 3 naming it")
