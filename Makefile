@@ -13,6 +13,7 @@
 #                     make deps-test adds what only the tests use (a browser)
 #   make install      PREFIX=/usr/local DESTDIR= (the .pc is written there, for PREFIX)
 #   make uninstall    the same PREFIX and DESTDIR: removes what install put
+#                     (both refuse a PREFIX or DESTDIR with a space or quote)
 #   make format       clang-format -i over the C sources (.clang-format)
 #   make format-check fails if a C source is not as make format leaves it
 #
@@ -220,7 +221,14 @@ INSTALLED = include/delayq.h lib/libdelayq.a lib/libdelayq.so.$(VERSION) lib/lib
 I = $(DESTDIR)$(PREFIX)
 # The .pc describes an install, so install writes it, for this PREFIX (one
 # written by a plain `make` would keep the PREFIX of that make).
+# Both refuse a DESTDIR or PREFIX that is empty or that the shell would split
+# or expand (a space made uninstall remove files outside them): the value
+# reaches the check through the environment, unquoted by make.
+install uninstall: export DQ_INSTALL_DIR = $(I)
+INSTALL_PATH_OK = case "$$DQ_INSTALL_DIR" in ''|*[!A-Za-z0-9_./+@:=,-]*) \
+	echo "make $@: DESTDIR and PREFIX ('$$DQ_INSTALL_DIR') may hold only A-Z a-z 0-9 _ . / + @ : = , -" >&2; exit 2;; esac
 install: $(STATIC) $(SHARED) $(CLI)
+	@$(INSTALL_PATH_OK)
 	install -d $(I)/lib $(I)/include $(I)/bin $(I)/lib/pkgconfig
 	install -m 644 include/delayq.h $(I)/include/
 	install -m 644 $(STATIC) $(I)/lib/
@@ -231,6 +239,7 @@ install: $(STATIC) $(SHARED) $(CLI)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: delayq\nDescription: Redis-backed delay queue\nVersion: %s\nRequires.private: hiredis libsodium\nLibs: -L$${libdir} -ldelayq\nLibs.private: -lev -lssl -lcrypto -lm\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $(I)/lib/pkgconfig/delayq.pc
 
 uninstall:
+	@$(INSTALL_PATH_OK)
 	rm -f $(addprefix $(I)/,$(INSTALLED))
 
 # clang-format 16 (Debian 12's clang-format-16; .clang-format needs 16 or

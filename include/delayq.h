@@ -706,6 +706,7 @@ enum dq_missed {
     DQ_MISSED_ONE = 0,  /* one item (the first missed tick's), then on time  */
     DQ_MISSED_SKIP = 1, /* none; a tick more than 60 s late is skipped too   */
     DQ_MISSED_ALL = 2   /* an item for each, each due at its own tick        */
+                        /* (every: of the last 1000 ticks at most)           */
 };
 
 #define DQ_RECURRING_NAME_MAX 64  /* name: 1..64 of A-Z a-z 0-9 _ . : -      */
@@ -1066,7 +1067,8 @@ typedef struct dq_consumer dq_consumer;
  * failed beat is logged (dq_set_log) and tried again at the next one. */
 DQ_EXPORT int dq_consumer_start(dq_client *c, const char *queue, const char *name,
                                 dq_consumer **out) DQ_NODISCARD;
-/* The items the consumer holds now (>= 0): sent with its next beat. */
+/* The items the consumer holds now (>= 0; sent as at most 999999999):
+ * sent with its next beat. */
 DQ_EXPORT void dq_consumer_set_in_hand(dq_consumer *k, int64_t in_hand);
 /* Deregisters the consumer (a 'bye' sent now if it beat, not waited for;
  * dq_client_free waits for it) and frees k. NULL is fine. dq_client_free does this for

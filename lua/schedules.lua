@@ -5,7 +5,10 @@
 -- ARGV[1] key prefix
 -- Returns, per schedule in name order (at most 10,000): name, kind, text,
 -- zone, every_ms, start_ms, stop_ms, missed, paused, next, last, payload
--- length; a schedule whose spec does not decode lists with kind 'bad'.
+-- length; a schedule whose spec does not decode lists with kind 'bad', and
+-- so does one whose text or zone holds more than 255 bytes or any but
+-- printable ASCII (planted: no terminal gets its control bytes). A name no
+-- schedule can have (see DQ_RECURRING_NAME_MAX) is left out.
 local P = ARGV[1]
 local names = redis.pcall('HKEYS', recur.sched_key(P))
 if type(names) ~= 'table' then return {} end
@@ -37,11 +40,16 @@ local function current(n, s)
   return g - s.every, g
 end
 
+local function printable(t) return #t < 256 and not string.find(t, '[^ -~]') end
+
 local out = {}
 for i = 1, math.min(#names, 10000) do
   local n = names[i]
-  local s = recur.spec_read(P, n)
-  if s then
+  local named = #n <= 64 and string.find(n, '^[A-Za-z0-9_.:%-]+$')
+  local s = named and recur.spec_read(P, n)
+  if s and not (printable(s.text) and printable(s.zone)) then s = nil end
+  if not named then -- left out
+  elseif s then
     local last, nx = current(n, s)
     for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
                         fmt(s.paused), fmt(nx), fmt(last), fmt(s.plen)}) do

@@ -7,8 +7,8 @@
 -- those alive by their beats, see lib/75_holders.lua; overdue_ms, how long
 -- the earliest due event has waited, 0 when none is past due);
 -- next_due_in_ms counts lease ends too (they are due events of the slots).
--- A tenth element, 1 when any of the queue's keys exists (0: a queue never
--- used, or wiped), follows.
+-- A tenth element, 1 when any of the queue's keys exists or it has a
+-- recurring schedule (0: a queue never used, or wiped), follows.
 -- A key of another type, or a counter that is no integer, is an error that
 -- names it.
 local c, err = read_counters(KEYS[4])
@@ -24,4 +24,4 @@ if next_due >= 0 then next_in = math.max(0, next_due - now) end
 local overdue = next_due >= 0 and math.max(0, now - next_due) or 0
 return {math.max(c[1], 0), ready, fmt(next_in), aside, math.max(c[2], 0), dead, c[4],
         seen.schedulers_live(ARGV[1], now), fmt(overdue),
-        math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]), 1)}
+        (redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) > 0 or recur.count(ARGV[1]) > 0) and 1 or 0}

@@ -52,7 +52,8 @@
 -- schedulers were all down, or the schedule was paused):
 --   one   one item, the first missed tick's; then on schedule
 --   all   an item for each missed tick (at most recur.BURST per call; the
---         next transfer goes on), each with its own tick as due time
+--         next transfer goes on), each with its own tick as due time; an
+--         'every' schedule's last recur.BURST ticks at most (recur.all_from)
 --   skip  none when another tick is also due or the tick is more than
 --         recur.LATE_MS late
 -- One local for all of this file (a script run by EVAL holds the shared
@@ -190,6 +191,26 @@ function recur.leave(P, name, s, N, payload)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
 end
 
+-- Takes a schedule whose spec does not decode (so neither its grid nor its
+-- RUN is known) out of the first bucket that holds it, looking as
+-- recur.locate does: else a RUN that decodes would go on making its items
+-- after 'remove', unlisted and past removing.
+function recur.leave_any(P, name, payload)
+  local member = name .. '|' .. payload
+  for page = 0, 99 do
+    local l = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
+    if type(l) ~= 'table' or #l == 0 then return end
+    for _, b in ipairs(l) do
+      local key = recur.bucket_key(P, b)
+      if type(redis.pcall('LPOS', key, member)) == 'number' then
+        redis.call('LREM', key, '1', member)
+        if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
+        return
+      end
+    end
+  end
+end
+
 -- The first tick of s after ms (start itself when start > ms), or -1 past
 -- its stop time.
 -- A cron schedule's window holds no tick after ms: -2 (waiting for ticks),
@@ -212,12 +233,25 @@ function recur.after(s, ms)
   return t
 end
 
+-- The first tick 'all' delivers for an 'every' schedule found late at T,
+-- and the one after: T, or the tick recur.BURST ticks before now (or
+-- before its end), so one outage makes at most recur.BURST items (a 1 s
+-- schedule down for a day would make 86400); the older ticks are skipped.
+function recur.all_from(s, T, now)
+  local last = (s.stop > 0 and s.stop < now) and s.stop or now
+  local k = math.floor((last - T) / s.every) -- ticks after T up to last
+  if k < recur.BURST then return T, recur.after(s, T) end
+  T = T + (k - recur.BURST + 1) * s.every
+  return T, recur.after(s, T)
+end
+
 -- What tick T of s makes at now: the due times of its items (the missed
 -- policy applied to the ticks between T and now), formatted, and the next
 -- tick, as {times = ..., nt = ..., nts = ...}.
 function recur.step(s, T, now)
   local nt = recur.after(s, T)
   local late = nt >= 0 and nt <= now
+  if late and s.missed == 'all' and s.kind == 'every' then T, nt = recur.all_from(s, T, now) end
   local times = {}
   if s.missed ~= 'skip' or not (late or now - T > recur.LATE_MS) then times[1] = fmt(T) end
   if late and s.missed == 'all' then
@@ -370,7 +404,7 @@ function recur.chunk(P, b, T, run, now, nows, out, lat, refills)
   local ns = 0
   for _, m in ipairs(ms) do
     local name, payload = string.match(m, '^([^|]+)|(.*)$')
-    local st, nrun = common, run
+    local st, nrun = name and common, run -- no name (planted): dropped, as recur.regular does
     if name and not st then st, nrun = recur.step_spec(P, name, T, now, refills) end
     if st then
       local k

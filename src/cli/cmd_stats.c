@@ -65,7 +65,9 @@ int cli_cmd_stats(cli_env *env, int argc, char **argv) {
     if (!rc) rc = cli_connect(env, &c);
     if (rc) return rc;
     rc = dq_get_stats(c, argv[0], &st);
-    if (rc >= 0 && !st.exists && !registered(c, argv[0], &rc)) {
+    /* A registry that cannot be read is an error (3), not "never offered". */
+    int known = rc >= 0 && (st.exists || registered(c, argv[0], &rc));
+    if (rc >= 0 && !known) {
         cli_err("stats: no queue %s: never offered to (no keys, not in the registry)", argv[0]);
         rc = CLI_NONE;
     } else if (rc >= 0) {

@@ -67,7 +67,8 @@ static void send_beat(dq_consumer *k, const char *op) {
     char live[DQ__KEY_MAX + 4], info[DQ__KEY_MAX + 4], hand[24], lasts[24];
     consumer_keys(k->queue, live, info);
     int64_t n = k->count ? *k->count : k->in_hand;
-    snprintf(hand, sizeof hand, "%lld", (long long)(n > 0 ? n : 0));
+    snprintf(hand, sizeof hand, "%lld",
+             (long long)(n > 0 ? (n < 999999999 ? n : 999999999) : 0)); /* beat.lua's bound */
     snprintf(lasts, sizeof lasts, "%d", 3 * k->c->opt.consumer_beat_ms);
     const char *argv[6] = {live, info, op, k->name, hand, lasts};
     size_t lens[6];
@@ -160,9 +161,15 @@ typedef struct list_call {
     size_t n;
 } list_call;
 
-/* One consumer of consumers.lua's reply (4 elements at e) into *ci. */
+/* One consumer of consumers.lua's reply (4 elements at e) into *ci.
+ * Returns 0, 1 for a name no consumer can have (planted in Redis: control
+ * bytes, bad UTF-8, a NUL; left out so it reaches no terminal or page, and
+ * hides no other), or DQ_EPROTO. */
 static int decode_one(redisReply **e, int64_t now, dq_consumer_info *ci) {
-    if (e[0]->type != REDIS_REPLY_STRING || e[0]->len > DQ_CONSUMER_NAME_MAX) return DQ_EPROTO;
+    if (e[0]->type != REDIS_REPLY_STRING) return DQ_EPROTO;
+    if (e[0]->len > DQ_CONSUMER_NAME_MAX || strlen(e[0]->str) != e[0]->len ||
+        !dq__holder_valid(e[0]->str))
+        return 1;
     memset(ci, 0, sizeof *ci);
     memcpy(ci->name, e[0]->str, e[0]->len);
     ci->started_ms = dq__reply_int(e[1]);
@@ -180,10 +187,10 @@ static int list_decode(list_call *s, const redisReply *r) {
     if (n == 0) return 0;
     if (!(s->out = calloc(n, sizeof *s->out))) return DQ_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        int rc = decode_one(r->element + 1 + 4 * i, now, &s->out[i]);
-        if (rc) return rc;
+        int rc = decode_one(r->element + 1 + 4 * i, now, &s->out[s->n]);
+        if (rc < 0) return rc;
+        if (rc == 0) s->n++;
     }
-    s->n = n;
     return 0;
 }
 

@@ -337,6 +337,7 @@ int dq_recurring_set(dq_client *c, const char *queue, const char *name, const dq
     unsigned char *env;
     if (!rc) rc = stored_payload(c, queue, name, spec, &payload, &payload_len, &env);
     if (rc) return rc;
+    dq__registry_note(c, queue); /* listed by serve and metrics, as a queue offered to */
     rc = spec->cron ? set_cron(c, queue, name, spec, payload, payload_len, next_ms)
                     : set_every(c, queue, name, spec, payload, payload_len, next_ms);
     free(env);
