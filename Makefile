@@ -124,8 +124,11 @@ $(BUILD)/gen/dashboard.h: tools/embed-file.sh src/cli/serve/dashboard.html
 
 # The generated headers exist before anything compiles (order-only); after
 # that the .d files say who includes them (script.c, serve_http.c), and only
-# those rebuild when a Lua file or the dashboard changes.
-$(BUILD)/%.o: %.c | $(BUILD)/gen/scripts.h $(BUILD)/gen/dashboard.h
+# those rebuild when a Lua file or the dashboard changes. The Makefile is a
+# prerequisite too: an edit of it (flags, folders) rebuilds every object,
+# and so does the first build in a directory made before the .d files,
+# whose objects would otherwise never see a header change.
+$(BUILD)/%.o: %.c Makefile | $(BUILD)/gen/scripts.h $(BUILD)/gen/dashboard.h
 	@mkdir -p $(dir $@)
 	$(CC) $(DQ_CFLAGS) -c $< -o $@
 
