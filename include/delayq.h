@@ -130,9 +130,8 @@ enum dq_refusal {
     DQ_REFUSAL_NONE = 0, /* not a refusal by the queue's functions          */
     DQ_REFUSAL_INPUT,    /* a value the caller gave is out of range or
                             breaks the queue's settings (a due time past
-                            DQ_DUE_MAX_MS, a backoff base above its max,
-                            recurring schedules on a sharded queue): fix
-                            the input; nothing changed                      */
+                            DQ_DUE_MAX_MS, a backoff base above its max):
+                            fix the input; nothing changed                  */
     DQ_REFUSAL_STATE,    /* the queue's state refuses the call for now (its
                             shard count changes only when it is empty, a
                             change is under way); nothing changed           */
