@@ -125,8 +125,8 @@ end
 
 -- The recurring schedules whose tick has come make their items first,
 -- straight into the ready list (see lib/80_recurring.lua).
-local refills, ticks_left
-done, refills, ticks_left = recur.advance(P, now, max_items, start_us + budget_us, lat, function(list)
+local refills, ticks_left, first_tick
+done, refills, ticks_left, first_tick = recur.advance(P, now, max_items, start_us + budget_us, lat, function(list)
   if #list == 0 then return end
   check_types()
   push_in_pieces(ready, list, true)
@@ -285,7 +285,7 @@ if ARGV[5] == '1' then
   end
 end
 
-local next_due = recur.earliest(P, zs)
+local next_due = recur.earliest(P, zs, false, first_tick) -- the buckets are not read again when advance knows
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
 if ticks_left then more = 1 end

@@ -317,9 +317,12 @@ function recur.first(P)
 end
 
 -- The queue's earliest due time with the ticks in it (see earliest_due).
-function recur.earliest(P, zs, read_only)
+-- first: the first bucket's tick when the caller knows it (recur.advance's
+-- fourth value), false when there is none; nil reads it.
+function recur.earliest(P, zs, read_only, first)
   local d = earliest_due(P, zs, read_only)
-  local t = recur.first(P)
+  local t = first
+  if t == nil then t = recur.first(P) end
   if t and (d < 0 or t < d) then return t end
   return d
 end
@@ -448,14 +451,18 @@ end
 -- tokens). Returns the items made, the cron schedules whose windows run low
 -- (a flat list, see recur.step_spec), and whether more ticks may be due
 -- (the caller then says 'more', so its scheduler runs again at once: a
--- tick advanced late would count as missed).
+-- tick advanced late would count as missed), and when not, the first
+-- bucket's tick (false: none) for recur.earliest: one read of the buckets
+-- per call when none is due, as on every wake-up of a queue with no
+-- schedules.
 function recur.advance(P, now, max, deadline_us, lat, push)
   local made, refills, nows = 0, {}, fmt(now)
   for _ = 1, 10000 do
     if made >= max or server_now_us() >= deadline_us then return made, refills, true end
-    local f = redis.pcall('ZRANGEBYSCORE', recur.buckets_key(P), '-inf', nows, 'WITHSCORES', 'LIMIT', '0', '1')
-    if type(f) ~= 'table' or not f[1] then return made, refills, false end -- none (or a key of another type)
+    local f = redis.pcall('ZRANGE', recur.buckets_key(P), '0', '0', 'WITHSCORES')
+    if type(f) ~= 'table' or not f[1] then return made, refills, false, false end -- none (or a key of another type)
     local T, run = tonumber(f[2]), string.match(f[1], '^%d+|(.*)$')
+    if T and T > now then return made, refills, false, T end -- the first tick is still to come
     if not T or T % 1 ~= 0 or T < 0 or T > DUE_MAX or not run or string.match(f[1], '^%d+') ~= fmt(T) then
       redis.call('ZREM', recur.buckets_key(P), f[1]) -- planted: no bucket of ours
     else
