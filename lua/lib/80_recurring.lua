@@ -4,7 +4,7 @@
 -- at its start, which is what makes each tick's item, exactly once
 -- whatever the number of schedulers.
 --
--- Keys of queue Q (its own keys: schedules need a queue of one shard):
+-- Keys of queue Q (of the shard a schedule's name picks, on a sharded queue):
 --   P..'sched'  HASH  schedule name -> its spec (cmsgpack map, see below)
 --   P..'spay'   HASH  schedule name -> its ticks' payload
 --   P..'sstate' HASH  schedule name -> 'LAST|NEXT': the latest tick whose

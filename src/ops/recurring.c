@@ -1,7 +1,8 @@
 /*
- * recurring.c - recurring schedules: dq_recurring_set, _remove, _pause,
- * _resume and _list, each one call of recurring.lua on the queue's node,
- * and the refills of cron schedules' ticks.
+ * recurring.c - recurring schedules: dq_recurring_set, _remove, _pause and
+ * _resume, each one call of recurring.lua on the shard the schedule's name
+ * picks, _list, one call of schedules.lua per shard, and the refills of
+ * cron schedules' ticks.
  *
  * Owns checking a schedule before it is sent (name, interval, cron
  * expression and zone, times, missed policy, payload), sealing its payload
