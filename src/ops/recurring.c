@@ -36,7 +36,12 @@ typedef struct recur_call {
     size_t n;
 } recur_call;
 
-static int name_valid(const char *name) { return name && dq__schedule_name_valid(name, strlen(name)); }
+/* 0, or DQ_EINVAL (recorded on c) for a name no schedule can have. */
+static int check_name(dq_client *c, const char *name) {
+    if (name && dq__schedule_name_valid(name, strlen(name))) return 0;
+    return dq__fail(c, DQ_EINVAL, "invalid schedule name '%s': use 1 to %d of A-Z a-z 0-9 _ . : -",
+                    name ? name : "(null)", DQ_RECURRING_NAME_MAX);
+}
 
 void dq_recurring_list_free(dq_recurring *list, size_t n) {
     for (size_t i = 0; list && i < n; i++) {
@@ -149,9 +154,8 @@ static void every_text(int64_t ms, char *out, size_t size) {
 }
 
 static int check_spec(dq_client *c, const char *name, const dq_recurring_spec *sp) {
-    if (!name_valid(name))
-        return dq__fail(c, DQ_EINVAL, "invalid schedule name '%s': use 1 to %d of A-Z a-z 0-9 _ . : -",
-                        name ? name : "(null)", DQ_RECURRING_NAME_MAX);
+    int rc = check_name(c, name);
+    if (rc) return rc;
     if (!sp) return dq__fail(c, DQ_EINVAL, "no schedule");
     if (!sp->cron && (sp->every_ms < DQ_RECURRING_EVERY_MIN_MS || sp->every_ms > DQ_DUE_MAX_MS))
         return dq__fail(c, DQ_EINVAL, "invalid interval %" PRId64 " ms: at least %d ms", sp->every_ms,
@@ -347,11 +351,10 @@ int dq_recurring_set(dq_client *c, const char *queue, const char *name, const dq
 
 /* remove, pause and resume: 1, 0 for no such schedule, or a code. */
 static int recur_named(dq_client *c, const char *queue, const char *op, const char *name) {
-    if (!name_valid(name))
-        return dq__fail(c, DQ_EINVAL, "invalid schedule name '%s': use 1 to %d of A-Z a-z 0-9 _ . : -",
-                        name ? name : "(null)", DQ_RECURRING_NAME_MAX);
+    int rc = check_name(c, name);
+    if (rc) return rc;
     recur_call k;
-    int rc = recur_run(c, queue, op, 1, &name, NULL, &k);
+    rc = recur_run(c, queue, op, 1, &name, NULL, &k);
     return rc ? rc : (int)k.value;
 }
 
