@@ -52,12 +52,7 @@ json_t *cli_consumer_json(const char *queue, const dq_consumer_info *ci) {
     return o;
 }
 
-int cli_name_ok(const char *name) {
-    size_t n = strlen(name);
-    int ok = n >= 1 && n <= DQ_CONSUMER_NAME_MAX && dq__utf8_valid(name, n);
-    for (size_t i = 0; ok && i < n; i++) ok = (unsigned char)name[i] >= 0x20 && name[i] != 0x7f;
-    return ok;
-}
+int cli_name_ok(const char *name) { return dq__name_valid(name, DQ_CONSUMER_NAME_MAX); }
 
 int cli_name_valid(const char *cmd, const char *name) {
     int ok = cli_name_ok(name);

@@ -107,7 +107,7 @@ int dq_consumer_start(dq_client *c, const char *queue, const char *name, dq_cons
     *out = NULL;
     int bad = dq__check_queue(c, queue);
     if (bad) return bad;
-    if (name && !dq__holder_valid(name))
+    if (name && !dq__name_valid(name, DQ_CONSUMER_NAME_MAX))
         return dq__fail(c, DQ_EINVAL,
                         "invalid consumer name: 1 to %d bytes of UTF-8, no control character",
                         DQ_CONSUMER_NAME_MAX);
@@ -168,7 +168,7 @@ typedef struct list_call {
 static int decode_one(redisReply **e, int64_t now, dq_consumer_info *ci) {
     if (e[0]->type != REDIS_REPLY_STRING) return DQ_EPROTO;
     if (e[0]->len > DQ_CONSUMER_NAME_MAX || strlen(e[0]->str) != e[0]->len ||
-        !dq__holder_valid(e[0]->str))
+        !dq__name_valid(e[0]->str, DQ_CONSUMER_NAME_MAX))
         return 1;
     memset(ci, 0, sizeof *ci);
     memcpy(ci->name, e[0]->str, e[0]->len);

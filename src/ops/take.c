@@ -573,13 +573,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents) {
 
 /* ------------------------------------------------------------ public */
 
-int dq__holder_valid(const char *holder) {
-    size_t n = strlen(holder);
-    if (n < 1 || n > DQ_HOLDER_MAX) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)holder[i] < 0x20 || holder[i] == 0x7f) return 0;
-    return dq__utf8_valid(holder, n);
-}
+int dq__holder_valid(const char *holder) { return dq__name_valid(holder, DQ_HOLDER_MAX); }
 
 /* A take, not started yet (see take_start). On failure returns NULL with
  * the code in *rc. */

@@ -64,6 +64,14 @@ int dq__utf8_valid(const void *data, size_t len) {
     return 1;
 }
 
+int dq__name_valid(const char *name, size_t max) {
+    size_t n = strlen(name);
+    if (n < 1 || n > max) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) return 0;
+    return dq__utf8_valid(name, n);
+}
+
 /* ------------------------------------------------------------ escaping */
 
 /* The escaped form of the character at s[i] (shown bytes in all): sets

@@ -218,6 +218,11 @@ char *dq__base64_encode(const void *data, size_t len);
  * points above U+10FFFF; NUL bytes count as valid). */
 int dq__utf8_valid(const void *data, size_t len);
 
+/* 1 if the NUL-terminated name is 1 to max bytes of UTF-8 with no control
+ * byte (0x00-0x1f, 0x7f): a take's holder, a consumer's name (shown on
+ * terminals and pages as it is). */
+int dq__name_valid(const char *name, size_t max);
+
 /* Length (1..4) of the valid UTF-8 sequence that starts data (len bytes
  * available), or 0 if none does (an invalid or truncated one, or len 0). */
 size_t dq__utf8_seq(const void *data, size_t len);
