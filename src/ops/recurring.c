@@ -250,22 +250,19 @@ void dq__recurring_refill(dq_client *c, const char *queue, const redisReply *lis
         refill_one(c, queue, list->element + i);
 }
 
-/* The first ticks of a cron schedule just set (the server's time now). */
+/* The first ticks of a cron schedule just set (the server's time now), by
+ * its expression and zone as dq_recurring_set loaded them. */
 static int cron_first(dq_client *c, const char *queue, const char *shard, const char *name,
-                      const dq_recurring_spec *sp, int64_t now, int64_t *next_ms) {
-    dq__cron cr;
-    dq__zone z;
+                      const dq_recurring_spec *sp, const dq__cron *cr, const dq__zone *z, int64_t now,
+                      int64_t *next_ms) {
     int64_t ticks[REFILL_TICKS];
-    int rc = cron_load(c, sp->cron, sp->zone ? sp->zone : "UTC", &cr, &z);
-    if (rc) return rc;
     int64_t after = sp->start_ms > now ? sp->start_ms - 1 : now;
-    size_t n = cron_ticks(&cr, &z, after, sp->end_ms, ticks, REFILL_TICKS);
-    dq__zone_free(&z);
+    size_t n = cron_ticks(cr, z, after, sp->end_ms, ticks, REFILL_TICKS);
     recur_call k;
     memset(&k, 0, sizeof k);
     k.c = c;
     k.queue = queue;
-    rc = send_refill(c, shard, name, -1, ticks, n, recur_reply, &k);
+    int rc = send_refill(c, shard, name, -1, ticks, n, recur_reply, &k);
     if (rc) return rc;
     dq__wait(c, &k.done);
     if ((k.status == 0 || k.status == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
@@ -289,9 +286,10 @@ static int stored_payload(dq_client *c, const char *queue, const char *name, con
     return 0;
 }
 
-/* 'set' with 'cron ZONE', then the first ticks. */
+/* 'set' with 'cron ZONE', then the first ticks (of cr in z). */
 static int set_cron(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
-                    const char *payload, size_t payload_len, int64_t *next_ms) {
+                    const dq__cron *cr, const dq__zone *z, const char *payload, size_t payload_len,
+                    int64_t *next_ms) {
     char start[24], end[24];
     const char *zone = sp->zone ? sp->zone : "UTC";
     snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
@@ -304,7 +302,7 @@ static int set_cron(dq_client *c, const char *queue, const char *name, const dq_
     recur_call k;
     int rc = recur_run(c, queue, "set", 9, args, lens, &k);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
-    return cron_first(c, queue, k.shard, name, sp, k.value, next_ms);
+    return cron_first(c, queue, k.shard, name, sp, cr, z, k.value, next_ms);
 }
 
 /* 'set' of an 'every' schedule. */
@@ -329,22 +327,22 @@ static int set_every(dq_client *c, const char *queue, const char *name, const dq
 
 int dq_recurring_set(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *spec,
                      int64_t *next_ms) {
+    dq__cron cr;
+    dq__zone z = {0};
     int rc = check_spec(c, name, spec);
-    if (!rc && spec->cron) {
-        /* Checked before anything is written. */
-        dq__cron cr;
-        dq__zone z;
-        rc = cron_load(c, spec->cron, spec->zone ? spec->zone : "UTC", &cr, &z);
-        dq__zone_free(&z);
-    }
+    /* A cron expression and zone are checked before anything is written,
+     * and loaded once: the first ticks come from them too. */
+    if (!rc && spec->cron) rc = cron_load(c, spec->cron, spec->zone ? spec->zone : "UTC", &cr, &z);
     const char *payload;
     size_t payload_len;
-    unsigned char *env;
+    unsigned char *env = NULL;
     if (!rc) rc = stored_payload(c, queue, name, spec, &payload, &payload_len, &env);
-    if (rc) return rc;
-    dq__registry_note(c, queue); /* listed by serve and metrics, as a queue offered to */
-    rc = spec->cron ? set_cron(c, queue, name, spec, payload, payload_len, next_ms)
-                    : set_every(c, queue, name, spec, payload, payload_len, next_ms);
+    if (!rc) {
+        dq__registry_note(c, queue); /* listed by serve and metrics, as a queue offered to */
+        rc = spec->cron ? set_cron(c, queue, name, spec, &cr, &z, payload, payload_len, next_ms)
+                        : set_every(c, queue, name, spec, payload, payload_len, next_ms);
+    }
+    dq__zone_free(&z);
     free(env);
     return rc;
 }
