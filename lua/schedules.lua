@@ -30,16 +30,6 @@ for i = 1, #bs, 2 do
   if seen > 200000 then break end
 end
 
--- Last and next as recur.current has them, from where.
-local function current(n, s)
-  local l, N = recur.state(P, n)
-  if s.paused == 1 or s.kind == 'cron' or N < 0 then return l, N end
-  local g = where[n]
-  if not g then return l, -1 end
-  if g == N then return l, N end
-  return g - s.every, g
-end
-
 local function printable(t) return #t < 256 and not string.find(t, '[^ -~]') end
 
 local out = {}
@@ -50,7 +40,7 @@ for i = 1, math.min(#names, 10000) do
   if s and not (printable(s.text) and printable(s.zone)) then s = nil end
   if not named then -- left out
   elseif s then
-    local last, nx = current(n, s)
+    local last, nx = recur.current(P, n, s, nil, where)
     for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
                         fmt(s.paused), fmt(nx), fmt(last), fmt(s.plen)}) do
       out[#out + 1] = v

@@ -172,12 +172,15 @@ function recur.locate(P, name, s, N, payload)
   return nil
 end
 
--- A schedule's last and next ticks, as listed (see recur.locate).
-function recur.current(P, name, s, payload)
+-- A schedule's last and next ticks, as listed (see recur.locate). where:
+-- the tick of the bucket each schedule is in, when the caller read them all
+-- (schedules.lua), else it is located.
+function recur.current(P, name, s, payload, where)
   local l, N = recur.state(P, name)
   if s.paused == 1 or s.kind == 'cron' or N < 0 then return l, N end
-  local b, g = recur.locate(P, name, s, N, payload)
-  if not b then return l, -1 end
+  local _, g = nil, where and where[name]
+  if not where then _, g = recur.locate(P, name, s, N, payload) end
+  if not g then return l, -1 end
   if g == N then return l, N end
   return g - s.every, g
 end
