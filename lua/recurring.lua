@@ -39,11 +39,7 @@ ensure_type(P, recur.state_key(P), 'hash')
 ensure_type(P, recur.buckets_key(P), 'zset')
 local now = server_now_ms()
 
-local function name_ok(n)
-  return n and #n >= 1 and #n <= 64 and string.find(n, '^[%w_.:%-]+$') ~= nil
-end
-
-if not name_ok(name) then
+if not recur.name_ok(name) then
   return redis.error_reply('ERR delayq:proto malformed schedule name')
 end
 

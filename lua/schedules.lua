@@ -35,7 +35,7 @@ local function printable(t) return #t < 256 and not string.find(t, '[^ -~]') end
 local out = {}
 for i = 1, math.min(#names, 10000) do
   local n = names[i]
-  local named = #n <= 64 and string.find(n, '^[A-Za-z0-9_.:%-]+$')
+  local named = recur.name_ok(n)
   local s = named and recur.spec_read(P, n)
   if s and not (printable(s.text) and printable(s.zone)) then s = nil end
   if not named then -- left out

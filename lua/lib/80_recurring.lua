@@ -65,6 +65,12 @@ recur.CHUNK = 100 -- due schedules read at once
 recur.WIN = 256
 recur.LOW = 32
 
+-- 1 to 64 of A-Z a-z 0-9 _ . : - (DQ_RECURRING_NAME_MAX): a name a
+-- schedule can have.
+function recur.name_ok(n)
+  return type(n) == 'string' and #n >= 1 and #n <= 64 and string.find(n, '^[A-Za-z0-9_.:%-]+$') ~= nil
+end
+
 function recur.sched_key(P) return P .. 'sched' end
 function recur.payload_key(P) return P .. 'spay' end
 function recur.state_key(P) return P .. 'sstate' end
