@@ -244,6 +244,12 @@ void cli_signals_stop(struct ev_loop *loop);
  * failed, every later one fails without a word. */
 int cli_write_out(const void *data, size_t len);
 
+/* Writes JSON value v as one line and frees it; NULL (out of memory while
+ * building it) prints "cannot print WHAT: out of memory". Returns 0, or
+ * CLI_FAIL after saying why. */
+struct json_t;
+int cli_write_json(struct json_t *v, const char *what);
+
 /* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
  * CLI_FAIL after printing why, unless a write failed and said so before. */
 int cli_out_close(void);

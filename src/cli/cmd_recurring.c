@@ -227,20 +227,7 @@ int cli_cmd_cron(cli_env *env, int argc, char **argv) {
 /* ------------------------------------------------------------ listing */
 
 static int print_schedule(const dq_recurring *s, int json) {
-    if (json) {
-        json_t *o = cli_json_schedule(s);
-        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        if (!text) {
-            cli_err("schedules: out of memory");
-            return CLI_FAIL;
-        }
-        size_t len = strlen(text);
-        text[len] = '\n'; /* over the NUL: json_dumps's buffer holds len + 1 */
-        int rc = cli_write_out(text, len + 1);
-        free(text);
-        return rc;
-    }
+    if (json) return cli_write_json(cli_json_schedule(s), "a schedule");
     char line[256];
     int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%" PRId64 "\t%" PRId64 "\t%s\t%s\n", s->name,
                      s->spec, s->zone[0] ? s->zone : "-", s->next_ms, s->last_ms, cli_schedule_state(s),

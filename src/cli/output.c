@@ -117,9 +117,7 @@ int cli_out_close(void) {
     return out_error();
 }
 
-/* Writes a JSON value as one line (and frees it). NULL: out of memory
- * while building it. */
-static int write_json(json_t *v, const char *what) {
+int cli_write_json(json_t *v, const char *what) {
     char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
     int rc;
 
@@ -268,7 +266,7 @@ int cli_print_stats(const dq_stats *st, int json) {
             json_decref(o);
             o = NULL;
         }
-        return write_json(o, "stats");
+        return cli_write_json(o, "stats");
     }
     n = snprintf(line, sizeof line,
                  "pending %" PRId64 "\nready %" PRId64 "\nnext_due_in_ms %" PRId64 "\ninflight %" PRId64
@@ -293,7 +291,7 @@ int cli_print_settings(const dq_queue_config *q, int json) {
             json_decref(o);
             o = NULL;
         }
-        return write_json(o, "the settings");
+        return cli_write_json(o, "the settings");
     }
     int n = snprintf(line, sizeof line,
                      "lease_ms %" PRId64 "\nmax_attempts %" PRId64 "\nbackoff_base_ms %" PRId64
@@ -365,7 +363,7 @@ static json_t *json_dead(const dq_dead_letter *d) {
 int cli_print_dead(const dq_dead_letter *d, int json) {
     dq__buf b = {0};
 
-    if (json) return write_json(json_dead(d), "a dead letter");
+    if (json) return cli_write_json(json_dead(d), "a dead letter");
     return write_text(&b, text_dead(&b, d), "a dead letter");
 }
 
@@ -436,7 +434,7 @@ static int text_listed(dq__buf *b, const dq_listed *it) {
 int cli_print_listed(const dq_listed *it, int json) {
     dq__buf b = {0};
 
-    if (json) return write_json(cli_json_listed(it), "an item");
+    if (json) return cli_write_json(cli_json_listed(it), "an item");
     return write_text(&b, text_listed(&b, it), "an item");
 }
 
@@ -459,7 +457,7 @@ json_t *cli_json_lookup(const char *id, const dq_item_info *info) {
 int cli_print_lookup(const char *id, const dq_item_info *info, int json) {
     dq__buf b = {0};
 
-    if (json) return write_json(cli_json_lookup(id, info), "an item");
+    if (json) return cli_write_json(cli_json_lookup(id, info), "an item");
     int rc = dq__buf_printf(&b, "state %s\n", cli_state_name(info->state));
     if (!rc && info->state == DQ_STATE_PENDING)
         rc = dq__buf_printf(&b, "due_ms %" PRId64 "\n", info->due_ms);
