@@ -249,6 +249,10 @@ int cli_write_out(const void *data, size_t len);
  * CLI_FAIL after saying why. */
 struct json_t;
 int cli_write_json(struct json_t *v, const char *what);
+struct dq__buf;
+/* Appends v as one compact JSON line to b and frees v (NULL: out of memory
+ * already). Returns 0, or -1 when out of memory. */
+int cli_json_line(struct dq__buf *b, struct json_t *v);
 
 /* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
  * CLI_FAIL after printing why, unless a write failed and said so before. */

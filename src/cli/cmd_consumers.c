@@ -71,15 +71,7 @@ void cli_consumer_start(dq_client *c, const char *queue, const char *name, dq_co
 
 /* One consumer's line into b. Returns 0 or -1 (out of memory). */
 static int consumer_line(dq__buf *b, const char *queue, const dq_consumer_info *ci, int json) {
-    if (json) {
-        char *text = NULL;
-        json_t *o = cli_consumer_json(queue, ci);
-        if (o) text = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        int rc = !text || dq__buf_append(b, text, strlen(text)) || dq__buf_append(b, "\n", 1);
-        free(text);
-        return rc ? -1 : 0;
-    }
+    if (json) return cli_json_line(b, cli_consumer_json(queue, ci));
     return dq__buf_printf(b, "%s in_hand %" PRId64 " up_s %" PRId64 " seen_s %" PRId64 "\n", ci->name,
                           ci->in_hand, (ci->now_ms - ci->started_ms) / 1000,
                           (ci->now_ms - ci->last_seen_ms) / 1000);

@@ -226,9 +226,7 @@ static json_t *json_msg(const dq_msg *msg) {
     return o;
 }
 
-/* Appends a message's JSON line to b (and frees the value). Returns 0 or -1
- * when out of memory. */
-static int json_line(dq__buf *b, json_t *v) {
+int cli_json_line(dq__buf *b, json_t *v) {
     char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
 
     json_decref(v);
@@ -243,7 +241,7 @@ int cli_print_msgs(dq_msg *const *msgs, size_t n, int json) {
     int rc = 0;
 
     for (size_t i = 0; i < n && !rc; i++)
-        rc = json ? json_line(&b, json_msg(msgs[i])) : text_msg(&b, msgs[i]);
+        rc = json ? cli_json_line(&b, json_msg(msgs[i])) : text_msg(&b, msgs[i]);
     if (rc) cli_err("cannot print a message: out of memory");
     else rc = cli_write_out(b.data, b.len);
     dq__buf_release(&b);
