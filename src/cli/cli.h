@@ -253,6 +253,12 @@ struct dq__buf;
 /* Appends v as one compact JSON line to b and frees v (NULL: out of memory
  * already). Returns 0, or -1 when out of memory. */
 int cli_json_line(struct dq__buf *b, struct json_t *v);
+/* A taken message as one JSON object, the one form of 'take --json' and of
+ * serve's take answers: "queue" (with_queue 1), "id" or "id_base64",
+ * "payload" or "payload_base64" (bytes that are not valid UTF-8 go out as
+ * base64), "due_ms", "ready_ms", and for a leased delivery "attempt" and
+ * "token". A new reference, or NULL when out of memory. */
+struct json_t *cli_msg_json(const dq_msg *msg, int with_queue);
 
 /* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
  * CLI_FAIL after printing why, unless a write failed and said so before. */

@@ -4,7 +4,8 @@
  *
  * Owns the formats: a taken message as its raw payload plus "\n", or as one
  * JSON object per line ("queue", "id" or "id_base64", "payload" or
- * "payload_base64", "due_ms", "ready_ms"), a leased delivery as
+ * "payload_base64", "due_ms", "ready_ms"; serve's take answers are the same
+ * objects without "queue": cli_msg_json), a leased delivery as
  * "ID<TAB>TOKEN<TAB>PAYLOAD" or the same JSON plus "attempt" and "token"; a
  * queue's stats and settings as "name value" lines or one JSON object; a
  * dead letter as one tab-separated line or one JSON object. Every JSON text
@@ -211,10 +212,10 @@ static int text_msg(dq__buf *b, const dq_msg *msg) {
     return 0;
 }
 
-static json_t *json_msg(const dq_msg *msg) {
+json_t *cli_msg_json(const dq_msg *msg, int with_queue) {
     json_t *o = json_object();
 
-    if (!o || json_object_set_new(o, "queue", json_string(msg->queue)) ||
+    if (!o || (with_queue && json_object_set_new(o, "queue", json_string(msg->queue))) ||
         json_bytes(o, "id", msg->id, msg->id_len) ||
         json_bytes(o, "payload", msg->payload, msg->payload_len) || json_int(o, "due_ms", msg->due_ms) ||
         json_int(o, "ready_ms", msg->ready_ms) ||
@@ -241,7 +242,7 @@ int cli_print_msgs(dq_msg *const *msgs, size_t n, int json) {
     int rc = 0;
 
     for (size_t i = 0; i < n && !rc; i++)
-        rc = json ? cli_json_line(&b, json_msg(msgs[i])) : text_msg(&b, msgs[i]);
+        rc = json ? cli_json_line(&b, cli_msg_json(msgs[i], 1)) : text_msg(&b, msgs[i]);
     if (rc) cli_err("cannot print a message: out of memory");
     else rc = cli_write_out(b.data, b.len);
     dq__buf_release(&b);

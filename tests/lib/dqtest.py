@@ -17,6 +17,7 @@ latest when the test exits).
 import atexit
 import base64
 import hashlib
+import http.client
 import json
 import os
 import signal
@@ -438,6 +439,32 @@ def closed_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def http_call(port, method, path, body=None, token=None, raw=None, host=None, timeout=30):
+    """(status, parsed JSON or bytes) of one request to serve on
+    127.0.0.1:port: body as JSON (or raw bytes), token as its Bearer, host as
+    its Host header; (None, why) when the connection fails."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout * SLOW)
+    hdr = {"Content-Type": "application/json"}
+    if token:
+        hdr["Authorization"] = f"Bearer {token}"
+    if host:
+        hdr["Host"] = host
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    try:
+        c.request(method, path, body=data, headers=hdr)
+        r = c.getresponse()
+        out = r.read()
+        st = r.status
+    except OSError as e:
+        return None, str(e)
+    finally:
+        c.close()
+    try:
+        return st, json.loads(out)
+    except ValueError:
+        return st, out
 
 
 def private_file(directory, name, text):

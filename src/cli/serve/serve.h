@@ -66,13 +66,18 @@ typedef struct cli_view {
 
 /* ------------------------------------------------------------ views (serve_views.c) */
 
-/* Each fills v, for a queue the router and cli_queue_known passed. A library failure becomes 400 (bad input), 503 (Redis
- * away) or 502 (Redis erred), with a JSON body {"error": "..."}. */
+/* Each fills v, for a queue the router and cli_queue_known passed. A library failure becomes the status of
+ * cli_view_failure's table, with a JSON body {"error": "..."}. */
 void cli_view_error(cli_view *v, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Fills v with status and body (a reference it takes; NULL: out of memory, 500). */
 struct json_t;
 void cli_view_json(cli_view *v, int status, struct json_t *body);
-/* Fills v with a library failure's status (400, 503, 502) and c's message. */
+/* Fills v with a library failure's status and c's message (the client's
+ * own words, or a script's refusal as the script wrote it): 400 bad input
+ * (DQ_EINVAL, DQ_ETOOBIG, a script's "input" refusal), 409 a script's
+ * "state" refusal, 500 out of memory or a script's "corrupt" refusal, 503
+ * Redis away or the server stopping, 502 anything else Redis said. The one
+ * table of serve's answers to failures: every view goes through it. */
 void cli_view_failure(cli_view *v, dq_client *c, int rc);
 void cli_view_metrics(const cli_serve_conf *conf, cli_view *v);
 void cli_view_queues(const cli_serve_conf *conf, cli_view *v);

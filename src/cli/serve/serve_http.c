@@ -89,11 +89,11 @@ static enum MHD_Result send_page(struct MHD_Connection *conn) {
 /* ------------------------------------------------------------ dispatch */
 
 /* 0 if the routed queue is one the server shows; else fills v (404, or
- * 503 with Redis away). */
+ * the failure's status: 503 with Redis away). */
 static int known_queue(const cli_serve_conf *conf, const char *queue, cli_view *v) {
-    int known;
-    if (cli_queue_known(conf, queue, &known)) {
-        cli_view_error(v, 503, "Redis: %s", dq_client_errstr(conf->c));
+    int known, rc = cli_queue_known(conf, queue, &known);
+    if (rc) {
+        cli_view_failure(v, conf->c, rc);
         return -1;
     }
     if (!known) {

@@ -48,10 +48,46 @@ void cli_view_error(cli_view *v, int status, const char *fmt, ...) {
     view_json(v, status, o);
 }
 
-/* The HTTP status of a library failure: bad input 400, Redis away 503,
- * anything else Redis said 502. */
+/* The HTTP status of a refusal by the queue's scripts (enum dq_refusal),
+ * read from its class, never its prose, as cli_exit_for reads it for the
+ * CLI's exit code. A value of the request (an offer's due time past the
+ * maximum, a cursor out of range) is the caller's to fix: 400, nothing
+ * changed. The queue's state refusing the call for now: 409, as a stale
+ * lease token. Data in Redis that breaks the rules: 500, not 502: Redis
+ * answered well, with a clear refusal, and the fault is in the data this
+ * service keeps, which a retry will not mend (a bad gateway would say
+ * Redis misbehaved). Arguments that break the protocol: 502, as any other
+ * error Redis gives: Redis holds the scripts of another version. */
+static int refusal_status(enum dq_refusal class) {
+    switch (class) {
+        case DQ_REFUSAL_INPUT: return 400;
+        case DQ_REFUSAL_STATE: return 409;
+        case DQ_REFUSAL_CORRUPT: return 500;
+        case DQ_REFUSAL_PROTO:
+        case DQ_REFUSAL_NONE: break;
+    }
+    return 502;
+}
+
+/* The HTTP status of a library failure rc (class: the client's
+ * dq_client_refusal), the one table of every answer serve makes of one:
+ * bad input 400, Redis away or the server stopping 503, out of memory 500,
+ * a script's refusal by its class, anything else Redis said 502. */
+static int failure_status(int rc, enum dq_refusal class) {
+    switch (rc) {
+        case DQ_EINVAL:
+        case DQ_ETOOBIG: return 400;
+        case DQ_ECONNECT:
+        case DQ_ETIMEDOUT:
+        case DQ_ECLOSED: return 503;
+        case DQ_ENOMEM: return 500;
+        case DQ_EREDIS: return refusal_status(class);
+        default: return 502;
+    }
+}
+
 static void view_failure(cli_view *v, dq_client *c, int rc) {
-    int status = rc == DQ_EINVAL ? 400 : rc == DQ_ECONNECT || rc == DQ_ETIMEDOUT ? 503 : 502;
+    int status = failure_status(rc, dq_client_refusal(c));
     const char *msg = dq_client_errstr(c);
     cli_view_error(v, status, "%s", msg[0] ? msg : dq_strerror(rc));
 }
@@ -359,9 +395,11 @@ void cli_view_queues(const cli_serve_conf *conf, cli_view *v) {
     }
     dq_metrics *m = calloc(n ? n : 1, sizeof *m);
     int *status = calloc(n ? n : 1, sizeof *status);
-    if (!m || !status || dq_get_metrics_many(conf->c, (const char *const *)names, n, m, status) != 0) {
+    rc = !m || !status ? DQ_ENOMEM
+                       : dq_get_metrics_many(conf->c, (const char *const *)names, n, m, status);
+    if (rc) {
         free(m), free(status), json_decref(list), json_decref(body), dq_queues_free(names, n);
-        view_failure(v, conf->c, DQ_ENOMEM);
+        view_failure(v, conf->c, rc);
         return;
     }
     for (size_t i = 0; i < n; i++) {

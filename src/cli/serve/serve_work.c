@@ -15,14 +15,12 @@
 #include <ev.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "cli/serve/serve.h"
-#include "util.h"
 
 /* A take under way: its dq_take_req, so that a stop can cancel it. */
 typedef struct running {
@@ -70,28 +68,24 @@ static void consume_from(cli_work *w, const char *queue) {
 
 /* ------------------------------------------------------------ answers */
 
-/* A delivered message as the API shows it. */
-static json_t *msg_json(const dq_msg *m) {
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_stringn(m->id, m->id_len));
-    if (dq__utf8_valid(m->payload, m->payload_len)) {
-        json_object_set_new(o, "payload",
-                            json_stringn(m->payload_len ? m->payload : "", m->payload_len));
+/* Fills v with {"items": [...]}, each message as 'take --json' prints it
+ * (cli_msg_json) without "queue" (the path names it), so an id or payload
+ * that is not UTF-8 shows as its base64 twin; frees the messages. */
+static void answer_items(cli_view *v, dq_msg **msgs, size_t n) {
+    json_t *items = json_array(), *body = json_object();
+    int lost = !items || !body;
+    for (size_t i = 0; i < n; i++) {
+        if (!lost && json_array_append_new(items, cli_msg_json(msgs[i], 0))) lost = 1;
+        dq_msg_free(msgs[i]);
+    }
+    if (lost) json_decref(items);
+    else lost = json_object_set_new(body, "items", items) != 0; /* takes items either way */
+    if (lost) {
+        json_decref(body);
+        cli_view_error(v, 500, "out of memory: the %zu items taken cannot be shown", n);
     } else {
-        size_t size = sodium_base64_ENCODED_LEN(m->payload_len, sodium_base64_VARIANT_ORIGINAL);
-        char *b64 = malloc(size);
-        if (b64)
-            sodium_bin2base64(b64, size, m->payload, m->payload_len, sodium_base64_VARIANT_ORIGINAL);
-        json_object_set_new(o, "payload_base64", b64 ? json_string(b64) : json_null());
-        free(b64);
+        cli_view_json(v, 200, body);
     }
-    json_object_set_new(o, "due_ms", json_integer((json_int_t)m->due_ms));
-    json_object_set_new(o, "ready_ms", json_integer((json_int_t)m->ready_ms));
-    if (m->token) {
-        json_object_set_new(o, "attempt", json_integer(m->attempt));
-        json_object_set_new(o, "token", json_string(m->token));
-    }
-    return o;
 }
 
 static void finish(cli_work *w, running *r) {
@@ -118,13 +112,7 @@ static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *pr
     running *r = privdata;
     cli_work *w = r->w;
     if (status >= 0) {
-        json_t *items = json_array(), *body = json_object();
-        for (size_t i = 0; i < n; i++) {
-            json_array_append_new(items, msg_json(msgs[i]));
-            dq_msg_free(msgs[i]);
-        }
-        json_object_set_new(body, "items", items);
-        cli_view_json(&r->t->v, 200, body);
+        answer_items(&r->t->v, msgs, n);
     } else if (status == DQ_ECLOSED) {
         cli_view_error(&r->t->v, 503, "the server is stopping");
     } else {

@@ -16,7 +16,6 @@ changing nothing; 401, 403 by role and read-only, 404, 405, 409 stale, 413,
 421).
 """
 import base64
-import http.client
 import json
 import os
 import random
@@ -36,28 +35,7 @@ tmp = tempfile.mkdtemp(prefix="delayq-httpwork.")
 tokfile = private_file(tmp, "tokens", f"# roles\n{ADMIN}\nproduce {PRODUCE}\nconsume {CONSUME}\n")
 
 
-def call(port, method, path, body=None, token=None, raw=None, host=None, timeout=30):
-    """(status, parsed JSON or bytes) of one request."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout * SLOW)
-    hdr = {"Content-Type": "application/json"}
-    if token:
-        hdr["Authorization"] = f"Bearer {token}"
-    if host:
-        hdr["Host"] = host
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    try:
-        c.request(method, path, body=data, headers=hdr)
-        r = c.getresponse()
-        out = r.read()
-        st = r.status
-    except OSError as e:
-        return None, str(e)
-    finally:
-        c.close()
-    try:
-        return st, json.loads(out)
-    except ValueError:
-        return st, out
+call = http_call  # (status, JSON or bytes) of one request: dqtest.py
 
 
 def start_server(token=True):
