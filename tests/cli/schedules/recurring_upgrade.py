@@ -18,7 +18,11 @@ scheduler (the upgrade); today's scheduler then runs. Checked:
     window refilled by today's scheduler (next: the 5-minute boundary after
     them); none of the paused one's, then its paused tick's after resume;
   - the old keys are gone (dq:{Q}:ticks, the pending items the previous
-    release made ahead, the spec v1 records); the junk spec lists as 'bad'.
+    release made ahead, the spec v1 records); the junk spec lists as 'bad';
+  - 300 active and 150 paused ones planted with the old library: all
+    migrated (100 a call) before their tick, each tick's item once;
+  - today's 'every' and 'schedules remove' on an unmigrated schedule (no
+    scheduler ran) leave no old tick nor its pending item behind.
 Run without the migration, the schedules list as bad and stop ticking.
 """
 # tier: slow (about 25 s, most of it building the previous release)
@@ -32,7 +36,8 @@ import time
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
 from dqtest import *  # noqa: E402,F403
 
-OLD_COMMIT = "78a83b5"  # the previous release: schedules as spec v1 with dq:{Q}:ticks
+# The previous release (78a83b5): schedules as spec v1 with dq:{Q}:ticks.
+OLD_COMMIT = "78a83b598cb732f9bdd376f73969ba3c5a0b4d0c"
 ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 Q = "upg"
 P = f"dq:{{{Q}}}:"
@@ -60,7 +65,7 @@ def build_old(tmp):
            if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "WERROR", "CFLAGS", "LDFLAGS", "SANITIZE", "BUILD", "DEBUG")}
     r = subprocess.run(["make", "-C", src, "-j2", "DEBUG=1", "WARN=-w", "SANITIZE=", "BUILD=build", "build/delayq"],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-    if not ok(r.returncode == 0, f"the previous release ({OLD_COMMIT}) builds", r.stdout[-2000:]):
+    if not ok(r.returncode == 0, f"the previous release ({OLD_COMMIT[:7]}) builds", r.stdout[-2000:]):
         return None
     return os.path.join(src, "build", "delayq")
 
@@ -108,7 +113,7 @@ if OLD is None:
 note(f"built the previous release in {time.monotonic() - t0:.1f} s")
 
 # ------------------------------------------------------------------ the previous release
-section(f"schedules set and run by the previous release ({OLD_COMMIT})")
+section(f"schedules set and run by the previous release ({OLD_COMMIT[:7]})")
 S = server_ms() + 1500
 E = S + 4000
 rc, out, err = old_dq(OLD, "every", Q, "tick", "1s", "p-tick", "--missed", "all", "--start", S)
@@ -140,7 +145,11 @@ redis("EVAL", junk, 2, P + "sched", P + "ticks", S + 2000)
 consumer = bg_dq("take", Q, "--count", "0", "--json", "--timeout", f"{S + 6000 - server_ms()}ms",
                  "--no-scheduler")
 old_sched = Bg([OLD, "--redis", URL, "schedule", Q], name="old delayq schedule")
-ok(wait_for(lambda: server_ms() >= S + 1600, 5), "the old scheduler ran over the first ticks")
+# Stopped once it made the second ticks (its next ones then wait at S+2000).
+ok(wait_for(lambda: [redis("ZSCORE", P + "ticks", n) for n in ("tick", "ending", "cr")] ==
+            [str(S + 2000).encode(), str(S + 2000).encode(), str(C[1]).encode()], 5),
+   "the old scheduler ran over the first ticks")
+ok(server_ms() < S + 2000, "... and stops before the next", server_ms() - S)
 eq(old_sched.stop(), 0, "the old scheduler stops on SIGTERM")
 eq(sorted(redis("ZRANGE", P + "ticks", 0, -1)), [b"cr", b"ending", b"junk", b"tick"], "the old ticks set")
 s = listing()
@@ -234,5 +243,21 @@ eq(sum(1 for v in s.values() if v["state"] == "paused" and v["next_ms"] == S2), 
 ok(sched.stop() == 0 and b"Sanitizer" not in sched.err, "today's scheduler stops cleanly", sched.err[-300:])
 r = dq("take", Q2, "--count", "0", "--json", "--timeout", "300ms", "--no-scheduler")
 eq([m["id"] for m in r.json_lines() if m["id"].endswith(f"@{S2}")], [], "no tick made twice")
+
+# ------------------------------------------------------------------ changed by today's CLI
+section("today's every and schedules remove on schedules of the previous release, no scheduler run")
+Q3 = "upg3"
+P3 = f"dq:{{{Q3}}}:"
+for n in ("a", "b"):
+    eq(old_dq(OLD, "every", Q3, n, "1h", f"p{n}")[0], 0, f"old every {n} 1h")
+eq(stats(Q3)["pending"], 2, "their next ticks' items pending")
+r = dq("every", Q3, "a", "2h", "pa2")
+ok(r.rc == 0, "today's every replaces a", r)
+eq((stats(Q3)["pending"], redis("ZSCORE", P3 + "ticks", "a")), (1, None),
+   "a's old tick and its pending item are gone")
+eq(listing_of(Q3).get("a", {}).get("spec"), "every 2h", "a listed as set again")
+eq(dq("schedules", Q3, "remove", "b").rc, 0, "today's schedules remove b")
+eq((stats(Q3)["pending"], redis("EXISTS", P3 + "ticks")), (0, 0), "b left no pending item, no old tick")
+eq(sorted(listing_of(Q3)), ["a"], "only a is listed")
 shutil.rmtree(tmp, ignore_errors=True)
 finish()
