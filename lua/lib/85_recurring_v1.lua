@@ -130,6 +130,7 @@ function recur.upgrade(P, zs, counters, chan, now, deadline_us, refills)
       recur.upgrade_one(P, zs, counters, chan, name, now, refills, bound)
       done = done + 1
     end
+    if #active >= recur.MIGRATE then return true end -- more may be left
   end
   if not stateless then return false end
   local ck = recur.scan_key(P)
