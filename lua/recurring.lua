@@ -43,6 +43,11 @@ if not recur.name_ok(name) then
   return redis.error_reply('ERR delayq:proto malformed schedule name')
 end
 
+-- A schedule of the previous release becomes today's before it changes
+-- (see lib/85_recurring_v1.lua).
+local v1 = recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), name))
+if v1 then recur.v1_migrate(P, zs, counters, chan, name, v1, now, nil, recur.bound(P, zs)) end
+
 local s = recur.spec_read(P, name)
 local function payload_of()
   local v = redis.pcall('HGET', recur.payload_key(P), name)

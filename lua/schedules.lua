@@ -8,7 +8,8 @@
 -- length; a schedule whose spec does not decode lists with kind 'bad', and
 -- so does one whose text or zone holds more than 255 bytes or any but
 -- printable ASCII (planted: no terminal gets its control bytes). A name no
--- schedule can have (see DQ_RECURRING_NAME_MAX) is left out.
+-- schedule can have (see DQ_RECURRING_NAME_MAX) is left out. A schedule of
+-- the previous release not migrated yet lists with its own next and last.
 local P = ARGV[1]
 local names = redis.pcall('HKEYS', recur.sched_key(P))
 if type(names) ~= 'table' then return {} end
@@ -37,10 +38,15 @@ for i = 1, math.min(#names, 10000) do
   local n = names[i]
   local named = recur.name_ok(n)
   local s = named and recur.spec_read(P, n)
+  -- The previous release's (spec v1, not migrated yet: see
+  -- lib/85_recurring_v1.lua) lists as it stands.
+  local v1 = named and not s and recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), n))
+  if v1 then s = v1 end
   if s and not (printable(s.text) and printable(s.zone)) then s = nil end
   if not named then -- left out
   elseif s then
-    local last, nx = recur.current(P, n, s, nil, where)
+    local last, nx = s.last, s.next
+    if not v1 then last, nx = recur.current(P, n, s, nil, where) end
     for _, v in ipairs({n, s.kind, s.text, s.zone, fmt(s.every), fmt(s.start), fmt(s.stop), s.missed,
                         fmt(s.paused), fmt(nx), fmt(last), fmt(s.plen)}) do
       out[#out + 1] = v

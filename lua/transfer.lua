@@ -123,6 +123,12 @@ local function push_in_pieces(key, list, wake)
   end
 end
 
+-- The previous release's schedules become today's first, on the runs not
+-- fired by a due time (every scheduler's first run is one): see
+-- lib/85_recurring_v1.lua.
+local upgrading, v1_refills = false, {}
+if ARGV[5] == '1' then upgrading = recur.upgrade(P, zs, counters, chan, now, start_us + budget_us, v1_refills) end
+
 -- The recurring schedules whose tick has come make their items first,
 -- straight into the ready list (see lib/80_recurring.lua).
 local refills, ticks_left, first_tick
@@ -132,6 +138,7 @@ done, refills, ticks_left, first_tick = recur.advance(P, now, max_items, start_u
   push_in_pieces(ready, list, true)
 end)
 moved = done
+for _, v in ipairs(v1_refills) do refills[#refills + 1] = v end
 
 -- A burst (many items due in one millisecond) is read without its scores.
 -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
@@ -288,7 +295,7 @@ end
 local next_due = recur.earliest(P, zs, false, first_tick) -- the buckets are not read again when advance knows
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
-if ticks_left then more = 1 end
+if ticks_left or upgrading then more = 1 end
 if done > 0 then
   clock_save(counters, false) -- it moved items by this time
   -- Tells the other schedulers of this queue that this deadline is served.

@@ -77,13 +77,13 @@ function recur.state_key(P) return P .. 'sstate' end
 function recur.buckets_key(P) return P .. 'tb' end
 function recur.bucket_key(P, b) return P .. 'tb:' .. b end
 
--- A schedule's spec, or nil for one that does not decode (anything may be
--- in the hash: see 00_base.lua).
-function recur.spec_read(P, name)
-  local raw = redis.pcall('HGET', recur.sched_key(P), name)
+-- A spec of version v (2; 1, the previous release's: see
+-- 85_recurring_v1.lua) from its stored bytes raw, or nil for one that does
+-- not decode as such (anything may be in the hash: see 00_base.lua).
+function recur.spec_decode(raw, v)
   if type(raw) ~= 'string' then return nil end
   local ok, s = pcall(cmsgpack.unpack, raw)
-  if not ok or type(s) ~= 'table' or s.v ~= 2 or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
+  if not ok or type(s) ~= 'table' or s.v ~= v or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
   for _, f in ipairs({'every', 'start', 'stop', 'paused'}) do
     if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < 0 or s[f] > DUE_MAX then return nil end
   end
@@ -103,6 +103,11 @@ function recur.spec_read(P, name)
     end
   end
   return s
+end
+
+-- A schedule's spec, or nil for one that does not decode.
+function recur.spec_read(P, name)
+  return recur.spec_decode(redis.pcall('HGET', recur.sched_key(P), name), 2)
 end
 
 function recur.spec_write(P, name, s)
