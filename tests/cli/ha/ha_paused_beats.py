@@ -34,7 +34,11 @@ offering with --wait-replicas all. Checks, each with a bounded wait:
     one making (a transfer on the old master not yet replicated: the new one
     makes the tick again) or one take or ack of it, no more;
   - the scheduler and the worker logged the move ("master ... is now at" or
-    "reconnected") and kept running; SIGTERM stops each within 10 s, exit 0.
+    "reconnected") and kept running; SIGTERM stops each within 10 s, exit 0;
+  - while the master is paused: a second scheduler and a second worker W2
+    stopped with SIGTERM exit 0 within 6 s (they do not wait on the paused
+    master), W2 (its 'bye' not sent) leaves the list as its beats run out,
+    and one-shot `consumers` and `schedules` end within 5 s (exit 0 or 3).
 The old master is resumed once the test sees the promotion, or with
 DQ_PAUSED_RESUME=selected at the first +selected-slave (it then wakes while
 the promotion goes on, as in ha_paused.py). Times are read on the test's
@@ -45,6 +49,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
@@ -110,12 +115,16 @@ for p in POLICIES[1:]:
     r = dq("--redis", URL, "every", Q, p, "1s", f"p-{p}", "--missed", p, "--start", start, redis=False)
     ok(r.rc == 0, f"every {p} 1s --missed {p} on the same grid", r)
 sched = Bg([BIN, "--redis", URL, "schedule", Q], name="schedule")
-work = Bg([BIN, "--redis", URL, "work", Q, "--name", "W1", "--concurrency", "4", "--lease", "5s", "--exec",
-           f"printf '%s %s\\n' \"$DELAYQ_ID\" \"$(date +%s%3N)\" >> {wpath}"], name="work")
+RUN = f"printf '%s %s\\n' \"$DELAYQ_ID\" \"$(date +%s%3N)\" >> {wpath}"
+work = Bg([BIN, "--redis", URL, "work", Q, "--name", "W1", "--concurrency", "4", "--lease", "5s", "--exec", RUN],
+          name="work")
+# Stopped while the master is paused: they must not wait for it.
+sched2 = Bg([BIN, "--redis", URL, "schedule", Q], name="schedule 2")
+work2 = Bg([BIN, "--redis", URL, "work", Q, "--name", "W2", "--lease", "5s", "--exec", RUN], name="work W2")
 prods = [Producer(URL, f"o{i}-", [Q], wait="all") for i in range(2)]
 for p in prods:
     p.start()
-ok(wait_for(lambda: "W1" in (listed(URL) or {}), 10), "W1 listed by `consumers`", listed(URL))
+ok(wait_for(lambda: {"W1", "W2"} <= set(listed(URL) or {}), 10), "W1 and W2 listed by `consumers`", listed(URL))
 ok(wait_for(lambda: all(len(ticks(wpath, p)) >= 3 for p in POLICIES), 10), "3 ticks of each schedule run")
 ok(wait_for(lambda: sum(1 for p in prods for r in p.results if r[2] == 0) >= 20, 30), "offers confirmed")
 
@@ -125,7 +134,24 @@ pid = g.procs[old].pid
 watch = SelectedWatch(g.sentinel_ports, lambda: os.kill(pid, signal.SIGCONT)) if RESUME == "selected" else None
 t_stop = time.time()
 os.kill(pid, signal.SIGSTOP)
+during = {}  # what ran while the master was paused -> (exit code, seconds)
+
+
+def timed(label, fn):
+    t0 = time.monotonic()
+    rc = fn()
+    during[label] = (rc, time.monotonic() - t0)
+
+
 try:
+    time.sleep(0.3)
+    threads = [threading.Thread(target=timed, args=(f"{w} (one-shot)", lambda w=w: dq(
+        "--redis", URL, w, Q, redis=False, timeout=20).rc)) for w in ("consumers", "schedules")]
+    for bg in (sched2, work2):
+        os.kill(bg.pid, signal.SIGTERM)
+        threads.append(threading.Thread(target=timed, args=(f"{bg.name} (SIGTERM)", lambda bg=bg: bg.wait(20))))
+    for t in threads:
+        t.start()
     promoted = g.wait_new_master(old, timeout=20)
     t_prom = time.time()
 finally:
@@ -133,6 +159,17 @@ finally:
     if watch:
         watch.close()
 ok(promoted, "a replica is promoted", g.master_port())
+for t in threads:
+    t.join(25 * SLOW)
+# A one-shot command waits for the sentinels' answer (connect_timeout_ms,
+# 2 s); a stopped process lets the replies the paused master owes it come
+# for up to command_timeout_ms (5 s: see dq_client_free), less once a
+# sentinel's +selected-slave has it drop that master's connections.
+for label, (rc, took) in sorted(during.items()):
+    want, bound = ((0,), 6) if "SIGTERM" in label else ((0, 3), 5)
+    ok(rc in want and took < bound * SLOW, f"during the pause: {label} ends in {took:.2f} s, exit {rc}",
+       (want, bound))
+ok(len(during) == 4, "all four ended", during)
 woke = watch.at if watch and watch.at else t_prom
 note(f"resumed {woke - t_stop:.2f} s after the pause ({RESUME}); promotion seen after {t_prom - t_stop:.2f} s")
 
@@ -152,12 +189,12 @@ except (OSError, RuntimeError) as exc:
 ok(all(v and "ghost" in v for v in ghost), "the woken old master, read directly, lists both ghosts", ghost)
 
 section("consumers through the Sentinel URL while the old master wakes and is demoted")
-views, reshown = [], None
+cviews, sviews, reshown = [], [], None
 end = time.monotonic() + 20 * SLOW
 while time.monotonic() < end:
     v = listed(URL)
-    views.append(v)
-    views.append(listed(URL, "schedules"))
+    cviews.append(v)
+    sviews.append(listed(URL, "schedules"))
     w1 = (v or {}).get("W1")
     if reshown is None and w1 and w1["last_seen_ms"] >= t_prom * 1000:
         reshown = time.time()
@@ -170,8 +207,10 @@ ok(reshown is not None and reshown - t_prom <= 5 * SLOW,
    reshown and reshown - t_prom)
 if reshown:
     note(f"W1 listed again {reshown - t_prom:.2f} s after the promotion")
-stale = [v for v in views if v is None or "ghost" in v]
-ok(views and not stale, f"no listing through the Sentinel URL fails or shows a ghost ({len(views)} listings)",
+ok(cviews and "W2" not in (cviews[-1] or {"W2": 1}),
+   "W2, stopped in the pause (its 'bye' could not be sent), is no longer listed: its beats ran out", cviews[-1:])
+stale = [v for v in cviews + sviews if v is None or "ghost" in v]
+ok(cviews and not stale, f"no listing through the Sentinel URL fails or shows a ghost ({2 * len(cviews)} listings)",
    stale[:2])
 new = g.master_port()
 direct = listed(f"redis://127.0.0.1:{new}") or {}
