@@ -1,13 +1,15 @@
 """hatraffic.py - the traffic of the HA tests: producers that offer through
 the CLI the whole time a failover happens, and readers of what consumers
-got (a `take --json` process, or the ids a `work --exec` appended)."""
+got (a `take --json` process, or the ids a `work --exec` appended), and a
+watch on the sentinels' +selected-slave (to resume a paused master then)."""
 import json
 import os
+import socket
 import threading
 import time
 
 from dqtest import BIN, Bg, dq, finish, note, ok, section, wait_for
-from topology import SentinelGroup
+from topology import SentinelGroup, _encode, _read
 
 
 class Producer(threading.Thread):
@@ -42,6 +44,40 @@ class Producer(threading.Thread):
     def confirmed(self, queue=None):
         """The offers confirmed durable (exit 0)."""
         return [r for r in self.results if r[2] == 0 and (queue is None or r[1] == queue)]
+
+
+class SelectedWatch:
+    """Calls on_selected once, when any sentinel announces +selected-slave."""
+
+    def __init__(self, ports, on_selected):
+        self.fired = threading.Event()
+        self.at = None
+        self.on_selected = on_selected
+        self.socks = []
+        for p in ports:
+            s = socket.create_connection(("127.0.0.1", p), timeout=60)
+            s.sendall(_encode(("SUBSCRIBE", "+selected-slave")))
+            self.socks.append(s)
+            threading.Thread(target=self._listen, args=(s,), daemon=True).start()
+
+    def _listen(self, s):
+        f = s.makefile("rb")
+        try:
+            while not self.fired.is_set():
+                m = _read(f)
+                if isinstance(m, list) and m and m[0] == "message" and not self.fired.is_set():
+                    self.fired.set()
+                    self.at = time.time()
+                    self.on_selected()
+        except (OSError, RuntimeError, ConnectionError):
+            pass
+
+    def close(self):
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 def sentinel_group():

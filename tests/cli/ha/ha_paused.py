@@ -15,54 +15,18 @@ DQ_PAUSED_WAIT=N runs the producers on --wait-replicas N instead, to measure.
 # tier: slow (about 25 s): make test runs it, make test-fast does not
 import os
 import signal
-import socket
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
 from dqtest import dq, note, ok, section, wait_for  # noqa: E402
-from hatraffic import Producer, check_delivered, consumers, sentinel_group, wrap_up  # noqa: E402
-from topology import _encode, _read, info  # noqa: E402
+from hatraffic import Producer, SelectedWatch, check_delivered, consumers, sentinel_group, wrap_up  # noqa: E402
+from topology import info  # noqa: E402
 
 QP, QW = "pap", "paw"  # plain takes, worker
 # What the producers pass to --wait-replicas: "all"; another value measures
 # what that setting loses in the same fault (docs/guarantees.md's table).
 WAIT = os.environ.get("DQ_PAUSED_WAIT", "all")
-
-
-class SelectedWatch:
-    """Calls on_selected once, when any sentinel announces +selected-slave."""
-
-    def __init__(self, ports, on_selected):
-        self.fired = threading.Event()
-        self.at = None
-        self.on_selected = on_selected
-        self.socks = []
-        for p in ports:
-            s = socket.create_connection(("127.0.0.1", p), timeout=60)
-            s.sendall(_encode(("SUBSCRIBE", "+selected-slave")))
-            self.socks.append(s)
-            threading.Thread(target=self._listen, args=(s,), daemon=True).start()
-
-    def _listen(self, s):
-        f = s.makefile("rb")
-        try:
-            while not self.fired.is_set():
-                m = _read(f)
-                if isinstance(m, list) and m and m[0] == "message" and not self.fired.is_set():
-                    self.fired.set()
-                    self.at = time.time()
-                    self.on_selected()
-        except (OSError, RuntimeError, ConnectionError):
-            pass
-
-    def close(self):
-        for s in self.socks:
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 g, URL, wpath = sentinel_group()
