@@ -384,8 +384,10 @@ def id_index_key(queue, id_):
 
 
 def eval_script(name):
-    """lua/NAME.lua as EVAL runs it: the common code (lua/lib/*.lua in name
-    order) followed by the script, as tools/embed-lua.sh puts them together."""
+    """lua/NAME.lua with the whole common code (lua/lib/*.lua in name order)
+    before it: the library's EVAL text keeps only the definitions the script
+    uses (tools/lua-trim.awk), so this runs as it does, and compiles where
+    it would with all of them."""
     root = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
     def read(*parts):
