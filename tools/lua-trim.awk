@@ -195,17 +195,19 @@ function check_refs(refs, at, where,    k, i, r, t, name, v) {
     }
 }
 
-BEGIN {
-    if (check) {
-        if (ARGC != 4) fail("usage: awk -v check=1 -f lua-trim.awk COMMON KEPT SCRIPT")
-        parse(ARGV[1], 1, "c")
-        parse(ARGV[2], 1, "k")
-        parse(ARGV[3], 0, "s")
-        for (u = 1; u <= P["k", "units"]; u++)
-            check_refs(P["k", u, "refs"], u, ARGV[2] " (" P["k", u, "names"] ")")
-        check_refs(P["s", 1, "refs"], P["k", "units"] + 1, ARGV[3])
-        exit 0
-    }
+# Check mode: KEPT (ARGV[2]) and SCRIPT (ARGV[3]) against COMMON (ARGV[1]).
+function check_text(    u) {
+    if (ARGC != 4) fail("usage: awk -v check=1 -f lua-trim.awk COMMON KEPT SCRIPT")
+    parse(ARGV[1], 1, "c")
+    parse(ARGV[2], 1, "k")
+    parse(ARGV[3], 0, "s")
+    for (u = 1; u <= P["k", "units"]; u++)
+        check_refs(P["k", u, "refs"], u, ARGV[2] " (" P["k", u, "names"] ")")
+    check_refs(P["s", 1, "refs"], P["k", "units"] + 1, ARGV[3])
+}
+
+# Prints the runs of COMMON (ARGV[1]) that SCRIPT (ARGV[2]) keeps, merged.
+function print_runs(    k, i, r, u, start, end, from, to) {
     if (ARGC != 3) fail("usage: awk -f lua-trim.awk COMMON SCRIPT")
     parse(ARGV[1], 1, "c")
     parse(ARGV[2], 0, "s")
@@ -221,5 +223,10 @@ BEGIN {
         if (("c", u, "kept") in P) { start = from; end = to }
     }
     if (start >= 0) print start, end - start
+}
+
+BEGIN {
+    if (check) check_text()
+    else print_runs()
     exit 0
 }
