@@ -3,8 +3,8 @@
 #   - one Redis function library holding the shared code (lua/lib/*.lua,
 #     joined in name order: "the common code" below) once and every other
 #     script as a function: the library is loaded once per server (FUNCTION
-#     LOAD), and a call (FCALL) then runs only its script, not the 2,100
-#     lines of common code that EVAL would run afresh each time;
+#     LOAD), and a call (FCALL) then runs only its script, not the common
+#     code that an EVAL text runs afresh each time;
 #   - each script on its own, for EVAL when a server lacks the library (it is
 #     loaded alongside; see src/ops/script.c), after only the definitions of
 #     the common code it uses (tools/lua-trim.awk picks them, and fails the
@@ -43,14 +43,14 @@ trim="$(dirname "$0")/lua-trim.awk"
 # Each script's EVAL text: the runs of the common code it keeps, as lines
 # "OFFSET LENGTH" in $kept/NAME.runs, and their bytes in $kept/NAME.lua,
 # checked with the script after them before anything is written.
+LC_ALL=C awk -v dir="$kept" -f "$trim" "$common" "$@"
 for f in "$@"; do
   name=$(basename "$f" .lua)
-  LC_ALL=C awk -f "$trim" "$common" "$f" > "$kept/$name.runs"
   while read -r off len; do
     tail -c +$((off + 1)) "$common" | head -c "$len"
   done < "$kept/$name.runs" > "$kept/$name.lua"
-  LC_ALL=C awk -v check=1 -f "$trim" "$common" "$kept/$name.lua" "$f"
 done
+LC_ALL=C awk -v dir="$kept" -v check=1 -f "$trim" "$common" "$@"
 
 # The library's prologue makes the Lua libraries and Redis's API locals of
 # the library (upvalues of its functions), which the common code then uses

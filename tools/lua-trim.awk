@@ -15,17 +15,27 @@
 # its fields. A script keeps what its body references, transitively, in the
 # shared code's order.
 #
-#   awk -f tools/lua-trim.awk COMMON SCRIPT
-#       prints "OFFSET LENGTH" per run of bytes of COMMON to keep, in order
-#   awk -v check=1 -f tools/lua-trim.awk COMMON KEPT SCRIPT
-#       fails (exit 1, saying what) if the text KEPT + SCRIPT references a
-#       name COMMON defines that KEPT does not, or a local of KEPT before
-#       the definition that makes it one
+#   awk [-v dir=DIR] -f tools/lua-trim.awk COMMON SCRIPT...
+#       writes "OFFSET LENGTH" per run of bytes of COMMON a script keeps, in
+#       order, into DIR/NAME.runs for lua/NAME.lua (without DIR: one script,
+#       to stdout)
+#   awk -v dir=DIR -v check=1 -f tools/lua-trim.awk COMMON SCRIPT...
+#       fails (exit 1, saying what) if a text DIR/NAME.lua + SCRIPT uses a
+#       name COMMON defines that DIR/NAME.lua does not, or uses a local of
+#       DIR/NAME.lua before the definition that makes it one
 # Run with LC_ALL=C: offsets are bytes.
 
 function fail(msg) {
     print "lua-trim.awk: " msg > "/dev/stderr"
     exit 1
+}
+
+# Notes that unit u of parse p uses ref (once: a script names some things
+# hundreds of times).
+function add_ref(p, u, ref) {
+    if ((p, u, "uses", ref) in P) return
+    P[p, u, "uses", ref] = 1
+    P[p, u, "refs"] = P[p, u, "refs"] " " ref
 }
 
 # Reads file f; strict: cut it into definitions (else it is one unit, a
@@ -126,17 +136,17 @@ function parse(f, strict, p,    line, ln, n, i, c, rest, name, depth, brackets, 
             }
             # A name used bare (not as NAME.FIELD): all of its fields.
             if (pending != "" && word != ".") {
-                if (!skip) P[p, unit, "refs"] = P[p, unit, "refs"] " " pending ".*"
+                if (!skip) add_ref(p, unit, pending ".*")
                 pending = ""
             }
             if (word == "name" && (prev == "." || prev == ":")) {
-                if (prev == "." && base != "" && !skip) P[p, unit, "refs"] = P[p, unit, "refs"] " " base "." name
+                if (prev == "." && base != "" && !skip) add_ref(p, unit, base "." name)
                 base = ""
                 word = "field"
             } else if (word == "name") {
                 if (name == "function" || name == "if" || name == "do" || name == "repeat") depth++
                 else if (name == "end" || name == "until") depth--
-                if (!skip) P[p, unit, "refs"] = P[p, unit, "refs"] " " name
+                if (!skip) add_ref(p, unit, name)
                 pending = base = name
             } else if (word == ".") {
                 pending = "" # base's field comes next
@@ -157,76 +167,85 @@ function parse(f, strict, p,    line, ln, n, i, c, rest, name, depth, brackets, 
     P[p, "off", ln + 1] = off
 }
 
-# Marks unit u of parse p kept, and what it references, transitively.
-function keep(p, u,    k, i, r, m) {
-    if ((p, u, "kept") in P) return
-    P[p, u, "kept"] = 1
+# Marks unit u of parse p kept for script a, and what it references,
+# transitively.
+function keep(p, u, a,    k, i, r) {
+    if (P[p, u, "kept"] == a) return
+    P[p, u, "kept"] = a
     k = split(P[p, u, "refs"], r, " ")
-    for (i = 1; i <= k; i++) keep_ref(p, r[i])
+    for (i = 1; i <= k; i++) keep_ref(p, r[i], a)
 }
 
-function keep_ref(p, ref,    t, v) {
+function keep_ref(p, ref, a,    t, v) {
     if (ref ~ /\.\*$/) {
         t = substr(ref, 1, length(ref) - 1)
         for (v = 1; v <= P[p, "units"]; v++)
-            if (index(P[p, v, "names"], t) == 1) keep(p, v)
+            if (index(P[p, v, "names"], t) == 1) keep(p, v, a)
     } else if ((p, "def", ref) in P) {
-        keep(p, P[p, "def", ref])
+        keep(p, P[p, "def", ref], a)
     }
 }
 
-# What KEPT + SCRIPT use that COMMON defines and KEPT does not (before the use).
-function check_refs(refs, at, where,    k, i, r, t, name, v) {
-    k = split(refs, r, " ")
-    for (i = 1; i <= k; i++) {
-        name = r[i]
-        if (name ~ /\.\*$/) {
-            t = substr(name, 1, length(name) - 1)
-            for (v = 1; v <= P["c", "units"]; v++)
-                if (index(P["c", v, "names"], t) == 1 && !(("k", "def", P["c", v, "names"]) in P))
-                    fail(where ": uses " name " but lacks " P["c", v, "names"] " (shared code not kept)")
-            continue
-        }
-        if (!(("c", "def", name) in P)) continue
-        if (!(("k", "def", name) in P))
-            fail(where ": uses " name " but lacks its definition (shared code not kept)")
-        if (name !~ /\./ && P["k", "def", name] > at)
-            fail(where ": uses local " name " before its definition")
-    }
-}
-
-# Check mode: KEPT (ARGV[2]) and SCRIPT (ARGV[3]) against COMMON (ARGV[1]).
-function check_text(    u) {
-    if (ARGC != 4) fail("usage: awk -v check=1 -f lua-trim.awk COMMON KEPT SCRIPT")
-    parse(ARGV[1], 1, "c")
-    parse(ARGV[2], 1, "k")
-    parse(ARGV[3], 0, "s")
-    for (u = 1; u <= P["k", "units"]; u++)
-        check_refs(P["k", u, "refs"], u, ARGV[2] " (" P["k", u, "names"] ")")
-    check_refs(P["s", 1, "refs"], P["k", "units"] + 1, ARGV[3])
-}
-
-# Prints the runs of COMMON (ARGV[1]) that SCRIPT (ARGV[2]) keeps, merged.
-function print_runs(    k, i, r, u, start, end, from, to) {
-    if (ARGC != 3) fail("usage: awk -f lua-trim.awk COMMON SCRIPT")
-    parse(ARGV[1], 1, "c")
-    parse(ARGV[2], 0, "s")
-    k = split(P["s", 1, "refs"], r, " ")
-    for (i = 1; i <= k; i++) keep_ref("c", r[i])
+# Prints to out the runs of COMMON that script a (parse "s" a) keeps, merged.
+function print_runs(a, out,    k, i, r, u, start, end, from, to) {
+    k = split(P["s" a, 1, "refs"], r, " ")
+    for (i = 1; i <= k; i++) keep_ref("c", r[i], a)
+    printf "" > out
     start = -1
     for (u = 1; u <= P["c", "units"]; u++) {
         from = P["c", "off", P["c", u, "from"]]
         to = P["c", "off", P["c", u, "to"] + 1]
-        if ((("c", u, "kept") in P) && start >= 0 && from == end) { end = to; continue }
-        if (start >= 0) print start, end - start
+        if (P["c", u, "kept"] == a && start >= 0 && from == end) { end = to; continue }
+        if (start >= 0) print start, end - start > out
         start = -1
-        if (("c", u, "kept") in P) { start = from; end = to }
+        if (P["c", u, "kept"] == a) { start = from; end = to }
     }
-    if (start >= 0) print start, end - start
+    if (start >= 0) print start, end - start > out
+    close(out)
+}
+
+# Fails if refs (of unit at of kept text k, or after it) use what COMMON
+# defines and k does not, or a local of k before its definition.
+function check_refs(k, refs, at, where,    n, i, r, t, name, v) {
+    n = split(refs, r, " ")
+    for (i = 1; i <= n; i++) {
+        name = r[i]
+        if (name ~ /\.\*$/) {
+            t = substr(name, 1, length(name) - 1)
+            for (v = 1; v <= P["c", "units"]; v++)
+                if (index(P["c", v, "names"], t) == 1 && !((k, "def", P["c", v, "names"]) in P))
+                    fail(where ": uses " name " but lacks " P["c", v, "names"] " (shared code not kept)")
+            continue
+        }
+        if (!(("c", "def", name) in P)) continue
+        if (!((k, "def", name) in P))
+            fail(where ": uses " name " but lacks its definition (shared code not kept)")
+        if (name !~ /\./ && P[k, "def", name] > at)
+            fail(where ": uses local " name " before its definition")
+    }
+}
+
+# Checks the text KEPT, then script a (parse "s" a) after it.
+function check_text(a, kept,    k, u) {
+    k = "k" a
+    parse(kept, 1, k)
+    for (u = 1; u <= P[k, "units"]; u++)
+        check_refs(k, P[k, u, "refs"], u, kept " (" P[k, u, "names"] ")")
+    check_refs(k, P["s" a, 1, "refs"], P[k, "units"] + 1, ARGV[a])
 }
 
 BEGIN {
-    if (check) check_text()
-    else print_runs()
+    if (ARGC < 3 || (check && dir == ""))
+        fail("usage: awk [-v dir=DIR] [-v check=1] -f lua-trim.awk COMMON SCRIPT...")
+    if (dir == "" && ARGC > 3) fail("several scripts need -v dir=DIR")
+    parse(ARGV[1], 1, "c")
+    for (a = 2; a < ARGC; a++) {
+        name = ARGV[a]
+        sub(/.*\//, "", name)
+        sub(/\.lua$/, "", name)
+        parse(ARGV[a], 0, "s" a)
+        if (check) check_text(a, dir "/" name ".lua")
+        else print_runs(a, dir == "" ? "/dev/stdout" : dir "/" name ".runs")
+    }
     exit 0
 }

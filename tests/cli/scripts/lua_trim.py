@@ -29,11 +29,20 @@ def write(name, text):
     return path
 
 
-def trim(common, script, *more, check=False):
+def trim(common, *scripts, dir_=None, check=False):
     """(rc, stdout, stderr) of the tool."""
-    args = ["awk"] + (["-v", "check=1"] if check else []) + ["-f", TOOL, common, script, *more]
-    p = subprocess.run(args, capture_output=True, timeout=30, env=dict(os.environ, LC_ALL="C"))
+    args = ["awk"] + (["-v", "dir=" + dir_] if dir_ else []) + (["-v", "check=1"] if check else [])
+    p = subprocess.run(args + ["-f", TOOL, common, *scripts], capture_output=True, timeout=30,
+                       env=dict(os.environ, LC_ALL="C"))
     return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def check(common, kept_text, script):
+    """(rc, stderr) of the check of kept_text then script."""
+    d = tempfile.mkdtemp(dir=tmp)
+    write(os.path.join(d, os.path.basename(script)), kept_text)
+    rc, _, err = trim(common, script, dir_=d, check=True)
+    return rc, err
 
 
 def kept(common, script):
@@ -88,15 +97,13 @@ eq(got, b"", "names in strings and comments keep nothing")
 
 section("the check")
 script = write("s5.lua", "return g()\n")
-eq(trim(common, write("k1.lua", "local A = 1\nlocal B, C = 2, 3\nlocal function f(x) return A end\n"
-                      "local function g() return f(1) + B end\n"), script, check=True)[0], 0,
-   "a text with what it uses passes")
-rc, _, err = trim(common, write("k2.lua", "local A = 1\nlocal function g() return f(1) end\n"), script, check=True)
+eq(check(common, "local A = 1\nlocal B, C = 2, 3\nlocal function f(x) return A end\n"
+         "local function g() return f(1) + B end\n", script)[0], 0, "a text with what it uses passes")
+rc, err = check(common, "local A = 1\nlocal function g() return f(1) end\n", script)
 ok(rc != 0 and "f" in err and "lacks" in err, "a text lacking f fails, naming it", (rc, err))
-rc, _, err = trim(common, write("k3.lua", "local function g() return f(1) end\nlocal function f() return 1 end\n"),
-                  script, check=True)
+rc, err = check(common, "local function g() return f(1) end\nlocal function f() return 1 end\n", script)
 ok(rc != 0 and "before its definition" in err, "f used before it is defined fails", (rc, err))
-rc, _, err = trim(common, write("k4.lua", "local t = {}\n"), write("s6.lua", "return t.m()\n"), check=True)
+rc, err = check(common, "local t = {}\n", write("s6.lua", "return t.m()\n"))
 ok(rc != 0 and "t.m" in err, "a text lacking t.m fails", (rc, err))
 
 section("what the tool does not cut fails the run")
@@ -107,18 +114,26 @@ ok(rc != 0 and "inside a block" in err, "code at column 0 inside a function", (r
 rc, _, err = trim(write("bad3.lua", COMMON + "local function f() end\n"), script)
 ok(rc != 0 and "twice" in err, "a name defined twice", (rc, err))
 
-section("the real scripts")
+section("the real scripts, all in one run as tools/embed-lua.sh runs them")
 libdir = os.path.join(ROOT, "lua", "lib")
 whole = b"".join(open(os.path.join(libdir, n), "rb").read() for n in sorted(os.listdir(libdir)) if n.endswith(".lua"))
 real = write("real_common.lua", whole)
-for name in sorted(n for n in os.listdir(os.path.join(ROOT, "lua")) if n.endswith(".lua")):
-    path = os.path.join(ROOT, "lua", name)
-    got = kept(real, path)
-    rc, _, err = trim(real, write("kept_" + name, got or b""), path, check=True) if got is not None else (1, "", "")
-    ok(got is not None and rc == 0, f"{name}: kept text passes the check", err)
-    if name == "offer.lua":
+names = sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "lua")) if n.endswith(".lua"))
+paths = [os.path.join(ROOT, "lua", n + ".lua") for n in names]
+d = tempfile.mkdtemp(dir=tmp)
+rc, _, err = trim(real, *paths, dir_=d)
+eq((rc, err), (0, ""), "the runs of every script")
+for name in names:
+    got = kept(real, os.path.join(ROOT, "lua", name + ".lua"))
+    with open(os.path.join(d, name + ".runs")) as f:
+        runs = [ln.split() for ln in f.read().splitlines()]
+    eq(b"".join(whole[int(o):int(o) + int(n)] for o, n in runs), got, f"{name}: the same runs alone and with the others")
+    write(os.path.join(d, name + ".lua"), got or b"")
+    if name == "offer":
         ok(got is not None and len(got) < len(whole) * 3 // 4,
            f"offer keeps less than the whole shared code ({len(got or b'')} of {len(whole)} bytes)")
+rc, _, err = trim(real, *paths, dir_=d, check=True)
+eq((rc, err), (0, ""), "every kept text passes the check")
 
 shutil.rmtree(tmp, ignore_errors=True)
 finish()
