@@ -114,7 +114,7 @@ deps:
 deps-test: deps
 	@sh tools/deps.sh $(TEST_PKGS)
 
-$(BUILD)/gen/scripts.h: tools/embed-lua.sh $(LUA_LIB) $(LUA_SCRIPTS)
+$(BUILD)/gen/scripts.h: tools/embed-lua.sh tools/lua-trim.awk $(LUA_LIB) $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
 	sh tools/embed-lua.sh $@ lua/lib $(LUA_SCRIPTS)
 

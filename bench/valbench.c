@@ -27,7 +27,8 @@
  * bench/run.sh starts the private redis-server pinned to core 0 and runs
  * this program pinned to core 1. DIR (named for its commit) holds the
  * old common.lua, offer.lua, transfer.lua, take.lua and maybe ack.lua; each old script is
- * common.lua followed by the script, as tools/embed-lua.sh assembles them.
+ * common.lua followed by the script, as tools/embed-lua.sh assembled them
+ * before each EVAL text kept only the shared code its script uses.
  * The new ones are the bytes of the generated scripts.h. Both sets are
  * loaded with SCRIPT LOAD and called with EVALSHA, with the keys and
  * arguments the library sends (src/ops/offer.c send_chunk, src/ops/scheduler.c

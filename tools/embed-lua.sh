@@ -3,14 +3,19 @@
 #   - one Redis function library holding the shared code (lua/lib/*.lua,
 #     joined in name order: "the common code" below) once and every other
 #     script as a function: the library is loaded once per server (FUNCTION
-#     LOAD), and a call (FCALL) then runs only its script, not the 1,300
-#     lines of common code that EVAL would run afresh each time;
-#   - each script on its own (the common code before it), for EVAL when a
-#     server lacks the library (it is loaded alongside; see src/ops/script.c).
+#     LOAD), and a call (FCALL) then runs only its script, not the common
+#     code that an EVAL text runs afresh each time;
+#   - each script on its own, for EVAL when a server lacks the library (it is
+#     loaded alongside; see src/ops/script.c), after only the definitions of
+#     the common code it uses (tools/lua-trim.awk picks them, and fails the
+#     build if a text uses one it lacks): Redis runs an EVAL text whole on
+#     every call, and each definition it carries costs a closure or a table
+#     per call, used or not.
 # The header holds each text once: the common code, each script's body and
 # the library's prologue, as byte arrays, and the order that joins them:
 # DQ_LUA_LIBRARY_PARTS (the library) and DQ_LUA_<name>_PARTS (the EVAL
-# text), lists of {bytes, length} that src/ops/script.c joins where it sends
+# text: runs of the common code's bytes, then the script; _NPARTS of them),
+# lists of {bytes, length} that src/ops/script.c joins where it sends
 # them. (Joined here, the common code was carried 16 times: 0.9 MB of the
 # library's 1.2 MB of code.)
 # The library's name carries the SHA-1 of its text (delayq_<12 hex>), and its
@@ -28,10 +33,24 @@ tmp="$out.tmp"
 libbody=$(mktemp)
 common=$(mktemp)
 prologue=$(mktemp)
-trap 'rm -f "$libbody" "$common" "$prologue"' EXIT
+kept=$(mktemp -d)
+trap 'rm -rf "$libbody" "$common" "$prologue" "$kept"' EXIT
+trim="$(dirname "$0")/lua-trim.awk"
 # The common code: the files of lua/lib in name order (C collation, so the
 # order never depends on the machine's locale).
 (LC_ALL=C; cat "$libdir"/*.lua) > "$common"
+
+# Each script's EVAL text: the runs of the common code it keeps, as lines
+# "OFFSET LENGTH" in $kept/NAME.runs, and their bytes in $kept/NAME.lua,
+# checked with the script after them before anything is written.
+LC_ALL=C awk -v dir="$kept" -f "$trim" "$common" "$@"
+for f in "$@"; do
+  name=$(basename "$f" .lua)
+  while read -r off len; do
+    tail -c +$((off + 1)) "$common" | head -c "$len"
+  done < "$kept/$name.runs" > "$kept/$name.lua"
+done
+LC_ALL=C awk -v dir="$kept" -v check=1 -f "$trim" "$common" "$@"
 
 # The library's prologue makes the Lua libraries and Redis's API locals of
 # the library (upvalues of its functions), which the common code then uses
@@ -120,10 +139,13 @@ c_parts() {
   for f in "$@"; do
     name=$(basename "$f" .lua)
     array "$name" "$f"
-    echo "#define DQ_LUA_${name}_LEN ((size_t)$(cat "$common" "$f" | wc -c))"
-    echo "#define DQ_LUA_${name}_SHA \"$(cat "$common" "$f" | sha1sum | cut -d' ' -f1)\""
+    echo "#define DQ_LUA_${name}_LEN ((size_t)$(cat "$kept/$name.lua" "$f" | wc -c))"
+    echo "#define DQ_LUA_${name}_SHA \"$(cat "$kept/$name.lua" "$f" | sha1sum | cut -d' ' -f1)\""
     echo "#define DQ_LUA_${name}_FN \"${libname}_${name}\""
-    echo "#define DQ_LUA_${name}_PARTS {dq_lua_common, dq_lua_common_LEN}, {dq_lua_$name, dq_lua_${name}_LEN}"
+    printf '#define DQ_LUA_%s_PARTS' "$name"
+    while read -r off len; do printf ' \\\n  {dq_lua_common + %s, %s},' "$off" "$len"; done < "$kept/$name.runs"
+    printf ' \\\n  {dq_lua_%s, dq_lua_%s_LEN}\n' "$name" "$name"
+    echo "#define DQ_LUA_${name}_NPARTS $(( $(wc -l < "$kept/$name.runs") + 1 ))"
     [ "$name" = dead ] && echo "#define DQ_LUA_dead_ro_FN \"${libname}_dead_ro\""
   done
   printf '#define DQ_LUA_LIBRARY_PARTS \\\n  {"#!lua name=%s\\n", sizeof "#!lua name=%s\\n" - 1},' "$libname" "$libname"

@@ -288,8 +288,9 @@ void phase_offer(void) {
     redisReply *fr = rcmd(ctl, "SCRIPT LOAD %s", "return 1");
     offer_ref_args(floor_args, sizeof floor_args, fr->str);
     freeReplyObject(fr);
-    /* The offer script as EVAL runs it (lua/lib + offer.lua, EVALSHA):
-     * the reference the brief's target names, for one at a time. */
+    /* The offer script as EVAL runs it (the lua/lib code it uses, then
+     * offer.lua; EVALSHA): the reference the brief's target names, for one
+     * at a time. */
     char evalsha_args[1024];
     size_t offer_len;
     char *offer = dq__script_text(DQ__LUA_OFFER, &offer_len);
@@ -387,8 +388,8 @@ void phase_offer(void) {
         out("   %-42s %2d/%-2d %11s %15s %13s %7.3f (%.3f .. %.3f)\n", names[i], ps[i], cs[i],
             commas(a, sizeof a, m[i].ours), commas(b, sizeof b, m[i].ref_eval),
             commas(c, sizeof c, m[i].ref_zadd), med[i], lo[i], hi[i]);
-    out("   One at a time against EVALSHA of the same script text (lua/lib + offer.lua, as EVAL\n"
-        "   runs it; the brief's reference): %s/s, ratio %.3f.\n",
+    out("   One at a time against EVALSHA of the same script text (offer.lua after the lua/lib code\n"
+        "   it uses, as EVAL runs it; the brief's reference): %s/s, ratio %.3f.\n",
         commas(a, sizeof a, single_evalsha), m[M_SINGLE].ours / single_evalsha);
     out("   For scale: BullMQ 6.7 adds about 48k delayed jobs/s (brief's figure, another run).\n");
     out("\n   %-42s %5s %11s %15s %13s %7s\n", "client CPU per offer (us, getrusage)", "-P/-c", "ours",

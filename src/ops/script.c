@@ -5,15 +5,16 @@
  * lua/NAME.lua, the library's prologue) and the order that joins them into
  * two kinds of text, joined here when they are sent: one Redis function
  * library (the shared code once, each script a function named
- * <library>_NAME), and each script on its own with that code before it. A
+ * <library>_NAME), and each script on its own with the definitions of that
+ * code it uses before it (runs of the shared code's bytes). A
  * call is FCALL on the node that serves the queue's slot: the library was
- * loaded once, so the call runs its script only (EVAL would run the shared
- * code's 1,300 lines, and make their garbage, every time: a single take's script time
- * fell from 18.4 to 11.9 us). When that node lacks the library ("Function
- * not found": a new server, FUNCTION FLUSH, a node that never served the
- * queue), the call goes again as EVAL of the script's own text, and FUNCTION
- * LOAD REPLACE of the library goes before it on the same connection, so the
- * calls after it find the library. Functions live in the dataset: they are
+ * loaded once, so the call runs its script only (EVAL runs its whole text,
+ * and makes its garbage, every time: a single take's script time fell from
+ * 18.4 to 11.9 us, when EVAL texts carried all the shared code). When that
+ * node lacks the library ("Function not found": a new server, FUNCTION
+ * FLUSH, a node that never served the queue), the call goes again as EVAL
+ * of the script's own text, and FUNCTION LOAD REPLACE of the library goes
+ * before it on the same connection, so the calls after it find the library. Functions live in the dataset: they are
  * replicated, persisted in RDB and AOF, and kept by FLUSHALL.
  * Loading the library is an administrator's act ('delayq functions load',
  * functions.c): Redis runs a function with the rights of its caller, so a
@@ -40,30 +41,35 @@ typedef struct part {
 
 static const part library[] = {DQ_LUA_LIBRARY_PARTS};
 
+/* Script NAME's EVAL text: its parts (the runs of the shared code it uses,
+ * then the script) and how many. */
+#define EVAL_TEXT(name) (const part[]){DQ_LUA_##name##_PARTS}, DQ_LUA_##name##_NPARTS
+
 static const struct {
-    part eval[2];   /* the EVAL text: the shared code, then the script */
-    const char *fn; /* the function's name in the library */
-    int ro;         /* a no-writes function: FCALL_RO, EVAL_RO */
+    const part *eval; /* the EVAL text's parts */
+    size_t n;         /* how many */
+    const char *fn;   /* the function's name in the library */
+    int ro;           /* a no-writes function: FCALL_RO, EVAL_RO */
 } scripts[DQ__LUA_COUNT] = {
-    [DQ__LUA_OFFER] = {{DQ_LUA_offer_PARTS}, DQ_LUA_offer_FN, 0},
-    [DQ__LUA_TRANSFER] = {{DQ_LUA_transfer_PARTS}, DQ_LUA_transfer_FN, 0},
-    [DQ__LUA_CANCEL] = {{DQ_LUA_cancel_PARTS}, DQ_LUA_cancel_FN, 0},
-    [DQ__LUA_LOOKUP] = {{DQ_LUA_lookup_PARTS}, DQ_LUA_lookup_FN, 1},
-    [DQ__LUA_STATS] = {{DQ_LUA_stats_PARTS}, DQ_LUA_stats_FN, 1},
-    [DQ__LUA_TAKE] = {{DQ_LUA_take_PARTS}, DQ_LUA_take_FN, 0},
-    [DQ__LUA_ACK] = {{DQ_LUA_ack_PARTS}, DQ_LUA_ack_FN, 0},
-    [DQ__LUA_NACK] = {{DQ_LUA_nack_PARTS}, DQ_LUA_nack_FN, 0},
-    [DQ__LUA_EXTEND] = {{DQ_LUA_extend_PARTS}, DQ_LUA_extend_FN, 0},
-    [DQ__LUA_DEAD] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_FN, 0},
-    [DQ__LUA_DEAD_RO] = {{DQ_LUA_dead_PARTS}, DQ_LUA_dead_ro_FN, 1},
-    [DQ__LUA_CONFIG] = {{DQ_LUA_config_PARTS}, DQ_LUA_config_FN, 0},
-    [DQ__LUA_METRICS] = {{DQ_LUA_metrics_PARTS}, DQ_LUA_metrics_FN, 1},
-    [DQ__LUA_LIST] = {{DQ_LUA_list_PARTS}, DQ_LUA_list_FN, 1},
-    [DQ__LUA_SHARDS] = {{DQ_LUA_shards_PARTS}, DQ_LUA_shards_FN, 0},
-    [DQ__LUA_RECURRING] = {{DQ_LUA_recurring_PARTS}, DQ_LUA_recurring_FN, 0},
-    [DQ__LUA_BEAT] = {{DQ_LUA_beat_PARTS}, DQ_LUA_beat_FN, 0},
-    [DQ__LUA_CONSUMERS] = {{DQ_LUA_consumers_PARTS}, DQ_LUA_consumers_FN, 1},
-    [DQ__LUA_SCHEDULES] = {{DQ_LUA_schedules_PARTS}, DQ_LUA_schedules_FN, 1},
+    [DQ__LUA_OFFER] = {EVAL_TEXT(offer), DQ_LUA_offer_FN, 0},
+    [DQ__LUA_TRANSFER] = {EVAL_TEXT(transfer), DQ_LUA_transfer_FN, 0},
+    [DQ__LUA_CANCEL] = {EVAL_TEXT(cancel), DQ_LUA_cancel_FN, 0},
+    [DQ__LUA_LOOKUP] = {EVAL_TEXT(lookup), DQ_LUA_lookup_FN, 1},
+    [DQ__LUA_STATS] = {EVAL_TEXT(stats), DQ_LUA_stats_FN, 1},
+    [DQ__LUA_TAKE] = {EVAL_TEXT(take), DQ_LUA_take_FN, 0},
+    [DQ__LUA_ACK] = {EVAL_TEXT(ack), DQ_LUA_ack_FN, 0},
+    [DQ__LUA_NACK] = {EVAL_TEXT(nack), DQ_LUA_nack_FN, 0},
+    [DQ__LUA_EXTEND] = {EVAL_TEXT(extend), DQ_LUA_extend_FN, 0},
+    [DQ__LUA_DEAD] = {EVAL_TEXT(dead), DQ_LUA_dead_FN, 0},
+    [DQ__LUA_DEAD_RO] = {EVAL_TEXT(dead), DQ_LUA_dead_ro_FN, 1},
+    [DQ__LUA_CONFIG] = {EVAL_TEXT(config), DQ_LUA_config_FN, 0},
+    [DQ__LUA_METRICS] = {EVAL_TEXT(metrics), DQ_LUA_metrics_FN, 1},
+    [DQ__LUA_LIST] = {EVAL_TEXT(list), DQ_LUA_list_FN, 1},
+    [DQ__LUA_SHARDS] = {EVAL_TEXT(shards), DQ_LUA_shards_FN, 0},
+    [DQ__LUA_RECURRING] = {EVAL_TEXT(recurring), DQ_LUA_recurring_FN, 0},
+    [DQ__LUA_BEAT] = {EVAL_TEXT(beat), DQ_LUA_beat_FN, 0},
+    [DQ__LUA_CONSUMERS] = {EVAL_TEXT(consumers), DQ_LUA_consumers_FN, 1},
+    [DQ__LUA_SCHEDULES] = {EVAL_TEXT(schedules), DQ_LUA_schedules_FN, 1},
 };
 
 /* Copies the n parts one after the other to out; returns the end. */
@@ -86,7 +92,7 @@ static char *joined(const part *parts, size_t n, size_t *len) {
 char *dq__library_text(size_t *len) { return joined(library, sizeof library / sizeof *library, len); }
 
 char *dq__script_text(enum dq__script script, size_t *len) {
-    return joined(scripts[script].eval, 2, len);
+    return joined(scripts[script].eval, scripts[script].n, len);
 }
 
 char *dq__library_load_command(size_t *len) {
@@ -130,7 +136,8 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
             which = i;
     if (which < 0) return NULL;
     char mid[48];
-    size_t text_len = scripts[which].eval[0].len + scripts[which].eval[1].len;
+    size_t text_len = 0;
+    for (size_t i = 0; i < scripts[which].n; i++) text_len += scripts[which].eval[i].len;
     int mlen = scripts[which].ro ? snprintf(mid, sizeof mid, "$7\r\nEVAL_RO\r\n$%zu\r\n", text_len)
                                  : snprintf(mid, sizeof mid, "$4\r\nEVAL\r\n$%zu\r\n", text_len);
     size_t len = head + (size_t)mlen + text_len + 2 + (cmd_len - skip);
@@ -138,7 +145,7 @@ static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, siz
     if (!out) return NULL;
     memcpy(p, cmd, head), p += head;
     memcpy(p, mid, (size_t)mlen), p += mlen;
-    p = join(p, scripts[which].eval, 2);
+    p = join(p, scripts[which].eval, scripts[which].n);
     memcpy(p, "\r\n", 2), p += 2;
     memcpy(p, cmd + skip, cmd_len - skip);
     out[len] = '\0';

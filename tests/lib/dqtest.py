@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -385,15 +386,24 @@ def id_index_key(queue, id_):
 
 
 def eval_script(name):
-    """lua/NAME.lua as EVAL runs it: the common code (lua/lib/*.lua in name
-    order) followed by the script, as tools/embed-lua.sh puts them together."""
+    """lua/NAME.lua as the library's EVAL fallback sends it: the definitions
+    of the common code (lua/lib/*.lua joined in name order) the script uses,
+    picked by tools/lua-trim.awk as tools/embed-lua.sh picks them, then the
+    script."""
     root = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
     def read(*parts):
         with open(os.path.join(root, "lua", *parts), "rb") as f:
             return f.read()
     lib = sorted(n for n in os.listdir(os.path.join(root, "lua", "lib")) if n.endswith(".lua"))
-    return b"".join(read("lib", n) for n in lib) + read(name + ".lua")
+    common = b"".join(read("lib", n) for n in lib)
+    with tempfile.NamedTemporaryFile(suffix=".lua") as f:
+        f.write(common)
+        f.flush()
+        runs = subprocess.run(["awk", "-f", os.path.join(root, "tools", "lua-trim.awk"), f.name,
+                               os.path.join(root, "lua", name + ".lua")], capture_output=True, check=True,
+                              timeout=60, env=dict(os.environ, LC_ALL="C")).stdout.split()
+    return b"".join(common[int(o):int(o) + int(n)] for o, n in zip(runs[0::2], runs[1::2])) + read(name + ".lua")
 
 
 def slot_records(queue):
