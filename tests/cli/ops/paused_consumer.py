@@ -2,7 +2,7 @@
 a VM pause, a debugger) and then resumes, with an item in hand.
 
 With the shortest beat the CLI takes ($DELAYQ_CONSUMER_BEAT_MS=100: a beat
-counts 300 ms) and a 4 s lease:
+counts 300 ms) and a 4 s lease (2 s for the take):
   - a `work --name P` whose command holds the item is listed with in_hand 1,
     then SIGSTOPped (its command, in a process group of its own, goes on and
     exits 0 meanwhile): P leaves `consumers` and `consumers --json` within
@@ -19,9 +19,15 @@ counts 300 ms) and a 4 s lease:
     empty, no dead letter, no second run;
   - a streaming `take --ack manual --name T` SIGSTOPped with an item leaves
     the list, the item comes back to a take after its lease, T shows again
-    after SIGCONT, and `delayq ack` with T's token exits 1 (stale).
+    after SIGCONT, and `delayq ack` with T's token exits 1 (stale);
+  - a `take --no-scheduler` paused while it waits pops the wake token of
+    the next item made ready (Redis serves BLPOPs in order) and never takes
+    it: another take waiting behind it gets the item within one wait (2.5
+    s: a take looks again when its BLPOP times out), though no scheduler
+    runs to top the tokens up.
 Every process is SIGCONTed before it is stopped, in a finally.
 """
+# tier: slow
 import json
 import os
 import signal
@@ -36,8 +42,10 @@ sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__
 from dqtest import *  # noqa: E402,F403
 
 Q = "paused-q"
+Q2 = "paused-q2"
 BEAT = {"DELAYQ_CONSUMER_BEAT_MS": "100"}  # the shortest the CLI takes
-LEASE_S = 4
+LEASE_S = 4  # work P's: room to see it dropped while its item is still in flight
+TAKE_LEASE_S = 2
 tmp = tempfile.mkdtemp(prefix="delayq-paused.")
 runs = os.path.join(tmp, "runs")  # one line per command run: NAME ID ATTEMPT
 
@@ -61,6 +69,12 @@ def api_listed(port):
     """{name: consumer} from serve's GET /api/queues/Q/consumers (None on failure)."""
     got = get(port, f"/api/queues/{Q}/consumers")
     return {c["name"]: c for c in got["consumers"]} if isinstance(got, dict) and "consumers" in got else None
+
+
+def blocked():
+    """How many clients wait in a BLPOP (in the last section: its takes')."""
+    return sum(1 for ln in redis("CLIENT", "LIST").decode().splitlines()
+               if "cmd=blpop" in ln and "flags=b" in ln)
 
 
 def absent(name, source):
@@ -101,7 +115,7 @@ def gone_within(name, secs, source):
     return gone, time.monotonic() - t0
 
 
-server = p = w = t = None
+server = p = w = t = t2 = r3 = None
 try:
     section("a worker holding an item is paused: it leaves the lists, the item stays in flight")
     port = closed_port()
@@ -158,7 +172,7 @@ try:
 
     section("a streaming take with a lease, paused: same story, `delayq ack` of its token exits 1")
     eq(dq("offer", Q, "0", "job-b", "--id", "b").rc, 0, "offer b")
-    t = bg_dq("take", Q, "--ack", "manual", "--lease", f"{LEASE_S}s", "--count", "0", "--json", "--name", "T",
+    t = bg_dq("take", Q, "--ack", "manual", "--lease", f"{TAKE_LEASE_S}s", "--count", "0", "--json", "--name", "T",
               env=BEAT)
     ok(wait_for(lambda: t.count() == 1, 10), "T takes b", t.err)
     tb = json.loads(t.snapshot()[0][1]) if t.count() else {}
@@ -166,8 +180,14 @@ try:
     pause(t)
     gone, took = gone_within("T", 5, listed)
     ok(gone, f"paused T left the list {took:.2f} s after SIGSTOP", listed())
-    r2 = dq("take", Q, "--ack", "manual", "--json", "--timeout", f"{LEASE_S + 8}s")
+    lk = dq("lookup", Q, "b", "--json")
+    lease_end = lk.json_lines()[0].get("lease_end_ms", 0) if lk.rc == 0 else 0
+    r2 = dq("take", Q, "--ack", "manual", "--json", "--timeout", f"{TAKE_LEASE_S + 8}s")
+    got_ms = server_ms()
     got = r2.json_lines()
+    if got and lease_end:
+        note(f"b: lease end -> ready {got[0].get('ready_ms', 0) - lease_end} ms, ready -> taken about "
+             f"{got_ms - got[0].get('ready_ms', 0)} ms")
     ok(r2.rc == 0 and len(got) == 1 and got[0].get("id") == "b" and got[0].get("attempt") == 2,
        "b comes back to another take after T's lease (attempt 2)", r2)
     resume(t)
@@ -179,10 +199,27 @@ try:
         eq(dq("ack", Q, "b", got[0].get("token", "x")).rc, 0, "ack with the new token: 0")
     eq(t.stop(signal.SIGTERM), 0, "T exits 0 on SIGTERM")
     ok(wait_for(lambda: absent("T", listed), 2), "T left at once", listed())
+
+    section("a take paused in its wait swallows a wake token: the others look again within a wait")
+    server.stop(signal.SIGTERM)  # no scheduler runs for Q2: no top-up brings the token back
+    t2 = bg_dq("take", Q2, "--no-scheduler", "--count", "0", "--json", "--name", "T2", env=BEAT)
+    ok(wait_for(lambda: blocked() == 1, 10), "T2 waits (its BLPOP is out)", t2.err)
+    pause(t2)
+    r3 = bg_dq("take", Q2, "--no-scheduler", "--json", "--timeout", "8s")
+    ok(wait_for(lambda: blocked() == 2, 10), "a second take waits behind T2", r3.err)
+    eq(dq("offer", Q2, "0", "job-c", "--id", "c").rc, 0, "offer c (due now: ready, one wake token)")
+    t0 = time.monotonic()
+    eq(r3.wait(10), 0, "the second take got c, though paused T2 popped its token")
+    took = time.monotonic() - t0
+    ok(took < 2.5 + 1.5, f"within a wait of 2.5 s ({took:.2f} s): it looked again when its wait ran out", took)
+    eq([m.get("id") for m in parse_json_lines(b"\n".join(ln for _, ln in r3.snapshot()))], ["c"], "it printed c")
+    resume(t2)
+    eq(t2.stop(signal.SIGTERM), 0, "T2, resumed, exits 0 on SIGTERM")
+    eq(t2.count(), 0, "T2 got nothing (its token's entry was taken)")
 finally:
     for x in list(stopped):
         os.kill(x.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-    for x in (t, w, p, server):
+    for x in (r3, t2, t, w, p, server):
         if x is not None and x.running():
             x.stop(signal.SIGTERM, timeout=5)
 
