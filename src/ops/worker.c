@@ -346,8 +346,8 @@ static void stale(dq_worker *w, const dq_msg *m, int acked) {
     dq__escape(id, sizeof id, m->id, m->id_len, 64, DQ__ESC_UTF8); /* an id may hold any byte */
     w->counters.stale++;
     dq__log(w->c,
-            "worker %s: the %s of %s (attempt %d) came after its lease had run out; the item went "
-            "elsewhere",
+            "worker %s: the %s of %s (attempt %d) came after its lease had run out: refused, the "
+            "item is delivered again",
             w->queue, acked ? "ack" : "nack", id, m->attempt);
     if (!w->on_stale) return;
     w->busy++;

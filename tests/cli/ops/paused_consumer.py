@@ -12,8 +12,8 @@ counts 300 ms) and a 4 s lease (2 s for the take):
     acks it: nothing lost;
   - P resumes (SIGCONT): it is listed again (the CLI, the API) within 5 s,
     its late ack is refused as stale and logged on its stderr, once, as
-    "worker Q: the ack of ID (attempt 1) came after its lease had run out;
-    the item went elsewhere"; stopped by SIGTERM it exits 0 and its summary
+    "worker Q: the ack of ID (attempt 1) came after its lease had run out:
+    refused, the item is delivered again"; stopped by SIGTERM it exits 0 and its summary
     counts the item as "1 stale" (its command succeeded, the ack did not
     count), not as succeeded; the item was acked once (W's), the queue is
     empty, no dead letter, no second run;
@@ -157,7 +157,8 @@ try:
     p_rc = p.stop(signal.SIGTERM)
     perr = p.err.decode("utf-8", "replace")
     eq(p_rc, 0, "P exits 0 on SIGTERM")
-    stale_line = f"worker {Q}: the ack of a (attempt 1) came after its lease had run out; the item went elsewhere"
+    stale_line = (f"worker {Q}: the ack of a (attempt 1) came after its lease had run out: refused, the item is "
+                  "delivered again")
     ok(perr.count(stale_line) == 1, "P's stderr says its ack of a was stale, once", perr)
     ok("work: stopped: 0 succeeded, 0 failed, 1 stale" in perr, "P's summary counts a as stale, not succeeded",
        perr)
