@@ -1045,6 +1045,17 @@ typedef struct dq_worker_counters {
 
 DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out);
 
+/* Receives each ack (acked 1) or nack (acked 0) of w that the server
+ * refused as stale: msg's lease had run out before it came (a handler or a
+ * process paused past it), so the item was, or will be, delivered again
+ * and this handling counts for nothing (its side effects are the
+ * program's to undo). It runs from the reply's callback, once per such
+ * message, after the log line that names it and while counters.stale
+ * counts it; msg (id, attempt, payload) is valid only during the call, and
+ * the call may stop the worker. fn NULL: none (the default). */
+typedef void dq_stale_fn(dq_worker *w, const dq_msg *msg, int acked, void *privdata);
+DQ_EXPORT void dq_worker_set_on_stale(dq_worker *w, dq_stale_fn *fn, void *privdata);
+
 /* ------------------------------------------------------------------ consumers */
 
 /* A consumer makes itself visible to the queue's operators ('delayq

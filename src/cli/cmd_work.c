@@ -67,8 +67,11 @@ const char cli_usage_work[] =
     "  --lease DUR         how long an item may stay in hand before it is\n"
     "                      delivered again elsewhere (250ms, 30s, 5m, 2h, 1d,\n"
     "                      milliseconds); default: the queue's (delayq config),\n"
-    "                      else 30s. A command running longer than this may\n"
-    "                      see its item delivered twice.\n"
+    "                      else 30s. A command running longer than this (or a\n"
+    "                      worker paused past it) may see its item delivered\n"
+    "                      twice: its late ack or nack is refused as stale (a\n"
+    "                      line on stderr names the item; the summary counts\n"
+    "                      it stale, not succeeded or failed).\n"
     "  --max-attempts N    deliveries before an item becomes a dead letter;\n"
     "                      0 = no limit; default: the queue's, else 16\n"
     "  --pass-credentials  give CMD the worker's connection settings, as\n"
@@ -122,6 +125,8 @@ struct work_run {
     int refused;          /* Redis's ACL refused a take: stop, exit 3     */
     uint64_t handled;     /* messages the worker handed us                */
     uint64_t succeeded, failed;
+    uint64_t stale;       /* settled after the lease ran out: not counted
+                             in succeeded or failed                       */
 };
 
 /* ------------------------------------------------------------ environment */
@@ -380,6 +385,18 @@ static void on_signal(void *data, int signum) {
     for (job *j = r->jobs; j; j = j->next) kill(-j->pid, sig);
 }
 
+/* A command's ack or nack came after the item's lease ran out (the worker
+ * was paused, or the command outlived --lease): the library logged which;
+ * the item went to another consumer, so it counts as neither. */
+static void on_stale(dq_worker *w, const dq_msg *msg, int acked, void *privdata) {
+    work_run *r = privdata;
+
+    (void)w, (void)msg;
+    r->stale++;
+    if (acked) r->succeeded--;
+    else r->failed--;
+}
+
 /* Redis's ACL refused the worker's takes (the line is on stderr already):
  * retrying cannot help, so stop as on a first signal, then exit 3. */
 static void on_refused(void *data, const char *msg) {
@@ -417,7 +434,17 @@ static void drop_jobs(work_run *r) {
     }
 }
 
+/* The summary's count of stale settles, into out: "" when none. */
+static const char *stale_note(const work_run *r, char *out, size_t size) {
+    out[0] = '\0';
+    if (r->stale)
+        snprintf(out, size, ", %" PRIu64 " stale (done after their lease ran out: delivered again)",
+                 r->stale);
+    return out;
+}
+
 static int run(work_run *r, int concurrency, const dq_take_opts *opts) {
+    char stale[96];
     cli_doctor_start(r->c, DQ_DOCTOR_QUICK, NULL, NULL);
     r->w = dq_worker_start_ex(r->c, r->queue, concurrency, 0, opts, on_msg, r);
     if (!r->w) {
@@ -425,6 +452,7 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts) {
         return CLI_FAIL;
     }
     cli_log_start(r->c);
+    dq_worker_set_on_stale(r->w, on_stale, r);
     dq_set_on_refused(r->c, on_refused, r);
     cli_err("work: running the command for items of %s, up to %d at once, until SIGINT "
             "or SIGTERM",
@@ -437,15 +465,16 @@ static int run(work_run *r, int concurrency, const dq_take_opts *opts) {
     cli_signals_stop(r->loop);
     dq_set_on_refused(r->c, NULL, NULL);
     if (r->refused && !r->signals) {
-        cli_err("work: stopped: refused by Redis's ACL (%" PRIu64 " succeeded, %" PRIu64 " failed)",
-                r->succeeded, r->failed);
+        cli_err("work: stopped: refused by Redis's ACL (%" PRIu64 " succeeded, %" PRIu64 " failed%s)",
+                r->succeeded, r->failed, stale_note(r, stale, sizeof stale));
         return CLI_FAIL;
     }
     if (!r->signals) {
         drop_jobs(r);
         return cli_fail(r->c, DQ_ECLOSED, "work");
     }
-    cli_err("work: stopped: %" PRIu64 " succeeded, %" PRIu64 " failed", r->succeeded, r->failed);
+    cli_err("work: stopped: %" PRIu64 " succeeded, %" PRIu64 " failed%s", r->succeeded, r->failed,
+            stale_note(r, stale, sizeof stale));
     return CLI_OK;
 }
 

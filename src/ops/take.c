@@ -13,7 +13,10 @@
  * script again. The blocking connection never holds an item, only a token:
  * a take can end at any moment (timeout, cancel, a dying process) without
  * losing an item, and only the script decides who gets what. A token lost
- * that way is put back by the schedulers' catch-up and safety runs.
+ * that way (or popped by a consumer that is paused) is put back by the
+ * schedulers' catch-up and safety runs; meanwhile each wait ends after
+ * half the safety interval and the take looks again, so its entry waits
+ * no longer than that for a consumer that is waiting.
  *
  * A sharded queue (shard.c) is taken from shard by shard: the script runs
  * on one shard, and on the next when that one is empty, starting from a
@@ -501,12 +504,14 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
                NULL, 0);
         return;
     }
-    if (reply->type == REDIS_REPLY_NIL) { /* its time ran out: nothing came */
-        wait_for_entries(t);
-        return;
-    }
+    /* A token popped (an array), or the wait's time ran out (nil): look
+     * either way, then wait again (protocol.md, step 3; a sharded take's
+     * waiters do the same). A token can be gone while its entry waits:
+     * popped by a consumer that was then paused (SIGSTOP, a VM pause) or
+     * died. The look finds that entry within one wait, not at the
+     * schedulers' next top-up, up to a safety interval later. */
     t->woke = reply->type == REDIS_REPLY_ARRAY;
-    run_script(t); /* something is ready (or the wait was cut): look */
+    run_script(t);
 }
 
 /* The blocking connection failed or was lost: it is not reused (its node

@@ -26,6 +26,11 @@
  * quick. AHEAD_BYTES keeps a take ahead (and so its lease record in Redis)
  * to about a megabyte of payloads.
  *
+ * Settling late: an ack or nack that comes after its lease ran out (a
+ * handler, or the whole process, paused past it) is refused by the server
+ * as stale. Its message is kept until the reply (a settle_call), so the
+ * log line and the program's dq_stale_fn can name the item.
+ *
  * Lifetime: the worker stays allocated while anything can still call into
  * it: a handler running (busy), takes waiting, messages in hand, or ack/nack
  * replies to come (settling). dq_worker_stop only marks it.
@@ -75,7 +80,16 @@ struct dq_worker {
     dq__backoff backoff; /* takes failed in a row: the pause grows      */
     dq_worker_counters counters;
     dq_consumer *consumer; /* its beats (consumer.c), NULL once it leaves */
+    dq_stale_fn *on_stale; /* dq_worker_set_on_stale's, or NULL            */
+    void *stale_data;
 };
+
+/* The messages of one ack or nack call, kept (owned) until its reply. */
+typedef struct settle_call {
+    dq_worker *w;
+    size_t n;
+    dq_msg *msgs[];
+} settle_call;
 
 static void refill(dq_worker *w);
 static void flush_acks(dq_worker *w);
@@ -306,11 +320,43 @@ dq_worker *dq_worker_start(dq_client *c, const char *queue, int concurrency, uns
 
 /* ------------------------------------------------------------ settling */
 
+/* A call for the n messages at msgs (taken over), or NULL (out of memory:
+ * the messages are freed). */
+static settle_call *settle_call_new(dq_worker *w, dq_msg **msgs, size_t n) {
+    settle_call *s = malloc(sizeof *s + n * sizeof *msgs);
+    if (!s) {
+        for (size_t i = 0; i < n; i++) dq_msg_free(msgs[i]);
+        return NULL;
+    }
+    s->w = w;
+    s->n = n;
+    memcpy(s->msgs, msgs, n * sizeof *msgs);
+    return s;
+}
+
+static void settle_call_free(settle_call *s) {
+    for (size_t i = 0; i < s->n; i++) dq_msg_free(s->msgs[i]);
+    free(s);
+}
+
+/* The server refused m's ack (acked 1) or nack as stale: say which item, and
+ * tell the program. The worker stays while its hook runs (busy). */
+static void stale(dq_worker *w, const dq_msg *m, int acked) {
+    char id[200];
+    dq__escape(id, sizeof id, m->id, m->id_len, 64, DQ__ESC_UTF8); /* an id may hold any byte */
+    w->counters.stale++;
+    dq__log(w->c,
+            "worker %s: the %s of %s (attempt %d) came after its lease had run out: refused, the "
+            "item is delivered again",
+            w->queue, acked ? "ack" : "nack", id, m->attempt);
+    if (!w->on_stale) return;
+    w->busy++;
+    w->on_stale(w, m, acked, w->stale_data);
+    w->busy--;
+}
+
 static void log_settle_failure(dq_worker *w, int status) {
-    if (status == 0) {
-        w->counters.stale++;
-        dq__log(w->c, "worker %s: lease had run out before ack/nack; the item went elsewhere", w->queue);
-    } else if (status == DQ_ENOTDURABLE) {
+    if (status == DQ_ENOTDURABLE) {
         dq__log(w->c, "worker %s: ack/nack made but not confirmed by the replicas: %s", w->queue,
                 w->c->errstr);
     } else if (status < 0 && status != DQ_ECLOSED) {
@@ -323,26 +369,29 @@ static void log_settle_failure(dq_worker *w, int status) {
 
 static void on_settled(dq_client *c, int status, void *privdata) {
     (void)c;
-    dq_worker *w = privdata;
-    w->settling--;
+    settle_call *s = privdata;
+    dq_worker *w = s->w;
     if (status < 0) w->counters.refused++;
-    log_settle_failure(w, status);
+    if (status == 0) stale(w, s->msgs[0], 0);
+    else log_settle_failure(w, status);
+    settle_call_free(s);
+    w->settling--;
     if (w->stopping || w->orphaned) maybe_free(w);
 }
 
 static void on_acked(dq_client *c, int status, const int *results, size_t n, void *privdata) {
     (void)c;
-    dq_worker *w = privdata;
-    w->settling--;
+    settle_call *s = privdata;
+    dq_worker *w = s->w;
     if (status < 0) {
         /* The call failed as a whole: every ack of it is refused. */
         w->counters.refused += n;
         log_settle_failure(w, status);
     }
     /* Each result on its own: one refused ack never hides the others. */
-    for (size_t i = 0; results && i < n; i++) {
+    for (size_t i = 0; results && i < n && i < s->n; i++) {
         if (results[i] == 0) {
-            log_settle_failure(w, 0);
+            stale(w, s->msgs[i], 1);
         } else if (results[i] < 0) {
             w->counters.refused++;
             dq__log(w->c,
@@ -351,6 +400,8 @@ static void on_acked(dq_client *c, int status, const int *results, size_t n, voi
                     w->queue);
         }
     }
+    settle_call_free(s);
+    w->settling--;
     if (w->stopping || w->orphaned) maybe_free(w);
 }
 
@@ -360,32 +411,40 @@ static void flush_acks(dq_worker *w) {
     w->nacks = 0;
     const char *ids[DQ__ACK_BATCH], *tokens[DQ__ACK_BATCH];
     for (size_t i = 0; i < n; i++) ids[i] = w->acks[i]->id, tokens[i] = w->acks[i]->token;
-    if (dq__ack_many_async(w->c, w->queue, ids, tokens, n, on_acked, w) == 0) {
+    settle_call *s = settle_call_new(w, w->acks, n);
+    if (s && dq__ack_many_async(w->c, w->queue, ids, tokens, n, on_acked, s) == 0) {
         w->settling++;
-    } else {
-        w->counters.refused += n;
-        dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue, n,
-                w->c->errstr);
+        return;
     }
-    for (size_t i = 0; i < n; i++) dq_msg_free(w->acks[i]);
+    w->counters.refused += n;
+    dq__log(w->c, "worker %s: cannot ack %zu now (%s); their leases will run out", w->queue, n,
+            s ? w->c->errstr : "out of memory");
+    if (s) settle_call_free(s);
+}
+
+/* Sends msg's nack (taken over: freed once its reply came). */
+static void nack(dq_worker *w, dq_msg *msg, const char *error) {
+    char id[200];
+    dq__escape(id, sizeof id, msg->id, msg->id_len, 64, DQ__ESC_UTF8);
+    settle_call *s = settle_call_new(w, &msg, 1); /* msg is s's (or freed) from here */
+    if (s && dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt, on_settled,
+                            s) == 0) {
+        w->settling++;
+        return;
+    }
+    w->counters.refused++;
+    dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out", w->queue, id,
+            s ? w->c->errstr : "out of memory");
+    if (s) settle_call_free(s);
 }
 
 static void settle(dq_worker *w, dq_msg *msg, int ok, const char *error) {
     if (msg->token && ok) {
         if (w->nacks == DQ__ACK_BATCH) flush_acks(w);
-        w->acks[w->nacks++] = msg; /* freed once its ack is sent */
+        w->acks[w->nacks++] = msg; /* freed once its ack's reply came */
     } else {
-        if (msg->token) {
-            if (dq__nack_async(w->c, w->queue, msg->id, msg->token, -1, error, msg->attempt, on_settled,
-                               w) == 0)
-                w->settling++;
-            else {
-                w->counters.refused++;
-                dq__log(w->c, "worker %s: cannot nack %s now (%s); its lease will run out", w->queue,
-                        msg->id, w->c->errstr);
-            }
-        }
-        dq_msg_free(msg);
+        if (msg->token) nack(w, msg, error);
+        else dq_msg_free(msg);
     }
     w->counters.in_hand--;
     if (ok) w->counters.succeeded++;
@@ -417,6 +476,11 @@ void dq_worker_stop(dq_worker *w) {
 }
 
 void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *out) { *out = w->counters; }
+
+void dq_worker_set_on_stale(dq_worker *w, dq_stale_fn *fn, void *privdata) {
+    w->on_stale = fn;
+    w->stale_data = privdata;
+}
 
 void dq__worker_free_all(dq_client *c) {
     /* The takes end with DQ_ECLOSED when the client frees them. Messages

@@ -5,8 +5,10 @@
  * back with a new token (fencing of the old one), max attempts and the dead
  * letters (count, list, redrive one or all, purge), idempotent offers of ids
  * that are ready or in flight, dq_take_many, a worker whose handler fails
- * everything, the life cycle as dq_lookup and dq_get_stats see it, and plain
- * takes (no lease) that leave nothing in flight.
+ * everything, a worker whose handler settles after the lease ran out (stale:
+ * dq_worker_set_on_stale and the log name the item), the life cycle as
+ * dq_lookup and dq_get_stats see it, and plain takes (no lease) that leave
+ * nothing in flight.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it). Each test uses its own queues;
  * every wait polls until a deadline scaled by $DQ_TEST_SLOW.
  */
@@ -992,6 +994,87 @@ static void test_ack_batch_bad_id(void **state) {
     dq_client_free(c);
 }
 
+/* A worker whose handler keeps its messages past their lease, then settles
+ * them: the server refuses both (stale), the worker counts them, logs a
+ * line naming each, and calls the stale hook once for each with the item;
+ * the hook may stop the worker. */
+typedef struct stale_state {
+    dq_msg *held[2];
+    int handled, stale, acked_seen, nacked_seen;
+    char ids[2][8];
+    int attempts[2];
+    int logged; /* log lines naming s1's ack and s2's nack */
+    dq_worker_counters at_last;
+} stale_state;
+
+static void holding_handler(dq_worker *w, dq_msg *msg, void *privdata) {
+    (void)w;
+    stale_state *s = privdata;
+    if (s->handled < 2) s->held[s->handled] = msg;
+    else dq_worker_done(w, msg, 0);
+    s->handled++;
+}
+
+static void on_stale_seen(dq_worker *w, const dq_msg *msg, int acked, void *privdata) {
+    stale_state *s = privdata;
+    if (s->stale < 2) {
+        snprintf(s->ids[s->stale], sizeof s->ids[0], "%.*s", (int)msg->id_len, msg->id);
+        s->attempts[s->stale] = msg->attempt;
+    }
+    if (acked) s->acked_seen++;
+    else s->nacked_seen++;
+    if (++s->stale == 2) {
+        dq_worker_get_counters(w, &s->at_last);
+        dq_worker_stop(w); /* allowed here */
+    }
+}
+
+static void stale_log(void *privdata, const char *msg) {
+    stale_state *s = privdata;
+    if (strstr(msg, "the ack of s1 (attempt 1) came after its lease had run out") ||
+        strstr(msg, "the nack of s2 (attempt 1) came after its lease had run out"))
+        s->logged++;
+}
+
+static void test_worker_settles_late(void **state) {
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "wstale");
+    dq_client *c = dqt_client(NULL);
+    stale_state s = {0};
+    dq_set_log(c, stale_log, &s);
+    offer_now(c, q, "s1", "x", 1);
+    offer_now(c, q, "s2", "y", 1);
+    dq_take_opts opts = lease_opts(200, 0);
+    dq_worker *w = dq_worker_start_ex(c, q, 2, DQ_WORKER_NO_SCHEDULER, &opts, holding_handler, &s);
+    assert_non_null(w);
+    dq_worker_set_on_stale(w, on_stale_seen, &s);
+    int64_t end = dqt_mono_ms() + 5000 * dqt_slow();
+    while (s.handled < 2 && dqt_mono_ms() < end) dqt_run_for(c, 0.02);
+    assert_int_equal(s.handled, 2);
+    dqt_run_for(c, 0.4); /* past both leases, by the server's clock too */
+    int s1 = strcmp(s.held[0]->id, "s1") == 0 ? 0 : 1;
+    dq_worker_done(w, s.held[s1], 0);     /* s1: an ack */
+    dq_worker_done(w, s.held[1 - s1], 1); /* s2: a nack */
+    while (s.stale < 2 && dqt_mono_ms() < end) dqt_run_for(c, 0.02);
+    assert_int_equal(s.stale, 2);
+    assert_int_equal(s.acked_seen, 1);
+    assert_int_equal(s.nacked_seen, 1);
+    assert_true((strcmp(s.ids[0], "s1") == 0 && strcmp(s.ids[1], "s2") == 0) ||
+                (strcmp(s.ids[0], "s2") == 0 && strcmp(s.ids[1], "s1") == 0));
+    assert_int_equal(s.attempts[0], 1);
+    assert_int_equal(s.attempts[1], 1);
+    assert_int_equal(s.logged, 2);
+    assert_int_equal(s.at_last.stale, 2);
+    assert_int_equal(s.at_last.refused, 0);
+    assert_int_equal(s.at_last.in_hand, 0);
+    /* Refused as stale, nothing changed: both still in flight until a
+     * scheduler returns them. */
+    assert_int_equal(lookup(c, q, "s1").state, DQ_STATE_IN_FLIGHT);
+    assert_int_equal(lookup(c, q, "s2").state, DQ_STATE_IN_FLIGHT);
+    dq_client_free(c); /* the hook stopped the worker */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lease_ack_lifecycle),
@@ -1009,6 +1092,7 @@ int main(void) {
         cmocka_unit_test(test_worker_fails_to_dead),
         cmocka_unit_test(test_worker_acks),
         cmocka_unit_test(test_ack_batch_bad_id),
+        cmocka_unit_test(test_worker_settles_late),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,13 +190,15 @@ class Bg:
     """A background delayq (or other) process whose stdout lines are collected
     with their local receive time (time.time()), as they arrive."""
 
-    def __init__(self, argv, stdin=None, name=None):
+    def __init__(self, argv, stdin=None, name=None, env=None):
+        """env: variables added to this process's environment for the child."""
         self.name = name or " ".join(map(str, argv[1:4]))
         self.lines = []  # (recv_epoch_s, bytes without newline)
         self.err = b""
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=dict(os.environ, **env) if env else None)
         self.pid = self.proc.pid
         self.started = time.time()
         _procs.append(self)
@@ -274,9 +276,9 @@ class Bg:
         return self.proc.returncode
 
 
-def bg_dq(*args, stdin=None, wrap=False):
+def bg_dq(*args, stdin=None, wrap=False, env=None):
     return Bg((WRAPPER if wrap else []) + [BIN, "--redis", URL] + [str(a) for a in args], stdin=stdin,
-              name="delayq " + " ".join(str(a) for a in args[:3]))
+              name="delayq " + " ".join(str(a) for a in args[:3]), env=env)
 
 
 def _stop_all():

@@ -40,27 +40,13 @@ def listed(queue, env=FAST):
     return {c["name"]: c for c in r.json_lines()}
 
 
-def bg_env(env, *args):
-    """bg_dq with env added to this process's environment for the child."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return bg_dq(*args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
-
-
 section("two live consumers listed, with names and items in hand")
 eq(dq("offer", Q, "0", "a", "--id", "a").rc, 0, "offer a")
 eq(dq("offer", Q, "0", "b", "--id", "b").rc, 0, "offer b")
-w1 = bg_env(FAST, "work", Q, "--name", "W1", "--concurrency", "2", "--exec", "sleep 6")
+w1 = bg_dq("work", Q, "--name", "W1", "--concurrency", "2", "--exec", "sleep 6", env=FAST)
 ok(wait_for(lambda: listed(Q).get("W1", {}).get("in_hand") == 2, 10), "W1 listed with 2 items in hand",
    (listed(Q), w1.err))
-t1 = bg_env(FAST, "take", Q, "--count", "0", "--name", "T1")
+t1 = bg_dq("take", Q, "--count", "0", "--name", "T1", env=FAST)
 ok(wait_for(lambda: set(listed(Q)) == {"W1", "T1"}, 10), "W1 and T1 listed", listed(Q))
 c = listed(Q)
 t = c.get("T1", {})
@@ -95,7 +81,7 @@ eq(listed(Q), {}, "ghost (beat ran out, not pruned yet) not listed")
 redis("DEL", k, "dq:{" + Q + "}:ci")
 
 section("the default beat: a dead consumer leaves within a minute")
-t2 = bg_env({"DELAYQ_CONSUMER_BEAT_MS": ""}, "take", Q, "--count", "0", "--name", "T2")
+t2 = bg_dq("take", Q, "--count", "0", "--name", "T2", env={"DELAYQ_CONSUMER_BEAT_MS": ""})
 ok(wait_for(lambda: "T2" in listed(Q), 10), "T2 listed", listed(Q))
 score = redis("ZSCORE", k, "T2")
 seen = listed(Q).get("T2", {}).get("last_seen_ms", 0)
