@@ -274,7 +274,7 @@ DQ_EXPORT dq_client *dq_client_new(struct ev_loop *loop, const dq_options *opts)
  * selects the db. Returns 0, DQ_EINVAL (bad URL), DQ_ECONNECT, DQ_ETIMEDOUT
  * or DQ_EAUTH. After a success the client follows the topology by itself:
  * it reconnects, follows Sentinel failovers and cluster slot moves and
- * failovers (see README, "High availability"). Call once per client. */
+ * failovers (see docs/ha.md, 'High availability'). Call once per client. */
 DQ_EXPORT int dq_connect(dq_client *c, const char *url) DQ_NODISCARD;
 
 /* Stops everything the client runs (schedulers, takes, workers: their
@@ -640,7 +640,7 @@ typedef struct dq_finding {
  * (CONFIG, INFO or ACL refused to this user, a replica unreachable) is a
  * DQ_FINDING_WARN saying why. The clock check compares each node's TIME
  * with this host's clock: more than 1 s apart is DQ_FINDING_UNSAFE (see
- * README, "Clocks"). Fills *out with a new array of *n (DQ_DOCTOR_CHECKS)
+ * docs/operations.md, 'Clocks'). Fills *out with a new array of *n (DQ_DOCTOR_CHECKS)
  * findings in a fixed order; free it with dq_findings_free. Returns 0, or a
  * negative code (nothing in *out): DQ_ECONNECT when no node could be
  * examined, DQ_ENOMEM, DQ_EBUSY from a callback of c. Runs the client's
@@ -658,7 +658,7 @@ DQ_EXPORT const char *dq_finding_status_name(int status);
  * after every reconnect, keeps one timer armed for the earliest announced
  * due time, and re-checks at a jittered safety interval. Idempotent per
  * queue. Any number of processes may schedule the same queue; they stay out
- * of each other's way (see README, "Many schedulers").
+ * of each other's way (see docs/guarantees.md, 'Many schedulers').
  * Returns 0, DQ_EINVAL or DQ_ENOMEM. Failures after that (Redis down) are
  * retried by the scheduler itself. */
 DQ_EXPORT int dq_schedule(dq_client *c, const char *queue) DQ_NODISCARD;

@@ -419,7 +419,7 @@ void phase_drain_ir(void) {
     out("   %-56s %10.0f %8.2f\n", "burst, dq_take_many, up to 64 a call", ir_bt, 1.0);
     out("   The drains are Redis-bound (core 0 busy throughout), so dq_worker's rate is about\n"
         "   dq_take_many's times the 'vs 5e' column, on any day: at the 168k/s 5e made on the day\n"
-        "   of the README's figures, %.0f items/s with 32 in flight, %.0f with 64.\n",
+        "   of docs/measured.md's figures, %.0f items/s with 32 in flight, %.0f with 64.\n",
         168000 * ir_tm / ir_w32, 168000 * ir_tm / ir_w64);
 }
 

@@ -286,21 +286,32 @@ static int stored_payload(dq_client *c, const char *queue, const char *name, con
     return 0;
 }
 
+/* Runs 'set NAME EVERY_MS START_MS STOP_MS MISSED TEXT PAYLOAD [cron ZONE]'
+ * (see recurring.lua) for sp: the arguments both kinds of schedule send,
+ * every_ms 0 and with 'cron ZONE' (zone not NULL) for a cron schedule,
+ * text its expression or its interval's "every 90s". The answer is in *k. */
+static int run_set(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
+                   int64_t every_ms, const char *text, const char *zone, const char *payload,
+                   size_t payload_len, recur_call *k) {
+    char every[24], start[24], end[24];
+    snprintf(every, sizeof every, "%" PRId64, every_ms);
+    snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
+    snprintf(end, sizeof end, "%" PRId64, sp->end_ms);
+    const char *args[9] = {name, every,   start,  end, missed_names[sp->missed],
+                           text, payload, "cron", zone};
+    int nargs = zone ? 9 : 7;
+    size_t lens[9];
+    for (int i = 0; i < nargs; i++) lens[i] = i == 6 ? payload_len : strlen(args[i]); /* any bytes */
+    return recur_run(c, queue, "set", nargs, args, lens, k);
+}
+
 /* 'set' with 'cron ZONE', then the first ticks (of cr in z). */
 static int set_cron(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *sp,
                     const dq__cron *cr, const dq__zone *z, const char *payload, size_t payload_len,
                     int64_t *next_ms) {
-    char start[24], end[24];
     const char *zone = sp->zone ? sp->zone : "UTC";
-    snprintf(start, sizeof start, "%" PRId64, sp->start_ms);
-    snprintf(end, sizeof end, "%" PRId64, sp->end_ms);
-    const char *args[9] = {name,     "0",     start,  end, missed_names[sp->missed],
-                           sp->cron, payload, "cron", zone};
-    size_t lens[9] = {
-        strlen(name), 1, strlen(start), strlen(end), strlen(missed_names[sp->missed]), strlen(sp->cron),
-        payload_len,  4, strlen(zone)};
     recur_call k;
-    int rc = recur_run(c, queue, "set", 9, args, lens, &k);
+    int rc = run_set(c, queue, name, sp, 0, sp->cron, zone, payload, payload_len, &k);
     if (rc && rc != DQ_ENOTDURABLE) return rc;
     return cron_first(c, queue, k.shard, name, sp, cr, z, k.value, next_ms);
 }
@@ -308,17 +319,10 @@ static int set_cron(dq_client *c, const char *queue, const char *name, const dq_
 /* 'set' of an 'every' schedule. */
 static int set_every(dq_client *c, const char *queue, const char *name, const dq_recurring_spec *spec,
                      const char *payload, size_t payload_len, int64_t *next_ms) {
-    char every[24], start[24], end[24], text[48];
-    snprintf(every, sizeof every, "%" PRId64, spec->every_ms);
-    snprintf(start, sizeof start, "%" PRId64, spec->start_ms);
-    snprintf(end, sizeof end, "%" PRId64, spec->end_ms);
+    char text[48];
     every_text(spec->every_ms, text, sizeof text);
-    const char *args[7] = {name, every, start, end, missed_names[spec->missed], text, payload};
-    size_t lens[7] = {
-        strlen(name), strlen(every), strlen(start), strlen(end), strlen(missed_names[spec->missed]),
-        strlen(text), payload_len};
     recur_call k;
-    int rc = recur_run(c, queue, "set", 7, args, lens, &k);
+    int rc = run_set(c, queue, name, spec, spec->every_ms, text, NULL, payload, payload_len, &k);
     if ((rc == 0 || rc == DQ_ENOTDURABLE) && next_ms) *next_ms = k.value;
     return rc;
 }

@@ -25,21 +25,26 @@ typedef struct dq__shardcount {
     char queue[DQ_QUEUE_MAX + 1];
 } dq__shardcount;
 
-unsigned dq__shards_of(dq_client *c, const char *queue) {
+/* queue's entry, or NULL when the client keeps none (its count is 1). */
+static dq__shardcount *entry_of(dq_client *c, const char *queue) {
     for (dq__shardcount *s = c->shardcounts; s; s = s->next)
-        if (strcmp(s->queue, queue) == 0) return s->n;
-    return 1;
+        if (strcmp(s->queue, queue) == 0) return s;
+    return NULL;
+}
+
+unsigned dq__shards_of(dq_client *c, const char *queue) {
+    const dq__shardcount *s = entry_of(c, queue);
+    return s ? s->n : 1;
 }
 
 void dq__shards_learn(dq_client *c, const char *queue, unsigned n) {
-    for (dq__shardcount *s = c->shardcounts; s; s = s->next) {
-        if (strcmp(s->queue, queue) == 0) {
-            s->n = n;
-            return;
-        }
+    dq__shardcount *s = entry_of(c, queue);
+    if (s) {
+        s->n = n;
+        return;
     }
     if (n == 1) return; /* the default: nothing to keep */
-    dq__shardcount *s = malloc(sizeof *s);
+    s = malloc(sizeof *s);
     if (!s) return; /* the next call is refused again, and tries again */
     s->n = n;
     snprintf(s->queue, sizeof s->queue, "%s", queue);
