@@ -94,9 +94,11 @@ end
 -- Migrates schedule name if its spec is v1; else takes it out of
 -- P..'ticks' (a stale entry, or a v1 spec that does not decode: it lists as
 -- 'bad') and, when it has no state, gives it an unknown one ('-1|-1', what
--- recur.state reads for none), so recur.upgrade's scan passes it by.
+-- recur.state reads for none), so recur.upgrade's scan passes it by. A name
+-- no schedule can have (planted: '@', control bytes) is never migrated:
+-- in a bucket it would tick on, unlisted, and no 'remove' could name it.
 function recur.upgrade_one(P, zs, counters, chan, name, now, refills, bound)
-  local s = recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), name))
+  local s = recur.name_ok(name) and recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), name))
   if s then return recur.v1_migrate(P, zs, counters, chan, name, s, now, refills, bound) end
   redis.pcall('ZREM', recur.ticks_key(P), name)
   if redis.call('HEXISTS', recur.sched_key(P), name) == 1 and redis.call('HEXISTS', recur.state_key(P), name) == 0 then

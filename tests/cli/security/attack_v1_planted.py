@@ -1,0 +1,110 @@
+"""attack_v1_planted.py - schedules of the previous release (spec v1,
+dq:{Q}:ticks: lib/85_recurring_v1.lua) planted by a writer to Redis, run by
+a user who may EVAL but not FUNCTION LOAD (so the migration runs from the
+trimmed EVAL texts: tools/lua-trim.awk).
+
+  - a v1 spec under a name no schedule can have ('a@b', an escape byte) is
+    not migrated: it enters no tick bucket, so it makes no items after the
+    migration (it ticked every second, unlisted and past removing, as
+    `schedules` and `every ... remove` refuse such a name); its one pending
+    item of the previous release stays an ordinary item;
+  - a good v1 schedule beside them migrates and ticks, through the EVAL
+    texts (no "nonexistent global" in the scheduler's lines), and `every`
+    on another v1 one (recurring.lua's v1 hook) changes it;
+  - dq:{Q}:ticks of another type, and the HSCAN cursor dq:{Q}:smig as a
+    list or garbage digits, fail no transfer: an ordinary item offered
+    beside them is taken.
+"""
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+PASSWORD = "v1-planted-pw"
+R = Redis(timeout=30)
+eq(R.cmd("ACL", "SETUSER", "dqv1", "reset", "on", ">" + PASSWORD, "~*", "&*", "+@all", "-function"), "OK",
+   "a user who may EVAL but not FUNCTION LOAD")
+EURL = f"redis://dqv1:{PASSWORD}@127.0.0.1:{PORT}"
+R.cmd("FUNCTION", "FLUSH")
+
+# A spec v1 as the previous release wrote it (lib/85_recurring_v1.lua), its
+# pending item for tick NEXT (id NAME@NEXT) offered as that release did.
+PLANT_V1 = """
+local s = {v = 1, kind = 'every', every = tonumber(ARGV[2]), start = tonumber(ARGV[3]), stop = 0,
+           missed = 'one', paused = 0, text = ARGV[2] .. 'ms', zone = '', plen = #ARGV[5],
+           next = tonumber(ARGV[4]), last = -1}
+redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack(s))
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+return 1
+"""
+
+
+def plant_v1(q, name, every, nxt, payload):
+    P = "dq:{" + q + "}:"
+    dq("offer", q, f"{max(0, nxt - server_ms())}ms", payload, "--id", name + b"@" + str(nxt).encode()
+       if isinstance(name, bytes) else f"{name}@{nxt}")
+    redis("EVAL", PLANT_V1, 3, P + "sched", P + "spay", P + "ticks", name, every, nxt - every, nxt, payload)
+
+
+def bucket_members(q):
+    P = "dq:{" + q + "}:"
+    out = []
+    for b in redis("ZRANGE", P + "tb", 0, -1):
+        out += redis("LRANGE", P + "tb:" + b.decode(), 0, -1)
+    return out
+
+
+def ids_taken(q, secs):
+    r = dq("--redis", EURL, "take", q, "--count", "0", "--json", "--no-scheduler", "--timeout", f"{secs}s",
+           redis=False)
+    return [m.get("id") for m in r.json_lines()]
+
+
+section("v1 schedules with names no schedule can have are not migrated")
+Q = "v1bad"
+P = "dq:{" + Q + "}:"
+now = server_ms()
+nxt = now + 300
+plant_v1(Q, "a@b", 1000, nxt, "p-at")
+plant_v1(Q, b"esc\x1bname", 1000, nxt, "p-esc")
+plant_v1(Q, "good", 1000, nxt, "p-good")
+plant_v1(Q, "other", 60000, now + 60000, "p-other")
+sched = Bg([BIN, "--redis", EURL, "schedule", Q], name="delayq schedule (EVAL only)")
+ok(wait_for(lambda: redis("EXISTS", P + "ticks") == 0, 10), "the scheduler migrates them: dq:{Q}:ticks is gone")
+members = bucket_members(Q)
+eq(sorted(m.split(b"|")[0] for m in members), [b"good", b"other"], "only the good names enter a tick bucket")
+r = dq("--redis", EURL, "every", Q, "other", "2s", "p-other2", redis=False)
+ok(r.rc == 0, "every on a v1 schedule through EVAL (recurring.lua's v1 hook)", r.errtext)
+ok(wait_for(lambda: server_ms() >= nxt + 2600, 5), "three ticks of 1 s pass")
+ids = ids_taken(Q, 1)
+eq(sorted(i for i in ids if not i.startswith(("good@", "other@"))), [f"a@b@{nxt}"],
+   "the bad names made no item after the migration (a@b's pending item stays; esc's id is no id)")
+ok(len([i for i in ids if i.startswith("good@")]) >= 2, "the good one ticks", ids)
+l = dq("--redis", EURL, "schedules", Q, "--json", redis=False)
+eq(sorted(m.get("name") for m in l.json_lines()), ["good", "other"], "schedules lists the good ones")
+eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
+ok(b"global" not in sched.err and b"script" not in sched.err, "no script error in the scheduler's lines",
+   sched.err)
+
+section("dq:{Q}:ticks and dq:{Q}:smig of another type or garbage fail no transfer")
+for i, (tk, ck) in enumerate([("string", "list"), ("set", "digits"), ("hash", "huge")]):
+    q = f"v1junk{i}"
+    P = "dq:{" + q + "}:"
+    plant_v1(q, "s", 1000, server_ms() + 60000, "p")
+    redis("HDEL", P + "sstate", "s")
+    redis("DEL", P + "ticks")
+    {"string": lambda: redis("SET", P + "ticks", "x"), "set": lambda: redis("SADD", P + "ticks", "s"),
+     "hash": lambda: redis("HSET", P + "ticks", "s", "1")}[tk]()
+    {"list": lambda: redis("RPUSH", P + "smig", "7"), "digits": lambda: redis("SET", P + "smig", "12345"),
+     "huge": lambda: redis("SET", P + "smig", "9" * 30)}[ck]()
+    eq(dq("--redis", EURL, "offer", q, "0", "item", "--id", "ordinary", redis=False).rc, 0, f"{q}: offer")
+    t = dq("--redis", EURL, "take", q, "--timeout", "5s", "--json", redis=False)
+    eq((t.rc, [m.get("id") for m in t.json_lines()]), (0, ["ordinary"]),
+       f"{q}: ticks a {tk}, smig {ck}: the ordinary item is taken ({t.errtext})")
+
+R.cmd("ACL", "DELUSER", "dqv1")
+finish()
