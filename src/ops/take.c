@@ -482,15 +482,23 @@ static void wait_on_shards(dq_take_req *t) {
 
 /* ------------------------------------------------------------ waiting */
 
-static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    dq_take_req *t = privdata;
-    if (t->done) return;
+/* What every reply on the blocking connection (a wait, look_if_ready's
+ * LLEN) starts with: returns 1 if t goes on with reply; 0 if t is done,
+ * ending (finished here), or the connection was lost (on_conn_lost looks
+ * again). */
+static int wait_answered(dq_take_req *t, const redisReply *reply) {
+    if (t->done) return 0;
     t->wait_out = 0;
     if (t->ending) {
         finish(t, t->end_status, NULL, 0);
-        return;
+        return 0;
     }
-    if (!reply) return; /* on_conn_lost looks again */
+    return reply != NULL;
+}
+
+static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq_take_req *t = privdata;
+    if (!wait_answered(t, reply)) return;
     if (dq__reply_is_topology(reply)) {
         /* A failover or slot move ended the wait: look, then wait where
          * the queue is now. */
@@ -524,13 +532,7 @@ static void ready_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     (void)conn;
     (void)code;
     dq_take_req *t = privdata;
-    if (t->done) return;
-    t->wait_out = 0;
-    if (t->ending) {
-        finish(t, t->end_status, NULL, 0);
-        return;
-    }
-    if (!reply) return; /* on_conn_lost looks again */
+    if (!wait_answered(t, reply)) return;
     t->woke = 0;
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) wait_for_entries(t);
     else run_script(t);
