@@ -16,6 +16,9 @@
 --                     needs to know: 'e|EVERY|STOP|MISSED' for 'every',
 --                     'c' for cron (its spec is read)
 --   P..'tb:T|RUN' LIST the schedules of that bucket, as 'NAME|PAYLOAD'
+--                     (pushed with kcall: one of another type is renamed
+--                     away, as a slot is, never failing a call that has
+--                     popped the schedules of the bucket before)
 -- The invariant: an active schedule is in the bucket of its next tick T,
 -- and has had no item for T yet. The first transfer that runs at or after
 -- T (any scheduler: the call is atomic) takes the bucket's schedules,
@@ -147,7 +150,7 @@ end
 function recur.enter(P, chan, name, s, t, payload, bound)
   if t < 0 then return end
   local b = fmt(t) .. '|' .. recur.run_of(s)
-  redis.call('RPUSH', recur.bucket_key(P, b), name .. '|' .. payload)
+  kcall(P, 'RPUSH', recur.bucket_key(P, b), name .. '|' .. payload)
   redis.call('ZADD', recur.buckets_key(P), fmt(t), b)
   announce_if_first(chan, t * ORD, bound)
 end
@@ -391,7 +394,7 @@ function recur.regular(P, key, b, ms, st, run, nows, out, lat, late)
     end
   end
   local nb = st.nts .. '|' .. run
-  redis.call('RPUSH', recur.bucket_key(P, nb), unpack(ms))
+  kcall(P, 'RPUSH', recur.bucket_key(P, nb), unpack(ms))
   redis.call('ZADD', recur.buckets_key(P), st.nts, nb)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
   if #out > 0 then recur.late(lat, late, #out) end
@@ -451,7 +454,7 @@ function recur.chunk(P, b, T, run, now, nows, out, lat, refills)
   end
   if firsts > 0 then recur.late(lat, now - T, firsts) end
   for nb, g in pairs(nexts) do
-    redis.call('RPUSH', recur.bucket_key(P, nb), unpack(g))
+    kcall(P, 'RPUSH', recur.bucket_key(P, nb), unpack(g))
     redis.call('ZADD', recur.buckets_key(P), g.t, nb)
   end
   if ns > 0 then redis.call('HSET', recur.state_key(P), unpack(state)) end

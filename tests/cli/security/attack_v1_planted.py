@@ -13,7 +13,12 @@ trimmed EVAL texts: tools/lua-trim.awk).
     on another v1 one (recurring.lua's v1 hook) changes it;
   - dq:{Q}:ticks of another type, and the HSCAN cursor dq:{Q}:smig as a
     list or garbage digits, fail no transfer: an ordinary item offered
-    beside them is taken.
+    beside them is taken;
+  - the keys of the tick buckets a schedule's next ticks go into, planted
+    as strings, fail no transfer and lose no schedule: they are renamed
+    away (noted in the set-aside list) and the schedules, today's and a
+    migrated one, tick on (the transfer failed after popping the
+    schedules out of their bucket: they were gone).
 """
 import os
 import sys
@@ -43,9 +48,14 @@ return 1
 """
 
 
+def ev(*args, **kw):
+    """delayq as the user without FUNCTION rights (EVAL fallback only)."""
+    return dq("--redis", EURL, *args, redis=False, **kw)
+
+
 def plant_v1(q, name, every, nxt, payload):
     P = "dq:{" + q + "}:"
-    dq("offer", q, f"{max(0, nxt - server_ms())}ms", payload, "--id", name + b"@" + str(nxt).encode()
+    ev("offer", q, f"{max(0, nxt - server_ms())}ms", payload, "--id", name + b"@" + str(nxt).encode()
        if isinstance(name, bytes) else f"{name}@{nxt}")
     redis("EVAL", PLANT_V1, 3, P + "sched", P + "spay", P + "ticks", name, every, nxt - every, nxt, payload)
 
@@ -59,8 +69,7 @@ def bucket_members(q):
 
 
 def ids_taken(q, secs):
-    r = dq("--redis", EURL, "take", q, "--count", "0", "--json", "--no-scheduler", "--timeout", f"{secs}s",
-           redis=False)
+    r = ev("take", q, "--count", "0", "--json", "--no-scheduler", "--timeout", f"{secs}s")
     return [m.get("id") for m in r.json_lines()]
 
 
@@ -77,14 +86,14 @@ sched = Bg([BIN, "--redis", EURL, "schedule", Q], name="delayq schedule (EVAL on
 ok(wait_for(lambda: redis("EXISTS", P + "ticks") == 0, 10), "the scheduler migrates them: dq:{Q}:ticks is gone")
 members = bucket_members(Q)
 eq(sorted(m.split(b"|")[0] for m in members), [b"good", b"other"], "only the good names enter a tick bucket")
-r = dq("--redis", EURL, "every", Q, "other", "2s", "p-other2", redis=False)
+r = ev("every", Q, "other", "2s", "p-other2")
 ok(r.rc == 0, "every on a v1 schedule through EVAL (recurring.lua's v1 hook)", r.errtext)
 ok(wait_for(lambda: server_ms() >= nxt + 2600, 5), "three ticks of 1 s pass")
 ids = ids_taken(Q, 1)
 eq(sorted(i for i in ids if not i.startswith(("good@", "other@"))), [f"a@b@{nxt}"],
    "the bad names made no item after the migration (a@b's pending item stays; esc's id is no id)")
 ok(len([i for i in ids if i.startswith("good@")]) >= 2, "the good one ticks", ids)
-l = dq("--redis", EURL, "schedules", Q, "--json", redis=False)
+l = ev("schedules", Q, "--json")
 eq(sorted(m.get("name") for m in l.json_lines()), ["good", "other"], "schedules lists the good ones")
 eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
 ok(b"global" not in sched.err and b"script" not in sched.err, "no script error in the scheduler's lines",
@@ -101,10 +110,34 @@ for i, (tk, ck) in enumerate([("string", "list"), ("set", "digits"), ("hash", "h
      "hash": lambda: redis("HSET", P + "ticks", "s", "1")}[tk]()
     {"list": lambda: redis("RPUSH", P + "smig", "7"), "digits": lambda: redis("SET", P + "smig", "12345"),
      "huge": lambda: redis("SET", P + "smig", "9" * 30)}[ck]()
-    eq(dq("--redis", EURL, "offer", q, "0", "item", "--id", "ordinary", redis=False).rc, 0, f"{q}: offer")
-    t = dq("--redis", EURL, "take", q, "--timeout", "5s", "--json", redis=False)
+    eq(ev("offer", q, "0", "item", "--id", "ordinary").rc, 0, f"{q}: offer")
+    t = ev("take", q, "--timeout", "5s", "--json")
     eq((t.rc, [m.get("id") for m in t.json_lines()]), (0, ["ordinary"]),
        f"{q}: ticks a {tk}, smig {ck}: the ordinary item is taken ({t.errtext})")
 
+section("tick buckets planted as strings: quarantined, the schedules and the items go on")
+Q = "v1tb"
+P = "dq:{" + Q + "}:"
+eq(ev("every", Q, "g", "1s", "p-g").rc, 0, "today's schedule g, every 1 s")
+first = int(redis("ZRANGE", P + "tb", 0, 0, "WITHSCORES")[1])
+nxt = first + 3000
+plant_v1(Q, "old", 1000, nxt, "p-old")
+for k in range(1, 7):  # the buckets g's next ticks and old's go into
+    redis("SET", P + f"tb:{first + k * 1000}|e|1000|0|one", "planted")
+eq(ev("offer", Q, f"{first + 1500 - server_ms()}ms", "item", "--id", "ordinary").rc, 0, "an ordinary item due "
+   "between g's ticks")
+sched = Bg([BIN, "--redis", EURL, "schedule", Q], name="delayq schedule (EVAL only)")
+ok(wait_for(lambda: server_ms() >= first + 5600, 10), "six ticks pass")
+ids = ids_taken(Q, 1)
+eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
+ok(b"transfer failed" not in sched.err, "no transfer failed", sched.err)
+ok("ordinary" in ids, "the ordinary item is taken", ids)
+ok(len([i for i in ids if i.startswith("g@")]) >= 5, "g ticks on (its members were popped, then the push "
+   "into the planted next bucket failed: g was gone)", ids)
+ok(len([i for i in ids if i.startswith("old@")]) >= 2, "old, migrated into a planted bucket, ticks", ids)
+notes = [e for e in redis("LRANGE", P + "x", 0, -1) if b"wrong type: " + P.encode() + b"tb:" in e]
+ok(len(notes) >= 2, "the planted buckets renamed away, noted in the set-aside list", len(notes))
+
+eq(R.cmd("FUNCTION", "LIST"), [], "no library was loaded: every call above ran an EVAL text")
 R.cmd("ACL", "DELUSER", "dqv1")
 finish()
