@@ -14,12 +14,14 @@ trimmed EVAL texts: tools/lua-trim.awk).
   - dq:{Q}:ticks of another type, and the HSCAN cursor dq:{Q}:smig as a
     list or garbage digits, fail no transfer: an ordinary item offered
     beside them is taken;
+  - two schedulers started at once on v1 schedules make each tick once;
   - the keys of the tick buckets a schedule's next ticks go into, planted
     as strings, fail no transfer and lose no schedule: they are renamed
     away (noted in the set-aside list) and the schedules, today's and a
     migrated one, tick on (the transfer failed after popping the
     schedules out of their bucket: they were gone).
 """
+# tier: slow
 import os
 import sys
 import time
@@ -137,6 +139,23 @@ ok(len([i for i in ids if i.startswith("g@")]) >= 5, "g ticks on (its members we
 ok(len([i for i in ids if i.startswith("old@")]) >= 2, "old, migrated into a planted bucket, ticks", ids)
 notes = [e for e in redis("LRANGE", P + "x", 0, -1) if b"wrong type: " + P.encode() + b"tb:" in e]
 ok(len(notes) >= 2, "the planted buckets renamed away, noted in the set-aside list", len(notes))
+
+section("two schedulers migrate at once: each tick once")
+Q = "v1two"
+P = "dq:{" + Q + "}:"
+base = server_ms() + 400
+for j in range(3):
+    plant_v1(Q, f"t{j}", 1000, base, f"p{j}")
+two = [Bg([BIN, "--redis", EURL, "schedule", Q], name=f"delayq schedule #{j}") for j in range(2)]
+ok(wait_for(lambda: server_ms() >= base + 3300, 10), "four ticks pass")
+for b in two:
+    eq(b.stop(), 0, "a scheduler stops on SIGTERM")
+ids = ids_taken(Q, 1)
+eq(len(ids), len(set(ids)), "no item twice")
+for j in range(3):
+    got = sorted(i for i in ids if i.startswith(f"t{j}@"))
+    eq(got, [f"t{j}@{base + k * 1000}" for k in range(max(4, len(got)))],
+       f"t{j}: its pending tick and each next one, once each")
 
 eq(R.cmd("FUNCTION", "LIST"), [], "no library was loaded: every call above ran an EVAL text")
 R.cmd("ACL", "DELUSER", "dqv1")
