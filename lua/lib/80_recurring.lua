@@ -208,24 +208,37 @@ function recur.leave(P, name, s, N, payload)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
 end
 
--- Takes a schedule whose spec does not decode (so neither its grid nor its
--- RUN is known) out of the first bucket that holds it, looking as
--- recur.locate does: else a RUN that decodes would go on making its items
--- after 'remove', unlisted and past removing.
-function recur.leave_any(P, name, payload)
-  local member = name .. '|' .. payload
-  for page = 0, 99 do
-    local l = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
-    if type(l) ~= 'table' or #l == 0 then return end
-    for _, b in ipairs(l) do
+-- Takes every member of schedule name, whatever its payload, out of the
+-- tick buckets, and returns how many: for a schedule whose spec does not
+-- decode (neither its grid, its RUN nor its payload is known) or is gone
+-- while its member is not: a schedule migrated (lib/85_recurring_v1.lua),
+-- then removed or set again by a client of the previous release, which
+-- knew no buckets, so today's member went on ticking, unlisted. Else a RUN
+-- that decodes would go on making its items after 'remove', unlisted and
+-- past removing. One pass over the buckets as schedules.lua makes it,
+-- recur.SCAN members at most; buckets it empties leave P..'tb' after the
+-- pass (ranks shift as they go).
+recur.SCAN = 200000
+function recur.leave_named(P, name)
+  local prefix, seen, gone, empty = name .. '|', 0, 0, {}
+  for page = 0, 199 do
+    local bs = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
+    if type(bs) ~= 'table' or #bs == 0 or seen > recur.SCAN then break end
+    for _, b in ipairs(bs) do
       local key = recur.bucket_key(P, b)
-      if type(redis.pcall('LPOS', key, member)) == 'number' then
-        redis.call('LREM', key, '1', member)
-        if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
-        return
+      local l = redis.pcall('LRANGE', key, '0', '-1')
+      if type(l) == 'table' then
+        seen = seen + #l
+        local was = gone
+        for _, m in ipairs(l) do
+          if string.sub(m, 1, #prefix) == prefix then gone = gone + redis.call('LREM', key, '0', m) end
+        end
+        if gone > was and redis.call('EXISTS', key) == 0 then empty[#empty + 1] = b end
       end
     end
   end
+  for _, b in ipairs(empty) do redis.call('ZREM', recur.buckets_key(P), b) end
+  return gone
 end
 
 -- The first tick of s after ms (start itself when start > ms), or -1 past

@@ -14,6 +14,12 @@ trimmed EVAL texts: tools/lua-trim.awk).
   - dq:{Q}:ticks of another type, and the HSCAN cursor dq:{Q}:smig as a
     list or garbage digits, fail no transfer: an ordinary item offered
     beside them is taken;
+  - a schedule migrated, then removed by a client of the previous release
+    (its spec and payload deleted, its bucket member left: that release
+    knew no buckets): it ticked on, unlisted, and `schedules remove` said
+    there was no such schedule; now it lists as bad, remove exits 0 and
+    its ticks stop; one set again by that release (spec v1 of another
+    interval) ticks on one grid after its migration, not on both;
   - two schedulers started at once on v1 schedules make each tick once;
   - the keys of the tick buckets a schedule's next ticks go into, planted
     as strings, fail no transfer and lose no schedule: they are renamed
@@ -71,8 +77,17 @@ def bucket_members(q):
 
 
 def ids_taken(q, secs):
-    r = ev("take", q, "--count", "0", "--json", "--no-scheduler", "--timeout", f"{secs}s")
+    r = ev("take", q, "--count", "0", "--json", "--no-scheduler", "--timeout", f"{int(secs * 1000)}ms")
     return [m.get("id") for m in r.json_lines()]
+
+
+def ticking(q, name):
+    """Queue q with today's schedule name, every 1 s, ticking under a
+    scheduler (returned, with q and its key prefix)."""
+    eq(ev("every", q, name, "1s", "p-" + name).rc, 0, f"today's schedule {name}, every 1 s")
+    b = Bg([BIN, "--redis", EURL, "schedule", q], name="delayq schedule (EVAL only)")
+    ok(wait_for(lambda: len(ids_taken(q, 0.3)) > 0, 5), f"{name} ticks")
+    return q, "dq:{" + q + "}:", b
 
 
 section("v1 schedules with names no schedule can have are not migrated")
@@ -156,6 +171,39 @@ for j in range(3):
     got = sorted(i for i in ids if i.startswith(f"t{j}@"))
     eq(got, [f"t{j}@{base + k * 1000}" for k in range(max(4, len(got)))],
        f"t{j}: its pending tick and each next one, once each")
+
+section("a migrated schedule removed by the previous release: listed as bad, removed, its ticks stop")
+Q, P, sched = ticking("v1rm", "s")
+# What the previous release's 'schedules remove' does to a spec it cannot
+# read (it knew no buckets nor states).
+redis("HDEL", P + "sched", "s")
+redis("HDEL", P + "spay", "s")
+redis("ZREM", P + "ticks", "s")
+rows = {m.get("name"): m.get("state") for m in ev("schedules", Q, "--json").json_lines()}
+eq(rows, {"s": "bad"}, "schedules lists it as bad (it was not listed, ticking on)")
+r = ev("schedules", Q, "remove", "s")
+eq(r.rc, 0, "schedules remove s: exit 0 (it said no such schedule)")
+ids_taken(Q, 0.2)
+time.sleep(2.2 * SLOW)
+eq([i for i in ids_taken(Q, 0.2) if i.startswith("s@")], [], "no tick of s in 2 s after")
+eq(ev("schedules", Q, "--json").json_lines(), [], "nothing listed")
+eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
+
+section("a migrated schedule set again by the previous release: its old ticks stop at its migration")
+Q, P, sched = ticking("v1set", "b")
+eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
+nxt = server_ms() + 1500
+plant_v1(Q, "b", 2000, nxt, "p-b2")  # the previous release's 'every Q b 2s' over it
+sched = Bg([BIN, "--redis", EURL, "schedule", Q], name="delayq schedule (EVAL only)")
+ok(wait_for(lambda: redis("EXISTS", P + "ticks") == 0, 5), "migrated")
+ids_taken(Q, 0.2)
+ok(wait_for(lambda: server_ms() >= nxt + 4300, 10), "b's next three ticks of 2 s pass")
+eq(sched.stop(), 0, "the scheduler stops on SIGTERM")
+late = sorted(int(i.split("@")[1]) for i in ids_taken(Q, 0.5) if i.startswith("b@"))
+late = [t for t in late if t >= nxt]
+eq([(t - nxt) % 2000 for t in late], [0] * len(late), "b's ticks after its migration are all of its 2 s grid "
+   "(its 1 s member ticked on beside it)", )
+ok(len(late) >= 2, "... and it ticks", late)
 
 eq(R.cmd("FUNCTION", "LIST"), [], "no library was loaded: every call above ran an EVAL text")
 R.cmd("ACL", "DELUSER", "dqv1")
