@@ -87,11 +87,11 @@ function recur.spec_decode(raw, v)
   if type(raw) ~= 'string' then return nil end
   local ok, s = pcall(cmsgpack.unpack, raw)
   if not ok or type(s) ~= 'table' or s.v ~= v or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
-  for _, f in ipairs({'every', 'start', 'stop', 'paused'}) do
+  for _, f in ipairs({'every', 'start', 'stop', 'paused', 'plen'}) do
     if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < 0 or s[f] > DUE_MAX then return nil end
   end
   if (s.kind == 'every' and s.every < 1000) or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
-     type(s.plen) ~= 'number' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
+     type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
     return nil
   end
   if s.kind == 'cron' then

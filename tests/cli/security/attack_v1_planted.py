@@ -20,6 +20,9 @@ trimmed EVAL texts: tools/lua-trim.awk).
     there was no such schedule; now it lists as bad, remove exits 0 and
     its ticks stop; one set again by that release (spec v1 of another
     interval) ticks on one grid after its migration, not on both;
+  - v1 specs whose numbers are negative, huge or NaN list as bad (a
+    payload length of -5 or 1e300 was listed as such) and fail no
+    transfer;
   - two schedulers started at once on v1 schedules make each tick once;
   - the keys of the tick buckets a schedule's next ticks go into, planted
     as strings, fail no transfer and lose no schedule: they are renamed
@@ -154,6 +157,29 @@ ok(len([i for i in ids if i.startswith("g@")]) >= 5, "g ticks on (its members we
 ok(len([i for i in ids if i.startswith("old@")]) >= 2, "old, migrated into a planted bucket, ticks", ids)
 notes = [e for e in redis("LRANGE", P + "x", 0, -1) if b"wrong type: " + P.encode() + b"tb:" in e]
 ok(len(notes) >= 2, "the planted buckets renamed away, noted in the set-aside list", len(notes))
+
+section("v1 specs with numbers out of range or NaN list as bad and fail no transfer")
+Q = "v1nums"
+P = "dq:{" + Q + "}:"
+BADNUM = """
+local s = {v = 1, kind = 'every', every = 1000, start = 1000, stop = 0, missed = 'one', paused = 0,
+           text = '1s', zone = '', plen = 1, next = 5000, last = -1}
+s[ARGV[2]] = ARGV[3] == 'nan' and 0 / 0 or tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack(s))
+redis.call('ZADD', KEYS[2], '5000', ARGV[1])
+return 1
+"""
+cases = {"plen-neg": ("plen", "-5"), "plen-huge": ("plen", "1e300"), "plen-nan": ("plen", "nan"),
+         "next-nan": ("next", "nan"), "every-neg": ("every", "-1000"), "start-huge": ("start", "1e300"),
+         "last-low": ("last", "-3")}
+for n, (f, v) in cases.items():
+    redis("EVAL", BADNUM, 2, P + "sched", P + "ticks", n, f, v)
+rows = {m.get("name"): m.get("state") for m in ev("schedules", Q, "--json").json_lines()}
+eq(rows, {n: "bad" for n in cases}, "each lists as bad (a payload length of -5 or -2^63 was listed)")
+eq(ev("offer", Q, "1s", "item", "--id", "ordinary").rc, 0, "an ordinary item due in 1 s")
+t = ev("take", Q, "--timeout", "5s", "--json")
+eq((t.rc, [m.get("id") for m in t.json_lines()]), (0, ["ordinary"]), "taken: the migration failed no transfer")
+eq(redis("EXISTS", P + "ticks"), 0, "and left dq:{Q}:ticks")
 
 section("two schedulers migrate at once: each tick once")
 Q = "v1two"
