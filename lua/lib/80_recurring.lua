@@ -216,22 +216,26 @@ end
 -- knew no buckets, so today's member went on ticking, unlisted. Else a RUN
 -- that decodes would go on making its items after 'remove', unlisted and
 -- past removing. One pass over the buckets as schedules.lua makes it,
--- recur.SCAN members at most; buckets it empties leave P..'tb' after the
+-- recur.SCAN members read at most, 100 taken out (one is a schedule's;
+-- planted ones may be more); buckets it empties leave P..'tb' after the
 -- pass (ranks shift as they go).
 recur.SCAN = 200000
 function recur.leave_named(P, name)
   local prefix, seen, gone, empty = name .. '|', 0, 0, {}
   for page = 0, 199 do
     local bs = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
-    if type(bs) ~= 'table' or #bs == 0 or seen > recur.SCAN then break end
+    if type(bs) ~= 'table' or #bs == 0 or seen >= recur.SCAN then break end
     for _, b in ipairs(bs) do
+      if seen >= recur.SCAN then break end
       local key = recur.bucket_key(P, b)
-      local l = redis.pcall('LRANGE', key, '0', '-1')
+      local l = redis.pcall('LRANGE', key, '0', fmt(recur.SCAN - seen - 1))
       if type(l) == 'table' then
         seen = seen + #l
         local was = gone
         for _, m in ipairs(l) do
-          if string.sub(m, 1, #prefix) == prefix then gone = gone + redis.call('LREM', key, '0', m) end
+          if gone < 100 and string.sub(m, 1, #prefix) == prefix then
+            gone = gone + redis.call('LREM', key, '0', m) -- a scan of the list each: 100 at most
+          end
         end
         if gone > was and redis.call('EXISTS', key) == 0 then empty[#empty + 1] = b end
       end
