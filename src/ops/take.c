@@ -450,7 +450,18 @@ static void on_waiter_ended(void *holder) {
     }
 }
 
-static const dq__waiter_calls waiter_calls = {on_waiter_token, on_waiter_ended};
+/* A waiter t holds found entries on shard j after its wait ran out (their
+ * tokens gone): an idle t looks there, holding no token for it. */
+static void on_waiter_look(void *holder, unsigned j) {
+    dq_take_req *t = holder;
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        if (set_shard(t, j) == 0) run_script(t);
+    }
+}
+
+static const dq__waiter_calls waiter_calls = {on_waiter_token, on_waiter_ended, on_waiter_look};
 
 /* Every shard was empty: wait on all of them (tokens in hand first). */
 static void wait_on_shards(dq_take_req *t) {

@@ -8,9 +8,15 @@ Four `take --no-scheduler` on an empty queue, watched with MONITOR for
 ended wait ran the take script: 8 calls in 6 s, 280 FCALLs in 30 s for 20
 takes, where the same takes had cost 40, their beats). Then an item offered
 is taken at once by one of them.
+
+A sharded take does the same per shard (src/ops/waiter.c): T1 waiting on
+both shards of a queue is paused (SIGSTOP) and pops the token of the next
+item; T2, waiting behind it, gets the item after its 2.5 s wait (it
+waited for ever: nothing looked again without a scheduler).
 """
 # tier: slow
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,4 +49,35 @@ ok(wait_for(lambda: sum(t.count() for t in takes) >= 1, 5), "one take gets it at
    round(time.monotonic() - t0, 2))
 for t in takes:
     t.stop()
+
+section("a sharded take: a paused waiter swallows a token, another take looks again after its wait")
+Q2 = "idlecost2"
+eq(dq("config", Q2, "--shards", "2").rc, 0, "a queue of 2 shards")
+
+
+def blocked():
+    """The idle seconds of each client waiting in a BLPOP, from CLIENT LIST."""
+    return [int(ln.split(" idle=")[1].split()[0]) for ln in redis("CLIENT", "LIST").decode().splitlines()
+            if "cmd=blpop" in ln and "flags=b" in ln]
+
+
+t1 = bg_dq("take", Q2, "--no-scheduler", "--count", "0", "--json")
+t2 = None
+try:
+    # Paused within a second of its BLPOPs (2.5 s, one per shard), so that
+    # they are still out in Redis, first in line, when the item comes.
+    ok(wait_for(lambda: blocked() == [0, 0], 10), "T1 waits on both shards", t1.err)
+    os.kill(t1.pid, signal.SIGSTOP)
+    t2 = bg_dq("take", Q2, "--no-scheduler", "--json", "--timeout", "8s")
+    ok(wait_for(lambda: len(blocked()) == 4, 10), "T2 waits behind it", t2.err)
+    eq(dq("offer", Q2, "0", "job", "--id", "j").rc, 0, "offer j (due now: ready, one wake token)")
+    t0 = time.monotonic()
+    eq(t2.wait(10), 0, "T2 got j, though paused T1 popped its token (no scheduler tops tokens up)")
+    ok(time.monotonic() - t0 < 2.5 + 2 * SLOW, "within its own wait of 2.5 s and a look",
+       round(time.monotonic() - t0, 2))
+    eq([m.get("id") for m in parse_json_lines(b"\n".join(ln for _, ln in t2.snapshot()))], ["j"], "it printed j")
+finally:
+    os.kill(t1.pid, signal.SIGCONT)
+eq(t1.stop(), 0, "T1, resumed, exits 0 on SIGTERM")
+eq(t1.count(), 0, "T1 got nothing")
 finish()
