@@ -146,9 +146,12 @@ function recur.upgrade(P, zs, counters, chan, now, deadline_us, refills)
   local cur = redis.pcall('GET', ck)
   if type(cur) ~= 'string' or not string.find(cur, '^%d+$') then cur = '0' end
   local page = redis.pcall('HSCAN', sk, cur, 'COUNT', fmt(recur.MIGRATE))
-  if type(page) ~= 'table' or page.err then -- a cursor Redis refuses (planted): start again
+  if type(page) ~= 'table' or page.err then
+    -- A cursor Redis refuses (planted), or HSCAN refused (an ACL without
+    -- it): start again at the next safety run, not at once ('more' would
+    -- run the transfer again and again, thousands of times a second).
     redis.pcall('DEL', ck)
-    return true
+    return false
   end
   local kv = page[2]
   for i = 1, #kv, 2 do

@@ -87,6 +87,7 @@ static const char *const commands_full[] = {
     "zremrangebyrank", "zremrangebyscore", "zrevrangebyscore", "lindex", "zscore", "zrank",
     "pttl", "pexpire", /* a holder's key, stretched by extend */
     "lpos", "lrem",    /* a recurring schedule's bucket (lib/80_recurring.lua) */
+    "hscan",           /* the previous release's schedules (lib/85_recurring_v1.lua) */
     NULL,
 };
 

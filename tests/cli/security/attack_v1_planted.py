@@ -23,6 +23,9 @@ trimmed EVAL texts: tools/lua-trim.awk).
   - v1 specs whose numbers are negative, huge or NaN list as bad (a
     payload length of -5 or 1e300 was listed as such) and fail no
     transfer;
+  - a scheduler whose user may not HSCAN, on a queue with a v1 schedule
+    only the HSCAN finds (paused), runs a few transfers, not ~10,000 a
+    second (each said 'more');
   - two schedulers started at once on v1 schedules make each tick once;
   - the keys of the tick buckets a schedule's next ticks go into, planted
     as strings, fail no transfer and lose no schedule: they are renamed
@@ -180,6 +183,25 @@ eq(ev("offer", Q, "1s", "item", "--id", "ordinary").rc, 0, "an ordinary item due
 t = ev("take", Q, "--timeout", "5s", "--json")
 eq((t.rc, [m.get("id") for m in t.json_lines()]), (0, ["ordinary"]), "taken: the migration failed no transfer")
 eq(redis("EXISTS", P + "ticks"), 0, "and left dq:{Q}:ticks")
+
+section("HSCAN refused (an ACL without it): the transfer does not run again at once")
+Q = "v1noscan"
+P = "dq:{" + Q + "}:"
+eq(ev("offer", Q, "1h", "later").rc, 0, "the queue exists")
+PAUSED_V1 = ("local s = {v = 1, kind = 'every', every = 1000, start = 1000, stop = 0, missed = 'one', paused = 1, "
+             "text = '1s', zone = '', plen = 1, next = 5000, last = -1} "
+             "redis.call('HSET', KEYS[1], 'pz', cmsgpack.pack(s)) return 1")
+redis("EVAL", PAUSED_V1, 1, P + "sched")  # not in dq:{Q}:ticks: only the HSCAN finds it
+eq(R.cmd("ACL", "SETUSER", "dqv1noscan", "reset", "on", ">" + PASSWORD, "~*", "&*", "+@all", "-function",
+         "-hscan"), "OK", "a user who may not HSCAN")
+R.cmd("CONFIG", "RESETSTAT")
+noscan = Bg([BIN, "--redis", f"redis://dqv1noscan:{PASSWORD}@127.0.0.1:{PORT}", "schedule", Q],
+            name="delayq schedule (no HSCAN)")
+time.sleep(3 * SLOW)
+eq(noscan.stop(), 0, "the scheduler stops on SIGTERM")
+calls = command_calls("eval") + command_calls("evalsha")
+ok(calls < 100, "a few transfers in 3 s (it ran some 10,000 a second)", calls)
+R.cmd("ACL", "DELUSER", "dqv1noscan")
 
 section("two schedulers migrate at once: each tick once")
 Q = "v1two"
