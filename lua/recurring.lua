@@ -67,7 +67,7 @@ if op == 'set' then
     return redis.error_reply('ERR delayq:proto malformed schedule arguments')
   end
   if s and s.paused == 0 then recur.leave(P, name, s, nxt, payload_of()) end -- its old tick
-  if not s then recur.leave_any(P, name, payload_of()) end -- a spec that does not decode: any tick
+  if not s then recur.leave_named(P, name) end -- a spec that does not decode: any tick
   s = {v = 2, kind = 'every', every = every, start = start > 0 and start or now, stop = stop,
        missed = missed, paused = 0, text = text, zone = '', plen = #payload}
   redis.call('HSET', recur.payload_key(P), name, payload)
@@ -86,9 +86,14 @@ if op == 'set' then
 end
 
 if op == 'remove' then
-  if redis.call('HEXISTS', recur.sched_key(P), name) == 0 then return 0 end
+  if redis.call('HEXISTS', recur.sched_key(P), name) == 0 then
+    -- No spec, but maybe a member left ticking, and a state (see
+    -- recur.leave_named): 1 if there was either.
+    local had = redis.call('HDEL', recur.state_key(P), name)
+    return (recur.leave_named(P, name) > 0 or had == 1) and 1 or 0
+  end
   if s and s.paused == 0 then recur.leave(P, name, s, nxt, payload_of()) end
-  if not s then recur.leave_any(P, name, payload_of()) end
+  if not s then recur.leave_named(P, name) end
   redis.call('HDEL', recur.sched_key(P), name)
   redis.call('HDEL', recur.payload_key(P), name)
   redis.call('HDEL', recur.state_key(P), name)

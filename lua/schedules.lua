@@ -9,11 +9,11 @@
 -- so does one whose text or zone holds more than 255 bytes or any but
 -- printable ASCII (planted: no terminal gets its control bytes). A name no
 -- schedule can have (see DQ_RECURRING_NAME_MAX) is left out. A schedule of
--- the previous release not migrated yet lists with its own next and last.
+-- the previous release not migrated yet lists with its own next and last;
+-- a name that is in a tick bucket but has no spec lists as bad.
 local P = ARGV[1]
 local names = redis.pcall('HKEYS', recur.sched_key(P))
 if type(names) ~= 'table' then return {} end
-table.sort(names)
 -- Where each active schedule is: one pass over the buckets (ascending:
 -- a schedule is in one bucket), 200,000 entries at most.
 local where, seen = {}, 0
@@ -30,6 +30,15 @@ for i = 1, #bs, 2 do
   end
   if seen > 200000 then break end
 end
+
+-- A name in a bucket with no spec (a leftover: see recur.leave_named)
+-- lists as bad, so that it can be seen and removed.
+local known = {}
+for _, n in ipairs(names) do known[n] = true end
+for n in pairs(where) do
+  if not known[n] then names[#names + 1] = n end
+end
+table.sort(names)
 
 local function printable(t) return #t < 256 and not string.find(t, '[^ -~]') end
 

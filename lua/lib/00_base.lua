@@ -73,7 +73,8 @@
 --   - a record or entry: set aside (the set-aside list P..'x', with a
 --     reason and its raw bytes); the items around it keep flowing;
 --   - a key of the layout holding another type (slot index, slots, id
---     index buckets, ready, set-aside, wake tokens, dead letters): renamed
+--     index buckets, ready, set-aside, wake tokens, dead letters, tick
+--     buckets): renamed
 --     out of the way to P..'bad:<suffix>:<µs>:<n>', never deleted, with a
 --     note in the set-aside list; the script goes on as if it were absent;
 --   - a setting (cfg) or a counter (n): an error reply that names the key,

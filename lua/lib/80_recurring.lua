@@ -16,6 +16,9 @@
 --                     needs to know: 'e|EVERY|STOP|MISSED' for 'every',
 --                     'c' for cron (its spec is read)
 --   P..'tb:T|RUN' LIST the schedules of that bucket, as 'NAME|PAYLOAD'
+--                     (pushed with kcall: one of another type is renamed
+--                     away, as a slot is, never failing a call that has
+--                     popped the schedules of the bucket before)
 -- The invariant: an active schedule is in the bucket of its next tick T,
 -- and has had no item for T yet. The first transfer that runs at or after
 -- T (any scheduler: the call is atomic) takes the bucket's schedules,
@@ -84,11 +87,11 @@ function recur.spec_decode(raw, v)
   if type(raw) ~= 'string' then return nil end
   local ok, s = pcall(cmsgpack.unpack, raw)
   if not ok or type(s) ~= 'table' or s.v ~= v or (s.kind ~= 'every' and s.kind ~= 'cron') then return nil end
-  for _, f in ipairs({'every', 'start', 'stop', 'paused'}) do
+  for _, f in ipairs({'every', 'start', 'stop', 'paused', 'plen'}) do
     if type(s[f]) ~= 'number' or s[f] % 1 ~= 0 or s[f] < 0 or s[f] > DUE_MAX then return nil end
   end
   if (s.kind == 'every' and s.every < 1000) or (s.missed ~= 'skip' and s.missed ~= 'one' and s.missed ~= 'all') or
-     type(s.plen) ~= 'number' or type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
+     type(s.text) ~= 'string' or type(s.zone) ~= 'string' then
     return nil
   end
   if s.kind == 'cron' then
@@ -147,7 +150,7 @@ end
 function recur.enter(P, chan, name, s, t, payload, bound)
   if t < 0 then return end
   local b = fmt(t) .. '|' .. recur.run_of(s)
-  redis.call('RPUSH', recur.bucket_key(P, b), name .. '|' .. payload)
+  kcall(P, 'RPUSH', recur.bucket_key(P, b), name .. '|' .. payload)
   redis.call('ZADD', recur.buckets_key(P), fmt(t), b)
   announce_if_first(chan, t * ORD, bound)
 end
@@ -205,24 +208,41 @@ function recur.leave(P, name, s, N, payload)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
 end
 
--- Takes a schedule whose spec does not decode (so neither its grid nor its
--- RUN is known) out of the first bucket that holds it, looking as
--- recur.locate does: else a RUN that decodes would go on making its items
--- after 'remove', unlisted and past removing.
-function recur.leave_any(P, name, payload)
-  local member = name .. '|' .. payload
-  for page = 0, 99 do
-    local l = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
-    if type(l) ~= 'table' or #l == 0 then return end
-    for _, b in ipairs(l) do
+-- Takes every member of schedule name, whatever its payload, out of the
+-- tick buckets, and returns how many: for a schedule whose spec does not
+-- decode (neither its grid, its RUN nor its payload is known) or is gone
+-- while its member is not: a schedule migrated (lib/85_recurring_v1.lua),
+-- then removed or set again by a client of the previous release, which
+-- knew no buckets, so today's member went on ticking, unlisted. Else a RUN
+-- that decodes would go on making its items after 'remove', unlisted and
+-- past removing. One pass over the buckets as schedules.lua makes it,
+-- recur.SCAN members read at most, 100 taken out (one is a schedule's;
+-- planted ones may be more); buckets it empties leave P..'tb' after the
+-- pass (ranks shift as they go).
+recur.SCAN = 200000
+function recur.leave_named(P, name)
+  local prefix, seen, gone, empty = name .. '|', 0, 0, {}
+  for page = 0, 199 do
+    local bs = redis.pcall('ZRANGE', recur.buckets_key(P), fmt(page * 1000), fmt(page * 1000 + 999))
+    if type(bs) ~= 'table' or #bs == 0 or seen >= recur.SCAN then break end
+    for _, b in ipairs(bs) do
+      if seen >= recur.SCAN then break end
       local key = recur.bucket_key(P, b)
-      if type(redis.pcall('LPOS', key, member)) == 'number' then
-        redis.call('LREM', key, '1', member)
-        if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
-        return
+      local l = redis.pcall('LRANGE', key, '0', fmt(recur.SCAN - seen - 1))
+      if type(l) == 'table' then
+        seen = seen + #l
+        local was = gone
+        for _, m in ipairs(l) do
+          if gone < 100 and string.sub(m, 1, #prefix) == prefix then
+            gone = gone + redis.call('LREM', key, '0', m) -- a scan of the list each: 100 at most
+          end
+        end
+        if gone > was and redis.call('EXISTS', key) == 0 then empty[#empty + 1] = b end
       end
     end
   end
+  for _, b in ipairs(empty) do redis.call('ZREM', recur.buckets_key(P), b) end
+  return gone
 end
 
 -- The first tick of s after ms (start itself when start > ms), or -1 past
@@ -391,7 +411,7 @@ function recur.regular(P, key, b, ms, st, run, nows, out, lat, late)
     end
   end
   local nb = st.nts .. '|' .. run
-  redis.call('RPUSH', recur.bucket_key(P, nb), unpack(ms))
+  kcall(P, 'RPUSH', recur.bucket_key(P, nb), unpack(ms))
   redis.call('ZADD', recur.buckets_key(P), st.nts, nb)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', recur.buckets_key(P), b) end
   if #out > 0 then recur.late(lat, late, #out) end
@@ -451,7 +471,7 @@ function recur.chunk(P, b, T, run, now, nows, out, lat, refills)
   end
   if firsts > 0 then recur.late(lat, now - T, firsts) end
   for nb, g in pairs(nexts) do
-    redis.call('RPUSH', recur.bucket_key(P, nb), unpack(g))
+    kcall(P, 'RPUSH', recur.bucket_key(P, nb), unpack(g))
     redis.call('ZADD', recur.buckets_key(P), g.t, nb)
   end
   if ns > 0 then redis.call('HSET', recur.state_key(P), unpack(state)) end

@@ -64,8 +64,12 @@ end
 
 -- Migrates schedule name, of spec v1 s (see above); a cron schedule short
 -- of ticks goes into refills (see recur.step_spec), when given. bound: as
--- recur.enter takes it.
+-- recur.enter takes it. A schedule with a state was today's once (set
+-- again by the previous release since): its old member leaves the buckets
+-- first (recur.leave_named). Returns whether it made that pass.
 function recur.v1_migrate(P, zs, counters, chan, name, s, now, refills, bound)
+  local was_new = redis.call('HEXISTS', recur.state_key(P), name) == 1
+  if was_new then recur.leave_named(P, name) end
   local n = {v = 2, kind = s.kind, every = s.every, start = s.start, stop = s.stop, missed = s.missed,
              paused = s.paused, text = s.text, zone = s.zone, plen = s.plen, win = s.win, wlast = s.wlast}
   local last, nt = s.last, s.next
@@ -89,14 +93,18 @@ function recur.v1_migrate(P, zs, counters, chan, name, s, now, refills, bound)
   recur.spec_write(P, name, n)
   recur.state_write(P, name, last, nt)
   if n.paused == 0 then recur.enter(P, chan, name, n, nt, type(payload) == 'string' and payload or '', bound) end
+  return was_new
 end
 
 -- Migrates schedule name if its spec is v1; else takes it out of
 -- P..'ticks' (a stale entry, or a v1 spec that does not decode: it lists as
 -- 'bad') and, when it has no state, gives it an unknown one ('-1|-1', what
--- recur.state reads for none), so recur.upgrade's scan passes it by.
+-- recur.state reads for none), so recur.upgrade's scan passes it by. A name
+-- no schedule can have (planted: '@', control bytes) is never migrated:
+-- in a bucket it would tick on, unlisted, and no 'remove' could name it.
+-- Returns whether it passed over the buckets (see recur.v1_migrate).
 function recur.upgrade_one(P, zs, counters, chan, name, now, refills, bound)
-  local s = recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), name))
+  local s = recur.name_ok(name) and recur.v1_decode(redis.pcall('HGET', recur.sched_key(P), name))
   if s then return recur.v1_migrate(P, zs, counters, chan, name, s, now, refills, bound) end
   redis.pcall('ZREM', recur.ticks_key(P), name)
   if redis.call('HEXISTS', recur.sched_key(P), name) == 1 and redis.call('HEXISTS', recur.state_key(P), name) == 0 then
@@ -108,8 +116,9 @@ end
 -- v1 schedules, the active ones first (P..'ticks', by tick), then the
 -- others (an HSCAN of P..'sched' whose cursor waits in P..'smig' between
 -- calls), recur.MIGRATE at most and until the server's clock passes
--- deadline_us. Costs three reads when there are none. Returns whether more
--- may be left (the caller says 'more').
+-- deadline_us, and after one pass over the buckets (recur.leave_named).
+-- Costs three reads when there are none. Returns whether more may be left
+-- (the caller says 'more').
 function recur.upgrade(P, zs, counters, chan, now, deadline_us, refills)
   local sk, tk = recur.sched_key(P), recur.ticks_key(P)
   local ns, nst = redis.pcall('HLEN', sk), redis.pcall('HLEN', recur.state_key(P))
@@ -127,8 +136,8 @@ function recur.upgrade(P, zs, counters, chan, now, deadline_us, refills)
   if type(active) == 'table' then
     for _, name in ipairs(active) do
       if full() then return true end
-      recur.upgrade_one(P, zs, counters, chan, name, now, refills, bound)
       done = done + 1
+      if recur.upgrade_one(P, zs, counters, chan, name, now, refills, bound) then return true end
     end
     if #active >= recur.MIGRATE then return true end -- more may be left
   end
@@ -137,17 +146,20 @@ function recur.upgrade(P, zs, counters, chan, now, deadline_us, refills)
   local cur = redis.pcall('GET', ck)
   if type(cur) ~= 'string' or not string.find(cur, '^%d+$') then cur = '0' end
   local page = redis.pcall('HSCAN', sk, cur, 'COUNT', fmt(recur.MIGRATE))
-  if type(page) ~= 'table' or page.err then -- a cursor Redis refuses (planted): start again
+  if type(page) ~= 'table' or page.err then
+    -- A cursor Redis refuses (planted), or HSCAN refused (an ACL without
+    -- it): start again at the next safety run, not at once ('more' would
+    -- run the transfer again and again, thousands of times a second).
     redis.pcall('DEL', ck)
-    return true
+    return false
   end
   local kv = page[2]
   for i = 1, #kv, 2 do
     if redis.call('HEXISTS', recur.state_key(P), kv[i]) == 0 then
       -- Full: the cursor stays, and the next call reads this page again.
       if full() then return true end
-      recur.upgrade_one(P, zs, counters, chan, kv[i], now, refills, bound)
       done = done + 1
+      if recur.upgrade_one(P, zs, counters, chan, kv[i], now, refills, bound) then return true end
     end
   end
   if page[1] == '0' then

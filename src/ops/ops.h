@@ -96,11 +96,14 @@ typedef struct dq__waiter dq__waiter;
 
 /* What a waiter tells the take holding it (holder): a token it popped on
  * shard `index` (the token is the holder's now), or that its wait ended
- * without one (a failover, an error, a closed connection: look again).
+ * without one (a failover, an error, a closed connection: look again), or
+ * that its wait ran out while entries wait on shard `index` with their
+ * tokens gone (look there, holding no token; the waiter is not armed).
  * Only a held waiter calls; one nobody holds pushes a token back. */
 typedef struct dq__waiter_calls {
     void (*token)(void *holder, unsigned index);
     void (*ended)(void *holder);
+    void (*look)(void *holder, unsigned index);
 } dq__waiter_calls;
 
 /* The waiter on shard j of `shards` of queue owner: an armed one no take

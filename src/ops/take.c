@@ -15,7 +15,8 @@
  * losing an item, and only the script decides who gets what. A token lost
  * that way (or popped by a consumer that is paused) is put back by the
  * schedulers' catch-up and safety runs; meanwhile each wait ends after
- * half the safety interval and the take looks again, so its entry waits
+ * half the safety interval and the take looks again if the ready list
+ * holds entries (an LLEN; an idle take runs no script), so its entry waits
  * no longer than that for a consumer that is waiting.
  *
  * A sharded queue (shard.c) is taken from shard by shard: the script runs
@@ -116,6 +117,7 @@ static void on_conn_up(dq__conn *conn, void *privdata);
 static void on_retry(dq_take_req *t);
 static void retry_after(dq_take_req *t, double in);
 static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *reply, int code);
+static int look_if_ready(dq_take_req *t);
 
 void dq_take_opts_init(dq_take_opts *o) {
     o->lease_ms = DQ_QUEUE_SETTING;
@@ -448,7 +450,18 @@ static void on_waiter_ended(void *holder) {
     }
 }
 
-static const dq__waiter_calls waiter_calls = {on_waiter_token, on_waiter_ended};
+/* A waiter t holds found entries on shard j after its wait ran out (their
+ * tokens gone): an idle t looks there, holding no token for it. */
+static void on_waiter_look(void *holder, unsigned j) {
+    dq_take_req *t = holder;
+    if (t->wait_out) {
+        t->wait_out = 0;
+        t->tried = 0;
+        if (set_shard(t, j) == 0) run_script(t);
+    }
+}
+
+static const dq__waiter_calls waiter_calls = {on_waiter_token, on_waiter_ended, on_waiter_look};
 
 /* Every shard was empty: wait on all of them (tokens in hand first). */
 static void wait_on_shards(dq_take_req *t) {
@@ -480,15 +493,23 @@ static void wait_on_shards(dq_take_req *t) {
 
 /* ------------------------------------------------------------ waiting */
 
-static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
-    dq_take_req *t = privdata;
-    if (t->done) return;
+/* What every reply on the blocking connection (a wait, look_if_ready's
+ * LLEN) starts with: returns 1 if t goes on with reply; 0 if t is done,
+ * ending (finished here), or the connection was lost (on_conn_lost looks
+ * again). */
+static int wait_answered(dq_take_req *t, const redisReply *reply) {
+    if (t->done) return 0;
     t->wait_out = 0;
     if (t->ending) {
         finish(t, t->end_status, NULL, 0);
-        return;
+        return 0;
     }
-    if (!reply) return; /* on_conn_lost looks again */
+    return reply != NULL;
+}
+
+static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq_take_req *t = privdata;
+    if (!wait_answered(t, reply)) return;
     if (dq__reply_is_topology(reply)) {
         /* A failover or slot move ended the wait: look, then wait where
          * the queue is now. */
@@ -504,14 +525,40 @@ static void wait_reply(dq__conn *conn, redisReply *reply, int code, void *privda
                NULL, 0);
         return;
     }
-    /* A token popped (an array), or the wait's time ran out (nil): look
-     * either way, then wait again (protocol.md, step 3; a sharded take's
-     * waiters do the same). A token can be gone while its entry waits:
-     * popped by a consumer that was then paused (SIGSTOP, a VM pause) or
-     * died. The look finds that entry within one wait, not at the
-     * schedulers' next top-up, up to a safety interval later. */
+    /* A token popped (an array): look. The wait's time ran out (nil): look
+     * too if entries are ready (protocol.md, step 3), else wait again. A
+     * token can be gone while its entry waits: popped by a consumer that
+     * was then paused (SIGSTOP, a VM pause) or died. The look finds that
+     * entry within one wait, not at the schedulers' next top-up, up to a
+     * safety interval later; and an idle take costs one LLEN a wait, not a
+     * script call. */
+    if (reply->type == REDIS_REPLY_NIL && look_if_ready(t) == 0) return;
     t->woke = reply->type == REDIS_REPLY_ARRAY;
     run_script(t);
+}
+
+/* The reply of look_if_ready's LLEN: entries ready, or a refusal (an ACL
+ * without LLEN, a slot moved): look; none: wait again. */
+static void ready_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    (void)conn;
+    (void)code;
+    dq_take_req *t = privdata;
+    if (!wait_answered(t, reply)) return;
+    t->woke = 0;
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) wait_for_entries(t);
+    else run_script(t);
+}
+
+/* After a wait that ended empty: asks, on the blocking connection, whether
+ * the ready list holds entries (their tokens gone). Returns 0 if the
+ * question is out (ready_reply answers), -1 if it could not be sent. */
+static int look_if_ready(dq_take_req *t) {
+    const char *argv[2] = {"LLEN", t->keys.ready};
+    size_t lens[2] = {4, strlen(t->keys.ready)};
+    if (dq__conn_send_within(t->conn, t->c->opt.safety_check_ms, 2, argv, lens, ready_reply, t) != 0)
+        return -1;
+    t->wait_out = 1;
+    return 0;
 }
 
 /* The blocking connection failed or was lost: it is not reused (its node

@@ -10,8 +10,14 @@
  * per take), and a token it pops with no take to give it to is pushed back,
  * so no token is lost and an idle consumer still only waits.
  *
- * A waiter knows nothing of takes: the take that holds it gives it two
- * calls (dq__waiter_calls), for a token popped and for a wait ended. A
+ * A wait that runs out (half the safety interval) is followed by an LLEN
+ * of the shard's ready list: entries there whose tokens are gone (popped by
+ * a consumer paused or dead in its wait) are looked at by the holder, else
+ * the waiter waits again; an idle take runs no script.
+ *
+ * A waiter knows nothing of takes: the take that holds it gives it three
+ * calls (dq__waiter_calls), for a token popped, a wait ended and entries
+ * found after a wait ran out. A
  * waiter also remembers whether its shard was found empty while its wait
  * was out (quiet), which lets takes skip that shard (dq__waiters_quiet).
  */
@@ -79,6 +85,7 @@ void dq__waiters_note_empty(dq_client *c, const char *owner, unsigned shards, un
 }
 
 static void waiter_send(dq__waiter *w);
+static int ask_ready(dq__waiter *w, dq__conn *conn);
 
 static void waiter_free(dq__waiter *w) {
     for (dq__waiter **p = &w->c->waiters; *p; p = &(*p)->next) {
@@ -124,9 +131,9 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     w->out = 0;
     w->quiet = 0;
     if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
-    if (reply->type == REDIS_REPLY_NIL) { /* its time ran out: wait again */
-        if (w->calls) waiter_send(w);
-        else waiter_free(w);
+    if (reply->type == REDIS_REPLY_NIL) { /* its time ran out: look, or wait again */
+        if (!w->calls) waiter_free(w);
+        else if (ask_ready(w, conn) != 0) waiter_send(w);
         return;
     }
     if (reply->type == REDIS_REPLY_ARRAY) {
@@ -143,6 +150,40 @@ static void waiter_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     const char *why = reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply";
     dq__log_error(w->c, why, "shard %s: wait ended by %s: %s", w->shard, conn->name, why);
     waiter_ended(w, conn);
+}
+
+/* The reply of ask_ready's LLEN: entries ready (their tokens gone, popped
+ * by a consumer paused or dead): the holder looks there; none: w waits
+ * again; an error: as one ending a wait. */
+static void ready_reply(dq__conn *conn, redisReply *reply, int code, void *privdata) {
+    dq__waiter *w = privdata;
+    (void)code;
+    w->out = 0;
+    if (!reply) return; /* closed: waiter_lost or waiter_free deals with it */
+    if (!w->calls) {
+        waiter_free(w);
+    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        if (reply->integer > 0) w->calls->look(w->holder, w->index);
+        else waiter_send(w);
+    } else {
+        dq__log_error(w->c, reply->type == REDIS_REPLY_ERROR ? reply->str : "no reply",
+                      "shard %s: look ended by %s", w->shard, conn->name);
+        waiter_ended(w, conn);
+    }
+}
+
+/* After w's wait ran out: asks, on its connection, whether the shard's
+ * ready list holds entries (one LLEN: an idle take runs no script).
+ * Returns 0 if the question is out, -1 if it could not be sent. */
+static int ask_ready(dq__waiter *w, dq__conn *conn) {
+    char ready[DQ__KEY_MAX];
+    dq__key(ready, sizeof ready, w->shard, "r");
+    const char *argv[2] = {"LLEN", ready};
+    size_t lens[2] = {4, strlen(ready)};
+    if (dq__conn_send_within(conn, w->c->opt.safety_check_ms, 2, argv, lens, ready_reply, w) != 0)
+        return -1;
+    w->out = 1;
+    return 0;
 }
 
 static void waiter_lost(dq__conn *conn, void *privdata) {

@@ -6,7 +6,8 @@
  * letters (count, list, redrive one or all, purge), idempotent offers of ids
  * that are ready or in flight, dq_take_many, a worker whose handler fails
  * everything, a worker whose handler settles after the lease ran out (stale:
- * dq_worker_set_on_stale and the log name the item), the life cycle as
+ * dq_worker_set_on_stale and the log name the item; three stale in one
+ * call, the hook stopping the worker at the first), the life cycle as
  * dq_lookup and dq_get_stats see it, and plain takes (no lease) that leave
  * nothing in flight.
  * Needs $DQ_TEST_REDIS (tests/run.sh sets it). Each test uses its own queues;
@@ -1075,6 +1076,57 @@ static void test_worker_settles_late(void **state) {
     dq_client_free(c); /* the hook stopped the worker */
 }
 
+/* Three messages kept past their lease, then acked together (one call,
+ * three stale results): the hook stops the worker at the first, and
+ * reads each message whole (id, payload, queue) while the worker goes on
+ * with the rest; under ASan a message freed or a worker released before
+ * the last hook would show. */
+typedef struct batch_stale {
+    dq_msg *held[3];
+    int handled, stale;
+    size_t bytes; /* of the messages the hook read */
+} batch_stale;
+
+static void holding3(dq_worker *w, dq_msg *msg, void *privdata) {
+    (void)w;
+    batch_stale *s = privdata;
+    if (s->handled < 3) s->held[s->handled++] = msg;
+}
+
+static void on_batch_stale(dq_worker *w, const dq_msg *msg, int acked, void *privdata) {
+    batch_stale *s = privdata;
+    assert_true(acked);
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s|%.*s|%.*s", msg->queue, (int)msg->id_len, msg->id,
+             (int)msg->payload_len, (const char *)msg->payload);
+    s->bytes += strlen(copy);
+    if (s->stale++ == 0) dq_worker_stop(w); /* the others' hooks still come */
+}
+
+static void test_worker_stale_batch_stop(void **state) {
+    (void)state;
+    char q[64];
+    dqt_queue(q, sizeof q, "wstaleb");
+    dq_client *c = dqt_client(NULL);
+    batch_stale s = {0};
+    offer_now(c, q, "b1", "p1", 1);
+    offer_now(c, q, "b2", "p2", 1);
+    offer_now(c, q, "b3", "p3", 1);
+    dq_take_opts opts = lease_opts(200, 0);
+    dq_worker *w = dq_worker_start_ex(c, q, 3, DQ_WORKER_NO_SCHEDULER, &opts, holding3, &s);
+    assert_non_null(w);
+    dq_worker_set_on_stale(w, on_batch_stale, &s);
+    int64_t end = dqt_mono_ms() + 5000 * dqt_slow();
+    while (s.handled < 3 && dqt_mono_ms() < end) dqt_run_for(c, 0.02);
+    assert_int_equal(s.handled, 3);
+    dqt_run_for(c, 0.4); /* past the leases */
+    for (int i = 0; i < 3; i++) dq_worker_done(w, s.held[i], 0); /* one flush: one call */
+    while (s.stale < 3 && dqt_mono_ms() < end) dqt_run_for(c, 0.02);
+    assert_int_equal(s.stale, 3);
+    assert_true(s.bytes > 3 * strlen(q));
+    dq_client_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lease_ack_lifecycle),
@@ -1093,6 +1145,7 @@ int main(void) {
         cmocka_unit_test(test_worker_acks),
         cmocka_unit_test(test_ack_batch_bad_id),
         cmocka_unit_test(test_worker_settles_late),
+        cmocka_unit_test(test_worker_stale_batch_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

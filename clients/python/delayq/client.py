@@ -439,11 +439,12 @@ class Client:
         deadline = time.monotonic() + wait_ms / 1000.0
         slot = self._slot_acquire()
         try:
-            woke = False
+            woke, look = False, True
             while True:
-                msgs = self._take_once(keys, count, lease, max_attempts, woke, slot)
-                if msgs is not None:
-                    return msgs
+                if look:
+                    msgs = self._take_once(keys, count, lease, max_attempts, woke, slot)
+                    if msgs is not None:
+                        return msgs
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
@@ -453,6 +454,10 @@ class Client:
                 woke = self.redis.blpop([keys.wake], timeout=wait) is not None
                 if not woke and time.monotonic() >= deadline:
                     return []
+                # A wait that ended empty looks again only if entries wait
+                # (their tokens popped by a consumer paused or dead): one
+                # LLEN, not a function call per idle wait.
+                look = woke or self.redis.llen(keys.ready) > 0
         finally:
             self._slot_release(slot)
 

@@ -72,7 +72,10 @@ static int refusal_status(enum dq_refusal class) {
 /* The HTTP status of a library failure rc (class: the client's
  * dq_client_refusal), the one table of every answer serve makes of one:
  * bad input 400, Redis away or the server stopping 503, out of memory 500,
- * a script's refusal by its class, anything else Redis said 502. */
+ * a key of the queue of another type 500 (the data's fault, as a corrupt
+ * refusal), the shards disagreeing on their count 409 (as a state
+ * refusal: a change is under way), a script's refusal by its class,
+ * anything else Redis said 502. */
 static int failure_status(int rc, enum dq_refusal class) {
     switch (rc) {
         case DQ_EINVAL:
@@ -80,7 +83,9 @@ static int failure_status(int rc, enum dq_refusal class) {
         case DQ_ECONNECT:
         case DQ_ETIMEDOUT:
         case DQ_ECLOSED: return 503;
-        case DQ_ENOMEM: return 500;
+        case DQ_ENOMEM:
+        case DQ_EWRONGTYPE: return 500;
+        case DQ_EBUSY: return 409;
         case DQ_EREDIS: return refusal_status(class);
         default: return 502;
     }

@@ -10,9 +10,10 @@ Redis that breaks the rules (a corrupt counter, planted) answers 500 with
 the script's words, for an offer and for a leased take (the work thread's
 path), and works again once repaired; Redis stopped answers 503 (an offer,
 a queue's items; a take waits through the outage, as dq_take_many_async
-survives reconnects) and serve serves again once it is back. A refusal of the
-"state" class (409) comes only from dq_set_shards, which serve does not
-offer: no HTTP request reaches one. Ids are printable ASCII (the id rule,
+survives reconnects) and serve serves again once it is back. A key of the
+queue of another type (WRONGTYPE: the data's fault) answers 500, and an
+offer while the shards disagree on their count (DQ_EBUSY, "changing its
+shard count: try again") 409, the state class's status. Ids are printable ASCII (the id rule,
 lua/lib id_ok), so the bytes are checked on the payload path: payloads of
 every byte value offered as payload_base64 and text come back from an HTTP
 take byte for byte (payload or payload_base64), and ack over HTTP with the
@@ -96,6 +97,25 @@ redis("HDEL", f"dq:{{{Q}}}:n", "inflight")
 st, r = call(port, "POST", q(Q, "/take"), {"lease_ms": 30000, "wait_ms": 3000})
 got = r.get("items", []) if isinstance(r, dict) else []
 ok(st == 200 and [i.get("id") for i in got] == ["c1"], "repaired: the take gives c1, nothing was lost", (st, r))
+
+# ------------------------------------------------------------------ wrong type: 500; busy: 409
+section("a key of another type answers 500; a shard count in change 409")
+Q = "hrwt"
+st, r = call(port, "POST", q(Q, "/items"), {"payload": "one", "id": "w1"})
+eq(st, 200, "an item offered, ready at once")
+redis("DEL", f"dq:{{{Q}}}:r")
+redis("SET", f"dq:{{{Q}}}:r", "planted")
+st, r = call(port, "GET", q(Q, "/items?state=ready"))
+ok(st == 500 and f"dq:{{{Q}}}:r" in error_of(r), "the ready list as a string: 500 naming the key (502 said "
+   "Redis misbehaved)", (st, r))
+redis("DEL", f"dq:{{{Q}}}:r")
+Q = "hrbusy"
+eq(dq("config", Q, "--shards", "2").rc, 0, "a queue of 2 shards")
+shard = sorted(k for k in redis("KEYS", f"dq:{{{Q}~*}}:n"))[0].decode()
+redis("HSET", shard, "shards", "3")  # one shard says another count: the client never settles
+sts = [call(port, "POST", q(Q, "/items"), {"payload": "x", "id": f"b{i}"})[0] for i in range(8)]
+ok(409 in sts and set(sts) <= {200, 409}, "offers routed to the shard that disagrees: 409 (the queue's state; "
+   "was 502), the others 200", sts)
 
 # ------------------------------------------------------------------ bytes
 section("payloads of any bytes come back from an HTTP take; ack by its id works")
