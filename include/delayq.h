@@ -1051,8 +1051,10 @@ DQ_EXPORT void dq_worker_get_counters(const dq_worker *w, dq_worker_counters *ou
  * and this handling counts for nothing (its side effects are the
  * program's to undo). It runs from the reply's callback, once per such
  * message, after the log line that names it and while counters.stale
- * counts it; msg (id, attempt, payload) is valid only during the call, and
- * the call may stop the worker. fn NULL: none (the default). */
+ * counts it; msg (id, attempt, payload) is the worker's and valid only
+ * during the call: never free it, keep it or pass it to dq_worker_done (it
+ * was done already; copy what you need). The call may stop the worker.
+ * fn NULL: none (the default). */
 typedef void dq_stale_fn(dq_worker *w, const dq_msg *msg, int acked, void *privdata);
 DQ_EXPORT void dq_worker_set_on_stale(dq_worker *w, dq_stale_fn *fn, void *privdata);
 
