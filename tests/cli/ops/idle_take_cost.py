@@ -27,7 +27,8 @@ from dqtest import *  # noqa: E402,F403
 
 Q = "idlecost"
 eq(dq("offer", Q, "1h", "later").rc, 0, "the queue exists (an item due in an hour)")
-takes = [bg_dq("take", Q, "--no-scheduler", "--timeout", "20s") for _ in range(4)]
+# Their timeout outlasts the watch below (6 s, scaled like it under a wrapper).
+takes = [bg_dq("take", Q, "--no-scheduler", "--timeout", f"{20 * SLOW}s") for _ in range(4)]
 ok(wait_for(lambda: command_calls("blpop") >= 4, 10), "the four takes wait")
 time.sleep(0.3)
 mon = subprocess.Popen(["redis-cli", "-p", str(PORT), "monitor"], stdout=subprocess.PIPE,
