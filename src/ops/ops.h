@@ -106,6 +106,13 @@ typedef struct dq__waiter_calls {
     void (*look)(void *holder, unsigned index);
 } dq__waiter_calls;
 
+/* Asks on conn, within c's safety interval, how many entries the ready
+ * list `ready` holds (LLEN), for a wait that ran out: entries there whose
+ * tokens are gone (popped by a consumer paused or dead in its wait) are
+ * looked at. fn gets the reply as any on conn. Returns 0 if sent, -1 if
+ * not (the caller goes on as if none were found). */
+int dq__ask_ready(dq_client *c, dq__conn *conn, const char *ready, dq__reply_fn *fn, void *privdata);
+
 /* The waiter on shard j of `shards` of queue owner: an armed one no take
  * holds, or a new one (not armed). NULL when out of memory or the shard
  * has no name. */

@@ -553,10 +553,7 @@ static void ready_reply(dq__conn *conn, redisReply *reply, int code, void *privd
  * the ready list holds entries (their tokens gone). Returns 0 if the
  * question is out (ready_reply answers), -1 if it could not be sent. */
 static int look_if_ready(dq_take_req *t) {
-    const char *argv[2] = {"LLEN", t->keys.ready};
-    size_t lens[2] = {4, strlen(t->keys.ready)};
-    if (dq__conn_send_within(t->conn, t->c->opt.safety_check_ms, 2, argv, lens, ready_reply, t) != 0)
-        return -1;
+    if (dq__ask_ready(t->c, t->conn, t->keys.ready, ready_reply, t) != 0) return -1;
     t->wait_out = 1;
     return 0;
 }

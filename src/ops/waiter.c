@@ -172,16 +172,19 @@ static void ready_reply(dq__conn *conn, redisReply *reply, int code, void *privd
     }
 }
 
+int dq__ask_ready(dq_client *c, dq__conn *conn, const char *ready, dq__reply_fn *fn, void *privdata) {
+    const char *argv[2] = {"LLEN", ready};
+    size_t lens[2] = {4, strlen(ready)};
+    return dq__conn_send_within(conn, c->opt.safety_check_ms, 2, argv, lens, fn, privdata) != 0 ? -1 : 0;
+}
+
 /* After w's wait ran out: asks, on its connection, whether the shard's
  * ready list holds entries (one LLEN: an idle take runs no script).
  * Returns 0 if the question is out, -1 if it could not be sent. */
 static int ask_ready(dq__waiter *w, dq__conn *conn) {
     char ready[DQ__KEY_MAX];
     dq__key(ready, sizeof ready, w->shard, "r");
-    const char *argv[2] = {"LLEN", ready};
-    size_t lens[2] = {4, strlen(ready)};
-    if (dq__conn_send_within(conn, w->c->opt.safety_check_ms, 2, argv, lens, ready_reply, w) != 0)
-        return -1;
+    if (dq__ask_ready(w->c, conn, ready, ready_reply, w) != 0) return -1;
     w->out = 1;
     return 0;
 }
