@@ -377,8 +377,11 @@ local function cascade_bucket(c, k, from, budget, bad)
       bad[#bad + 1] = aside_entry(h .. ' in ' .. key, '', es[x])
     else
       local ik = P .. 'i:' .. nstr(h)
-      -- Live only while the index names this very entry.
-      if redis.pcall('HGET', ik, id) == wheel_ref(due, from + x - 1) then
+      -- Live only while the index names this very entry; an index bucket
+      -- of another type names nothing (it is renamed away when the entry
+      -- is indexed again), so its entries are kept rather than lost.
+      local v = redis.pcall('HGET', ik, id)
+      if v == wheel_ref(due, from + x - 1) or type(v) == 'table' then
         m = m + 1
         D[m], H[m], R[m], I[m], keys[m] = due, ik, rec, id, (due - k * WHEEL_MS) * WHEEL_RANK + m
       end
