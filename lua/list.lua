@@ -144,38 +144,66 @@ local SH = slots_done and math.huge or last or -1
 
 -- The wheel's part ------------------------------------------------------------
 -- Its live entries (the id index names them: see lib/65_wheel.lua) of
--- score start or more and below SH, sorted by score, then position, as
--- {score, position, record} into W, read bucket by bucket in bucket order
--- (bz scores lie inside their buckets' ranges, so bz orders them too).
--- Reading stops before a bucket once limit items past start are in hand,
--- or WHEEL_SCAN entries or SCAN_BYTES bytes are read; WH is then the
--- lowest score an entry not read may have (math.huge: none), so the merge
--- below takes no slot record past it. A bucket is read whole (its entries
--- are in offer order, not due order), from its first entry the cascade
--- did not take yet (the counters' bcur).
+-- score start or more, by score, then position, as {score, position,
+-- record} into W, read bucket by bucket in bucket order (bz scores lie
+-- inside their buckets' ranges, so bz orders them too). Reading stops once
+-- limit items past start are in hand, or before a bucket whose entries
+-- all score SH or more, or once WHEEL_SCAN entries or SCAN_BYTES bytes are
+-- read; WH is then the lowest score an entry not looked at may have
+-- (math.huge: none), so the merge below takes no slot record past it. A
+-- bucket is read whole (its entries are in offer order, not due order),
+-- from its first entry the cascade did not take yet (the counters' bcur).
 local WHEEL_SCAN = 4000
 local W, WH = {}, math.huge
 
-local function wheel_bucket(k, first, d_lo)
+-- Reads bucket k from its entry first on, and adds its live entries of due
+-- time d_lo or more to W in order, till need of them lie past start.
+-- Each entry's due time alone is read first, and the entries are grouped
+-- by it (in list order within a millisecond: a counting sort), so only the
+-- entries W may take are decoded and checked against the id index.
+-- Returns the entries read, the live ones past start added, the bytes
+-- read, and (when need stopped it) the score of the first entry passed.
+local function wheel_bucket(k, first, d_lo, need)
   local key = wheel_key(P, k)
   local len = redis.pcall('LLEN', key)
-  local read, got, wbytes = 0, 0, 0
   if type(len) ~= 'number' then return 0, 0, 0 end -- another type: the cascade renames it
+  local ents, by_off, wbytes = {}, {}, 0
+  local off_lo = math.max(d_lo - k * WHEEL_MS, 0)
   for p = first, len - 1, 1000 do
     local es = redis.pcall('LRANGE', key, nstr(p), nstr(math.min(p + 999, len - 1)))
     if type(es) ~= 'table' or es.err then break end
     for x = 1, #es do
       local e = es[x]
-      read, wbytes = read + 1, wbytes + #e
-      local due, h, rec, id = wheel_entry_of(e, k)
-      if due and due >= d_lo and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == wheel_ref(due, p + x - 1) then
-        local s = due * ORD + ORD - 1
-        W[#W + 1] = {s, p + x - 1, rec}
-        if s > start then got = got + 1 end
+      local n = #ents + 1
+      ents[n], wbytes = e, wbytes + #e
+      local off = tonumber(string.match(e, '^(%d%d?%d?%d?)|'))
+      if off and off >= off_lo and off < WHEEL_MS then
+        local g = by_off[off]
+        if not g then
+          g = {}
+          by_off[off] = g
+        end
+        g[#g + 1] = n
       end
     end
   end
-  return read, got, wbytes
+  local got, base = 0, k * WHEEL_MS
+  for off = off_lo, WHEEL_MS - 1 do
+    local g = by_off[off]
+    if g then
+      local s = (base + off) * ORD + ORD - 1
+      for x = 1, #g do
+        if got >= need then return #ents, got, wbytes, s end
+        local pos = first + g[x] - 1
+        local due, h, rec, id = wheel_entry_of(ents[g[x]], k)
+        if due and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == wheel_ref(due, pos) then
+          W[#W + 1] = {s, pos, rec}
+          if s > start then got = got + 1 end
+        end
+      end
+    end
+  end
+  return #ents, got, wbytes
 end
 
 local function wheel_read()
@@ -206,8 +234,12 @@ local function wheel_read()
           WH = s
           return
         end
-        local r, g, b = wheel_bucket(k, ck == zr[x] and cn or 0, d_lo)
+        local r, g, b, stop = wheel_bucket(k, ck == zr[x] and cn or 0, d_lo, limit - got)
         read, got, wbytes = read + r, got + g, wbytes + b
+        if stop then
+          WH = stop
+          return
+        end
       end
     end
     boff = boff + 16
@@ -218,10 +250,7 @@ local function wheel_read()
   if low then WH = math.max(math.floor(low), 0) * ORD + ORD - 1 end
 end
 
-if want == 'pending' then
-  wheel_read()
-  table.sort(W, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-end
+if want == 'pending' then wheel_read() end
 
 -- The merge: slot records and bucket entries by score, slot records first
 -- among equal scores. A slot record is taken up to WH, a bucket entry
