@@ -1,5 +1,6 @@
 -- cancel.lua: removes a pending item (not one in flight: that belongs to
--- its consumer until ack, nack or the end of its lease).
+-- its consumer until ack, nack or the end of its lease), in the slots or
+-- in a bucket of the timing wheel.
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id,
 -- ARGV[3] the shard count the client routed by (see shards_refusal).
 -- Returns 1 if it was pending and is now removed, 0 if it was not pending.
@@ -11,7 +12,14 @@ local counts, err = read_counters(KEYS[2])
 err = err or shards_refusal(counts[4], ARGV[3]) or require_type(zs, 'zset')
 if err then return err end
 local score, ik = id_score(P, id)
-if not score then return 0 end
+if not score then
+  -- In a bucket of the timing wheel: its index entry goes, and the
+  -- cascade drops the entry it no longer names (lib/65_wheel.lua).
+  if not id_wheel_in(P, ik, id) then return 0 end
+  id_del(P, ik, id)
+  redis.call('HINCRBY', KEYS[2], 'pending', -1)
+  return 1
+end
 local key, rec = slot_find(P, zs, id, score)
 if not key then return 0 end -- ready
 local r, why = parse_record(rec, score, id)

@@ -58,7 +58,10 @@ local function redrive(id, now)
   local r = parse_dead(rec)
   local why = (not r and 'undecodable dead letter') or (not id_ok(id) and 'dead letter with an invalid id')
   local active, ik
-  if not why then active, ik = id_score(P, id) end
+  if not why then
+    active, ik = id_score(P, id)
+    active = active or id_wheel_in(P, ik, id) -- pending in the timing wheel
+  end
   -- Writes.
   forget(id)
   if why then

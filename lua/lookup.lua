@@ -90,6 +90,12 @@ if score then
   end
   return answer({1, at, r and r.attempts or 0, '', ago(tonumber(at))}, r and r.payload)
 end
+-- Pending in a bucket of the timing wheel (lib/65_wheel.lua).
+local wdue, wrec = id_wheel_in(P, ik, id)
+if wdue then
+  local r = parse_record(wrec, wdue * ORD, id)
+  return answer({1, fmt(wdue), 0, '', ago(wdue)}, r and r.payload)
+end
 if redis.call('HEXISTS', dead, id) == 1 then
   return answer({4, 0, 0}, cut and dead_payload(redis.call('HGET', dead, id)))
 end

@@ -53,7 +53,25 @@ end
 
 local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
-local bound = first_bound(P, zs) -- at or before every score (see first_bound)
+local slots_bound = first_bound(P, zs) -- at or before every score in the slots (see first_bound)
+-- The earliest due time the timing wheel may hold (lib/65_wheel.lua), and
+-- the first time a scheduler must run: a bound every scheduler has heard
+-- of (offers announce it, transfers publish it), in score units.
+local wfirst = wheel_first(P)
+local bound = slots_bound
+if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound = (wfirst - WHEEL_LEAD) * ORD end
+local w = wheel_pusher()
+-- The queue's last score in the slots (-1: none), read when first needed:
+-- an offer after it is in time order and appends cheaply.
+local tail = nil
+local function after_tail(due)
+  if tail == nil then
+    local l = redis.call('ZRANGE', zs, '-1', '-1')[1]
+    local t = l and kcall(P, 'ZRANGE', slot_key(P, l), '-1', '-1', 'WITHSCORES')
+    tail = t and t[2] and tonumber(t[2]) or -1
+  end
+  return due >= math.floor(tail / ORD)
+end
 local added = 0 -- net change of the pending count
 local offered = 0 -- items accepted (added or replaced)
 local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
@@ -64,19 +82,28 @@ local held = {} -- ids whose writes are held back
 
 local function flush()
   slot_flush(hint)
+  wheel_flush(P, w)
   for i = 1, nidx, 3 do id_set(P, idx[i], idx[i + 1], idx[i + 2]) end
   nidx, held = 0, {}
 end
 
 -- Offers one item; returns its status, due time and state.
-local function offer_one(id, payload, due, keep, fresh, ik)
+local function offer_one(id, payload, due, keep, fresh, h)
+  local ik = P .. 'i:' .. h
   local replaced = false
   if not fresh then
     -- An id may come twice in one call: its first copy must be written
     -- before the look-up, and before its slot is read or changed.
     if held[id] then flush() end
-    local old = id_score_in(P, ik, id)
-    if old then
+    local s = kcall(P, 'HGET', ik, id)
+    local old = s and uint_of(s, 16, SCORE_MAX)
+    local wdue, wpos = wheel_ref_of(s)
+    if wdue and wheel_record(P, id, wdue, wpos) then
+      -- In a bucket of the wheel: replacing it only rewrites its index
+      -- entry (its old entry is dropped at the cascade).
+      if keep then return 3, wdue, 1 end
+      added, replaced = added - 1, true
+    elseif old then
       flush()
       local key, rec = slot_find(P, zs, id, old)
       if not key then
@@ -106,17 +133,36 @@ local function offer_one(id, payload, due, keep, fresh, ik)
 
   -- Due already, and nothing due waits (a bound that is too early only
   -- sends the item through the scheduler): straight to the ready list.
-  if due <= now and (bound == nil or bound >= (now + 1) * ORD) then
+  if due <= now and (slots_bound == nil or slots_bound >= (now + 1) * ORD) and (wfirst == nil or wfirst > now) then
     kcall(P, 'RPUSH', ready, ready_entry(due, now, id, payload))
     kcall(P, 'RPUSH', sig, '1')
     id_set(P, ik, id, due * ORD)
     return status, due, 2
   end
 
+  -- Into the wheel: an item due later than the cascade's lead that lands
+  -- inside the slots, or any item whose bucket has a list (offer order:
+  -- see lib/65_wheel.lua). The cheap test first: a bucket's list is looked
+  -- for once a call, and only for items that would go to the slots.
+  local k = math.floor(due / WHEEL_MS)
+  if (due >= now + WHEEL_LEAD and not after_tail(due)) or wheel_listed(P, w, k) then
+    wheel_add(w, due, h, ik, id, payload)
+    held[id] = true
+    added = added + 1
+    local ev = (due - WHEEL_LEAD) * ORD
+    if bound == nil or ev < bound then
+      bound = ev
+      announce = due - WHEEL_LEAD -- the scheduler cascades the bucket then
+    end
+    return status, due, 1
+  end
+
   local score, ss = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
   idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
   nidx, held[id] = nidx + 3, true
   added = added + 1
+  if tail and score > tail then tail = score end
+  if slots_bound == nil or score < slots_bound then slots_bound = score end
   if bound == nil or score < bound then
     bound = score
     announce = due -- the earliest deadline moved earlier: wake the schedulers
@@ -127,8 +173,7 @@ end
 for i = 1, n do
   local b = 3 + (i - 1) * 5
   local f = flags[i]
-  local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4,
-                                       P .. 'i:' .. ARGV[b + 5])
+  local status, due, state = offer_one(ARGV[b + 1], ARGV[b + 2], dues[i], f % 4 >= 2, f >= 4, ARGV[b + 5])
   if status ~= 3 then offered = offered + 1 end
   local k = #out
   out[k + 1], out[k + 2], out[k + 3] = status, due, state

@@ -140,6 +140,21 @@ end)
 moved = done
 for _, v in ipairs(v1_refills) do refills[#refills + 1] = v end
 
+-- The timing wheel's buckets due within its lead go into the slots first
+-- (lib/65_wheel.lua), within the run's budget; records due at or after
+-- the earliest due time the wheel still holds wait for their bucket, so
+-- offer order among equal due times holds even when the budget runs out.
+local wbad = {}
+local wtook = wheel_cascade(P, zs, counters, now, math.max(max_items - done, 0), wbad)
+if #wbad > 0 then
+  check_types()
+  push_in_pieces(aside, wbad, false)
+  set_aside_n = set_aside_n + #wbad
+end
+done = done + wtook
+local wfirst = wheel_first(P)
+if wfirst and wfirst <= now then limit = '(' .. fmt(wfirst * ORD) end
+
 -- A burst (many items due in one millisecond) is read without its scores.
 -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
 -- what moving an item costs. When a chunk's items all had one due time and
@@ -293,6 +308,8 @@ if ARGV[5] == '1' then
 end
 
 local next_due = recur.earliest(P, zs, false, first_tick) -- the buckets are not read again when advance knows
+-- The wheel's next cascade is a due time of the schedulers too.
+if wfirst and (next_due < 0 or wfirst - WHEEL_LEAD < next_due) then next_due = math.max(wfirst - WHEEL_LEAD, 0) end
 local more = 0
 if next_due >= 0 and next_due <= now and done > 0 then more = 1 end
 if ticks_left or upgrading then more = 1 end

@@ -350,11 +350,14 @@ function recur.first(P)
   return type(f) == 'table' and f[2] and tonumber(f[2]) or nil
 end
 
--- The queue's earliest due time with the ticks in it (see earliest_due).
+-- The queue's earliest due time with the ticks and the timing wheel in it
+-- (see earliest_due).
 -- first: the first bucket's tick when the caller knows it (recur.advance's
 -- fourth value), false when there is none; nil reads it.
 function recur.earliest(P, zs, read_only, first)
   local d = earliest_due(P, zs, read_only)
+  local wf = wheel_first(P) -- items in the timing wheel's buckets (lib/65_wheel.lua)
+  if wf and (d < 0 or wf < d) then d = wf end
   local t = first
   if t == nil then t = recur.first(P) end
   if t and (d < 0 or t < d) then return t end
