@@ -49,8 +49,9 @@ note(f"seed {SEED} (DQ_TEST_SEED={SEED} repeats this run's delays)")
 class Q:
     """One queue's offers, in offer order, as the test expects to see them."""
 
-    def __init__(self, name):
+    def __init__(self, name, sharded=False):
         self.name = name
+        self.sharded = sharded  # over shards: no order across them (each shard's own)
         self.seq = []  # ids in offer order (an id offered again moves to the end)
         self.payload = {}
         self.due = {}  # known due ms (Python offers; lookup fills the rest)
@@ -98,12 +99,13 @@ def random_lines(prefix, n, lo_ms, hi_ms):
 client = None
 
 
-def py_offer(q, items):
+def py_offer(q, items, status="added"):
     """One offer call of the Python client: (id, payload, due_ms) items at
-    absolute due times; checks each was added at exactly that due time."""
+    absolute due times; checks each was added (or status) at exactly that
+    due time."""
     got = client.offer_many(q.name, [delayq.Item(p, id=i, due_ms=d) for i, p, d in items])
-    eq([(o.id, o.status, o.due_ms, o.state) for o in got], [(i, "added", d, "pending") for i, _, d in items],
-       f"python offer of {[i for i, _, _ in items]} to {q.name} at absolute due times")
+    eq([(o.id, o.status, o.due_ms, o.state) for o in got], [(i, status, d, "pending") for i, _, d in items],
+       f"python offer of {[i for i, _, _ in items]} to {q.name} at absolute due times: {status}")
     for i, p, d in items:
         q.offered(i, p, d)
 
@@ -150,8 +152,13 @@ def list_pending(qname):
     return items
 
 
+def wheel_keys(qname, suffix):
+    """The keys dq:{Q}:SUFFIX (a glob) of the queue and of its shards (dq:{Q~s}:)."""
+    return sorted(redis("KEYS", f"dq:{{{qname}}}:{suffix}") + redis("KEYS", f"dq:{{{qname}~*}}:{suffix}"))
+
+
 def bucket_keys(qname):
-    return sorted(redis("KEYS", f"dq:{{{qname}}}:b:*"))
+    return wheel_keys(qname, "b:*")
 
 
 def aside(qname):
@@ -183,10 +190,11 @@ def check_delivery(q, got, label):
     want = set(q.seq)
     eq(sorted(set(ids) - want), [], f"{label}: nothing delivered that is not pending (cancelled, replaced, unknown)")
     eq(sorted(want - set(ids)), [], f"{label}: nothing lost")
-    if all(i in q.due for i in q.seq):
-        eq(ids, q.expected(), f"{label}: delivery order is due order, ties in offer order")
-    dues = [m["due_ms"] for _, m in got]
-    eq(dues, sorted(dues), f"{label}: due_ms non-decreasing in delivery order")
+    if not q.sharded:
+        if all(i in q.due for i in q.seq):
+            eq(ids, q.expected(), f"{label}: delivery order is due order, ties in offer order")
+        dues = [m["due_ms"] for _, m in got]
+        eq(dues, sorted(dues), f"{label}: due_ms non-decreasing in delivery order")
     wrong = [(m["id"], m["payload"], m["due_ms"]) for _, m in got
              if m["id"] in want and (m["payload"] != q.payload[m["id"]] or m["due_ms"] != q.due.get(m["id"]))]
     ok(not wrong, f"{label}: each item with its own payload and due time", wrong[:5])
@@ -197,21 +205,23 @@ def check_delivery(q, got, label):
 def check_wheel_used(qname):
     ok(bucket_keys(qname) != [], f"{qname}: the offers left bucket lists dq:{{{qname}}}:b:*",
        "none: the items went to the slots (no wheel)")
-    eq(redis("TYPE", f"dq:{{{qname}}}:bz"), "zset", f"{qname}: dq:{{{qname}}}:bz is a zset")
+    bz = wheel_keys(qname, "bz")
+    ok(bz and all(redis("TYPE", k) == "zset" for k in bz), f"{qname}: dq:{{{qname}}}:bz is a zset", bz)
 
 
 def check_wheel_empty(qname, planted=False):
     """After everything was delivered: no wheel key left, nothing pending;
     nothing set aside unless the test planted bad data (planted)."""
     eq(bucket_keys(qname), [], f"{qname}: no bucket list left once all was delivered")
-    eq(redis("EXISTS", f"dq:{{{qname}}}:bz"), 0, f"{qname}: no bz left")
-    eq(redis("HGET", f"dq:{{{qname}}}:n", "bcur"), None, f"{qname}: no partly cascaded bucket (bcur)")
+    eq(wheel_keys(qname, "bz"), [], f"{qname}: no bz left")
+    eq([k for k in wheel_keys(qname, "n") if redis("HGET", k, "bcur") is not None], [],
+       f"{qname}: no partly cascaded bucket (bcur)")
     if not planted:
-        eq(aside(qname), [], f"{qname}: nothing set aside")
+        eq([e for k in wheel_keys(qname, "x") for e in redis("LRANGE", k, 0, -1)], [], f"{qname}: nothing set aside")
     p = stats(qname)
     if p is not None:
         eq((p["pending"], p["ready"]), (0, 0), f"{qname}: stats: nothing pending or ready")
-    eq((slot_records(qname), id_index_size(qname)), (0, 0), f"{qname}: no slot record or id index entry left")
+    eq(wheel_keys(qname, "q:*") + wheel_keys(qname, "i:*"), [], f"{qname}: no slot record or id index entry left")
 
 
 # ------------------------------------------------------------------ offers (no scheduler runs yet)
@@ -240,6 +250,9 @@ cli_batch(wf, random_lines("wd", 8, 2000, 12000))
 cli_offer(wf, 15000, "zlast2", "in order, after zlast")
 py_offer(wf, [("E08", "equal 8", T)])
 cli_batch(wf, [(5000, f"same5s{j}", f"same delay {j}") for j in range(6)])  # equal due in one call
+# Replaced at the same due time: it goes after the others due then (its
+# old entry, earlier in T's bucket, is stale).
+py_offer(wf, [("E03", "equal 3, replaced", T)], status="replaced")
 
 # wbig: 2500 items of one delay in one batch, behind an in-order anchor: one
 # bucket (or two) of more than a transfer's 1000 items, cascaded in parts.
@@ -257,16 +270,40 @@ cli_offer(wr, 13000, "anchor", "in order")
 cli_batch(wr, [(7000, "r1", "old r1"), (5000, "r2", "old r2"), (8000, "r3", "old r3"), (6000, "k1", "kept k1")] +
           random_lines("r", 8, 3000, 9000))
 
+# wk: taken by a take that schedules for itself (no --no-scheduler, no
+# schedule process); ww: by delayq work; wsh: 4 shards, each with a wheel.
+wk, ww, wsh = Q("wk"), Q("ww"), Q("wsh", sharded=True)
+for q in (wk, ww):
+    cli_offer(q, 12000, "anchor", "in order")
+    cli_batch(q, random_lines(q.name, 15, 2000, 9000))
+r = dq("config", "wsh", "--shards", "4")
+ok(r.rc == 0, "config wsh --shards 4", r)
+cli_batch(wsh, random_lines("s", 40, 2000, 9000))
+
 # ------------------------------------------------------------------ before any scheduler
 
 section("Redis: the offers used the wheel (bucket lists and bz)")
-for q in (wf, wc, wr, wbig):
+for q in (wf, wc, wr, wbig, wk, ww, wsh):
     check_wheel_used(q.name)
 
 section("lookup: each item pending with its due time")
-for q in (wf, wc, wr):
+for q in (wf, wc, wr, wk, ww, wsh):
     look_all(q)
 eq([wf.due.get(f"E0{j}") for j in range(9)], [T] * 9, "the E items are due at T")
+# wbig's 2501 due times by the Python client's lookup (one connection: a
+# CLI lookup each would take long); the CLI's for the first and the last.
+for i in wbig.seq:
+    lk = client.lookup("wbig", i)
+    if lk.state == "pending":
+        wbig.due[i] = lk.due_ms
+eq(len(wbig.due), len(wbig.seq), f"wbig: python lookup of each of {len(wbig.seq)} items: pending")
+for i in ("big0000", "big2499"):
+    rc, js = lookup("wbig", i)
+    eq((rc, js and js.get("state"), js and js.get("due_ms")), (0, "pending", wbig.due.get(i)),
+       f"lookup wbig {i}: pending, with its due time")
+dues = [wbig.due.get(i) for i in wbig.seq[1:]]
+ok(None not in dues and dues == sorted(dues) and dues[-1] - dues[0] < BUCKET_MS,
+   "wbig: the batch's 2500 items due in offer order within a second", (dues[:1], dues[-1:]))
 
 section("cancel of wheel items")
 p = stats("wc")
@@ -283,6 +320,13 @@ for victim in ("c03", "lone"):
     rc, js = lookup("wc", victim)
     eq((rc, js and js.get("state")), (1, "unknown"), f"lookup wc {victim}: unknown (exit 1)")
     eq(dq("cancel", "wc", victim).rc, 1, f"a second cancel of {victim} exits 1")
+# Cancelled, then offered again at the same due time: its bucket holds a
+# stale entry and a live one of the same id.
+c05_due = wc.due.get("c05")
+eq(dq("cancel", "wc", "c05").rc, 0, "cancel wc c05")
+wc.drop("c05")
+if c05_due is not None:
+    py_offer(wc, [("c05", "c05, offered again", c05_due)])
 
 section("replace and keep of wheel items")
 
@@ -320,28 +364,21 @@ if p is not None:
     eq(p["pending"], n_wr, f"wr: stats pending still {n_wr} after the replaces")
 
 section("list pending: due order, due times, payloads")
-# wbig's 2501 due times come from its listing (a lookup each would take long).
-for m in list_pending("wbig"):
-    if m.get("id") in wbig.payload and isinstance(m.get("due_ms"), int):
-        wbig.due[m["id"]] = m["due_ms"]
-eq(len(wbig.due), len(wbig.seq), f"list wbig: all {len(wbig.seq)} items, with due times")
-dues = [wbig.due.get(i) for i in wbig.seq[1:]]
-ok(None not in dues and dues == sorted(dues) and dues[-1] - dues[0] < BUCKET_MS,
-   "wbig: the batch's 2500 items due in offer order within a second", (dues[:1], dues[-1:]))
-for q in (wf, wr):
+for q in (wf, wr, wbig, wsh):
     items = list_pending(q.name)
     ids = [m.get("id") for m in items]
     eq(sorted(ids), sorted(q.seq), f"list {q.name}: every pending item once")
-    dues = [m.get("due_ms") for m in items]
-    eq(dues, sorted(dues, key=lambda d: d if d is not None else -1), f"list {q.name}: in due order")
-    eq(ids, q.expected(), f"list {q.name}: in due order, ties in offer order")
+    if not q.sharded:  # (a page holds one shard's items)
+        dues = [m.get("due_ms") for m in items]
+        eq(dues, sorted(dues, key=lambda d: d if d is not None else -1), f"list {q.name}: in due order")
+        eq(ids, q.expected(), f"list {q.name}: in due order, ties in offer order")
     wrong = [(m.get("id"), m.get("due_ms"), m.get("payload")) for m in items
              if m.get("id") in q.payload and (m.get("due_ms") != q.due.get(m["id"]) or
                                               m.get("payload") != q.payload[m["id"]] or m.get("state") != "pending")]
     ok(not wrong, f"list {q.name}: each with state pending, its due time and payload", wrong[:5])
 
 section("stats: pending and next_due_in_ms include the wheel's items")
-for q in (wf, wr):
+for q in (wf, wr, wbig, wsh):
     s0 = server_ms()
     p = stats(q.name)
     s1 = server_ms()
@@ -388,12 +425,15 @@ look_all(wz)
 
 note(f"{(server_ms() - (T - 9000)) / 1000:.1f} s since the first offer")
 section("a scheduler and consumers: everything delivered")
-sched = bg_dq("schedule", "wf", "wc", "wr", "wbig")
+sched = bg_dq("schedule", "wf", "wc", "wr", "wbig", "wsh")
 sched_h = bg_dq("schedule", "wh", "wz")
 s_start = server_ms()
 cons = {}
-for q in (wf, wc, wr, wbig, wh, wz):
+for q in (wf, wc, wr, wbig, wh, wz, wsh):
     cons[q.name] = consume(q.name, max(q.due.values(), default=s_start) - s_start + 2500)
+cons["wk"] = bg_dq("take", "wk", "--count", "0", "--json", "--timeout",
+                   f"{max(wk.due.values(), default=s_start) - s_start + 2500}ms")
+work = bg_dq("work", "ww", "--exec", 'printf "%s\\n" "$DELAYQ_ID"')
 # More items due at T while the scheduler runs: before, about at, and after
 # T's bucket is cascaded (1 s ahead of its first due time), or straight to
 # the slots: they must still come after E08, in offer order.
@@ -405,6 +445,9 @@ for j, ahead in ((9, 1500), (10, 900), (11, 200)):
         note(f"E{j:02d} not offered: T - {ahead} ms had passed when the checks before ended")
 for name, c in cons.items():
     ok(c.wait(40) is not None, f"take {name} ended at its timeout")
+ok(wait_for(lambda: work.count() >= len(ww.seq), 10), f"work ww ran its command {len(ww.seq)} times")
+time.sleep(0.3)  # time for one more (which must not come)
+eq(work.stop(), 0, "work ww exits 0 on SIGTERM")
 ok(sched.running(), "the scheduler of wf wc wr is still running")
 ok(sched_h.running(), "the scheduler of the hostile queues is still running")
 eq(sched.stop(), 0, "the scheduler exits 0 on SIGTERM")
@@ -412,9 +455,12 @@ eq(sched.err.split(b"\n")[1:], [b""], "... and printed nothing on stderr but its
 eq(sched_h.stop(), 0, "the hostile queues' scheduler exits 0 on SIGTERM")
 note(f"hostile scheduler's stderr: {sched_h.err[:300]!r}")
 
-for q in (wf, wc, wr, wbig):
+for q in (wf, wc, wr, wbig, wk, wsh):
     check_delivery(q, delivered(cons[q.name], q.name), q.name)
     check_wheel_empty(q.name)
+ran = [line.decode() for _, line in work.snapshot()]
+eq(ran, ww.expected(), "work ww: each item once, in due order")
+check_wheel_empty("ww")
 
 section("hostile: the good items all arrived, the bad ones were set aside")
 for q in (wh, wz):
