@@ -280,11 +280,17 @@ for q in (wk, ww):
 r = dq("config", "wsh", "--shards", "4")
 ok(r.rc == 0, "config wsh --shards 4", r)
 cli_batch(wsh, random_lines("s", 40, 2000, 9000))
+# wo: no scheduler until all of it is overdue: 300 in-order items (slots)
+# among 1500 of random delays (wheel), caught up at once, more than a
+# transfer's 1000 items: the slots' records must wait for the buckets.
+wo = Q("wo")
+cli_batch(wo, [(1500 + j * 7, f"o{j:03d}", f"in order {j}") for j in range(300)])
+cli_batch(wo, random_lines("x", 1500, 1500, 3500))
 
 # ------------------------------------------------------------------ before any scheduler
 
 section("Redis: the offers used the wheel (bucket lists and bz)")
-for q in (wf, wc, wr, wbig, wk, ww, wsh):
+for q in (wf, wc, wr, wbig, wk, ww, wsh, wo):
     check_wheel_used(q.name)
 
 section("lookup: each item pending with its due time")
@@ -298,6 +304,11 @@ for i in wbig.seq:
     if lk.state == "pending":
         wbig.due[i] = lk.due_ms
 eq(len(wbig.due), len(wbig.seq), f"wbig: python lookup of each of {len(wbig.seq)} items: pending")
+for i in wo.seq:
+    lk = client.lookup("wo", i)
+    if lk.state == "pending":
+        wo.due[i] = lk.due_ms
+eq(len(wo.due), len(wo.seq), f"wo: python lookup of each of {len(wo.seq)} items: pending")
 for i in ("big0000", "big2499"):
     rc, js = lookup("wbig", i)
     eq((rc, js and js.get("state"), js and js.get("due_ms")), (0, "pending", wbig.due.get(i)),
@@ -363,6 +374,21 @@ eq([(o.status, o.due_ms, o.state) for o in got], [("kept", k1_due, "pending")],
 p = stats("wr")
 if p is not None:
     eq(p["pending"], n_wr, f"wr: stats pending still {n_wr} after the replaces")
+r = dq("offer", "wr", "--batch", "-", "--nx", stdin=b"2s\tk1\tbatch k1\n3500ms\tk2\tnew k2\n")
+if ok((r.rc, r.out) == (0, b"2\n"), "offer wr --batch --nx of k1 (pending) and k2 (new) prints 2", r):
+    wr.offered("k2", "new k2")
+rc, js = lookup("wr", "k1")
+eq((rc, js and js.get("due_ms")), (0, k1_due), "lookup wr k1: still its first due time")
+# One batch naming an id twice, both times into the wheel: the later line
+# replaces the earlier, whose entry is held back in the same call.
+cli_batch(wr, [(5000, "t1", "first t1"), (6000, "t2", "other"), (7000, "t1", "second t1")])
+for i in ("k2", "t1", "t2"):
+    rc, js = lookup("wr", i)
+    if ok(rc == 0 and js and js.get("state") == "pending", f"lookup wr {i}: pending", js):
+        wr.due[i] = js["due_ms"]
+p = stats("wr")
+if p is not None:
+    eq(p["pending"], n_wr + 3, f"wr: stats pending {n_wr + 3} with k2, t1 and t2 (t1 once)")
 
 section("list pending: due order, due times, payloads")
 for q in (wf, wr, wbig, wsh):
@@ -444,6 +470,11 @@ for j, ahead in ((9, 1500), (10, 900), (11, 200)):
         py_offer(wf, [(f"E{j:02d}", f"equal {j}, offered late", T)])
     else:
         note(f"E{j:02d} not offered: T - {ahead} ms had passed when the checks before ended")
+late_start = server_ms()
+ok(late_start > max(wo.due.values(), default=0), "wo: all of it overdue before anything scheduled it",
+   f"{late_start} <= {max(wo.due.values(), default=0)}")
+cons_o = bg_dq("take", "wo", "--count", len(wo.seq), "--json", "--timeout", "20s")
+eq(cons_o.wait(40), 0, f"take wo --count {len(wo.seq)} (scheduling for itself) got them all")
 for name, c in cons.items():
     ok(c.wait(40) is not None, f"take {name} ended at its timeout")
 ok(wait_for(lambda: work.count() >= len(ww.seq), 10), f"work ww ran its command {len(ww.seq)} times")
@@ -459,6 +490,8 @@ note(f"hostile scheduler's stderr: {sched_h.err[:300]!r}")
 for q in (wf, wc, wr, wbig, wk, wsh):
     check_delivery(q, delivered(cons[q.name], q.name), q.name)
     check_wheel_empty(q.name)
+check_delivery(wo, delivered(cons_o, "wo"), "wo (caught up)")
+check_wheel_empty("wo")
 ran = [line.decode() for _, line in work.snapshot()]
 eq(ran, ww.expected(), "work ww: each item once, in due order")
 check_wheel_empty("ww")
