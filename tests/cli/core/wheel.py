@@ -1,31 +1,37 @@
-"""wheel.py - items whose due times come in no order (the timing wheel of
-issue 42, docs: /work/wt/_brief/wheel_spec.md's keys dq:{Q}:b:<k>, bz) look to
-users exactly as in-order ones do, through the real CLI, a real `delayq
-schedule` and real `take` consumers:
+"""wheel.py - items whose due times come in no order go through the timing
+wheel (issue 42: bucket lists dq:{Q}:b:<k> and their index dq:{Q}:bz, see
+docs/key-layout.md) and look to users exactly as in-order ones do. Through
+the real CLI (and the Python client where the CLI has no absolute due time),
+real `delayq schedule`, `take`, `work` and `serve` processes:
 
-1. FIFO among equal due times across calls: items due at one absolute ms
-   (the Python client's due_ms: the CLI has no absolute form), offered in
-   separate calls between CLI offers of random delays and in-order ones, come
-   out in offer order; everything comes out sorted by due time, each once.
-2. cancel of a wheel item exits 0 and it is never delivered; pending drops.
-3. replace delivers only the new payload, once, at the new due time (wheel to
-   wheel, wheel to slots, slots to wheel); --nx (keep) keeps the old one and
-   the Python client's offer reports its due time.
-4. lookup says pending with the due time before any scheduler ran.
-5. list pending shows the items in due order (ties in offer order) with their
-   due times and payloads, before any scheduler ran.
-6. stats: pending and next_due_in_ms count the wheel's items.
-7. Redis: the offers left bucket lists dq:{Q}:b:* and dq:{Q}:bz; once
-   delivered no bucket, no bz, no bcur counter, nothing set aside.
-8. Lateness: 300 items due 2..6 s from their offer, offered in batches while
-   a scheduler and a consumer run: none moved before its due time (server
-   clock) nor received more than 1.5 s after it.
-9. Hostile: a bucket planted as a string, a bucket entry that does not
-   decode, a bz member without a list, a bz of another type, an id index
-   entry pointing into a bucket at nothing: the scheduler keeps running, the
-   good items all arrive, the bad ones show in the set-aside list dq:{Q}:x.
-"""
-# tier: slow (about 30 s: items due up to 13 s ahead, then the lateness run)
+1. FIFO among equal due times across calls: items due at one absolute ms,
+   offered in separate calls between CLI offers of random delays and
+   in-order ones, and some while the scheduler cascades their bucket, come
+   out in offer order; all come out in due order, each once. Also: 2500
+   items of one bucket (cascaded in parts), a take scheduling for itself,
+   `work`, a queue of 4 shards, and a catch-up of 1500 wheel items among 300
+   in-order slot records all overdue.
+2. cancel of a wheel item exits 0, it is never delivered, pending drops; one
+   cancelled and offered again at its due time comes once, the new payload.
+3. replace (wheel to wheel, wheel to slots, slots to wheel, twice in one
+   batch, at its own due time: it goes after the others due then) delivers
+   the new payload once at the new due time; --nx keeps the old item, and the
+   Python client's offer reports the kept due time.
+4. lookup: pending with the due time, before any scheduler ran.
+5. list pending (and serve's listing): in due order, ties in offer order,
+   with due times and payloads, before any scheduler ran.
+6. stats, serve's counts and /metrics count the wheel's items, next_due too.
+7. Redis: the offers left bucket lists and bz (fails on a tree without the
+   wheel); once all is delivered no bucket, bz or bcur, nothing set aside.
+8. Lateness: 300 items due 2..6 s ahead, offered in batches while a
+   scheduler and a consumer run: none moved before its due time (server
+   clock), none received more than 1.5 s after it.
+9. Hostile: a bucket planted as a string, an entry that does not decode, a
+   bz member without a list, a bz of another type, an id index entry into a
+   bucket at nothing: the scheduler runs on, good items all arrive, the bad
+   ones are set aside (dq:{Q}:x: delayq has no command listing its entries;
+   stats counts them).
+"""# tier: slow (about 30 s: items due up to 13 s ahead, then the lateness run)
 import collections
 import os
 import random
@@ -417,6 +423,45 @@ for q in (wf, wr, wbig, wsh):
            f"{p['next_due_in_ms']} not in [{lo}, {hi}]")
 
 # ------------------------------------------------------------------ hostile data (its own queues)
+
+section("serve: the API's counts, item and listing, and /metrics, include the wheel's items")
+
+
+def metric(text, name, **labels):
+    """The value of the sample NAME{labels} in a /metrics text, or None."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.startswith(name + "{") and ",".join(sorted(head[len(name) + 1:-1].split(","))) == want:
+            return float(value)
+    return None
+
+
+sport = closed_port()
+srv = bg_dq("serve", "--listen", f"127.0.0.1:{sport}")
+if ok(wait_for(lambda: http_call(sport, "GET", "/api/queues", timeout=2)[0] == 200, 10),
+      f"serve answers on 127.0.0.1:{sport}", srv.err):
+    st, js = http_call(sport, "GET", "/api/queues/wf")
+    ok(st == 200 and isinstance(js, dict) and js.get("pending") == len(wf.seq),
+       f"GET /api/queues/wf: pending {len(wf.seq)}", (st, js))
+    st, js = http_call(sport, "GET", "/api/queues/wf/items/E01")
+    ok(st == 200 and isinstance(js, dict) and (js.get("state"), js.get("due_ms"), js.get("payload")) ==
+       ("pending", T, "equal 1"), "GET /api/queues/wf/items/E01: pending, due at T, its payload", (st, js))
+    listed, cursor = [], ""
+    for _ in range(50):
+        st, js = http_call(sport, "GET", f"/api/queues/wf/items?state=pending&limit=1000{cursor}")
+        if not ok(st == 200 and isinstance(js, dict), "GET /api/queues/wf/items?state=pending", (st, js)):
+            break
+        listed += [m.get("id") for m in js.get("items", [])]
+        if not js.get("next_cursor"):
+            break
+        cursor = "&cursor=" + js["next_cursor"]
+    eq(listed, wf.expected(), "GET /api/queues/wf/items: every pending item, in due order")
+    st, body = http_call(sport, "GET", "/metrics")
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
+    eq(metric(text, "delayq_items", queue="wf", state="pending"), float(len(wf.seq)),
+       'delayq_items{queue="wf",state="pending"}')
+eq(srv.stop(), 0, "serve exits 0 on SIGTERM")
 
 section("hostile: planted buckets, entries, bz members and index entries")
 wh, wz = Q("wh"), Q("wz")
