@@ -312,27 +312,46 @@ local function cascade_merge(c, a, n)
   -- -1: nothing from lo on, math.huge: records past hi, or the last in
   -- [lo, hi]), and the latest score of each of the run's milliseconds.
   local latest = {}
+  local CROWD = 2 * SLOT_CAP + 1 -- more records than a listpack slot holds
   for x = 1, m do
     local key = slot_key(P, NM[x])
     local t = c.tail[key]
     local from = math.max(lo, BD[x])
+    local to = BD[x + 1] and math.min(hi, BD[x + 1] - 1) or hi
     local read = t == nil or t >= from
     if t == nil then
       t = -1
-      if not BD[x + 1] and kcall(P, 'ZRANGEBYSCORE', key, '(' .. fmt(hi), '+inf', 'LIMIT', '0', '1')[1] then
-        t = math.huge
+      if (not BD[x + 1] or hi < BD[x + 1] - 1) and
+         kcall(P, 'ZRANGEBYSCORE', key, '(' .. fmt(hi), '+inf', 'LIMIT', '0', '1')[1] then
+        t = math.huge -- records after the run's range: it goes inside
       end
     end
     if read then
-      local to = BD[x + 1] and math.min(hi, BD[x + 1] - 1) or hi
-      -- Bounded: a millisecond of more records than this reads as its
-      -- first ones (its ordinals are past ORD - 1 then anyway).
-      local rs = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(to), fmt(from), 'WITHSCORES', 'LIMIT', '0', '4096')
+      -- The records of the run's range from the top: the first of each
+      -- millisecond met is its latest. A crowded range (a slot of one
+      -- score, past SLOT_CAP) is read CROWD deep, then each millisecond of
+      -- the run below what that reached is looked at alone.
+      local rs = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(to), fmt(from), 'WITHSCORES', 'LIMIT', '0', nstr(CROWD))
+      local floor_ms = nil
       for y = 2, #rs, 2 do
-        local s = tonumber(rs[y])
-        local ms = math.floor(s / ORD)
-        if not latest[ms] or s > latest[ms] then latest[ms] = s end
-        if t ~= math.huge and s > t then t = s end
+        local sc = tonumber(rs[y])
+        local ms = math.floor(sc / ORD)
+        if not latest[ms] or sc > latest[ms] then latest[ms] = sc end
+        if t ~= math.huge and sc > t then t = sc end
+        floor_ms = ms
+      end
+      if #rs >= 2 * CROWD then
+        local looked = {}
+        for j = a, n do
+          local ms = D[j]
+          if ms < floor_ms and not looked[ms] and ms * ORD + ORD - 1 >= from and ms * ORD <= to then
+            looked[ms] = true
+            local r1 = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(math.min(to, ms * ORD + ORD - 1)),
+                             fmt(math.max(from, ms * ORD)), 'WITHSCORES', 'LIMIT', '0', '1')
+            local sc = r1[2] and tonumber(r1[2])
+            if sc and (not latest[ms] or sc > latest[ms]) then latest[ms] = sc end
+          end
+        end
       end
     end
     TS[x] = t
@@ -360,7 +379,8 @@ local function cascade_merge(c, a, n)
       if TS[x] < S[j] then
         cascade_append(c, key, j, b, cnt)
       else
-        if cnt + b - j + 1 > 2 * SLOT_CAP then
+        -- (A slot already past it, of one score, takes its part whole.)
+        if cnt <= 2 * SLOT_CAP and cnt + b - j + 1 > 2 * SLOT_CAP then
           b, cut = j + math.max(2 * SLOT_CAP - cnt, 1) - 1, true
         end
         cascade_insert(c, key, j, b, cnt)

@@ -137,7 +137,9 @@ lines = [f"{rng.randint(30000, 30600)}ms\tw{i:04d}\tp{i}" for i in range(3000)]
 lines[1500:1500] = [f"30300ms\tt{i:03d}\tsame {i}" for i in range(300)]
 r = dq("offer", Q3, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
 eq((r.rc, r.out), (0, b"3300\n"), "offer --batch: 3300")
-ok(slot_records(Q3) <= 1 and redis("ZCARD", P3 + "bz") >= 1, "in the wheel's buckets, not the slots",
+# (An item after everything in the slots, such as a chunk's first, may go
+# straight to them: the CLI sends chunks of 1,000.)
+ok(slot_records(Q3) <= 10 and redis("ZCARD", P3 + "bz") >= 1, "in the wheel's buckets, not the slots",
    (slot_records(Q3), redis("ZCARD", P3 + "bz")))
 
 
