@@ -11,10 +11,17 @@
 -- is the due time (pending) or the lease's end (in flight), in ms; entry is
 -- the item as a ready entry (its id, due time, last error and payload;
 -- src/util/codec.c decodes it). Pending items come by due time and in-flight ones
--- by lease end: both share the slots, ordered by score. A page reads at most
--- SCAN_MAX records, so a page of one state among many of the other may hold
--- fewer than limit items and still have a next cursor. Records that do not
--- decode are skipped (the scheduler sets them aside when they fall due).
+-- by lease end: both share the slots, ordered by score. Pending items also
+-- wait in the timing wheel's buckets (lib/65_wheel.lua): a bucket entry
+-- counts as the score due * ORD + ORD - 1 (after every slot record of its
+-- millisecond, as the cascade puts it), and the page merges them in. The
+-- cursor's skip counts the items of its score already listed, slot records
+-- first, then bucket entries by position. A page reads at most SCAN_MAX
+-- records and WHEEL_SCAN bucket entries (but a bucket whole: its entries
+-- are in no due order), so a page of one state among many of the other may
+-- hold fewer than limit items and still have a next cursor. Records that
+-- do not decode are skipped (the scheduler sets them aside when they fall
+-- due).
 local zs, P, want = KEYS[1], ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[4])
 local cut = ARGV[5] and tonumber(ARGV[5])
@@ -77,7 +84,8 @@ local function items_of(rec, score)
   end
   return units
 end
-local out, n, scanned = {''}, 0, 0
+-- The slots' part: every unit read, in order ({score, item}), into U.
+local U, n, scanned = {}, 0, 0
 local last, last_run = nil, 0 -- the last score read, and how many records of it were read
 -- With a cut, a page also ends once it has read SCAN_BYTES of records
 -- (Redis copies each record it reads whole), reading a slot in batches
@@ -85,7 +93,8 @@ local last, last_run = nil, 0 -- the last score read, and how many records of it
 -- MB, not limit times their size.
 local SCAN_BYTES = 4 * 1024 * 1024
 local bytes, bytes_max, batch, off = 0, cutting and SCAN_BYTES or math.huge, cutting and 4 or 500, 0
--- The slot holding start, or the first one.
+-- The slot holding start, or the first one (a cursor a bucket entry gave
+-- may lie below every bound).
 local name = start >= 0 and slot_at(zs, fmt(start)) or redis.call('ZRANGE', zs, '0', '0')[1]
 local from = start >= 0 and fmt(start) or '-inf'
 for _ = 1, 1000 do
@@ -105,14 +114,8 @@ for _ = 1, 1000 do
         break
       end
       if score == last then last_run = last_run + 1 else last, last_run = score, 1 end
-      if (score ~= start or last_run > skip) and r and (r.token ~= '') == (want == 'inflight') then
-        local k, whole = #out, r.whole or #r.payload
-        if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
-        out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
-        if cut then out[k + 4] = whole end
-        if holders then out[k + 5] = seen.holder_of(P, r.token) end
-        n = n + 1
-      end
+      U[#U + 1] = {score, r}
+      if (score ~= start or last_run > skip) and r and (r.token ~= '') == (want == 'inflight') then n = n + 1 end
     end
     if stopped then break end
     scanned = scanned + 1
@@ -132,11 +135,160 @@ for _ = 1, 1000 do
     local nx = bound and redis.call('ZRANGEBYSCORE', zs, '(' .. bound, '+inf', 'LIMIT', '0', '1')
     name = nx and nx[1]
     from, off = '-inf', 0
-    if not name then last = nil end
   end
 end
-if last then
-  -- More may follow: resume after the records of the last score read.
-  out[1] = fmt(last) .. ':' .. nstr(last_run)
+-- Every slot record below SH has been read (math.huge: all of them; with
+-- none read, the listing ends here, as before the wheel).
+local slots_done = not name
+local SH = slots_done and math.huge or last or -1
+
+-- The wheel's part ------------------------------------------------------------
+-- Its live entries (the id index names them: see lib/65_wheel.lua) of
+-- score start or more, by score, then position, as {score, position,
+-- record} into W, read bucket by bucket in bucket order (bz scores lie
+-- inside their buckets' ranges, so bz orders them too). Reading stops once
+-- limit items past start are in hand, or before a bucket whose entries
+-- all score SH or more, or once WHEEL_SCAN entries or SCAN_BYTES bytes are
+-- read; WH is then the lowest score an entry not looked at may have
+-- (math.huge: none), so the merge below takes no slot record past it. A
+-- bucket is read whole (its entries are in offer order, not due order),
+-- from its first entry the cascade did not take yet (the counters' bcur).
+local WHEEL_SCAN = 4000
+local W, WH = {}, math.huge
+
+-- Reads bucket k from its entry first on, and adds its live entries of due
+-- time d_lo or more to W in order, till need of them lie past start.
+-- Each entry's due time alone is read first, and the entries are grouped
+-- by it (in list order within a millisecond: a counting sort), so only the
+-- entries W may take are decoded and checked against the id index.
+-- Returns the entries read, the live ones past start added, the bytes
+-- read, and (when need stopped it) the score of the first entry passed.
+local function wheel_bucket(k, first, d_lo, need)
+  local key = wheel_key(P, k)
+  local len = redis.pcall('LLEN', key)
+  if type(len) ~= 'number' then return 0, 0, 0 end -- another type: the cascade renames it
+  local ents, by_off, wbytes = {}, {}, 0
+  local off_lo = math.max(d_lo - k * WHEEL_MS, 0)
+  for p = first, len - 1, 1000 do
+    local es = redis.pcall('LRANGE', key, nstr(p), nstr(math.min(p + 999, len - 1)))
+    if type(es) ~= 'table' or es.err then break end
+    for x = 1, #es do
+      local e = es[x]
+      local n = #ents + 1
+      ents[n], wbytes = e, wbytes + #e
+      local off = tonumber(string.match(e, '^(%d%d?%d?%d?)|'))
+      if off and off >= off_lo and off < WHEEL_MS then
+        local g = by_off[off]
+        if not g then
+          g = {}
+          by_off[off] = g
+        end
+        g[#g + 1] = n
+      end
+    end
+  end
+  local got, base = 0, k * WHEEL_MS
+  for off = off_lo, WHEEL_MS - 1 do
+    local g = by_off[off]
+    if g then
+      local s = (base + off) * ORD + ORD - 1
+      for x = 1, #g do
+        if got >= need then return #ents, got, wbytes, s end
+        local pos = first + g[x] - 1
+        local due, h, rec, id = wheel_entry_of(ents[g[x]], k)
+        if due and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == wheel_ref(due, pos) then
+          W[#W + 1] = {s, pos, rec}
+          if s > start then got = got + 1 end
+        end
+      end
+    end
+  end
+  return #ents, got, wbytes
+end
+
+local function wheel_read()
+  local bz = wheel_index(P)
+  local d_lo = start >= 0 and math.floor(start / ORD) or 0
+  local k_lo, k_max = math.floor(d_lo / WHEEL_MS), math.floor(DUE_MAX / WHEEL_MS)
+  local cur = redis.pcall('HGET', P .. 'n', 'bcur')
+  local ck, cn = nil, 0
+  if type(cur) == 'string' then
+    ck, cn = string.match(cur, '^(%d+):(%d+)$')
+    cn = cn and #cn <= 9 and tonumber(cn) or 0
+  end
+  local read, got, wbytes, boff = 0, 0, 0, 0
+  -- A bucket meeting [d_lo, ...] has its bz score at d_lo - WHEEL_MS + 1 or more.
+  local lo = fmt(math.max(d_lo - WHEEL_MS + 1, 0))
+  for _ = 1, 64 do
+    local zr = redis.pcall('ZRANGEBYSCORE', bz, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(boff), '16')
+    if type(zr) ~= 'table' or zr.err or not zr[1] then return end
+    for x = 1, #zr, 2 do
+      local k, low = uint_of(zr[x], 11, k_max), tonumber(zr[x + 1])
+      if not low or low ~= low then return end
+      low = math.floor(low)
+      -- A member that names no bucket, or scores outside its bucket: not
+      -- the wheel's (the cascade drops or reaches it in its time).
+      if k and fmt(k) == zr[x] and k >= k_lo and low >= k * WHEEL_MS and low < (k + 1) * WHEEL_MS then
+        local s = low * ORD + ORD - 1
+        if s >= SH or got >= limit or (read > 0 and (read >= WHEEL_SCAN or wbytes >= SCAN_BYTES)) then
+          WH = s
+          return
+        end
+        local r, g, b, stop = wheel_bucket(k, ck == zr[x] and cn or 0, d_lo, limit - got)
+        read, got, wbytes = read + r, got + g, wbytes + b
+        if stop then
+          WH = stop
+          return
+        end
+      end
+    end
+    boff = boff + 16
+  end
+  -- Members past 1,024 (planted ones, most likely): the rest waits.
+  local zr = redis.pcall('ZRANGEBYSCORE', bz, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(boff), '1')
+  local low = type(zr) == 'table' and tonumber(zr[2])
+  if low then WH = math.max(math.floor(low), 0) * ORD + ORD - 1 end
+end
+
+if want == 'pending' then wheel_read() end
+
+-- The merge: slot records and bucket entries by score, slot records first
+-- among equal scores. A slot record is taken up to WH, a bucket entry
+-- below SH (one at SH follows slot records of SH not read yet).
+local out, count = {''}, 0
+local i, j, rs, run = 1, 1, nil, 0 -- the last score taken and how many items of it
+while count < limit do
+  local u, w = U[i], W[j]
+  local score, r
+  if u and u[1] <= WH and (not w or u[1] <= w[1]) then
+    score, r, i = u[1], u[2], i + 1
+  elseif w and w[1] < SH and (not u or w[1] < u[1]) then
+    score, r, j = w[1], items_of(w[3], w[1])[1], j + 1
+  else
+    break
+  end
+  if score == rs then run = run + 1 else rs, run = score, 1 end
+  if (score ~= start or run > skip) and r and (r.token ~= '') == (want == 'inflight') then
+    local k, whole = #out, r.whole or #r.payload
+    if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
+    out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
+    if cut then out[k + 4] = whole end
+    if holders then out[k + 5] = seen.holder_of(P, r.token) end
+    count = count + 1
+  end
+end
+-- Stopped short of limit at WH (the next slot record is past it, or there
+-- is none): every item below WH has been looked at, so the next page starts
+-- there, even when this one took none past the cursor (bucket entries all
+-- stale, say).
+local at_wh = count < limit and WH ~= math.huge and WH > start and not W[j] and
+              ((U[i] and U[i][1] > WH) or (not U[i] and slots_done))
+if at_wh and rs ~= WH then
+  out[1] = fmt(WH) .. ':0'
+elseif not (slots_done and WH == math.huge and not U[i] and not W[j]) and rs then
+  -- More may follow: resume after the items of the last score taken (the
+  -- skip of start counts the items listed before too).
+  if rs == start then run = math.max(run, skip) end
+  out[1] = fmt(rs) .. ':' .. nstr(run)
 end
 return out

@@ -92,5 +92,15 @@ if #held > 0 then
   return redis.error_reply('ERR delayq:state the shard count changes only on an empty queue; ' ..
                            counters .. ' holds ' .. table.concat(held, ', '))
 end
+-- Nothing pending: the timing wheel's buckets hold only entries cancelled
+-- or replaced, which the change would leave behind in a shard it drops
+-- (lib/65_wheel.lua).
+local P = string.sub(counters, 1, #counters - 1)
+local ks = redis.pcall('ZRANGE', wheel_index(P), '0', '999')
+if type(ks) == 'table' and #ks > 0 then
+  for _, k in ipairs(ks) do redis.call('DEL', wheel_key(P, k)) end
+  redis.call('ZREM', wheel_index(P), unpack(ks))
+end
+redis.call('HDEL', counters, 'bcur')
 redis.call('HSET', counters, 'shards', '0')
 return 1

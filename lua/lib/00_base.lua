@@ -15,6 +15,10 @@
 --                         the id's record; an id whose record is in no slot
 --                         is in the ready list, or in flight under a take's
 --                         lease (the registry tells which)
+--   P..b:<k>        LIST  a bucket of the timing wheel: items offered out of
+--                         time order, due in [k, k + 1) * WHEEL_MS, entries
+--                         '<off>|<h>|<record>'; P..bz ZSET its index, k ->
+--                         the lowest due time pushed (see lib/65_wheel.lua)
 --   P..l            ZSET  the lease registry: the takes' lease records, by
 --                         score, with their ids (see lib/70_registry.lua)
 --   P..h:<tprefix> STRING the holder a leased take named, until its lease

@@ -298,12 +298,15 @@ local function cascade_insert(c, key, a, b, n)
   redis.call('ZADD', c.zs, unpack(idx))
 end
 
--- Merges the run's n entries (sorted: c.D due times, c.R records, c.H
+-- Merges the run's entries a..n (sorted: c.D due times, c.R records, c.H
 -- index keys, c.I ids) into the slots, and points their index entries at
--- their scores. Returns the lowest score written.
-local function cascade_merge(c, n)
+-- their scores. A slot never holds more than 2 * SLOT_CAP records (Redis's
+-- zset-max-listpack-entries, 128): past it a zset becomes a skiplist for
+-- good, at about twice the bytes. So a run inside a slot goes in parts that
+-- keep it under that, each split before the rest of the run is merged anew.
+local function cascade_merge(c, a, n)
   local P, D, S, SS, NM, BD, TS = c.P, c.D, c.S, c.SS, c.NM, c.BD, c.TS
-  local lo, hi = D[1] * ORD, D[n] * ORD + ORD - 1
+  local lo, hi = D[a] * ORD, D[n] * ORD + ORD - 1
   local m = cascade_slots_for(c, lo, hi)
   -- Per slot its last score as far as the run cares (this call's writes, or
   -- -1: nothing from lo on, math.huge: records past hi, or the last in
@@ -336,7 +339,7 @@ local function cascade_merge(c, n)
   end
   -- Scores: after the latest record of the millisecond (offer order).
   local pms, plast = nil, nil
-  for j = 1, n do
+  for j = a, n do
     local ms = D[j]
     if ms ~= pms then pms, plast = ms, latest[ms] end
     local base = ms * ORD
@@ -344,7 +347,7 @@ local function cascade_merge(c, n)
     S[j], SS[j], plast = s, fmt(s), s
   end
   -- Per slot, its part of the run.
-  local j = 1
+  local j = a
   for x = 1, m do
     if j > n then break end
     local upper = BD[x + 1]
@@ -353,17 +356,25 @@ local function cascade_merge(c, n)
     if b >= j then
       local key = slot_key(P, NM[x])
       local cnt = c.card[key] or kcall(P, 'ZCARD', key)
-      if TS[x] < S[j] then cascade_append(c, key, j, b, cnt) else cascade_insert(c, key, j, b, cnt) end
+      local cut = false
+      if TS[x] < S[j] then
+        cascade_append(c, key, j, b, cnt)
+      else
+        if cnt + b - j + 1 > 2 * SLOT_CAP then
+          b, cut = j + math.max(2 * SLOT_CAP - cnt, 1) - 1, true
+        end
+        cascade_insert(c, key, j, b, cnt)
+      end
       for y = j, b do id_set(P, c.H[y], c.I[y], SS[y]) end
+      if cut and b < n then return cascade_merge(c, b + 1, n) end
       j = b + 1
     end
   end
-  return S[1]
 end
 
 -- Cascades up to budget entries of bucket k, from its first entry not yet
--- cascaded (from: the count before it). Returns how many it took, whether
--- the bucket is done, and the lowest score it wrote (or nil).
+-- cascaded (from: the count before it). Returns how many it took and
+-- whether the bucket is done.
 local function cascade_bucket(c, k, from, budget, bad)
   local P, D, H, R, I = c.P, c.D, c.H, c.R, c.I
   local key = wheel_key(P, k)
@@ -377,15 +388,17 @@ local function cascade_bucket(c, k, from, budget, bad)
       bad[#bad + 1] = aside_entry(h .. ' in ' .. key, '', es[x])
     else
       local ik = P .. 'i:' .. nstr(h)
-      -- Live only while the index names this very entry.
-      if redis.pcall('HGET', ik, id) == wheel_ref(due, from + x - 1) then
+      -- Live only while the index names this very entry; an index bucket
+      -- of another type names nothing (it is renamed away when the entry
+      -- is indexed again), so its entries are kept rather than lost.
+      local v = redis.pcall('HGET', ik, id)
+      if v == wheel_ref(due, from + x - 1) or type(v) == 'table' then
         m = m + 1
         D[m], H[m], R[m], I[m], keys[m] = due, ik, rec, id, (due - k * WHEEL_MS) * WHEEL_RANK + m
       end
     end
   end
   for x = m + 1, #D do D[x], H[x], R[x], I[x] = nil, nil, nil, nil end
-  local low = nil
   if m > 0 then
     local sorted = true
     for j = 2, m do
@@ -400,23 +413,22 @@ local function cascade_bucket(c, k, from, budget, bad)
       end
       for j = 1, m do D[j], H[j], R[j], I[j] = d[j], h[j], r[j], i[j] end
     end
-    low = cascade_merge(c, m)
+    cascade_merge(c, 1, m)
     c.moved = c.moved + m
   end
-  return took, done, low
+  return took, done
 end
 
 -- Cascades the buckets whose earliest due time is at most now + WHEEL_LEAD,
 -- at most budget entries (live or not), and sets aside (into bad) the
--- entries that do not decode. Returns the entries it took and the lowest
--- score it wrote into the slots (nil: none), so the caller knows to
--- announce. A bucket index or bucket of another type is renamed away; a
+-- entries that do not decode. Returns the entries it took (the caller
+-- publishes the next due time when it did any work). A bucket index or bucket of another type is renamed away; a
 -- bucket index member with no list, dropped.
 local function wheel_cascade(P, zs, counters, now, budget, bad)
   local bz = wheel_index(P)
   ensure_type(P, bz, 'zset')
   local c = cascade_state(P, zs, counters)
-  local took, low = 0, nil
+  local took = 0
   local cur = redis.call('HGET', counters, 'bcur')
   local ck, cn = nil, 0
   if cur then
@@ -434,9 +446,8 @@ local function wheel_cascade(P, zs, counters, now, budget, bad)
     else
       ensure_type(P, wheel_key(P, k), 'list')
       local from = (ck == k) and cn or 0
-      local n, done, l = cascade_bucket(c, kn, from, budget - took, bad)
+      local n, done = cascade_bucket(c, kn, from, budget - took, bad)
       took = took + n
-      if l and (not low or l < low) then low = l end
       if done then
         redis.call('DEL', wheel_key(P, k))
         redis.call('ZREM', bz, k)
@@ -449,5 +460,5 @@ local function wheel_cascade(P, zs, counters, now, budget, bad)
       end
     end
   end
-  return took, low, c.moved
+  return took
 end

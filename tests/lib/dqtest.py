@@ -421,8 +421,11 @@ def id_index_size(queue):
 
 def zscore_due(queue, id_):
     """The due ms (or lease end) of an id from its score in the id index
-    (score = due*2048 + ordinal); None if the queue does not hold it."""
+    (score = due*2048 + ordinal), or from its timing wheel entry
+    ("b<due>.<pos>", lua/lib/65_wheel.lua); None if the queue does not hold it."""
     s = redis("HGET", id_index_key(queue, id_), id_)
+    if s is not None and s.startswith(b"b"):
+        return int(s[1:].split(b".")[0])
     return None if s is None else int(s) // 2048
 
 

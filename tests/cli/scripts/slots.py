@@ -6,6 +6,7 @@ empty once everything is delivered."""
 # tier: slow (about 13 s): make test runs it, make test-fast does not
 import os
 import random
+import time
 import sys
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
@@ -43,14 +44,16 @@ def check_layout(queue, what, one_score_ok=False):
     return ss
 
 
-section("3,000 offers with random delays 1-3 s, 300 at one due time: splits")
+# Offers due within the timing wheel's lead (1 s) go straight to the slots;
+# those further off go through the wheel, whose cascade is checked below.
+section("3,000 offers with random delays 0.2-0.9 s, 300 at one due time: splits")
 rng = random.Random(7)
 lines, want = [], []
 for i in range(3000):
-    d = rng.randint(1000, 3000)
+    d = rng.randint(200, 900)
     lines.append(f"{d}ms\tr{i:04d}\tp{i}")
 for i in range(300):
-    lines.append(f"1500ms\ts{i:03d}\tsame {i}")
+    lines.append(f"500ms\ts{i:03d}\tsame {i}")
 r = dq("offer", Q, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
 eq((r.rc, r.out), (0, b"3300\n"), "offer --batch: 3300")
 eq(id_index_size(Q), 3300, "3300 ids in the id index")
@@ -103,11 +106,11 @@ P2 = f"dq:{{{Q2}}}:"
 # Due times falling from one offer to the next: every insert lands below the
 # slot's records, so the slot grows until it splits (no appending to a full
 # slot, which starts a new slot without a split).
-eq(dq("offer", Q2, "10200ms", "first", "--id", "d000").rc, 0, "the first offer makes slot 1")
+eq(dq("offer", Q2, "900ms", "first", "--id", "d000").rc, 0, "the first offer makes slot 1")
 eq(redis("HGET", P2 + "n", "slots"), b"1", "slot names issued: 1")
 redis("ZADD", P2 + "q:2", "1", "planted")
 redis("SET", P2 + "q:3", "planted string")
-lines = [f"{10200 - i}ms\td{i:03d}\tp{i}" for i in range(1, 200)]
+lines = [f"{900 - i}ms\td{i:03d}\tp{i}" for i in range(1, 200)]
 r = dq("offer", Q2, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
 eq((r.rc, r.out), (0, b"199\n"), "offer --batch: 199 more")
 eq(redis("ZRANGE", P2 + "q:2", 0, -1, "WITHSCORES"), [b"planted", b"1"], "the planted zset at slot name 2 is untouched")
@@ -126,5 +129,60 @@ msgs = r.json_lines()
 eq(sorted(m["id"] for m in msgs), [f"d{i:03d}" for i in range(200)], "all 200 delivered, each once")
 dues = [m["due_ms"] for m in msgs]
 eq(dues, sorted(dues), "due_ms non-decreasing in delivery order")
+
+section("the timing wheel's cascade keeps the layout: 3,300 offers 30-30.6 s ahead, 300 at one due time")
+Q3 = "slots3"
+P3 = f"dq:{{{Q3}}}:"
+lines = [f"{rng.randint(30000, 30600)}ms\tw{i:04d}\tp{i}" for i in range(3000)]
+lines[1500:1500] = [f"30300ms\tt{i:03d}\tsame {i}" for i in range(300)]
+r = dq("offer", Q3, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
+eq((r.rc, r.out), (0, b"3300\n"), "offer --batch: 3300")
+ok(slot_records(Q3) <= 1 and redis("ZCARD", P3 + "bz") >= 1, "in the wheel's buckets, not the slots",
+   (slot_records(Q3), redis("ZCARD", P3 + "bz")))
+
+
+def scores(key):
+    return [int(float(x)) for x in redis("ZRANGE", key, 0, -1, "WITHSCORES")[1::2]]
+
+
+def schedule_until(pred, what):
+    """Runs a scheduler until pred() holds (at most 30 s), then stops it."""
+    sched = bg_dq("schedule", Q3)
+    deadline = time.monotonic() + 30
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sched.stop()
+    ok(pred(), what)
+
+
+# The queue's clock mark set to 1 s before the last bucket's earliest due
+# time: every bucket falls within the lead and is cascaded, and only what is
+# due by the mark moves on to the ready list.
+bz = scores(P3 + "bz")
+redis("HSET", P3 + "n", "clock", str(max(bz) - 1000))
+schedule_until(lambda: redis("EXISTS", P3 + "bz") == 0, "a scheduler cascaded every bucket")
+eq(slot_records(Q3) + redis("LLEN", P3 + "r"), 3300, "3300 records in the slots and the ready list")
+ok(slot_records(Q3) > 1000, f"most still in the slots ({slot_records(Q3)})")
+check_layout(Q3, "after the cascade", one_score_ok=True)
+eq(redis("KEYS", P3 + "b:*"), [], "no bucket left")
+redis("HSET", P3 + "n", "clock", str(max(bz) + 5000))
+sched = bg_dq("schedule", Q3)
+r = dq("take", Q3, "--count", "3300", "--json", "--timeout", "15s", timeout=60)
+sched.stop()
+msgs = r.json_lines()
+eq(sorted(m["id"] for m in msgs), sorted([f"w{i:04d}" for i in range(3000)] + [f"t{i:03d}" for i in range(300)]),
+   "all 3300 delivered, each once")
+dues = [m["due_ms"] for m in msgs]
+eq(dues, sorted(dues), "due_ms non-decreasing in delivery order")
+eq([m["id"] for m in msgs if m["id"].startswith("t")], [f"t{i:03d}" for i in range(300)],
+   "the 300 with one due time in offer order")
+groups = {}
+for m in msgs:
+    if m["id"].startswith("w"):
+        groups.setdefault(m["due_ms"], []).append(m["id"])
+shared = [g for g in groups.values() if len(g) > 1]
+ok(len(shared) > 100, f"random delays: {len(shared)} due times shared by several items")
+eq([g for g in shared if g != sorted(g)][:3], [], "random delays: items sharing a due time in offer order")
+eq(redis("LLEN", P3 + "x"), 0, "nothing set aside")
 
 finish()

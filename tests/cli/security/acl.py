@@ -170,12 +170,25 @@ section("every command on its queue")
 eq(as_user(url, "offer", "aq1", "0", "one", "--id", "o1").rc, 0, "offer")
 r = as_user(url, "offer", "aq1", "--batch", "-", stdin=b"0\tb1\tx\n0\tb2\ty\n1h\tb3\tz\n")
 eq(r.rc, 0, "offer --batch")
-# Due times that fall from line to line: every offer lands below the slot's
-# records, so the slot splits (its upper half moves with ZRANGESTORE).
-lines = "".join(f"{60000 - i}ms\ts{i:03d}\tx\n" for i in range(200))
+# Due times that fall from line to line, due within the timing wheel's lead
+# (1 s): every offer lands below the slot's records, so the slot splits (its
+# upper half moves with ZRANGESTORE).
+lines = "".join(f"{900 - i}ms\ts{i:03d}\tx\n" for i in range(200))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
 ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
+# Further off, they go to the timing wheel's bucket lists, which the take's
+# scheduler cascades into the slots (a run inside a slot splits it): all
+# with this user's rights.
+lines = "".join(f"{1990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
+r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
+ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1, "offer --batch of 150 more, into the wheel", r)
+r = as_user(url, "take", "aq3", "--count", "350", "--json", "--timeout", "8s")
+ms = r.json_lines() if r.rc == 0 else []
+dues = [m.get("due_ms", 0) for m in ms]
+ok(sorted(m.get("id") for m in ms) == sorted([f"s{i:03d}" for i in range(200)] + [f"w{i:03d}" for i in range(150)])
+   and dues == sorted(dues), "the take's scheduler cascaded them: all 350, once each, by due time",
+   [m.get("id") for m in ms][:5])
 ok(b"aq3" in redis("SMEMBERS", "dq:queues"), "the offers registered aq3 (SADD through the selector)")
 eq(as_user(url, "cancel", "aq1", "b3").rc, 0, "cancel")
 r = as_user(url, "take", "aq1", "--count", "2", "--json", "--timeout", "5s")

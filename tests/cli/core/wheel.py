@@ -1,0 +1,594 @@
+"""wheel.py - items whose due times come in no order go through the timing
+wheel (issue 42: bucket lists dq:{Q}:b:<k> and their index dq:{Q}:bz, see
+docs/key-layout.md) and look to users exactly as in-order ones do. Through
+the real CLI (and the Python client where the CLI has no absolute due time),
+real `delayq schedule`, `take`, `work` and `serve` processes:
+
+1. FIFO among equal due times across calls: items due at one absolute ms,
+   offered in separate calls between CLI offers of random delays and
+   in-order ones, and some while the scheduler cascades their bucket, come
+   out in offer order; all come out in due order, each once. Also: 2500
+   items of one bucket (cascaded in parts), a take scheduling for itself,
+   `work`, a queue of 4 shards, and a catch-up of 1500 wheel items among 300
+   in-order slot records all overdue.
+2. cancel of a wheel item exits 0, it is never delivered, pending drops; one
+   cancelled and offered again at its due time comes once, the new payload.
+3. replace (wheel to wheel, wheel to slots, slots to wheel, twice in one
+   batch, at its own due time: it goes after the others due then) delivers
+   the new payload once at the new due time; --nx keeps the old item, and the
+   Python client's offer reports the kept due time.
+4. lookup: pending with the due time, before any scheduler ran.
+5. list pending (and serve's listing): in due order, ties in offer order,
+   with due times and payloads, before any scheduler ran.
+6. stats, serve's counts and /metrics count the wheel's items, next_due too.
+7. Redis: the offers left bucket lists and bz (fails on a tree without the
+   wheel); once all is delivered no bucket, bz or bcur, nothing set aside.
+8. Lateness: 300 items due 2..6 s ahead, offered in batches while a
+   scheduler and a consumer run: none moved before its due time (server
+   clock), none received more than 1.5 s after it.
+9. Hostile: a bucket planted as a string, an entry that does not decode, a
+   bz member without a list, a bz of another type, an id index entry into a
+   bucket at nothing: the scheduler runs on, good items all arrive, the bad
+   ones are set aside (dq:{Q}:x: delayq has no command listing its entries;
+   stats counts them).
+"""# tier: slow (about 30 s: items due up to 13 s ahead, then the lateness run)
+import collections
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
+from dqtest import *  # noqa: E402,F403
+
+ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+import delayq  # noqa: E402
+
+BUCKET_MS = 1024
+rnd = random.Random(int(os.environ.get("DQ_TEST_SEED", "0")) or None)
+SEED = rnd.randrange(1 << 30)
+rnd.seed(SEED)
+note(f"seed {SEED} (DQ_TEST_SEED={SEED} repeats this run's delays)")
+
+
+class Q:
+    """One queue's offers, in offer order, as the test expects to see them."""
+
+    def __init__(self, name, sharded=False):
+        self.name = name
+        self.sharded = sharded  # over shards: no order across them (each shard's own)
+        self.seq = []  # ids in offer order (an id offered again moves to the end)
+        self.payload = {}
+        self.due = {}  # known due ms (Python offers; lookup fills the rest)
+
+    def offered(self, id_, payload, due=None):
+        if id_ in self.seq:
+            self.seq.remove(id_)
+        self.seq.append(id_)
+        self.payload[id_] = payload
+        self.due.pop(id_, None)
+        if due is not None:
+            self.due[id_] = due
+
+    def drop(self, id_):
+        self.seq.remove(id_)
+        del self.payload[id_]
+        self.due.pop(id_, None)
+
+    def expected(self):
+        """Due order, ties in offer order (an id whose due time a failed
+        check left unknown first)."""
+        pos = {i: n for n, i in enumerate(self.seq)}
+        return sorted(self.seq, key=lambda i: (self.due.get(i, -1), pos[i]))
+
+
+def cli_offer(q, delay_ms, id_, payload):
+    r = dq("offer", q.name, f"{delay_ms}ms", payload, "--id", id_)
+    if ok((r.rc, r.out) == (0, f"{id_}\n".encode()), f"offer {q.name} {delay_ms}ms --id {id_}", r):
+        q.offered(id_, payload)
+
+
+def cli_batch(q, lines):
+    """offer --batch of (delay_ms, id, payload) lines."""
+    data = "".join(f"{d}ms\t{i}\t{p}\n" for d, i, p in lines).encode()
+    r = dq("offer", q.name, "--batch", "-", stdin=data)
+    if ok((r.rc, r.out) == (0, b"%d\n" % len(lines)), f"offer {q.name} --batch of {len(lines)} lines", r):
+        for _, i, p in lines:
+            q.offered(i, p)
+
+
+def random_lines(prefix, n, lo_ms, hi_ms):
+    return [(rnd.randint(lo_ms, hi_ms), f"{prefix}{j:02d}", f"{prefix}{j:02d} body {rnd.random():.6f}")
+            for j in range(n)]
+
+
+client = None
+
+
+def py_offer(q, items, status="added"):
+    """One offer call of the Python client: (id, payload, due_ms) items at
+    absolute due times; checks each was added (or status) at exactly that
+    due time."""
+    got = client.offer_many(q.name, [delayq.Item(p, id=i, due_ms=d) for i, p, d in items])
+    eq([(o.id, o.status, o.due_ms, o.state) for o in got], [(i, status, d, "pending") for i, _, d in items],
+       f"python offer of {[i for i, _, _ in items]} to {q.name} at absolute due times: {status}")
+    for i, p, d in items:
+        q.offered(i, p, d)
+
+
+def lookup(qname, id_):
+    """(exit code, lookup --json object or None)."""
+    r = dq("lookup", qname, id_, "--json")
+    js = r.json_lines()
+    return r.rc, (js[0] if len(js) == 1 else None)
+
+
+def look_all(q):
+    """Lookup of every pending id before any scheduler ran: pending, with the
+    due time the offer gave it (a Python offer's) or, for the CLI's, a due
+    time recorded for the later checks."""
+    bad = []
+    for i in q.seq:
+        rc, js = lookup(q.name, i)
+        if rc != 0 or not js or js.get("state") != "pending" or not isinstance(js.get("due_ms"), int):
+            bad.append((i, rc, js))
+            continue
+        if i in q.due and js["due_ms"] != q.due[i]:
+            bad.append((i, "due", js["due_ms"], q.due[i]))
+        q.due.setdefault(i, js["due_ms"])
+    ok(not bad, f"lookup of each of {len(q.seq)} {q.name} ids: pending, with its due time", bad[:5])
+    return not bad
+
+
+def list_pending(qname):
+    """Every page of list QNAME --state pending --json, concatenated."""
+    items, cursor = [], None
+    for _ in range(50):
+        args = ["list", qname, "--state", "pending", "--limit", "1000", "--json"]
+        if cursor:
+            args += ["--cursor", cursor]
+        r = dq(*args)
+        if not ok(r.rc == 0, f"list {qname} --state pending exits 0", r):
+            break
+        items += r.json_lines()
+        nxt = [ln.split("next: ", 1)[1].strip() for ln in r.errtext.splitlines() if "next: " in ln]
+        if not nxt:
+            break
+        cursor = nxt[0]
+    return items
+
+
+def wheel_keys(qname, suffix):
+    """The keys dq:{Q}:SUFFIX (a glob) of the queue and of its shards (dq:{Q~s}:)."""
+    return sorted(redis("KEYS", f"dq:{{{qname}}}:{suffix}") + redis("KEYS", f"dq:{{{qname}~*}}:{suffix}"))
+
+
+def bucket_keys(qname):
+    return wheel_keys(qname, "b:*")
+
+
+def aside(qname):
+    return redis("LRANGE", f"dq:{{{qname}}}:x", 0, -1)
+
+
+def consume(qname, timeout_ms):
+    """A take --no-scheduler --count 0 of QNAME for timeout_ms: what a
+    scheduler moves, each line with its receive time."""
+    return bg_dq("take", qname, "--no-scheduler", "--count", "0", "--json", "--timeout", f"{int(timeout_ms)}ms")
+
+
+def delivered(proc, qname):
+    """[(recv_s, take --json object)] of a finished consumer."""
+    out = []
+    for t, line in proc.snapshot():
+        js = parse_json_lines(line + b"\n")
+        if js:
+            out.append((t, js[0]))
+    return out
+
+
+def check_delivery(q, got, label):
+    """Each expected id once, in due order (ties in offer order), with its
+    payload and due time, none moved before it was due."""
+    ids = [m["id"] for _, m in got]
+    dup = [i for i, n in collections.Counter(ids).items() if n > 1]
+    ok(not dup, f"{label}: no item delivered twice", dup[:5])
+    want = set(q.seq)
+    eq(sorted(set(ids) - want), [], f"{label}: nothing delivered that is not pending (cancelled, replaced, unknown)")
+    eq(sorted(want - set(ids)), [], f"{label}: nothing lost")
+    if not q.sharded:
+        if all(i in q.due for i in q.seq):
+            eq(ids, q.expected(), f"{label}: delivery order is due order, ties in offer order")
+        dues = [m["due_ms"] for _, m in got]
+        eq(dues, sorted(dues), f"{label}: due_ms non-decreasing in delivery order")
+    wrong = [(m["id"], m["payload"], m["due_ms"]) for _, m in got
+             if m["id"] in want and (m["payload"] != q.payload[m["id"]] or m["due_ms"] != q.due.get(m["id"]))]
+    ok(not wrong, f"{label}: each item with its own payload and due time", wrong[:5])
+    early = [(m["id"], m["due_ms"], m["ready_ms"]) for _, m in got if m["ready_ms"] < m["due_ms"]]
+    ok(not early, f"{label}: none moved to the ready list before its due time", early[:5])
+
+
+def check_wheel_used(qname):
+    ok(bucket_keys(qname) != [], f"{qname}: the offers left bucket lists dq:{{{qname}}}:b:*",
+       "none: the items went to the slots (no wheel)")
+    bz = wheel_keys(qname, "bz")
+    ok(bz and all(redis("TYPE", k) == "zset" for k in bz), f"{qname}: dq:{{{qname}}}:bz is a zset", bz)
+
+
+def check_wheel_empty(qname, planted=False):
+    """After everything was delivered: no wheel key left, nothing pending;
+    nothing set aside unless the test planted bad data (planted)."""
+    eq(bucket_keys(qname), [], f"{qname}: no bucket list left once all was delivered")
+    eq(wheel_keys(qname, "bz"), [], f"{qname}: no bz left")
+    eq([k for k in wheel_keys(qname, "n") if redis("HGET", k, "bcur") is not None], [],
+       f"{qname}: no partly cascaded bucket (bcur)")
+    if not planted:
+        eq([e for k in wheel_keys(qname, "x") for e in redis("LRANGE", k, 0, -1)], [], f"{qname}: nothing set aside")
+    p = stats(qname)
+    if p is not None:
+        eq((p["pending"], p["ready"]), (0, 0), f"{qname}: stats: nothing pending or ready")
+    eq(wheel_keys(qname, "q:*") + wheel_keys(qname, "i:*"), [], f"{qname}: no slot record or id index entry left")
+
+
+# ------------------------------------------------------------------ offers (no scheduler runs yet)
+
+section("offers: equal absolute due times over separate calls, random delays, in-order items")
+# The Python client needs the function library (any CLI call would load it).
+eq(dq("functions", "load").rc, 0, "delayq functions load")
+wf, wc, wr, wbig = Q("wf"), Q("wc"), Q("wr"), Q("wbig")
+client = delayq.Client(URL)
+now = server_ms()
+T = now + 9000
+# wf: E* due at T, through the Python client, between the CLI's offers. E00
+# is offered to an empty queue (in order: to the slots), the others after
+# zlast (not in order: to T's bucket), so the cascade puts them after E00.
+py_offer(wf, [("E00", "equal 0", T)])
+cli_offer(wf, 14000, "zlast", "in order, last")
+py_offer(wf, [("E01", "equal 1", T)])
+cli_batch(wf, random_lines("wa", 8, 2000, 12000))
+py_offer(wf, [("E02", "equal 2", T), ("E03", "equal 3", T)])
+cli_offer(wf, rnd.randint(2000, 12000), "wsingle", "one alone")
+py_offer(wf, [("E04", "equal 4", T)])
+cli_batch(wf, random_lines("wb", 8, 2000, 12000))
+py_offer(wf, [("E05", "equal 5", T), ("pm1", "one ms before", T - 1), ("E06", "equal 6", T),
+              ("pp1", "one ms after", T + 1), ("E07", "equal 7", T)])
+cli_batch(wf, random_lines("wd", 8, 2000, 12000))
+cli_offer(wf, 15000, "zlast2", "in order, after zlast")
+py_offer(wf, [("E08", "equal 8", T)])
+cli_batch(wf, [(5000, f"same5s{j}", f"same delay {j}") for j in range(6)])  # equal due in one call
+# Replaced at the same due time: it goes after the others due then (its
+# old entry, earlier in T's bucket, is stale).
+py_offer(wf, [("E03", "equal 3, replaced", T)], status="replaced")
+
+# wbig: 2500 items of one delay in one batch, behind an in-order anchor: one
+# bucket (or two) of more than a transfer's 1000 items, cascaded in parts.
+cli_offer(wbig, 13000, "anchor", "in order")
+cli_batch(wbig, [(4000, f"big{j:04d}", f"big {j}") for j in range(2500)])
+
+# wc: an in-order anchor, then random delays; two of them cancelled below.
+cli_offer(wc, 13000, "anchor", "in order")
+cli_batch(wc, random_lines("c", 12, 3000, 8000))
+cli_offer(wc, 11000, "lone", "alone in its bucket")
+
+# wr: an in-order item (to be moved into the wheel), an anchor, random delays.
+cli_offer(wr, 11000, "s1", "old s1")
+cli_offer(wr, 13000, "anchor", "in order")
+cli_batch(wr, [(7000, "r1", "old r1"), (5000, "r2", "old r2"), (8000, "r3", "old r3"), (6000, "k1", "kept k1")] +
+          random_lines("r", 8, 3000, 9000))
+
+# wk: taken by a take that schedules for itself (no --no-scheduler, no
+# schedule process); ww: by delayq work; wsh: 4 shards, each with a wheel.
+wk, ww, wsh = Q("wk"), Q("ww"), Q("wsh", sharded=True)
+for q in (wk, ww):
+    cli_offer(q, 12000, "anchor", "in order")
+    cli_batch(q, random_lines(q.name, 15, 2000, 9000))
+r = dq("config", "wsh", "--shards", "4")
+ok(r.rc == 0, "config wsh --shards 4", r)
+cli_batch(wsh, random_lines("s", 40, 2000, 9000))
+# wo: no scheduler until all of it is overdue: 300 in-order items (slots)
+# among 1500 of random delays (wheel), caught up at once, more than a
+# transfer's 1000 items: the slots' records must wait for the buckets.
+wo = Q("wo")
+cli_batch(wo, [(1500 + j * 7, f"o{j:03d}", f"in order {j}") for j in range(300)])
+cli_batch(wo, random_lines("x", 1500, 1500, 3500))
+
+# ------------------------------------------------------------------ before any scheduler
+
+section("Redis: the offers used the wheel (bucket lists and bz)")
+for q in (wf, wc, wr, wbig, wk, ww, wsh, wo):
+    check_wheel_used(q.name)
+
+section("lookup: each item pending with its due time")
+for q in (wf, wc, wr, wk, ww, wsh):
+    look_all(q)
+eq([wf.due.get(f"E0{j}") for j in range(9)], [T] * 9, "the E items are due at T")
+# wbig's 2501 due times by the Python client's lookup (one connection: a
+# CLI lookup each would take long); the CLI's for the first and the last.
+for i in wbig.seq:
+    lk = client.lookup("wbig", i)
+    if lk.state == "pending":
+        wbig.due[i] = lk.due_ms
+eq(len(wbig.due), len(wbig.seq), f"wbig: python lookup of each of {len(wbig.seq)} items: pending")
+for i in wo.seq:
+    lk = client.lookup("wo", i)
+    if lk.state == "pending":
+        wo.due[i] = lk.due_ms
+eq(len(wo.due), len(wo.seq), f"wo: python lookup of each of {len(wo.seq)} items: pending")
+for i in ("big0000", "big2499"):
+    rc, js = lookup("wbig", i)
+    eq((rc, js and js.get("state"), js and js.get("due_ms")), (0, "pending", wbig.due.get(i)),
+       f"lookup wbig {i}: pending, with its due time")
+dues = [wbig.due.get(i) for i in wbig.seq[1:]]
+ok(None not in dues and dues == sorted(dues), "wbig: the batch's 2500 items due in offer order", (dues[:1], dues[-1:]))
+
+section("cancel of wheel items")
+p = stats("wc")
+n_wc = len(wc.seq)
+if p is not None:
+    eq(p["pending"], n_wc, f"wc: stats pending {n_wc} before the cancels")
+for victim in ("c03", "lone"):
+    r = dq("cancel", "wc", victim)
+    eq((r.rc, r.out, r.err), (0, b"", b""), f"cancel wc {victim} exits 0 (it was pending)")
+    wc.drop(victim)
+    p = stats("wc")
+    if p is not None:
+        eq(p["pending"], len(wc.seq), f"wc: stats pending {len(wc.seq)} after cancelling {victim}")
+    rc, js = lookup("wc", victim)
+    eq((rc, js and js.get("state")), (1, "unknown"), f"lookup wc {victim}: unknown (exit 1)")
+    eq(dq("cancel", "wc", victim).rc, 1, f"a second cancel of {victim} exits 1")
+# Cancelled, then offered again at the same due time: its bucket holds a
+# stale entry and a live one of the same id.
+c05_due = wc.due.get("c05")
+eq(dq("cancel", "wc", "c05").rc, 0, "cancel wc c05")
+wc.drop("c05")
+if c05_due is not None:
+    py_offer(wc, [("c05", "c05, offered again", c05_due)])
+
+section("replace and keep of wheel items")
+
+
+def replace(id_, delay_ms, payload):
+    s0 = server_ms()
+    r = dq("offer", "wr", f"{delay_ms}ms", payload, "--id", id_)
+    s1 = server_ms()
+    if ok((r.rc, r.out) == (0, f"{id_}\n".encode()), f"offer wr {delay_ms}ms --id {id_} (replace) prints {id_}", r):
+        wr.offered(id_, payload)
+    rc, js = lookup("wr", id_)
+    due = js.get("due_ms") if js else None
+    ok(rc == 0 and js.get("state") == "pending" and due is not None and s0 + delay_ms <= due <= s1 + delay_ms,
+       f"lookup wr {id_}: pending, due now + {delay_ms} ms", f"{s0 + delay_ms} <= {due} <= {s1 + delay_ms}")
+    if due is not None:
+        wr.due[id_] = due
+
+
+n_wr = len(wr.seq)
+replace("r1", 4000, "new r1")  # wheel to wheel, earlier
+replace("r2", 14000, "new r2")  # wheel to the slots (after the anchor: in order)
+replace("r3", 8000, "new r3")  # wheel to wheel, about the same bucket
+replace("s1", 3500, "new s1")  # slots to wheel
+k1_due = wr.due.get("k1")
+r = dq("offer", "wr", "2s", "other k1", "--id", "k1", "--nx")
+eq((r.rc, r.out), (0, b"k1\n"), "offer wr 2s --id k1 --nx exits 0, prints k1")
+ok(b"kept" in r.err, "... and says it kept the pending item", r.err)
+rc, js = lookup("wr", "k1")
+eq((rc, js and js.get("state"), js and js.get("due_ms")), (0, "pending", k1_due), "lookup wr k1: due time unchanged")
+got = client.offer_many("wr", [delayq.Item("third k1", id="k1", nx=True, due_ms=T)])
+eq([(o.status, o.due_ms, o.state) for o in got], [("kept", k1_due, "pending")],
+   "python offer of k1 with nx: kept, reporting the kept item's due time")
+p = stats("wr")
+if p is not None:
+    eq(p["pending"], n_wr, f"wr: stats pending still {n_wr} after the replaces")
+r = dq("offer", "wr", "--batch", "-", "--nx", stdin=b"2s\tk1\tbatch k1\n3500ms\tk2\tnew k2\n")
+if ok((r.rc, r.out) == (0, b"2\n"), "offer wr --batch --nx of k1 (pending) and k2 (new) prints 2", r):
+    wr.offered("k2", "new k2")
+rc, js = lookup("wr", "k1")
+eq((rc, js and js.get("due_ms")), (0, k1_due), "lookup wr k1: still its first due time")
+# One batch naming an id twice, both times into the wheel: the later line
+# replaces the earlier, whose entry is held back in the same call.
+cli_batch(wr, [(5000, "t1", "first t1"), (6000, "t2", "other"), (7000, "t1", "second t1")])
+for i in ("k2", "t1", "t2"):
+    rc, js = lookup("wr", i)
+    if ok(rc == 0 and js and js.get("state") == "pending", f"lookup wr {i}: pending", js):
+        wr.due[i] = js["due_ms"]
+p = stats("wr")
+if p is not None:
+    eq(p["pending"], n_wr + 3, f"wr: stats pending {n_wr + 3} with k2, t1 and t2 (t1 once)")
+
+section("list pending: due order, due times, payloads")
+for q in (wf, wr, wbig, wsh):
+    items = list_pending(q.name)
+    ids = [m.get("id") for m in items]
+    eq(sorted(ids), sorted(q.seq), f"list {q.name}: every pending item once")
+    if not q.sharded:  # (a page holds one shard's items)
+        dues = [m.get("due_ms") for m in items]
+        eq(dues, sorted(dues, key=lambda d: d if d is not None else -1), f"list {q.name}: in due order")
+        eq(ids, q.expected(), f"list {q.name}: in due order, ties in offer order")
+    wrong = [(m.get("id"), m.get("due_ms"), m.get("payload")) for m in items
+             if m.get("id") in q.payload and (m.get("due_ms") != q.due.get(m["id"]) or
+                                              m.get("payload") != q.payload[m["id"]] or m.get("state") != "pending")]
+    ok(not wrong, f"list {q.name}: each with state pending, its due time and payload", wrong[:5])
+
+section("stats: pending and next_due_in_ms include the wheel's items")
+for q in (wf, wr, wbig, wsh):
+    s0 = server_ms()
+    p = stats(q.name)
+    s1 = server_ms()
+    first = min(q.due.values(), default=-1)
+    if p is not None:
+        eq((p["pending"], p["ready"]), (len(q.seq), 0), f"stats {q.name}: pending {len(q.seq)}, ready 0")
+        lo, hi = max(0, first - s1 - 1), max(0, first - s0 + 1)
+        ok(lo <= p["next_due_in_ms"] <= hi, f"stats {q.name}: next_due_in_ms is the first due time - now",
+           f"{p['next_due_in_ms']} not in [{lo}, {hi}]")
+
+# ------------------------------------------------------------------ hostile data (its own queues)
+
+section("serve: the API's counts, item and listing, and /metrics, include the wheel's items")
+
+
+def metric(text, name, **labels):
+    """The value of the sample NAME{labels} in a /metrics text, or None."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.startswith(name + "{") and ",".join(sorted(head[len(name) + 1:-1].split(","))) == want:
+            return float(value)
+    return None
+
+
+sport = closed_port()
+srv = bg_dq("serve", "--listen", f"127.0.0.1:{sport}")
+if ok(wait_for(lambda: http_call(sport, "GET", "/api/queues", timeout=2)[0] == 200, 10),
+      f"serve answers on 127.0.0.1:{sport}", srv.err):
+    st, js = http_call(sport, "GET", "/api/queues/wf")
+    ok(st == 200 and isinstance(js, dict) and js.get("pending") == len(wf.seq),
+       f"GET /api/queues/wf: pending {len(wf.seq)}", (st, js))
+    st, js = http_call(sport, "GET", "/api/queues/wf/items/E01")
+    ok(st == 200 and isinstance(js, dict) and (js.get("state"), js.get("due_ms"), js.get("payload")) ==
+       ("pending", T, "equal 1"), "GET /api/queues/wf/items/E01: pending, due at T, its payload", (st, js))
+    listed, cursor = [], ""
+    for _ in range(50):
+        st, js = http_call(sport, "GET", f"/api/queues/wf/items?state=pending&limit=1000{cursor}")
+        if not ok(st == 200 and isinstance(js, dict), "GET /api/queues/wf/items?state=pending", (st, js)):
+            break
+        listed += [m.get("id") for m in js.get("items", [])]
+        if not js.get("next_cursor"):
+            break
+        cursor = "&cursor=" + js["next_cursor"]
+    eq(listed, wf.expected(), "GET /api/queues/wf/items: every pending item, in due order")
+    st, body = http_call(sport, "GET", "/metrics")
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else ""
+    eq(metric(text, "delayq_items", queue="wf", state="pending"), float(len(wf.seq)),
+       'delayq_items{queue="wf",state="pending"}')
+eq(srv.stop(), 0, "serve exits 0 on SIGTERM")
+
+section("hostile: planted buckets, entries, bz members and index entries")
+wh, wz = Q("wh"), Q("wz")
+cli_offer(wh, 13000, "anchor", "in order")
+# Three buckets from about 2.5 s ahead: a string, a list holding an entry
+# that does not decode, a bz member with no list (no offer goes there: the
+# random delays below start after it).
+now = server_ms()
+kA = (now + 2500) // BUCKET_MS
+kB, kC = kA + 1, kA + 2
+P = "dq:{wh}:"
+redis("SET", f"{P}b:{kA}", "a planted string")
+redis("ZADD", f"{P}bz", kA * BUCKET_MS, kA)
+GARBAGE = b"no-such-entry-format \x01\xff"
+redis("RPUSH", f"{P}b:{kB}", GARBAGE)
+redis("ZADD", f"{P}bz", kB * BUCKET_MS, kB)
+redis("ZADD", f"{P}bz", kC * BUCKET_MS, kC)
+redis("HSET", id_index_key("wh", "ghost"), "ghost", f"b{kA * BUCKET_MS + 5}.7")
+rc, js = lookup("wh", "ghost")
+eq((rc, js and js.get("state")), (1, "unknown"), "lookup of an index entry pointing into a bucket at nothing: unknown")
+eq(dq("cancel", "wh", "ghost").rc, 1, "cancel of it exits 1 (not pending)")
+py_offer(wh, [("inA", "into the string bucket", kA * BUCKET_MS + 100),
+              ("inB", "after the garbage entry", kB * BUCKET_MS + 200)])
+cli_batch(wh, random_lines("h", 10, 6000, 9000))
+cli_offer(wh, 7000, "ghost", "ghost, offered for real")
+look_all(wh)
+redis("SET", "dq:{wz}:bz", "a planted string")
+cli_offer(wz, 13000, "anchor", "in order")
+cli_batch(wz, random_lines("z", 10, 3000, 9000))
+look_all(wz)
+
+# ------------------------------------------------------------------ schedulers and consumers
+
+note(f"{(server_ms() - (T - 9000)) / 1000:.1f} s since the first offer")
+section("a scheduler and consumers: everything delivered")
+sched = bg_dq("schedule", "wf", "wc", "wr", "wbig", "wsh")
+sched_h = bg_dq("schedule", "wh", "wz")
+s_start = server_ms()
+cons = {}
+for q in (wf, wc, wr, wbig, wh, wz, wsh):
+    cons[q.name] = consume(q.name, max(q.due.values(), default=s_start) - s_start + 2500)
+cons["wk"] = bg_dq("take", "wk", "--count", "0", "--json", "--timeout",
+                   f"{max(wk.due.values(), default=s_start) - s_start + 2500}ms")
+work = bg_dq("work", "ww", "--exec", 'printf "%s\\n" "$DELAYQ_ID"')
+# More items due at T while the scheduler runs: before, about at, and after
+# T's bucket is cascaded (1 s ahead of its first due time), or straight to
+# the slots: they must still come after E08, in offer order.
+for j, ahead in ((9, 1500), (10, 900), (11, 200)):
+    wait_for(lambda: server_ms() >= T - ahead, 15, 0.01)
+    if server_ms() < T - 100:
+        py_offer(wf, [(f"E{j:02d}", f"equal {j}, offered late", T)])
+    else:
+        note(f"E{j:02d} not offered: T - {ahead} ms had passed when the checks before ended")
+late_start = server_ms()
+ok(late_start > max(wo.due.values(), default=0), "wo: all of it overdue before anything scheduled it",
+   f"{late_start} <= {max(wo.due.values(), default=0)}")
+cons_o = bg_dq("take", "wo", "--count", len(wo.seq), "--json", "--timeout", "20s")
+eq(cons_o.wait(40), 0, f"take wo --count {len(wo.seq)} (scheduling for itself) got them all")
+for name, c in cons.items():
+    ok(c.wait(40) is not None, f"take {name} ended at its timeout")
+ok(wait_for(lambda: work.count() >= len(ww.seq), 10), f"work ww ran its command {len(ww.seq)} times")
+time.sleep(0.3)  # time for one more (which must not come)
+eq(work.stop(), 0, "work ww exits 0 on SIGTERM")
+ok(sched.running(), "the scheduler of wf wc wr is still running")
+ok(sched_h.running(), "the scheduler of the hostile queues is still running")
+eq(sched.stop(), 0, "the scheduler exits 0 on SIGTERM")
+eq(sched.err.split(b"\n")[1:], [b""], "... and printed nothing on stderr but its first line")
+eq(sched_h.stop(), 0, "the hostile queues' scheduler exits 0 on SIGTERM")
+note(f"hostile scheduler's stderr: {sched_h.err[:300]!r}")
+
+for q in (wf, wc, wr, wbig, wk, wsh):
+    check_delivery(q, delivered(cons[q.name], q.name), q.name)
+    check_wheel_empty(q.name)
+check_delivery(wo, delivered(cons_o, "wo"), "wo (caught up)")
+check_wheel_empty("wo")
+ran = [line.decode() for _, line in work.snapshot()]
+eq(ran, ww.expected(), "work ww: each item once, in due order")
+check_wheel_empty("ww")
+
+section("hostile: the good items all arrived, the bad ones were set aside")
+for q in (wh, wz):
+    got = delivered(cons[q.name], q.name)
+    check_delivery(q, got, q.name)
+    late = [(m["id"], m["ready_ms"] - max(m["due_ms"], s_start)) for _, m in got
+            if m["ready_ms"] - max(m["due_ms"], s_start) > 1500 * SLOW]
+    ok(not late, f"{q.name}: no item moved more than 1.5 s after its due time (no stall)", late[:5])
+x = aside("wh")
+ok(any(e.endswith(GARBAGE) for e in x), "wh: the entry that does not decode is in the set-aside list", x)
+ok(any(f"b:{kA}".encode() in e and b"wrong type" in e for e in x),
+   f"wh: the string at b:{kA} was renamed away, with a note in the set-aside list", x)
+p = stats("wh")
+if p is not None:
+    eq(p.get("set_aside"), len(x), "wh: stats counts the set-aside entries")
+check_wheel_empty("wh", planted=True)
+x = aside("wz")
+ok(any(b"dq:{wz}:bz" in e and b"wrong type" in e for e in x), "wz: the string bz was renamed away, with a note", x)
+check_wheel_empty("wz", planted=True)
+
+# ------------------------------------------------------------------ lateness
+
+section("lateness: 300 items due 2..6 s ahead, offered while a scheduler and a consumer run")
+N = 300
+wt = Q("wt")
+sched = bg_dq("schedule", "wt")
+cons_t = bg_dq("take", "wt", "--no-scheduler", "--count", N, "--json", "--timeout", "30s")
+time.sleep(0.3)
+offset_ms = server_ms() - time.time() * 1000  # server clock - this host's (the same host: about 0)
+for b in range(10):
+    cli_batch(wt, [(rnd.randint(2000, 6000), f"t{b}-{j:02d}", f"late {b} {j}") for j in range(30)])
+    time.sleep(0.15)
+rc = cons_t.wait(40)
+eq(rc, 0, f"take wt --count {N} got them all")
+got = delivered(cons_t, "wt")
+ids = [m["id"] for _, m in got]
+eq((len(ids), len(set(ids))), (N, N), f"{N} items, each once")
+eq(set(ids), set(wt.seq), "the ones offered")
+early = [(m["id"], m["due_ms"], m["ready_ms"]) for _, m in got if m["ready_ms"] < m["due_ms"]]
+ok(not early, "none moved before its due time (server clock)", early[:5])
+moved = [m["ready_ms"] - m["due_ms"] for _, m in got]
+recv = [t * 1000 + offset_ms - m["due_ms"] for t, m in got]
+ok(recv and max(recv) <= 1500 * SLOW, "none received more than 1.5 s after its due time",
+   f"max {max(recv, default=0):.0f} ms")
+if got:
+    note(f"moved after due: p50 {percentile(moved, 50)} ms, p99 {percentile(moved, 99)} ms, max {max(moved)} ms; "
+         f"received after due: p50 {percentile(recv, 50):.0f} ms, max {max(recv):.0f} ms")
+ok(sched.running(), "the scheduler is still running")
+eq(sched.stop(), 0, "it exits 0 on SIGTERM")
+eq(sched.err.split(b"\n")[1:], [b""], "... and printed nothing on stderr but its first line")
+check_wheel_empty("wt")
+
+finish()
