@@ -372,13 +372,17 @@ def main():
         if shutil.which(tool) is None:
             raise SystemExit(f"wheel_ir.py: {tool} not found")
     keep = bool(os.environ.get("DQ_CALLGRIND_KEEP"))
+    # run.sh's timeout ends the run with SIGTERM: stop the server and
+    # remove the directory on the way out all the same.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix="dq-wheel-ir.", dir=os.environ.get("TMPDIR", "/tmp"))
     paths = write_batches(tmp, n)
     cg = Callgrind(tmp)
     conn = None
     try:
         if not cg.up():
-            raise SystemExit("wheel_ir.py: redis-server under callgrind did not start")
+            with open(os.path.join(tmp, "callgrind.log")) as f:
+                raise SystemExit("wheel_ir.py: redis-server under callgrind did not start:\n" + f.read()[-1000:])
         conn = Conn(cg.port)
         url = f"redis://127.0.0.1:{cg.port}"
         commands(cg, url, builds, paths, n)
