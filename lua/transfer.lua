@@ -145,7 +145,7 @@ for _, v in ipairs(v1_refills) do refills[#refills + 1] = v end
 -- the earliest due time the wheel still holds wait for their bucket, so
 -- offer order among equal due times holds even when the budget runs out.
 local wbad = {}
-local wtook = wheel_cascade(P, zs, counters, now, math.max(max_items - done, 0), wbad)
+local wtook = wheel_cascade(P, zs, counters, now, math.max(max_items - done, 0), wbad, start_us + budget_us)
 if #wbad > 0 then
   check_types()
   push_in_pieces(aside, wbad, false)

@@ -419,12 +419,17 @@ local function cascade_bucket(c, k, from, budget, bad)
   return took, done
 end
 
+local WHEEL_STEP = 256 -- entries a bucket gives per step (the time budget is looked at between steps)
+
 -- Cascades the buckets whose earliest due time is at most now + WHEEL_LEAD,
--- at most budget entries (live or not), and sets aside (into bad) the
--- entries that do not decode. Returns the entries it took (the caller
--- publishes the next due time when it did any work). A bucket index or bucket of another type is renamed away; a
--- bucket index member with no list, dropped.
-local function wheel_cascade(P, zs, counters, now, budget, bad)
+-- at most budget entries (live or not), in steps of at most WHEEL_STEP,
+-- and no more once the server's clock passes deadline_us (us) after a step
+-- (a transfer's time budget: Redis is not held long); sets aside (into
+-- bad) the entries that do not decode. Returns the entries it took (the
+-- caller publishes the next due time when it did any work). A bucket index
+-- or bucket of another type is renamed away; a bucket index member that
+-- names no bucket, dropped.
+local function wheel_cascade(P, zs, counters, now, budget, bad, deadline_us)
   local bz = wheel_index(P)
   ensure_type(P, bz, 'zset')
   local c = cascade_state(P, zs, counters)
@@ -436,7 +441,7 @@ local function wheel_cascade(P, zs, counters, now, budget, bad)
     cn = tonumber(cn) or 0
   end
   for _ = 1, 100000 do
-    if took >= budget then break end
+    if took >= budget or (took > 0 and server_now_us() >= deadline_us) then break end
     local f = redis.call('ZRANGEBYSCORE', bz, '-inf', fmt(now + WHEEL_LEAD), 'LIMIT', '0', '1')
     local k = f[1]
     if not k then break end
@@ -446,19 +451,23 @@ local function wheel_cascade(P, zs, counters, now, budget, bad)
     else
       ensure_type(P, wheel_key(P, k), 'list')
       local from = (ck == k) and cn or 0
-      local n, done = cascade_bucket(c, kn, from, budget - took, bad)
+      local n, done = cascade_bucket(c, kn, from, math.min(budget - took, WHEEL_STEP), bad)
       took = took + n
       if done then
         redis.call('DEL', wheel_key(P, k))
         redis.call('ZREM', bz, k)
-        if cur then redis.call('HDEL', counters, 'bcur') cur = nil end
         ck, cn = nil, 0
       else
-        ck, cn, cur = k, from + n, k .. ':' .. fmt(from + n)
-        redis.call('HSET', counters, 'bcur', cur)
-        break
+        ck, cn = k, from + n
       end
     end
+  end
+  -- Where a bucket cut short goes on (see 'bcur' above).
+  if ck then
+    local now_cur = ck .. ':' .. fmt(cn)
+    if now_cur ~= cur then redis.call('HSET', counters, 'bcur', now_cur) end
+  elseif cur then
+    redis.call('HDEL', counters, 'bcur')
   end
   return took
 end
