@@ -27,7 +27,7 @@
 # Knobs (environment):
 #   DQ_BENCH_SCALE=0.1      scale item counts and durations (smoke run; the
 #                           output then says SCALED next to every figure)
-#   DQ_BENCH_ONLY=offer,spread,mem,lat,backlog,deadline,val,calls,ir,ha,users,ops,shards,peer,http,tls,recur
+#   DQ_BENCH_ONLY=offer,spread,mem,lat,backlog,deadline,val,calls,ir,wheel,ha,users,ops,shards,peer,http,tls,recur
 #                           run only these phases (spread: figure 1r, dq_offer_many
 #                           with one delay against delays of their own, issue 42;
 #                           val: bench/valbench.c, Redis CPU per item
@@ -51,6 +51,15 @@
 #                           DQ_CALLGRIND_KEEP=1 both keep their dumps,
 #                           cg.out.N, and the run keeps its directory,
 #                           for callgrind_annotate);
+#                           wheel: bench/wheel_ir.py, issue 42's three
+#                           kinds of delays through `delayq offer --batch`
+#                           and `delayq schedule`, in instructions per item
+#                           taken apart, with bytes per item, on a
+#                           redis-server of its own under callgrind, for
+#                           the CLI of commit 319241f (main before the
+#                           timing wheel, built from git history into the
+#                           run's directory; skipped, and said so, without
+#                           it) next to this build's (about 4 minutes);
 #                           ha: bench/ha.py, the high-availability figures
 #                           on Sentinel groups and clusters of its own;
 #                           users: bench/users.py, the CLI unpinned;
@@ -192,6 +201,7 @@ RESULTS="$BUILD_DIR/bench/results.txt"
 # "val" is valbench's phase, "ha" bench/ha.py's, "users" bench/users.py's
 # "ops" bench/ops.py's and "shards" bench/shards.py's, not dqbench's.
 CORE_ONLY=$(printf '%s' "${DQ_BENCH_ONLY:-}" | tr ',' '\n' | grep -v '^ha$' | grep -v '^val$' | grep -v '^ir$' |
+    grep -v '^wheel$' |
     grep -v '^calls$' |
     grep -v '^tls$' |
     grep -v '^users$' | grep -v '^ops$' | grep -v '^shards$' | grep -v '^peer$' |
@@ -200,6 +210,7 @@ RUN_HA=1
 RUN_VAL=1
 RUN_CALLS=1
 RUN_IR=1
+RUN_WHEEL=1
 RUN_USERS=1
 RUN_OPS=1
 RUN_SHARDS=1
@@ -214,6 +225,7 @@ if [ -n "${DQ_BENCH_ONLY:-}" ]; then
     case ",$DQ_BENCH_ONLY," in *,val,*) ;; *) RUN_VAL=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,calls,*) ;; *) RUN_CALLS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ir,*) ;; *) RUN_IR=0 ;; esac
+    case ",$DQ_BENCH_ONLY," in *,wheel,*) ;; *) RUN_WHEEL=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,users,*) ;; *) RUN_USERS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,ops,*) ;; *) RUN_OPS=0 ;; esac
     case ",$DQ_BENCH_ONLY," in *,shards,*) ;; *) RUN_SHARDS=0 ;; esac
@@ -250,6 +262,27 @@ ref_scripts() {
         git -C "$ROOT" show "$_commit:lua/$_name.lua" > "$DIR/ref/$_commit/$_name.lua" || return 1
     done
     echo "$DIR/ref/$_commit"
+}
+# ref_cli COMMIT WHAT: the CLI of an old commit, built from git history
+# (git archive) in $DIR/cli-COMMIT (its warnings not errors, none of this
+# make's flags: a newer compiler must not fail it); prints its build
+# directory. Without the commit, or when it does not build, says which
+# reference is skipped, and fails.
+ref_cli() {
+    _src=$DIR/cli-$1
+    if ! command -v git >/dev/null 2>&1 || ! git -C "$ROOT" cat-file -e "$1^{commit}" 2>/dev/null; then
+        printf '\n== %s: SKIPPED (no git history with commit %s here)\n' "$2" "$1" | tee -a "$RESULTS.tmp" >&2
+        return 1
+    fi
+    if ! mkdir -p "$_src" || ! git -C "$ROOT" archive "$1" | tar -x -C "$_src" ||
+        ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u WERROR -u CFLAGS -u LDFLAGS -u SANITIZE -u BUILD -u DEBUG \
+            make -C "$_src" -j2 WARN=-w SANITIZE= BUILD=build build/delayq > "$_src.log" 2>&1; then
+        printf '\n== %s: SKIPPED (commit %s does not build here: the end of its make below)\n' "$2" "$1" |
+            tee -a "$RESULTS.tmp" >&2
+        tail -n 5 "$_src.log" >&2 2>/dev/null
+        return 1
+    fi
+    echo "$_src/build"
 }
 # Runs a phase: the command after OUT, its figures into OUT and shown as
 # they come, then appended to the results; sets rc. In the background so
@@ -341,6 +374,17 @@ if [ $rc -eq 0 ] && [ $RUN_IR -eq 1 ]; then
     else
         printf '\n== Script cost in instructions: skipped (valgrind not installed; make deps installs it)\n' |
             tee -a "$RESULTS.tmp"
+    fi
+fi
+if [ $rc -eq 0 ] && [ $RUN_WHEEL -eq 1 ]; then
+    # Issue 42 before and after the timing wheel: a redis-server under
+    # callgrind of its own, stopped by pid; 600 s at most.
+    if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_control >/dev/null 2>&1; then
+        printf '\n== Issue 42 in instructions: skipped (valgrind not installed; make deps installs it)\n' |
+            tee -a "$RESULTS.tmp"
+    elif WHEEL_REF=$(ref_cli 319241f "Issue 42 in instructions, before the timing wheel"); then
+        echo "run.sh: command: python3 $ROOT/bench/wheel_ir.py $BUILD_DIR $WHEEL_REF" >&2
+        run_phase "$RESULTS.wheel" timeout -k 10 600 python3 "$ROOT/bench/wheel_ir.py" "$BUILD_DIR" "$WHEEL_REF"
     fi
 fi
 if [ $rc -eq 0 ] && [ $RUN_HA -eq 1 ]; then
