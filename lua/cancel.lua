@@ -13,9 +13,11 @@ err = err or shards_refusal(counts[4], ARGV[3]) or require_type(zs, 'zset')
 if err then return err end
 local score, ik = id_score(P, id)
 if not score then
-  -- In a bucket of the timing wheel: its index entry goes, and the
-  -- cascade drops the entry it no longer names (lib/65_wheel.lua).
-  if not id_wheel_in(P, ik, id) then return 0 end
+  -- In a bucket of the timing wheel: its entry becomes a tombstone, which
+  -- the cascade skips, and its index entry goes (lib/65_wheel.lua).
+  local wdue, _, wpos = id_wheel_in(P, ik, id)
+  if not wdue then return 0 end
+  wheel_bury(P, wdue, wpos)
   id_del(P, ik, id)
   redis.call('HINCRBY', KEYS[2], 'pending', -1)
   return 1

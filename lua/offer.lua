@@ -99,9 +99,10 @@ local function offer_one(id, payload, due, keep, fresh, h)
     local old = s and uint_of(s, 16, SCORE_MAX)
     local wdue, wpos = wheel_ref_of(s)
     if wdue and wheel_record(P, id, wdue, wpos) then
-      -- In a bucket of the wheel: replacing it only rewrites its index
-      -- entry (its old entry is dropped at the cascade).
+      -- In a bucket of the wheel: its old entry becomes a tombstone, which
+      -- the cascade skips (lib/65_wheel.lua).
       if keep then return 3, wdue, 1 end
+      wheel_bury(P, wdue, wpos)
       added, replaced = added - 1, true
     elseif old then
       flush()

@@ -19,9 +19,10 @@
 -- parts (its first n entries are in the slots).
 --
 -- An item in a bucket has the id index entry 'b<due>.<pos>' (pos: its
--- entry's place in the list, from 0). Its entry is live while the index says
--- exactly that: cancel and replace change only the index, and the cascade
--- drops the entries the index no longer names.
+-- entry's place in the list, from 0). Cancel and replace make its entry a
+-- tombstone ('', wheel_bury), which the cascade skips; the index entry is
+-- what finds the item (lookup, cancel, replace, keep), and the cascade
+-- points it at the item's slot score.
 --
 -- Offer order among equal due times holds because an offer goes straight
 -- to the slots only while its bucket has no list (wheel_listed), and a
@@ -78,7 +79,14 @@ local function id_wheel_in(P, ik, id)
   if not due then return nil end
   local rec = wheel_record(P, id, due, pos)
   if not rec then return nil end
-  return due, rec
+  return due, rec, pos
+end
+
+-- Makes the entry at pos of due's bucket a tombstone (''), which the
+-- cascade skips: the item was cancelled or replaced (its index entry goes
+-- or changes with it). The caller found the entry there (wheel_record).
+local function wheel_bury(P, due, pos)
+  redis.call('LSET', wheel_key(P, math.floor(due / WHEEL_MS)), fmt(pos), '')
 end
 
 -- The earliest due time the buckets may hold (the first bz score), or nil.
@@ -105,46 +113,60 @@ local function wheel_listed(P, w, k)
   return v
 end
 
--- A new pusher for one call: the entries held back per bucket, in the
--- order the buckets were first met.
+local WHEEL_RANK = 1048576 -- above the entries of a call, and of a bucket's part (sort keys)
+
+-- A new pusher for one call: the items held back, in flat arrays (a table
+-- per bucket would cost more than the item: items of random delays seldom
+-- share a bucket within a call).
 local function wheel_pusher()
-  return {listed = {}, order = {}, ents = {}, ids = {}, iks = {}, dues = {}, low = {}, n = 0}
+  return {listed = {}, K = {}, E = {}, I = {}, IK = {}, D = {}, S = {}, A = {}, n = 0}
 end
 
 -- Holds back the item (id, payload, due; ik its index key, h its index
--- bucket) for bucket k; wheel_flush writes it.
+-- bucket) for its bucket; wheel_flush writes it.
 local function wheel_add(w, due, h, ik, id, payload)
   local k = math.floor(due / WHEEL_MS)
-  local ents = w.ents[k]
-  if not ents then
-    ents = {}
-    w.ents[k], w.ids[k], w.iks[k], w.dues[k] = ents, {}, {}, {}
-    w.order[#w.order + 1] = k
-  end
-  local j = #ents + 1
-  ents[j] = nstr(due - k * WHEEL_MS) .. '|' .. h .. '|' .. record_v1(id, payload)
-  w.ids[k][j], w.iks[k][j], w.dues[k][j] = id, ik, due
-  if not w.low[k] or due < w.low[k] then w.low[k] = due end
+  local n = w.n + 1
+  w.K[n], w.D[n], w.I[n], w.IK[n] = k, due, id, ik
+  w.E[n] = nstr(due - k * WHEEL_MS) .. '|' .. h .. '|' .. record_v1(id, payload)
   w.listed[k] = true
-  w.n = w.n + 1
+  w.n = n
 end
 
--- Writes what w holds: an RPUSH per bucket, then each item's index entry
--- (the push's reply gives the positions), then one ZADD LT of the bucket
--- index.
+-- Writes what w holds: the items grouped by bucket (offer order kept
+-- within one: the sort key is bucket * WHEEL_RANK + place), an RPUSH per
+-- bucket, each item's index entry (the push's reply gives the positions),
+-- then one ZADD LT of the bucket index with each bucket's lowest due time.
 local function wheel_flush(P, w)
-  if w.n == 0 then return end
-  local z = {}
-  for _, k in ipairs(w.order) do
-    local ents = w.ents[k]
-    local len = kcall(P, 'RPUSH', wheel_key(P, k), unpack(ents))
-    local base = len - #ents
-    local ids, iks, dues = w.ids[k], w.iks[k], w.dues[k]
-    for j = 1, #ents do id_set(P, iks[j], ids[j], wheel_ref(dues[j], base + j - 1)) end
-    z[#z + 1], z[#z + 2] = fmt(w.low[k]), fmt(k)
+  local n = w.n
+  if n == 0 then return end
+  local K, D, E, S, A = w.K, w.D, w.E, w.S, w.A
+  for j = 1, n do S[j] = K[j] * WHEEL_RANK + j end
+  for j = n + 1, #S do S[j] = nil end
+  table.sort(S)
+  local z, x = {}, 1
+  while x <= n do
+    local k = K[S[x] % WHEEL_RANK]
+    local na, low = 0, nil
+    local y = x
+    while y <= n do
+      local j = S[y] % WHEEL_RANK
+      if K[j] ~= k then break end
+      na = na + 1
+      A[na] = E[j]
+      if not low or D[j] < low then low = D[j] end
+      y = y + 1
+    end
+    local base = kcall(P, 'RPUSH', wheel_key(P, k), unpack(A, 1, na)) - na
+    for q = 0, na - 1 do
+      local j = S[x + q] % WHEEL_RANK
+      id_set(P, w.IK[j], w.I[j], wheel_ref(D[j], base + q))
+    end
+    z[#z + 1], z[#z + 2] = fmt(low), fmt(k)
+    x = y
   end
   kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z))
-  w.order, w.ents, w.ids, w.iks, w.dues, w.low, w.n = {}, {}, {}, {}, {}, {}, 0
+  w.n = 0
 end
 
 -- The cascade -----------------------------------------------------------------
@@ -159,8 +181,6 @@ end
 -- inside Redis (a run inside it). The state of one cascade call (what it
 -- knows of each slot) lives in a table made per call: nothing else writes
 -- the slots meanwhile.
-
-local WHEEL_RANK = 1048576 -- above any bucket part's size (the budget's bound)
 
 local function cascade_state(P, zs, counters)
   return {P = P, zs = zs, counters = counters, card = {}, tail = {}, bound_of = {},
@@ -392,95 +412,140 @@ local function cascade_merge(c, a, n)
   end
 end
 
--- Cascades up to budget entries of bucket k, from its first entry not yet
--- cascaded (from: the count before it). Returns how many it took and
--- whether the bucket is done.
-local function cascade_bucket(c, k, from, budget, bad)
-  local P, D, H, R, I = c.P, c.D, c.H, c.R, c.I
+-- Reads up to budget entries of bucket k from place from (the entries
+-- before it are cascaded) into the run (c.D, c.H, c.R, c.I from c.m + 1 on,
+-- with sort keys in c.KS: due time less c.base, * WHEEL_RANK + place in the
+-- run, so equal due times keep offer order). Skips tombstones (''): the
+-- entries of items cancelled or replaced. An entry that does not decode is
+-- set aside (into bad). Returns how many entries it took and whether the
+-- bucket is done; nil when the list is of another type (renamed away: the
+-- bucket counts as done).
+local function cascade_read(c, k, from, budget, bad)
+  local P = c.P
   local key = wheel_key(P, k)
-  local es = kcall(P, 'LRANGE', key, fmt(from), fmt(from + budget))
+  local es = redis.pcall('LRANGE', key, fmt(from), fmt(from + budget))
+  if type(es) ~= 'table' or es.err then
+    quarantine(P, key, redis.call('TYPE', key)['ok'])
+    return 0, true
+  end
   local done = #es <= budget
   local took = done and #es or budget
-  local m, keys, place = 0, {}, {}
+  local m, D, H, R, I, KS = c.m, c.D, c.H, c.R, c.I, c.KS
   for x = 1, took do
-    local due, h, rec, id = wheel_entry_of(es[x], k)
-    if not due then
-      bad[#bad + 1] = aside_entry(h .. ' in ' .. key, '', es[x])
-    else
-      local ik = P .. 'i:' .. nstr(h)
-      -- Live only while the index names this very entry; an index bucket
-      -- of another type names nothing (it is renamed away when the entry
-      -- is indexed again), so its entries are kept rather than lost.
-      local v = redis.pcall('HGET', ik, id)
-      if v == wheel_ref(due, from + x - 1) or type(v) == 'table' then
+    local e = es[x]
+    if e ~= '' then
+      local due, h, rec, id = wheel_entry_of(e, k)
+      if not due then
+        bad[#bad + 1] = aside_entry(h .. ' in ' .. key, '', e)
+      else
         m = m + 1
-        D[m], H[m], R[m], I[m], keys[m] = due, ik, rec, id, (due - k * WHEEL_MS) * WHEEL_RANK + m
+        c.base = c.base or due - due % WHEEL_MS
+        D[m], H[m], R[m], I[m] = due, P .. 'i:' .. nstr(h), rec, id
+        KS[m] = (due - c.base) * WHEEL_RANK + m
+        if due < c.base then c.unordered = true end
       end
     end
   end
-  for x = m + 1, #D do D[x], H[x], R[x], I[x] = nil, nil, nil, nil end
-  if m > 0 then
-    local sorted = true
-    for j = 2, m do
-      if D[j] < D[j - 1] then sorted = false break end
-    end
-    if not sorted then
-      table.sort(keys)
-      local d, h, r, i = {}, {}, {}, {}
-      for j = 1, m do
-        local p = keys[j] % WHEEL_RANK
-        d[j], h[j], r[j], i[j] = D[p], H[p], R[p], I[p]
-      end
-      for j = 1, m do D[j], H[j], R[j], I[j] = d[j], h[j], r[j], i[j] end
-    end
-    cascade_merge(c, 1, m)
-    c.moved = c.moved + m
-  end
+  c.m = m
   return took, done
 end
 
-local WHEEL_STEP = 256 -- entries a bucket gives per step (the time budget is looked at between steps)
+-- Sorts the run's c.m entries by due time (offer order among equal ones)
+-- unless they are in order already.
+local function cascade_sort(c)
+  local n, D, H, R, I, KS = c.m, c.D, c.H, c.R, c.I, c.KS
+  local sorted = not c.unordered
+  for j = 2, n do
+    if not sorted or D[j] < D[j - 1] then sorted = false break end
+  end
+  if sorted then return end
+  for j = n + 1, #KS do KS[j] = nil end
+  if c.unordered then
+    -- A due time below the run's base (a bucket out of order): keys anew.
+    local low = D[1]
+    for j = 2, n do if D[j] < low then low = D[j] end end
+    for j = 1, n do KS[j] = (D[j] - low) * WHEEL_RANK + j end
+  end
+  table.sort(KS)
+  local d, h, r, i = {}, {}, {}, {}
+  for j = 1, n do
+    local p = KS[j] % WHEEL_RANK
+    d[j], h[j], r[j], i[j] = D[p], H[p], R[p], I[p]
+  end
+  for j = 1, n do D[j], H[j], R[j], I[j] = d[j], h[j], r[j], i[j] end
+end
+
+local WHEEL_STEP = 256 -- entries one step gathers (the time budget is looked at between steps)
+local WHEEL_SPAN = 64 -- buckets one step may gather
+local WHEEL_FAR = 4294967296 -- ms: a run spans less (its sort keys stay exact)
 
 -- Cascades the buckets whose earliest due time is at most now + WHEEL_LEAD,
--- at most budget entries (live or not), in steps of at most WHEEL_STEP,
--- and no more once the server's clock passes deadline_us (us) after a step
--- (a transfer's time budget: Redis is not held long); sets aside (into
--- bad) the entries that do not decode. Returns the entries it took (the
--- caller publishes the next due time when it did any work). A bucket index
--- or bucket of another type is renamed away; a bucket index member that
--- names no bucket, dropped.
+-- at most budget entries (live or not), and no more once the server's
+-- clock passes deadline_us (us) after a step (a transfer's time budget:
+-- Redis is not held long); sets aside (into bad) the entries that do not
+-- decode. A step gathers up to WHEEL_STEP entries of up to WHEEL_SPAN
+-- buckets into one run, sorted, so buckets of a few items each share the
+-- slots' reads and writes. Returns the entries it took (the caller
+-- publishes the next due time when it did any work). A bucket index or
+-- bucket of another type is renamed away; a bucket index member that names
+-- no bucket, dropped.
 local function wheel_cascade(P, zs, counters, now, budget, bad, deadline_us)
   local bz = wheel_index(P)
-  ensure_type(P, bz, 'zset')
-  local c = cascade_state(P, zs, counters)
-  local took = 0
   local cur = redis.call('HGET', counters, 'bcur')
   local ck, cn = nil, 0
   if cur then
     ck, cn = string.match(cur, '^(%d+):(%d+)$')
     cn = tonumber(cn) or 0
   end
+  local took = 0
+  local c = cascade_state(P, zs, counters)
+  c.KS = {}
   for _ = 1, 100000 do
     if took >= budget or (took > 0 and server_now_us() >= deadline_us) then break end
-    local f = redis.call('ZRANGEBYSCORE', bz, '-inf', fmt(now + WHEEL_LEAD), 'LIMIT', '0', '1')
-    local k = f[1]
-    if not k then break end
-    local kn = uint_of(k, 11, math.floor(DUE_MAX / WHEEL_MS))
-    if not kn or fmt(kn) ~= k then
-      redis.call('ZREM', bz, k) -- planted: names no bucket
-    else
-      ensure_type(P, wheel_key(P, k), 'list')
-      local from = (ck == k) and cn or 0
-      local n, done = cascade_bucket(c, kn, from, math.min(budget - took, WHEEL_STEP), bad)
-      took = took + n
-      if done then
-        redis.call('DEL', wheel_key(P, k))
-        redis.call('ZREM', bz, k)
-        ck, cn = nil, 0
+    local ks = redis.pcall('ZRANGEBYSCORE', bz, '-inf', fmt(now + WHEEL_LEAD), 'LIMIT', '0', nstr(WHEEL_SPAN))
+    if type(ks) ~= 'table' or ks.err then
+      quarantine(P, bz, redis.call('TYPE', bz)['ok'])
+      break
+    end
+    if #ks == 0 then break end
+    local step = math.min(budget - took, WHEEL_STEP)
+    local gone, planted, first_k = {}, {}, nil
+    c.m, c.base, c.unordered = 0, nil, nil
+    for _, k in ipairs(ks) do
+      if step <= 0 then break end
+      local kn = uint_of(k, 11, math.floor(DUE_MAX / WHEEL_MS))
+      if not kn or fmt(kn) ~= k then
+        planted[#planted + 1] = k -- names no bucket
+      elseif first_k and (kn - first_k) * WHEEL_MS >= WHEEL_FAR then
+        break -- the next step's
       else
-        ck, cn = k, from + n
+        first_k = first_k or kn
+        local from = (ck == k) and cn or 0
+        local n, done = cascade_read(c, kn, from, step, bad)
+        took, step = took + n, step - n
+        if done then
+          gone[#gone + 1] = k
+          if ck == k then ck, cn = nil, 0 end
+        else
+          ck, cn = k, from + n
+          break
+        end
       end
     end
+    if c.m > 0 then
+      cascade_sort(c)
+      cascade_merge(c, 1, c.m)
+      c.moved = c.moved + c.m
+    end
+    for x = c.m + 1, #c.D do c.D[x], c.H[x], c.R[x], c.I[x] = nil, nil, nil, nil end
+    if #gone > 0 then
+      local keys = {}
+      for x, k in ipairs(gone) do keys[x] = wheel_key(P, k) end
+      redis.call('DEL', unpack(keys))
+      redis.call('ZREM', bz, unpack(gone))
+    end
+    if #planted > 0 then redis.call('ZREM', bz, unpack(planted)) end
+    if #gone == 0 and #planted == 0 and ck == nil then break end -- nothing moved on
   end
   -- Where a bucket cut short goes on (see 'bcur' above).
   if ck then

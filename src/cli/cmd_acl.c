@@ -88,6 +88,7 @@ static const char *const commands_full[] = {
     "pttl", "pexpire", /* a holder's key, stretched by extend */
     "lpos", "lrem",    /* a recurring schedule's bucket (lib/80_recurring.lua) */
     "hscan",           /* the previous release's schedules, migrated by pages (lib/85_recurring_v1.lua) */
+    "lset",            /* a cancelled item's tombstone in the timing wheel (lib/65_wheel.lua) */
     NULL,
 };
 
