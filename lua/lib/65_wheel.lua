@@ -324,6 +324,8 @@ end
 -- zset-max-listpack-entries, 128): past it a zset becomes a skiplist for
 -- good, at about twice the bytes. So a run inside a slot goes in parts that
 -- keep it under that, each split before the rest of the run is merged anew.
+-- A slot that spans the run's range with no record in it is cut there
+-- first, so the run appends (new full slots) rather than going inside.
 local function cascade_merge(c, a, n)
   local P, D, S, SS, NM, BD, TS = c.P, c.D, c.S, c.SS, c.NM, c.BD, c.TS
   local lo, hi = D[a] * ORD, D[n] * ORD + ORD - 1
@@ -331,9 +333,10 @@ local function cascade_merge(c, a, n)
   -- Per slot its last score as far as the run cares (this call's writes, or
   -- -1: nothing from lo on, math.huge: records past hi, or the last in
   -- [lo, hi]), and the latest score of each of the run's milliseconds.
-  local latest = {}
+  local latest, clear = {}, {}
   local CROWD = 2 * SLOT_CAP + 1 -- more records than a listpack slot holds
   for x = 1, m do
+    clear[x] = false
     local key = slot_key(P, NM[x])
     local t = c.tail[key]
     local from = math.max(lo, BD[x])
@@ -352,6 +355,7 @@ local function cascade_merge(c, a, n)
       -- score, past SLOT_CAP) is read CROWD deep, then each millisecond of
       -- the run below what that reached is looked at alone.
       local rs = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(to), fmt(from), 'WITHSCORES', 'LIMIT', '0', nstr(CROWD))
+      clear[x] = #rs == 0
       local floor_ms = nil
       for y = 2, #rs, 2 do
         local sc = tonumber(rs[y])
@@ -396,7 +400,19 @@ local function cascade_merge(c, a, n)
       local key = slot_key(P, NM[x])
       local cnt = c.card[key] or kcall(P, 'ZCARD', key)
       local cut = false
-      if TS[x] < S[j] then
+      if TS[x] == math.huge and clear[x] then
+        -- Records after the run's range and none in it (a slot of few
+        -- records over a long span): the slot is cut after the range (one
+        -- copy inside Redis), and the run appends.
+        local name = cascade_new_names(c, 1)[1]
+        local nkey = slot_key(P, name)
+        redis.call('ZRANGESTORE', nkey, key, '(' .. fmt(hi), '+inf', 'BYSCORE')
+        kcall(P, 'ZREMRANGEBYSCORE', key, '(' .. fmt(hi), '+inf')
+        redis.call('ZADD', c.zs, fmt(hi + 1), name)
+        c.bound_of[name], c.card[nkey], c.tail[nkey] = hi + 1, nil, nil
+        cnt = kcall(P, 'ZCARD', key)
+        cascade_append(c, key, j, b, cnt)
+      elseif TS[x] < S[j] then
         cascade_append(c, key, j, b, cnt)
       else
         -- (A slot already past it, of one score, takes its part whole.)
