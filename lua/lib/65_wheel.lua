@@ -446,17 +446,36 @@ local function cascade_read(c, k, from, budget, bad)
   end
   local done = #es <= budget
   local took = done and #es or budget
-  local m, D, H, R, I, KS = c.m, c.D, c.H, c.R, c.I, c.KS
+  local m, D, H, R, I, KS, iks = c.m, c.D, c.H, c.R, c.I, c.KS, c.iks
+  local find, sub, byte = string.find, string.sub, string.byte
+  local kbase = k * WHEEL_MS
   for x = 1, took do
     local e = es[x]
     if e ~= '' then
-      local due, h, rec, id = wheel_entry_of(e, k)
-      if not due then
-        bad[#bad + 1] = aside_entry(h .. ' in ' .. key, '', e)
+      -- wheel_entry_of without its patterns (each costs more than the
+      -- rest of the item's parse): 'off|h|1|idlen|id..', checked as there.
+      local p1 = find(e, '|', 1, true)
+      local p2 = p1 and p1 <= 5 and find(e, '|', p1 + 1, true)
+      local off = p2 and p2 - p1 <= 6 and tonumber(sub(e, 1, p1 - 1))
+      local h = off and tonumber(sub(e, p1 + 1, p2 - 1))
+      local p3 = h and byte(e, p2 + 1) == 49 and byte(e, p2 + 2) == 124 and find(e, '|', p2 + 3, true)
+      local il = p3 and p3 - p2 <= 6 and tonumber(sub(e, p2 + 3, p3 - 1))
+      local id = il and il == il and il >= 1 and il <= ID_MAX and il % 1 == 0 and p3 + il <= #e and
+                 off == off and off >= 0 and off < WHEEL_MS and off % 1 == 0 and
+                 h == h and h >= 0 and h < ID_BUCKETS and h % 1 == 0 and sub(e, p3 + 1, p3 + il)
+      if not id or not id_bytes_ok(id) then
+        local _, why = wheel_entry_of(e, k)
+        bad[#bad + 1] = aside_entry((why or 'undecodable wheel entry') .. ' in ' .. key, '', e)
       else
         m = m + 1
-        c.base = c.base or due - due % WHEEL_MS
-        D[m], H[m], R[m], I[m] = due, P .. 'i:' .. nstr(h), rec, id
+        local due = kbase + off
+        c.base = c.base or kbase
+        local ik = iks[h]
+        if not ik then
+          ik = P .. 'i:' .. nstr(h)
+          iks[h] = ik
+        end
+        D[m], H[m], R[m], I[m] = due, ik, sub(e, p2 + 1), id
         KS[m] = (due - c.base) * WHEEL_RANK + m
         if due < c.base then c.unordered = true end
       end
@@ -483,7 +502,7 @@ local function cascade_sort(c)
     for j = 1, n do KS[j] = (D[j] - low) * WHEEL_RANK + j end
   end
   table.sort(KS)
-  local d, h, r, i = {}, {}, {}, {}
+  local d, h, r, i = c.TD, c.TH, c.TR, c.TI
   for j = 1, n do
     local p = KS[j] % WHEEL_RANK
     d[j], h[j], r[j], i[j] = D[p], H[p], R[p], I[p]
@@ -515,7 +534,7 @@ local function wheel_cascade(P, zs, counters, now, budget, bad, deadline_us)
   end
   local took = 0
   local c = cascade_state(P, zs, counters)
-  c.KS = {}
+  c.KS, c.iks, c.TD, c.TH, c.TR, c.TI = {}, {}, {}, {}, {}, {}
   for _ = 1, 100000 do
     if took >= budget or (took > 0 and server_now_us() >= deadline_us) then break end
     local ks = redis.pcall('ZRANGEBYSCORE', bz, '-inf', fmt(now + WHEEL_LEAD), 'LIMIT', '0', nstr(WHEEL_SPAN))
