@@ -62,7 +62,10 @@ local bound = slots_bound
 if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound = (wfirst - WHEEL_LEAD) * ORD end
 local w = wheel_pusher()
 -- The queue's last score in the slots (-1: none), read when first needed:
--- an offer after it is in time order and appends cheaply.
+-- an offer after it, or less than WHEEL_MS before it, is in time order and
+-- goes to the last slot cheaply (offers of one deadline from many
+-- producers land a few ms apart: they stay out of the wheel, whose cascade
+-- of a burst of one millisecond costs more than the slots' path).
 local tail = nil
 local function after_tail(due)
   if tail == nil then
@@ -70,7 +73,7 @@ local function after_tail(due)
     local t = l and kcall(P, 'ZRANGE', slot_key(P, l), '-1', '-1', 'WITHSCORES')
     tail = t and t[2] and tonumber(t[2]) or -1
   end
-  return due >= math.floor(tail / ORD)
+  return due >= math.floor(tail / ORD) - WHEEL_MS
 end
 local added = 0 -- net change of the pending count
 local offered = 0 -- items accepted (added or replaced)

@@ -95,8 +95,9 @@ for b in range(6):
     rows.append((f"{80 + b}s", f"s{b}", f"slot {b}"))
 offer_batch(rows)
 # A slot record and bucket entries of one ms: e0 is in time order (slots),
-# e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel.
-offer_batch([("90s", "e0", "e0 in the slots"), ("91s", "e1", "e1"), ("90s", "e2", "e2 in the wheel")])
+# e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel
+# (more than 1,024 ms before the last record: not in time order).
+offer_batch([("90s", "e0", "e0 in the slots"), ("93s", "e1", "e1"), ("90s", "e2", "e2 in the wheel")])
 t = truth()
 wheel = [i for i in t if t[i][1]]
 ok(redis("KEYS", P + "b:*"), "the wheel's buckets exist (dq:{Q}:b:*)")

@@ -177,12 +177,13 @@ lines = "".join(f"{900 - i}ms\ts{i:03d}\tx\n" for i in range(200))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
 ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
-# Further off, they go to the timing wheel's bucket lists, which the take's
+# Further off, and more than 1 s before the last item (the anchor), they go
+# to the timing wheel's bucket lists, which the take's
 # scheduler cascades into the slots (a run inside a slot splits it): all
 # with this user's rights.
-lines = "".join(f"{1990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
+lines = "60s\tanchor\tx\n" + "".join(f"{1990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
-ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1, "offer --batch of 150 more, into the wheel", r)
+ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1, "offer --batch of 150 more (and an anchor), into the wheel", r)
 r = as_user(url, "take", "aq3", "--count", "350", "--json", "--timeout", "8s")
 ms = r.json_lines() if r.rc == 0 else []
 dues = [m.get("due_ms", 0) for m in ms]
