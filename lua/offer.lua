@@ -149,14 +149,14 @@ local function offer_one(id, payload, due, keep, fresh, h)
   -- see lib/65_wheel.lua). The cheap test first: a bucket's list is looked
   -- for once a call, and only for items that would go to the slots.
   local k = math.floor(due / WHEEL_MS)
-  if (due >= now + WHEEL_LEAD and not after_tail(due)) or wheel_listed(P, w, k) then
+  if (due >= now + WHEEL_NEAR and not after_tail(due)) or wheel_listed(P, w, k) then
     wheel_add(w, due, h, ik, id, payload)
     held[id] = true
     added = added + 1
     local ev = (due - WHEEL_LEAD) * ORD
     if bound == nil or ev < bound then
       bound = ev
-      announce = due - WHEEL_LEAD -- the scheduler cascades the bucket then
+      announce = math.max(due - WHEEL_LEAD, now) -- the scheduler cascades the bucket then
     end
     return status, due, 1
   end

@@ -7,7 +7,7 @@
 -- offer in time order costs (docs/benchmarks.md, issue 42). Such an offer
 -- instead appends its item to the list of its bucket of WHEEL_MS, in offer
 -- order, with no read; the scheduler's transfer cascades each bucket into
--- the slots WHEEL_LEAD ms before the bucket's earliest due time, sorted,
+-- the slots up to WHEEL_LEAD ms before the bucket's earliest due time, sorted,
 -- a run per slot with one read and one ZADD (wheel_cascade).
 --
 -- Keys (docs/key-layout.md): P..'b:'..k LIST, bucket k = floor(due /
@@ -30,7 +30,14 @@
 -- entry of a millisecond in a bucket was offered after every record of it
 -- in the slots.
 
-local WHEEL_MS, WHEEL_LEAD = 1024, 1000
+-- WHEEL_NEAR: an offer due sooner goes to the slots (unless its bucket has
+-- a list). WHEEL_LEAD: a bucket is cascaded this long before its earliest
+-- due time, so in practice as soon as a scheduler hears of it: a bucket of
+-- many items (a burst of offers with delays of seconds) has the time its
+-- cascade needs, in steps, before anything in it falls due (a cascade 1 s
+-- ahead left 100,000 items offered at once with delays of 3 to 10 s late
+-- by seconds).
+local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 1024, 1000, 30000
 
 local function wheel_key(P, k) return P .. 'b:' .. k end
 local function wheel_index(P) return P .. 'bz' end
@@ -510,7 +517,7 @@ local function cascade_sort(c)
   for j = 1, n do D[j], H[j], R[j], I[j] = d[j], h[j], r[j], i[j] end
 end
 
-local WHEEL_STEP = 256 -- entries one step gathers (the time budget is looked at between steps)
+local WHEEL_STEP = 64 -- entries one step gathers (the time budget is looked at between steps)
 local WHEEL_SPAN = 64 -- buckets one step may gather
 local WHEEL_FAR = 4294967296 -- ms: a run spans less (its sort keys stay exact)
 
