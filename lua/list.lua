@@ -196,7 +196,7 @@ local function wheel_bucket(k, first, d_lo, need)
         if got >= need then return #ents, got, wbytes, s end
         local pos = first + g[x] - 1
         local due, h, rec, id = wheel_entry_of(ents[g[x]], k)
-        if due and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == wheel_ref(due, pos) then
+        if due and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == wheel_ref(k, pos) then
           W[#W + 1] = {s, pos, rec}
           if s > start then got = got + 1 end
         end

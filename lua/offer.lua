@@ -100,8 +100,10 @@ local function offer_one(id, payload, due, keep, fresh, h)
     if held[id] then flush() end
     local s = kcall(P, 'HGET', ik, id)
     local old = s and uint_of(s, 16, SCORE_MAX)
-    local wdue, wpos = wheel_ref_of(s)
-    if wdue and wheel_record(P, id, wdue, wpos) then
+    local wk, wpos = wheel_ref_of(s)
+    local wrec, wdue
+    if wk then wrec, wdue = wheel_record(P, id, wk, wpos) end
+    if wrec then
       -- In a bucket of the wheel: its old entry becomes a tombstone, which
       -- the cascade skips (lib/65_wheel.lua).
       if keep then return 3, wdue, 1 end

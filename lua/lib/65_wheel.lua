@@ -18,7 +18,7 @@
 -- item); counters field 'bcur' = '<k>:<n>' while bucket k is cascaded in
 -- parts (its first n entries are in the slots).
 --
--- An item in a bucket has the id index entry 'b<due>.<pos>' (pos: its
+-- An item in a bucket has the id index entry wheel_ref(k, pos) (pos: its
 -- entry's place in the list, from 0). Cancel and replace make its entry a
 -- tombstone ('', wheel_bury), which the cascade skips; the index entry is
 -- what finds the item (lookup, cancel, replace, keep), and the cascade
@@ -37,22 +37,41 @@
 -- cascade needs, in steps, before anything in it falls due (a cascade 1 s
 -- ahead left 100,000 items offered at once with delays of 3 to 10 s late
 -- by seconds).
-local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 1024, 1000, 30000
+local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 1024, 40000, 30000
 
 local function wheel_key(P, k) return P .. 'b:' .. k end
 local function wheel_index(P) return P .. 'bz' end
 
--- The id index entry of an item at pos of its due time's bucket.
-local function wheel_ref(due, pos) return 'b' .. fmt(due) .. '.' .. fmt(pos) end
+-- The id index entry of the item at pos of bucket k: the negative integer
+-- -(k * WHEEL_POS + pos), which the hash keeps as a number, as it keeps a
+-- slot score (the string 'b<due>.<pos>' cost 10 bytes an item more: see
+-- docs/benchmarks.md, issue 42); 'b<k>.<pos>' for a place past WHEEL_POS.
+-- An older delayq reads neither as a score: the id counts as absent there.
+-- k < 2^32 (DUE_MAX / WHEEL_MS), so the number stays below 2^53, exact.
+local WHEEL_POS = 2097152
+local function wheel_ref(k, pos)
+  if pos < WHEEL_POS then return '-' .. fmt(k * WHEEL_POS + pos) end
+  return 'b' .. fmt(k) .. '.' .. fmt(pos)
+end
 
--- An id index entry as (due, pos) if it names a bucket entry, else nil.
+-- An id index entry as (bucket k, pos) if it names a bucket entry, else nil.
 local function wheel_ref_of(s)
-  if not s or string.byte(s, 1) ~= 98 then return nil end -- 'b'
-  local d, p = string.match(s, '^b(%d+)%.(%d+)$')
-  if not d or #d > 13 or #p > 9 then return nil end
-  d = tonumber(d)
-  if d > DUE_MAX then return nil end
-  return d, tonumber(p)
+  if not s then return nil end
+  local c, k, pos = string.byte(s, 1), nil, nil
+  if c == 45 then -- '-'
+    if #s > 17 or not string.find(s, '^%-%d+$') then return nil end
+    local v = tonumber(string.sub(s, 2))
+    k = math.floor(v / WHEEL_POS)
+    pos = v - k * WHEEL_POS
+  elseif c == 98 then -- 'b'
+    k, pos = string.match(s, '^b(%d+)%.(%d+)$')
+    if not k or #k > 10 or #pos > 9 then return nil end
+    k, pos = tonumber(k), tonumber(pos)
+  else
+    return nil
+  end
+  if k > DUE_MAX / WHEEL_MS then return nil end
+  return k, pos
 end
 
 -- A bucket entry of bucket k: (due, index bucket h, record, id), or nil and
@@ -68,23 +87,22 @@ local function wheel_entry_of(e, k)
   return k * WHEEL_MS + off, h, rec, id
 end
 
--- The record of id where its index entry (due, pos) points, or nil when
--- it is not there (a planted or dangling entry). Read only.
-local function wheel_record(P, id, due, pos)
-  local k = math.floor(due / WHEEL_MS)
+-- The record and due time of id where its index entry (k, pos) points,
+-- or nil when it is not there (a planted or dangling entry). Read only.
+local function wheel_record(P, id, k, pos)
   local e = redis.pcall('LINDEX', wheel_key(P, k), fmt(pos))
   if type(e) ~= 'string' then return nil end
-  local d, _, rec, eid = wheel_entry_of(e, k)
-  if d ~= due or eid ~= id then return nil end
-  return rec
+  local due, _, rec, eid = wheel_entry_of(e, k)
+  if eid ~= id then return nil end
+  return rec, due
 end
 
 -- An id whose index entry (at ik) names its live entry in a bucket: its
--- due time and record; else nil. Read only.
+-- due time, record and place in the bucket; else nil. Read only.
 local function id_wheel_in(P, ik, id)
-  local due, pos = wheel_ref_of(redis.pcall('HGET', ik, id))
-  if not due then return nil end
-  local rec = wheel_record(P, id, due, pos)
+  local k, pos = wheel_ref_of(redis.pcall('HGET', ik, id))
+  if not k then return nil end
+  local rec, due = wheel_record(P, id, k, pos)
   if not rec then return nil end
   return due, rec, pos
 end
@@ -167,7 +185,7 @@ local function wheel_flush(P, w)
     local base = kcall(P, 'RPUSH', wheel_key(P, k), unpack(A, 1, na)) - na
     for q = 0, na - 1 do
       local j = S[x + q] % WHEEL_RANK
-      id_set(P, w.IK[j], w.I[j], wheel_ref(D[j], base + q))
+      id_set(P, w.IK[j], w.I[j], wheel_ref(k, base + q))
     end
     z[#z + 1], z[#z + 2] = fmt(low), fmt(k)
     x = y

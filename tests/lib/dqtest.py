@@ -419,13 +419,38 @@ def id_index_size(queue):
     return sum(redis("HLEN", k) for k in redis("KEYS", f"dq:{{{queue}}}:i:*"))
 
 
+WHEEL_POS = 2097152  # lua/lib/65_wheel.lua: an index entry -(k * WHEEL_POS + pos)
+
+
+def wheel_ref(k, pos):
+    """The id index entry of the item at pos of timing wheel bucket k."""
+    return f"-{k * WHEEL_POS + pos}" if pos < WHEEL_POS else f"b{k}.{pos}"
+
+
+def wheel_ref_of(s):
+    """(bucket k, pos) of an id index entry naming a wheel entry, else None."""
+    if isinstance(s, bytes):
+        s = s.decode()
+    if s is None:
+        return None
+    if s.startswith("-") and s[1:].isdigit():
+        return divmod(int(s[1:]), WHEEL_POS)
+    if s.startswith("b") and "." in s:
+        k, pos = s[1:].split(".", 1)
+        return int(k), int(pos)
+    return None
+
+
 def zscore_due(queue, id_):
     """The due ms (or lease end) of an id from its score in the id index
-    (score = due*2048 + ordinal), or from its timing wheel entry
-    ("b<due>.<pos>", lua/lib/65_wheel.lua); None if the queue does not hold it."""
+    (score = due*2048 + ordinal), or from the timing wheel entry its index
+    entry names (wheel_ref); None if the queue does not hold it."""
     s = redis("HGET", id_index_key(queue, id_), id_)
-    if s is not None and s.startswith(b"b"):
-        return int(s[1:].split(b".")[0])
+    ref = wheel_ref_of(s)
+    if ref is not None:
+        k, pos = ref
+        e = redis("LINDEX", f"dq:{{{queue}}}:b:{k}", pos)
+        return None if not e else k * 1024 + int(e.split(b"|", 1)[0])
     return None if s is None else int(s) // 2048
 
 

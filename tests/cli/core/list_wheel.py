@@ -43,8 +43,7 @@ def truth():
         s = redis("HGET", id_index_key(Q, i), i)
         if s is None:
             continue
-        s = s.decode()
-        out[i] = (int(s[1:].split(".")[0]), True) if s.startswith("b") else (int(s) // 2048, False)
+        out[i] = (zscore_due(Q, i), wheel_ref_of(s) is not None)
     return out
 
 

@@ -478,7 +478,7 @@ GARBAGE = b"no-such-entry-format \x01\xff"
 redis("RPUSH", f"{P}b:{kB}", GARBAGE)
 redis("ZADD", f"{P}bz", kB * BUCKET_MS, kB)
 redis("ZADD", f"{P}bz", kC * BUCKET_MS, kC)
-redis("HSET", id_index_key("wh", "ghost"), "ghost", f"b{kA * BUCKET_MS + 5}.7")
+redis("HSET", id_index_key("wh", "ghost"), "ghost", wheel_ref(kA, 7))
 rc, js = lookup("wh", "ghost")
 eq((rc, js and js.get("state")), (1, "unknown"), "lookup of an index entry pointing into a bucket at nothing: unknown")
 eq(dq("cancel", "wh", "ghost").rc, 1, "cancel of it exits 1 (not pending)")
