@@ -1,14 +1,15 @@
 """list_wheel.py - `delayq list Q pending` shows the timing wheel's items
-(issue 42): offers with delays of their own (5 s..60 s, inside the slots)
-wait in the buckets dq:{Q}:b:K, mixed with offers in time order that go to
-the slots; some are cancelled, some replaced. Paged with small limits (1,
-7, and one page of 1,000), the listing shows every pending item exactly
-once, in due order (equal due ms in offer order, slot records before bucket
-entries of the same ms), with its due time as the id index holds it,
-attempts 0 and its payload; cancelled items and replaced items' old copies
-are not shown. The same holds with planted bucket-index members and a
-bucket of another type beside them, and through `delayq serve`'s API,
-whose pages cut long payloads in the script."""
+(issue 42): offers with delays of their own (45 s..100 s: past the wheel's
+40 s horizon, WHEEL_NEAR, and inside the slots) wait in the buckets
+dq:{Q}:b:K, mixed with offers in time order that go to the slots; some are
+cancelled, some replaced. Paged with small limits (1, 7, and one page of
+1,000), the listing shows every pending item exactly once, in due order
+(equal due ms in offer order, slot records before bucket entries of the same
+ms), with its due time as the id index holds it, attempts 0 and its payload;
+cancelled items and replaced items' old copies are not shown. The same holds
+with planted bucket-index members and a bucket of another type beside them,
+and through `delayq serve`'s API, whose pages cut long payloads in the
+script."""
 import os
 import random
 import sys
@@ -80,23 +81,25 @@ def check(items, pages, what):
 
 
 section("offers into the slots and the wheel, cancels, replaces")
-# In time order first (to the slots): the last record is due in 70 s, so
-# what follows inside the next minute has delays of its own (the wheel).
-offer_batch([("70s", "anchor", "anchor")])
+# In time order first (to the slots): the last record is due in 120 s, so
+# what follows from 40 s ahead (WHEEL_NEAR) has delays of its own (the
+# wheel). Nothing is due within 30 s, nor any bucket within the cascade's
+# lead (30 s) for 15 s: serve's scheduler, below, finds nothing to do.
+offer_batch([("120s", "anchor", "anchor")])
 rows, n = [], 0
 for b in range(6):
     for _ in range(12):
-        rows.append((f"{rng.randint(5000, 60000)}ms", f"w{n:03d}", f"wheel {n} " + "x" * rng.randint(0, 40)))
+        rows.append((f"{rng.randint(45000, 100000)}ms", f"w{n:03d}", f"wheel {n} " + "x" * rng.randint(0, 40)))
         n += 1
     # Four of one delay: one due ms, in offer order.
-    rows += [("33s", f"t{b}{j}", f"tie {b} {j}") for j in range(4)]
+    rows += [("73s", f"t{b}{j}", f"tie {b} {j}") for j in range(4)]
     # In time order: after everything, to the slots.
-    rows.append((f"{80 + b}s", f"s{b}", f"slot {b}"))
+    rows.append((f"{130 + b}s", f"s{b}", f"slot {b}"))
 offer_batch(rows)
 # A slot record and bucket entries of one ms: e0 is in time order (slots),
 # e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel
 # (more than 1,024 ms before the last record: not in time order).
-offer_batch([("90s", "e0", "e0 in the slots"), ("93s", "e1", "e1"), ("90s", "e2", "e2 in the wheel")])
+offer_batch([("140s", "e0", "e0 in the slots"), ("143s", "e1", "e1"), ("140s", "e2", "e2 in the wheel")])
 t = truth()
 wheel = [i for i in t if t[i][1]]
 ok(redis("KEYS", P + "b:*"), "the wheel's buckets exist (dq:{Q}:b:*)")
@@ -112,8 +115,8 @@ for i in cancelled:
     eq(dq("cancel", Q, i).rc, 0, f"cancel {i}")
 # Replaced: wheel items moved (to another bucket or the slots), a slot item
 # into the wheel; their old entries stay in the buckets, stale.
-repl = [("40s", "w001", "w001 again"), ("10s", "w002", "w002 again"), ("100s", "w004", "w004 at the end"),
-        ("20s", "s1", "s1 into the wheel"), ("33s", "t00", "t00 again")]
+repl = [("80s", "w001", "w001 again"), ("30s", "w002", "w002 again"), ("150s", "w004", "w004 at the end"),
+        ("60s", "s1", "s1 into the wheel"), ("73s", "t00", "t00 again")]
 offer_batch(repl)
 t = truth()
 ok(all(i not in t for i in cancelled), "cancelled ids are gone from the id index")
@@ -147,7 +150,7 @@ redis("DEL", P + f"b:{far}", P + f"b:{far + 2}", P + f"b:{far + 3}")
 
 section("serve's API: pages of 3, long payloads cut in the script")
 big = "L" * 20000
-offer_batch([("50s", "big1", big), ("12s", "big2", big)])
+offer_batch([("90s", "big1", big), ("52s", "big2", big)])
 t = truth()
 ok(t["big1"][1] and t["big2"][1], "the long ones wait in the wheel", (t.get("big1"), t.get("big2")))
 tmp = tempfile.mkdtemp(prefix="delayq-lw.")
@@ -188,7 +191,7 @@ eq([m["payload"] for m in short], [payload[m["id"]] for m in short], "short payl
 srv.stop()
 
 section("many stale entries: pages read the buckets in parts (WHEEL_SCAN)")
-rows = [(f"{rng.randint(5000, 60000)}ms", f"m{k:04d}", f"many {k}") for k in range(6000)]
+rows = [(f"{rng.randint(45000, 100000)}ms", f"m{k:04d}", f"many {k}") for k in range(6000)]
 offer_batch(rows)
 t = truth()
 ok(sum(1 for k in range(6000) if t[f"m{k:04d}"][1]) == 6000, "all 6,000 in the wheel")
@@ -204,12 +207,16 @@ section("a bucket cascaded in part (bcur): its first entries in the slots, the r
 Q, P = "lw2", "dq:{lw2}:"
 seq.clear()
 payload.clear()
-offer_batch([("70s", "anchor2", "anchor")])
-rows = [(f"{rng.randint(4000, 5000)}ms", f"c{k:02d}", f"cascade {k}") for k in range(30)]
-rows[10:10] = [("4500ms", f"ctie{j}", f"tie {j}") for j in range(3)]
+offer_batch([("120s", "anchor2", "anchor")])
+rows = [(f"{rng.randint(44000, 45000)}ms", f"c{k:02d}", f"cascade {k}") for k in range(30)]
+rows[10:10] = [("44500ms", f"ctie{j}", f"tie {j}") for j in range(3)]
 offer_batch(rows)
-low = int(float(redis("ZRANGE", P + "bz", "0", "0", "WITHSCORES")[1]))
-ok(wait_for(lambda: server_ms() >= low - 1000 + 20, 10), "the first bucket comes within 1 s")
+bz = redis("ZRANGE", P + "bz", "0", "0", "WITHSCORES")
+ok(len(bz) == 2, "the 33 wait in the wheel's buckets", bz)
+low = int(float(bz[1])) if len(bz) == 2 else server_ms() + 44000
+# The queue's clock mark (not real time) brings the first bucket within the
+# cascade's lead (WHEEL_LEAD, 30 s), with nothing due yet.
+redis("HSET", P + "n", "clock", str(low - 30000 + 20))
 R = Redis(timeout=30)
 k = [P + x for x in ("zs", "r", "x", "n", "d", "dz", "s")]
 # Cascades of one entry a call until one leaves a bucket part-done (a
