@@ -170,20 +170,21 @@ section("every command on its queue")
 eq(as_user(url, "offer", "aq1", "0", "one", "--id", "o1").rc, 0, "offer")
 r = as_user(url, "offer", "aq1", "--batch", "-", stdin=b"0\tb1\tx\n0\tb2\ty\n1h\tb3\tz\n")
 eq(r.rc, 0, "offer --batch")
-# Due times that fall from line to line, due within the timing wheel's lead
-# (1 s): every offer lands below the slot's records, so the slot splits (its
-# upper half moves with ZRANGESTORE).
+# Due times that fall from line to line, due within the timing wheel's
+# horizon (WHEEL_NEAR, 40 s), so into the slots: every offer lands below the
+# slot's records, so the slot splits (its upper half moves with ZRANGESTORE).
 lines = "".join(f"{900 - i}ms\ts{i:03d}\tx\n" for i in range(200))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
 ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
-# Further off, and more than 1 s before the last item (the anchor), they go
-# to the timing wheel's bucket lists, which the take's
-# scheduler cascades into the slots (a run inside a slot splits it): all
-# with this user's rights.
-lines = "60s\tanchor\tx\n" + "".join(f"{1990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
+# Past the horizon, and more than 1 s before the last item (the anchor),
+# they go to the timing wheel's bucket lists, which the take's scheduler
+# cascades into the slots (a run inside a slot splits it): all with this
+# user's rights. The queue's clock mark (not real time) then brings them due.
+lines = "90s\tanchor\tx\n" + "".join(f"{41990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1, "offer --batch of 150 more (and an anchor), into the wheel", r)
+redis("HSET", "dq:{aq3}:n", "clock", str(server_ms() + 45000))
 r = as_user(url, "take", "aq3", "--count", "350", "--json", "--timeout", "8s")
 ms = r.json_lines() if r.rc == 0 else []
 dues = [m.get("due_ms", 0) for m in ms]
