@@ -32,11 +32,12 @@
 
 -- WHEEL_NEAR: an offer due sooner goes to the slots (unless its bucket has
 -- a list). WHEEL_LEAD: a bucket is cascaded this long before its earliest
--- due time, so in practice as soon as a scheduler hears of it: a bucket of
--- many items (a burst of offers with delays of seconds) has the time its
--- cascade needs, in steps, before anything in it falls due (a cascade 1 s
--- ahead left 100,000 items offered at once with delays of 3 to 10 s late
--- by seconds).
+-- due time. Both are far from now because a bucket of many items (a burst
+-- of offers with delays of seconds) needs time to cascade, in steps, and a
+-- record due after the wheel's earliest time waits for it: with both at
+-- 1 s, 100,000 offers at once with delays of 3 to 10 s came seconds late
+-- (docs/benchmarks.md, issue 42). Between the two a bucket gathers at least
+-- 10 s of offers before its cascade starts.
 local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 1024, 40000, 30000
 
 local function wheel_key(P, k) return P .. 'b:' .. k end
