@@ -64,7 +64,7 @@ import delayq  # noqa: E402
 
 BUCKET_MS = 1024
 NEAR, LEAD = 40000, 30000  # lua/lib/65_wheel.lua: WHEEL_NEAR, WHEEL_LEAD
-AHEAD = 41000  # added to each delay of seconds: its item lands past NEAR, in the wheel
+AHEAD = NEAR + 1000  # added to each delay of seconds: its item lands past NEAR, in the wheel
 STEP = 400  # the clock driver's step of queue time (ms): the lateness it allows
 rnd = random.Random(int(os.environ.get("DQ_TEST_SEED", "0")) or None)
 SEED = rnd.randrange(1 << 30)
