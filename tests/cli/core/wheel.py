@@ -2,7 +2,17 @@
 wheel (issue 42: bucket lists dq:{Q}:b:<k> and their index dq:{Q}:bz, see
 docs/key-layout.md) and look to users exactly as in-order ones do. Through
 the real CLI (and the Python client where the CLI has no absolute due time),
-real `delayq schedule`, `take`, `work` and `serve` processes:
+real `delayq schedule`, `take`, `work` and `serve` processes.
+
+Offers enter the wheel only when due at least WHEEL_NEAR (40 s) after the
+queue's now, so every delay meant for the wheel here is 41 s more than a
+delay of seconds. Nothing waits that long: the test moves each queue's time
+by its clock mark (HSET dq:{Q}:n clock <ms>, see queue_time_of in
+lua/lib/20_counters.lua) in steps, wakes the schedulers on the queue's
+channel, and waits until they have moved what is due by the mark (the
+clock driver below). due_ms and ready_ms are then both on the queue's clock,
+as the scripts write them: "none early" compares them, and lateness is
+ready_ms - due_ms (at most one step when the schedulers keep up).
 
 1. FIFO among equal due times across calls: items due at one absolute ms,
    offered in separate calls between CLI offers of random delays and
@@ -10,7 +20,9 @@ real `delayq schedule`, `take`, `work` and `serve` processes:
    out in offer order; all come out in due order, each once. Also: 2500
    items of one bucket (cascaded in parts), a take scheduling for itself,
    `work`, a queue of 4 shards, and a catch-up of 1500 wheel items among 300
-   in-order slot records all overdue.
+   in-order slot records all overdue. Items due at T offered late: before
+   T's bucket is cascaded (into its list), just after (to the slots), and
+   200 ms before T.
 2. cancel of a wheel item exits 0, it is never delivered, pending drops; one
    cancelled and offered again at its due time comes once, the new payload.
 3. replace (wheel to wheel, wheel to slots, slots to wheel, twice in one
@@ -23,15 +35,20 @@ real `delayq schedule`, `take`, `work` and `serve` processes:
 6. stats, serve's counts and /metrics count the wheel's items, next_due too.
 7. Redis: the offers left bucket lists and bz (fails on a tree without the
    wheel); once all is delivered no bucket, bz or bcur, nothing set aside.
-8. Lateness: 300 items due 2..6 s ahead, offered in batches while a
-   scheduler and a consumer run: none moved before its due time (server
-   clock), none received more than 1.5 s after it.
+8. Lateness: 300 items due 42..46 s ahead, offered in batches while a
+   scheduler and a consumer run and the queue's time moves: none moved
+   before its due time, none received more than 1.5 s after it (queue clock).
 9. Hostile: a bucket planted as a string, an entry that does not decode, a
    bz member without a list, a bz of another type, an id index entry into a
    bucket at nothing: the scheduler runs on, good items all arrive, the bad
    ones are set aside (dq:{Q}:x: delayq has no command listing its entries;
    stats counts them).
-"""# tier: slow (about 30 s: items due up to 13 s ahead, then the lateness run)
+10. A burst of 20,000 offers by `offer --batch` with random delays of 40 to
+   50 s (all into the wheel, behind an anchor 90 s ahead), the queue's time
+   pushed past them all, one `take --count 20000` with its own scheduler:
+   each arrives once, none before its due time, in due order (ties in offer
+   order), each due at its offer's time plus its delay.
+"""
 import collections
 import os
 import random
@@ -46,6 +63,9 @@ sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import delayq  # noqa: E402
 
 BUCKET_MS = 1024
+NEAR, LEAD = 40000, 30000  # lua/lib/65_wheel.lua: WHEEL_NEAR, WHEEL_LEAD
+AHEAD = NEAR + 1000  # added to each delay of seconds: its item lands past NEAR, in the wheel
+STEP = 400  # the clock driver's step of queue time (ms): the lateness it allows
 rnd = random.Random(int(os.environ.get("DQ_TEST_SEED", "0")) or None)
 SEED = rnd.randrange(1 << 30)
 rnd.seed(SEED)
@@ -99,7 +119,8 @@ def cli_batch(q, lines):
 
 
 def random_lines(prefix, n, lo_ms, hi_ms):
-    return [(rnd.randint(lo_ms, hi_ms), f"{prefix}{j:02d}", f"{prefix}{j:02d} body {rnd.random():.6f}")
+    """n lines of random delays in [lo_ms, hi_ms] + AHEAD (into the wheel)."""
+    return [(AHEAD + rnd.randint(lo_ms, hi_ms), f"{prefix}{j:02d}", f"{prefix}{j:02d} body {rnd.random():.6f}")
             for j in range(n)]
 
 
@@ -231,6 +252,100 @@ def check_wheel_empty(qname, planted=False):
     eq(wheel_keys(qname, "q:*") + wheel_keys(qname, "i:*"), [], f"{qname}: no slot record or id index entry left")
 
 
+# ------------------------------------------------------------------ the clock driver
+
+RC = None  # one connection for the driver's many small commands (redis() opens one a call)
+LOG = []  # (local time s, queue time ms) of each step, to read a receive time on the queue's clock
+
+
+def prefixes(qname):
+    """The key prefixes holding a queue's items: its shards' (dq:{Q~T}:), or its own."""
+    shards = sorted(k.decode()[:-1] for k in redis("KEYS", f"dq:{{{qname}~*}}:n"))
+    return shards or [f"dq:{{{qname}}}:"]
+
+
+def queue_clock(qname):
+    """The queue's now (ms): the server's time, or its clock mark when later."""
+    marks = [int(redis("HGET", P + "n", "clock") or 0) for P in prefixes(qname)]
+    return max([server_ms()] + marks)
+
+
+def set_clock(P, ms):
+    """Moves the time of the keys under prefix P to ms, and wakes their
+    schedulers (a due time long past on their channel runs a transfer now:
+    their own timers count on the server's clock, which stays behind)."""
+    RC.cmd("HSET", P + "n", "clock", ms)
+    RC.cmd("SPUBLISH", P + "w", 0)
+
+
+def next_event(P, t):
+    """The earliest queue time after t at which something under P is due:
+    a bucket's cascade (its bz score - LEAD) or a record in the slots; t + 1
+    when it cannot tell (a key of another type, which the scheduler moves
+    away), None when nothing is pending."""
+    try:
+        b = RC.cmd("ZRANGE", P + "bz", 0, 0, "WITHSCORES")
+        first = RC.cmd("ZRANGE", P + "zs", 0, 0)
+        r = RC.cmd("ZRANGE", P + "q:" + first[0].decode(), 0, 0, "WITHSCORES") if first else []
+        ready = RC.cmd("LLEN", P + "r")
+    except RedisError:
+        return t + 1
+    evs = ([int(float(b[1])) - LEAD] if b else []) + ([int(float(r[1])) // 2048] if r else [])
+    if ready:  # not yet taken: due already
+        evs.append(t)
+    return min(evs) if evs else None
+
+
+def caught_up(ps, t):
+    """Whether the schedulers (and consumers) of prefixes ps have done all
+    that is due by queue time t: no bucket within the lead, no record due,
+    nothing left in a ready list."""
+    return all((ev := next_event(P, t)) is None or ev > t for P in ps)
+
+
+def drive(qnames, until, hooks=()):
+    """Moves the queues' time from their now to until (ms) in steps of STEP
+    (straight over stretches where nothing is due: to the next event and up
+    to a step past it), waiting after each step until the schedulers caught
+    up. hooks: (queue time, function) run once the time stands there (a step
+    ends at each). Returns the steps at which the schedulers did not catch
+    up within 10 s (scaled): a stall."""
+    ps = [P for q in qnames for P in prefixes(q)]
+    t = max(queue_clock(q) for q in qnames)
+    hooks = sorted(hooks, key=lambda h: h[0])
+    stalls = []
+    for _ in range(2000):
+        if t >= until:
+            break
+        nxt = min(t + STEP, until)
+        evs = [e for e in (next_event(P, t) for P in ps) if e is not None]
+        if not evs or min(evs) > nxt:  # nothing due in the step: on to the next event
+            nxt = min(min(evs) + rnd.randint(0, STEP - 1), until) if evs else until
+        hook = hooks[0] if hooks and hooks[0][0] <= nxt else None
+        if hook:
+            nxt = max(hook[0], t)
+        for P in ps:
+            set_clock(P, nxt)
+        LOG.append((time.time(), nxt))
+        t = nxt
+        if not wait_for(lambda: caught_up(ps, t), 10, 0.005):
+            stalls.append(t)
+        if hook:
+            hooks.pop(0)
+            hook[1]()
+    return stalls
+
+
+def clock_at(recv_s):
+    """The queue time the driver had set when a line came (local time recv_s)."""
+    last = None
+    for s, ms in LOG:
+        if s > recv_s:
+            break
+        last = ms
+    return last
+
+
 # ------------------------------------------------------------------ offers (no scheduler runs yet)
 
 section("offers: equal absolute due times over separate calls, random delays, in-order items")
@@ -239,58 +354,63 @@ eq(dq("functions", "load").rc, 0, "delayq functions load")
 wf, wc, wr, wbig = Q("wf"), Q("wc"), Q("wr"), Q("wbig")
 client = delayq.Client(URL)
 now = server_ms()
-T = now + 9000
+T = now + AHEAD + 9000
 # wf: E* due at T, through the Python client, between the CLI's offers. E00
 # is offered to an empty queue (in order: to the slots), the others after
 # zlast (not in order: to T's bucket), so the cascade puts them after E00.
+# Every delay is AHEAD (41 s) more than one of seconds, so that the random
+# ones (random_lines) land past the wheel's horizon (NEAR) and before the
+# queue's last record (an anchor or zlast): into the wheel. The in-order
+# items (anchors, zlast) stay in the slots.
 py_offer(wf, [("E00", "equal 0", T)])
-cli_offer(wf, 14000, "zlast", "in order, last")
+cli_offer(wf, AHEAD + 14000, "zlast", "in order, last")
 py_offer(wf, [("E01", "equal 1", T)])
 cli_batch(wf, random_lines("wa", 8, 2000, 12000))
 py_offer(wf, [("E02", "equal 2", T), ("E03", "equal 3", T)])
-cli_offer(wf, rnd.randint(2000, 12000), "wsingle", "one alone")
+cli_offer(wf, AHEAD + rnd.randint(2000, 12000), "wsingle", "one alone")
 py_offer(wf, [("E04", "equal 4", T)])
 cli_batch(wf, random_lines("wb", 8, 2000, 12000))
 py_offer(wf, [("E05", "equal 5", T), ("pm1", "one ms before", T - 1), ("E06", "equal 6", T),
               ("pp1", "one ms after", T + 1), ("E07", "equal 7", T)])
 cli_batch(wf, random_lines("wd", 8, 2000, 12000))
-cli_offer(wf, 15000, "zlast2", "in order, after zlast")
+cli_offer(wf, AHEAD + 15000, "zlast2", "in order, after zlast")
 py_offer(wf, [("E08", "equal 8", T)])
-cli_batch(wf, [(5000, f"same5s{j}", f"same delay {j}") for j in range(6)])  # equal due in one call
+cli_batch(wf, [(AHEAD + 5000, f"same5s{j}", f"same delay {j}") for j in range(6)])  # equal due in one call
 # Replaced at the same due time: it goes after the others due then (its
 # old entry, earlier in T's bucket, is stale).
 py_offer(wf, [("E03", "equal 3, replaced", T)], status="replaced")
 
 # wbig: 2500 items of one delay in one batch, behind an in-order anchor: one
 # bucket (or two) of more than a transfer's 1000 items, cascaded in parts.
-cli_offer(wbig, 13000, "anchor", "in order")
-cli_batch(wbig, [(4000, f"big{j:04d}", f"big {j}") for j in range(2500)])
+cli_offer(wbig, AHEAD + 13000, "anchor", "in order")
+cli_batch(wbig, [(AHEAD + 4000, f"big{j:04d}", f"big {j}") for j in range(2500)])
 
 # wc: an in-order anchor, then random delays; two of them cancelled below.
-cli_offer(wc, 13000, "anchor", "in order")
+cli_offer(wc, AHEAD + 13000, "anchor", "in order")
 cli_batch(wc, random_lines("c", 12, 3000, 8000))
-cli_offer(wc, 11000, "lone", "alone in its bucket")
+cli_offer(wc, AHEAD + 11000, "lone", "alone in its bucket")
 
 # wr: an in-order item (to be moved into the wheel), an anchor, random delays.
-cli_offer(wr, 11000, "s1", "old s1")
-cli_offer(wr, 13000, "anchor", "in order")
-cli_batch(wr, [(7000, "r1", "old r1"), (5000, "r2", "old r2"), (8000, "r3", "old r3"), (6000, "k1", "kept k1")] +
-          random_lines("r", 8, 3000, 9000))
+cli_offer(wr, AHEAD + 11000, "s1", "old s1")
+cli_offer(wr, AHEAD + 13000, "anchor", "in order")
+cli_batch(wr, [(AHEAD + 7000, "r1", "old r1"), (AHEAD + 5000, "r2", "old r2"), (AHEAD + 8000, "r3", "old r3"),
+               (AHEAD + 6000, "k1", "kept k1")] + random_lines("r", 8, 3000, 9000))
 
 # wk: taken by a take that schedules for itself (no --no-scheduler, no
 # schedule process); ww: by delayq work; wsh: 4 shards, each with a wheel.
 wk, ww, wsh = Q("wk"), Q("ww"), Q("wsh", sharded=True)
 for q in (wk, ww):
-    cli_offer(q, 12000, "anchor", "in order")
+    cli_offer(q, AHEAD + 12000, "anchor", "in order")
     cli_batch(q, random_lines(q.name, 15, 2000, 9000))
 r = dq("config", "wsh", "--shards", "4")
 ok(r.rc == 0, "config wsh --shards 4", r)
 cli_batch(wsh, random_lines("s", 40, 2000, 9000))
 # wo: no scheduler until all of it is overdue: 300 in-order items (slots)
-# among 1500 of random delays (wheel), caught up at once, more than a
-# transfer's 1000 items: the slots' records must wait for the buckets.
+# among 1500 of random delays (wheel; those less than 1,024 ms before the
+# last in-order one: the slots), caught up at once, more than a transfer's
+# 1000 items: the slots' records must wait for the buckets.
 wo = Q("wo")
-cli_batch(wo, [(1500 + j * 7, f"o{j:03d}", f"in order {j}") for j in range(300)])
+cli_batch(wo, [(AHEAD + 1500 + j * 7, f"o{j:03d}", f"in order {j}") for j in range(300)])
 cli_batch(wo, random_lines("x", 1500, 1500, 3500))
 
 # ------------------------------------------------------------------ before any scheduler
@@ -363,10 +483,12 @@ def replace(id_, delay_ms, payload):
 
 
 n_wr = len(wr.seq)
-replace("r1", 4000, "new r1")  # wheel to wheel, earlier
-replace("r2", 14000, "new r2")  # wheel to the slots (after the anchor: in order)
-replace("r3", 8000, "new r3")  # wheel to wheel, about the same bucket
-replace("s1", 3500, "new s1")  # slots to wheel
+replace("r1", AHEAD + 4000, "new r1")  # wheel to wheel, earlier
+replace("r2", AHEAD + 14000, "new r2")  # wheel to the slots (after the anchor: in order)
+replace("r3", AHEAD + 8000, "new r3")  # wheel to wheel, about the same bucket
+replace("s1", AHEAD + 3500, "new s1")  # slots to wheel
+eq([wheel_ref_of(redis("HGET", id_index_key("wr", i), i)) is not None for i in ("r1", "r2", "r3", "s1")],
+   [True, False, True, True], "wr: r1, r3 and s1 now in the wheel (their index entries name buckets), r2 not")
 k1_due = wr.due.get("k1")
 r = dq("offer", "wr", "2s", "other k1", "--id", "k1", "--nx")
 eq((r.rc, r.out), (0, b"k1\n"), "offer wr 2s --id k1 --nx exits 0, prints k1")
@@ -379,14 +501,14 @@ eq([(o.status, o.due_ms, o.state) for o in got], [("kept", k1_due, "pending")],
 p = stats("wr")
 if p is not None:
     eq(p["pending"], n_wr, f"wr: stats pending still {n_wr} after the replaces")
-r = dq("offer", "wr", "--batch", "-", "--nx", stdin=b"2s\tk1\tbatch k1\n3500ms\tk2\tnew k2\n")
+r = dq("offer", "wr", "--batch", "-", "--nx", stdin=b"2s\tk1\tbatch k1\n%dms\tk2\tnew k2\n" % (AHEAD + 3500))
 if ok((r.rc, r.out) == (0, b"2\n"), "offer wr --batch --nx of k1 (pending) and k2 (new) prints 2", r):
     wr.offered("k2", "new k2")
 rc, js = lookup("wr", "k1")
 eq((rc, js and js.get("due_ms")), (0, k1_due), "lookup wr k1: still its first due time")
 # One batch naming an id twice, both times into the wheel: the later line
 # replaces the earlier, whose entry is held back in the same call.
-cli_batch(wr, [(5000, "t1", "first t1"), (6000, "t2", "other"), (7000, "t1", "second t1")])
+cli_batch(wr, [(AHEAD + 5000, "t1", "first t1"), (AHEAD + 6000, "t2", "other"), (AHEAD + 7000, "t1", "second t1")])
 for i in ("k2", "t1", "t2"):
     rc, js = lookup("wr", i)
     if ok(rc == 0 and js and js.get("state") == "pending", f"lookup wr {i}: pending", js):
@@ -464,12 +586,12 @@ eq(srv.stop(), 0, "serve exits 0 on SIGTERM")
 
 section("hostile: planted buckets, entries, bz members and index entries")
 wh, wz = Q("wh"), Q("wz")
-cli_offer(wh, 13000, "anchor", "in order")
-# Three buckets from about 2.5 s ahead: a string, a list holding an entry
-# that does not decode, a bz member with no list (no offer goes there: the
-# random delays below start after it).
+cli_offer(wh, AHEAD + 13000, "anchor", "in order")
+# Three buckets from about AHEAD + 2.5 s ahead: a string, a list holding an
+# entry that does not decode, a bz member with no list (no offer goes there:
+# the random delays below start after it).
 now = server_ms()
-kA = (now + 2500) // BUCKET_MS
+kA = (now + AHEAD + 2500) // BUCKET_MS
 kB, kC = kA + 1, kA + 2
 P = "dq:{wh}:"
 redis("SET", f"{P}b:{kA}", "a planted string")
@@ -485,42 +607,68 @@ eq(dq("cancel", "wh", "ghost").rc, 1, "cancel of it exits 1 (not pending)")
 py_offer(wh, [("inA", "into the string bucket", kA * BUCKET_MS + 100),
               ("inB", "after the garbage entry", kB * BUCKET_MS + 200)])
 cli_batch(wh, random_lines("h", 10, 6000, 9000))
-cli_offer(wh, 7000, "ghost", "ghost, offered for real")
+cli_offer(wh, AHEAD + 7000, "ghost", "ghost, offered for real")
 look_all(wh)
 redis("SET", "dq:{wz}:bz", "a planted string")
-cli_offer(wz, 13000, "anchor", "in order")
+cli_offer(wz, AHEAD + 13000, "anchor", "in order")
 cli_batch(wz, random_lines("z", 10, 3000, 9000))
 look_all(wz)
 
 # ------------------------------------------------------------------ schedulers and consumers
 
-note(f"{(server_ms() - (T - 9000)) / 1000:.1f} s since the first offer")
-section("a scheduler and consumers: everything delivered")
+note(f"{(server_ms() - (T - AHEAD - 9000)) / 1000:.1f} s since the first offer")
+section("a scheduler and consumers: everything delivered, the queues' time moved by their clock marks")
+RC = Redis()
 sched = bg_dq("schedule", "wf", "wc", "wr", "wbig", "wsh")
 sched_h = bg_dq("schedule", "wh", "wz")
-s_start = server_ms()
 cons = {}
 for q in (wf, wc, wr, wbig, wh, wz, wsh):
-    cons[q.name] = consume(q.name, max(q.due.values(), default=s_start) - s_start + 2500)
-cons["wk"] = bg_dq("take", "wk", "--count", "0", "--json", "--timeout",
-                   f"{max(wk.due.values(), default=s_start) - s_start + 2500}ms")
+    cons[q.name] = consume(q.name, 120000)  # stopped (SIGTERM) once all arrived
+cons["wk"] = bg_dq("take", "wk", "--count", "0", "--json", "--timeout", "120s")
 work = bg_dq("work", "ww", "--exec", 'printf "%s\\n" "$DELAYQ_ID"')
-# More items due at T while the scheduler runs: before, about at, and after
-# T's bucket is cascaded (1 s ahead of its first due time), or straight to
-# the slots: they must still come after E08, in offer order.
-for j, ahead in ((9, 1500), (10, 900), (11, 200)):
-    wait_for(lambda: server_ms() >= T - ahead, 15, 0.01)
-    if server_ms() < T - 100:
-        py_offer(wf, [(f"E{j:02d}", f"equal {j}, offered late", T)])
-    else:
-        note(f"E{j:02d} not offered: T - {ahead} ms had passed when the checks before ended")
-late_start = server_ms()
-ok(late_start > max(wo.due.values(), default=0), "wo: all of it overdue before anything scheduled it",
-   f"{late_start} <= {max(wo.due.values(), default=0)}")
+driven = ["wf", "wc", "wr", "wbig", "wsh", "wh", "wz", "wk", "ww"]
+ok(wait_for(lambda: all(redis("PUBSUB", "SHARDNUMSUB", P + "w")[1] > 0 for q in driven for P in prefixes(q)), 15),
+   "every scheduler subscribed to its queue's channel")
+# More items due at T while the schedulers run: before T's bucket is
+# cascaded (LEAD ahead of its first due time: into its list), just after
+# (straight to the slots), and 200 ms before T: they must still come after
+# E08, in offer order.
+kT = T // BUCKET_MS
+sT = redis("ZSCORE", "dq:{wf}:bz", kT)
+cT = int(float(sT)) - LEAD if sT is not None else T - LEAD  # when T's bucket is cascaded
+
+
+def late_offer(j, at, wheel):
+    """Offers E<j> due at T once wf's time stands at at; checks it went into
+    T's bucket (wheel) or to the slots."""
+    if queue_clock("wf") > at + 100:  # the server's clock passed it while the offers ran (a slow build)
+        note(f"E{j:02d} not offered: wf's time passed T - {T - at} ms before the driver began")
+        return
+    py_offer(wf, [(f"E{j:02d}", f"equal {j}, offered late", T)])
+    ref = wheel_ref_of(redis("HGET", id_index_key("wf", f"E{j:02d}"), f"E{j:02d}"))
+    eq(ref is not None, wheel, f"E{j:02d}, offered at T - {T - at} ms (queue time): "
+       + ("into T's bucket" if wheel else "to the slots"))
+
+
+stalls = drive(driven, max(max(q.due.values(), default=0) for q in (wf, wc, wr, wbig, wsh, wh, wz, wk, ww)) + 1,
+               hooks=[(at, lambda j=j, at=at, w=w: late_offer(j, at, w))
+                      for j, at, w in ((9, cT - 1500, True), (10, cT + 300, False), (11, T - 200, False))])
+ok(not stalls, f"the schedulers kept up with each step of the queues' time ({len(LOG)} steps)", stalls[:3])
+# wo: its time pushed past every item, with no scheduler yet: all overdue.
+wo_at = max(wo.due.values(), default=0) + 500
+for P in prefixes("wo"):
+    set_clock(P, wo_at)
+ok(queue_clock("wo") > max(wo.due.values(), default=0) and bucket_keys("wo") and redis("LLEN", "dq:{wo}:r") == 0,
+   "wo: all of it overdue (queue clock) before anything scheduled it: its buckets still there, nothing ready",
+   (queue_clock("wo"), max(wo.due.values(), default=0), bucket_keys("wo")[:2]))
 cons_o = bg_dq("take", "wo", "--count", len(wo.seq), "--json", "--timeout", "20s")
 eq(cons_o.wait(40), 0, f"take wo --count {len(wo.seq)} (scheduling for itself) got them all")
+byname = {q.name: q for q in (wf, wc, wr, wbig, wh, wz, wsh, wk)}
 for name, c in cons.items():
-    ok(c.wait(40) is not None, f"take {name} ended at its timeout")
+    wait_for(lambda: c.count() >= len(byname[name].seq), 10)
+time.sleep(0.3)  # time for one more (which must not come)
+for name, c in cons.items():
+    eq(c.stop(), 0, f"take {name} exits 0 on SIGTERM once all arrived")
 ok(wait_for(lambda: work.count() >= len(ww.seq), 10), f"work ww ran its command {len(ww.seq)} times")
 time.sleep(0.3)  # time for one more (which must not come)
 eq(work.stop(), 0, "work ww exits 0 on SIGTERM")
@@ -532,7 +680,10 @@ eq(sched_h.stop(), 0, "the hostile queues' scheduler exits 0 on SIGTERM")
 note(f"hostile scheduler's stderr: {sched_h.err[:300]!r}")
 
 for q in (wf, wc, wr, wbig, wk, wsh):
-    check_delivery(q, delivered(cons[q.name], q.name), q.name)
+    got = delivered(cons[q.name], q.name)
+    check_delivery(q, got, q.name)
+    late = [(m["id"], m["ready_ms"] - m["due_ms"]) for _, m in got if m["ready_ms"] - m["due_ms"] >= STEP]
+    ok(not late, f"{q.name}: none moved {STEP} ms (a step of the clock) or more after its due time", late[:5])
     check_wheel_empty(q.name)
 check_delivery(wo, delivered(cons_o, "wo"), "wo (caught up)")
 check_wheel_empty("wo")
@@ -544,8 +695,7 @@ section("hostile: the good items all arrived, the bad ones were set aside")
 for q in (wh, wz):
     got = delivered(cons[q.name], q.name)
     check_delivery(q, got, q.name)
-    late = [(m["id"], m["ready_ms"] - max(m["due_ms"], s_start)) for _, m in got
-            if m["ready_ms"] - max(m["due_ms"], s_start) > 1500 * SLOW]
+    late = [(m["id"], m["ready_ms"] - m["due_ms"]) for _, m in got if m["ready_ms"] - m["due_ms"] > 1500 * SLOW]
     ok(not late, f"{q.name}: no item moved more than 1.5 s after its due time (no stall)", late[:5])
 x = aside("wh")
 ok(any(e.endswith(GARBAGE) for e in x), "wh: the entry that does not decode is in the set-aside list", x)
@@ -561,34 +711,77 @@ check_wheel_empty("wz", planted=True)
 
 # ------------------------------------------------------------------ lateness
 
-section("lateness: 300 items due 2..6 s ahead, offered while a scheduler and a consumer run")
+section("lateness: 300 items due 42..46 s ahead, offered while a scheduler and a consumer run and time moves")
 N = 300
 wt = Q("wt")
 sched = bg_dq("schedule", "wt")
-cons_t = bg_dq("take", "wt", "--no-scheduler", "--count", N, "--json", "--timeout", "30s")
-time.sleep(0.3)
-offset_ms = server_ms() - time.time() * 1000  # server clock - this host's (the same host: about 0)
+cons_t = bg_dq("take", "wt", "--no-scheduler", "--count", N, "--json", "--timeout", "60s")
+cli_offer(wt, AHEAD + 20000, "anchor", "in order: the batches' items come before it, into the wheel")
+wt.drop("anchor")  # not delivered: cancelled once the rest came
+ok(wait_for(lambda: redis("PUBSUB", "SHARDNUMSUB", "dq:{wt}:w")[1] > 0, 15), "the scheduler of wt subscribed")
+stalls = []
 for b in range(10):
-    cli_batch(wt, [(rnd.randint(2000, 6000), f"t{b}-{j:02d}", f"late {b} {j}") for j in range(30)])
-    time.sleep(0.15)
+    cli_batch(wt, [(AHEAD + rnd.randint(1000, 5000), f"t{b}-{j:02d}", f"late {b} {j}") for j in range(30)])
+    stalls += drive(["wt"], queue_clock("wt") + 150)  # the queue's time moves 150 ms between batches
+check_wheel_used("wt")
+# Past every item (due at most AHEAD + 5 s after its offer), before the anchor.
+stalls += drive(["wt"], queue_clock("wt") + AHEAD + 5500)
+ok(not stalls, "the scheduler kept up with each step of wt's time", stalls[:3])
 rc = cons_t.wait(40)
 eq(rc, 0, f"take wt --count {N} got them all")
 got = delivered(cons_t, "wt")
 ids = [m["id"] for _, m in got]
 eq((len(ids), len(set(ids))), (N, N), f"{N} items, each once")
-eq(set(ids), set(wt.seq), "the ones offered")
+eq(set(ids), set(wt.seq), "the ones offered (not the anchor, due later)")
 early = [(m["id"], m["due_ms"], m["ready_ms"]) for _, m in got if m["ready_ms"] < m["due_ms"]]
-ok(not early, "none moved before its due time (server clock)", early[:5])
+ok(not early, "none moved before its due time (queue clock)", early[:5])
 moved = [m["ready_ms"] - m["due_ms"] for _, m in got]
-recv = [t * 1000 + offset_ms - m["due_ms"] for t, m in got]
-ok(recv and max(recv) <= 1500 * SLOW, "none received more than 1.5 s after its due time",
-   f"max {max(recv, default=0):.0f} ms")
+recv = [clock_at(t) - m["due_ms"] for t, m in got if clock_at(t) is not None]
+ok(len(recv) == len(got) and max(recv, default=0) <= 1500 * SLOW,
+   "none received more than 1.5 s after its due time (queue clock when it came)", f"max {max(recv, default=0)} ms")
 if got:
     note(f"moved after due: p50 {percentile(moved, 50)} ms, p99 {percentile(moved, 99)} ms, max {max(moved)} ms; "
-         f"received after due: p50 {percentile(recv, 50):.0f} ms, max {max(recv):.0f} ms")
+         f"received after due (queue clock): p50 {percentile(recv, 50)} ms, max {max(recv, default=0)} ms")
 ok(sched.running(), "the scheduler is still running")
 eq(sched.stop(), 0, "it exits 0 on SIGTERM")
 eq(sched.err.split(b"\n")[1:], [b""], "... and printed nothing on stderr but its first line")
+eq(dq("cancel", "wt", "anchor").rc, 0, "cancel wt anchor (due later)")
 check_wheel_empty("wt")
 
+# ------------------------------------------------------------------ a burst
+
+section("a burst: 20,000 offers of random delays of 40-50 s by offer --batch, one take once time passed them")
+NB = 20000
+PB = "dq:{wburst}:"
+eq(dq("offer", "wburst", "90s", "anchor", "--id", "anchor").rc, 0, "an anchor 90 s ahead (the slots)")
+delays = [rnd.randint(40000, 50000) for _ in range(NB)]
+data = "".join(f"{d}ms\tb{j:05d}\tburst {j}\n" for j, d in enumerate(delays)).encode()
+s0 = server_ms()
+r = dq("offer", "wburst", "--batch", "-", stdin=data, timeout=120)
+s1 = server_ms()
+eq((r.rc, r.out), (0, b"%d\n" % NB), f"offer wburst --batch of {NB} lines")
+in_wheel = sum(redis("LLEN", k) for k in bucket_keys("wburst"))
+eq((in_wheel, slot_records("wburst")), (NB, 1), f"all {NB} in the wheel's buckets, only the anchor in the slots")
+for P in prefixes("wburst"):
+    set_clock(P, s1 + 50001)  # past every item's due time, before the anchor's
+r = dq("take", "wburst", "--count", NB, "--json", "--timeout", "60s", timeout=120)
+eq(r.rc, 0, f"take wburst --count {NB} (its own scheduler) exits 0")
+msgs = r.json_lines()
+ids = [m.get("id") for m in msgs]
+eq((len(ids), len(set(ids))), (NB, NB), f"{NB} items, each once")
+eq(set(ids), {f"b{j:05d}" for j in range(NB)}, "the ones offered (not the anchor)")
+early = [(m["id"], m["due_ms"], m["ready_ms"]) for m in msgs if m["ready_ms"] < m["due_ms"]]
+ok(not early, "none moved before its due time (queue clock)", early[:5])
+keys = [(m["due_ms"], m["id"]) for m in msgs]
+ok(keys == sorted(keys), "in due order, ties in offer order",
+   next(((a, b) for a, b in zip(keys, keys[1:]) if b < a), None))
+off = [(m["id"], m["due_ms"]) for m in msgs
+       if not s0 + delays[int(m["id"][1:])] <= m["due_ms"] <= s1 + delays[int(m["id"][1:])]]
+ok(not off, "each due at its offer's time plus its delay", off[:5])
+rc, js = lookup("wburst", "anchor")
+eq((rc, js and js.get("state")), (0, "pending"), "the anchor still pending")
+eq(dq("cancel", "wburst", "anchor").rc, 0, "cancel wburst anchor")
+check_wheel_empty("wburst")
+
+RC.close()
 finish()
