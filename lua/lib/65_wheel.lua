@@ -38,7 +38,7 @@
 -- 1 s, 100,000 offers at once with delays of 3 to 10 s came seconds late
 -- (docs/benchmarks.md, issue 42). Between the two a bucket gathers at least
 -- 10 s of offers before its cascade starts.
-local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 1024, 40000, 30000
+local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 4096, 40000, 30000
 
 local function wheel_key(P, k) return P .. 'b:' .. k end
 local function wheel_index(P) return P .. 'bz' end

@@ -419,6 +419,7 @@ def id_index_size(queue):
     return sum(redis("HLEN", k) for k in redis("KEYS", f"dq:{{{queue}}}:i:*"))
 
 
+WHEEL_MS = 4096  # lua/lib/65_wheel.lua: a bucket k holds due times [k * WHEEL_MS, (k + 1) * WHEEL_MS)
 WHEEL_POS = 2097152  # lua/lib/65_wheel.lua: an index entry -(k * WHEEL_POS + pos)
 
 
@@ -450,7 +451,7 @@ def zscore_due(queue, id_):
     if ref is not None:
         k, pos = ref
         e = redis("LINDEX", f"dq:{{{queue}}}:b:{k}", pos)
-        return None if not e else k * 1024 + int(e.split(b"|", 1)[0])
+        return None if not e else k * WHEEL_MS + int(e.split(b"|", 1)[0])
     return None if s is None else int(s) // 2048
 
 

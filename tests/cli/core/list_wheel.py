@@ -98,7 +98,7 @@ for b in range(6):
 offer_batch(rows)
 # A slot record and bucket entries of one ms: e0 is in time order (slots),
 # e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel
-# (more than 1,024 ms before the last record: not in time order).
+# (more than 4,096 ms before the last record: not in time order).
 offer_batch([("140s", "e0", "e0 in the slots"), ("143s", "e1", "e1"), ("140s", "e2", "e2 in the wheel")])
 t = truth()
 wheel = [i for i in t if t[i][1]]
@@ -134,14 +134,14 @@ r = dq("list", Q, "--state", "inflight", "--json")
 eq((r.rc, r.out), (0, b""), "in flight: none (the wheel holds pending items only)")
 
 section("planted bucket-index members and a bucket of another type")
-far = (server_ms() + 3600_000) // 1024
+far = (server_ms() + 3600_000) // WHEEL_MS
 redis("ZADD", P + "bz", "0", "notabucket")
-redis("ZADD", P + "bz", str(far * 1024 + 5), str(far))
+redis("ZADD", P + "bz", str(far * WHEEL_MS + 5), str(far))
 redis("SET", P + f"b:{far}", "junk")
-redis("ZADD", P + "bz", str((far + 2) * 1024 + 9000), str(far + 2))  # a score outside its bucket
+redis("ZADD", P + "bz", str((far + 2) * WHEEL_MS + 9000), str(far + 2))  # a score outside its bucket
 redis("RPUSH", P + f"b:{far + 2}", "17|1|1|3|abcjunk")
 redis("RPUSH", P + f"b:{far + 3}", "not|an|entry", "5|99999|1|1|z")
-redis("ZADD", P + "bz", str((far + 3) * 1024), str(far + 3))
+redis("ZADD", P + "bz", str((far + 3) * WHEEL_MS), str(far + 3))
 items, pages = list_all(7, "planted")
 check(items, pages, "planted")
 for k in ("notabucket", str(far), str(far + 2), str(far + 3)):

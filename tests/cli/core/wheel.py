@@ -62,7 +62,7 @@ ROOT = os.environ.get("DQ_TEST_ROOT") or os.path.join(os.path.dirname(os.path.ab
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import delayq  # noqa: E402
 
-BUCKET_MS = 1024
+BUCKET_MS = WHEEL_MS
 NEAR, LEAD = 40000, 30000  # lua/lib/65_wheel.lua: WHEEL_NEAR, WHEEL_LEAD
 AHEAD = NEAR + 1000  # added to each delay of seconds: its item lands past NEAR, in the wheel
 STEP = 400  # the clock driver's step of queue time (ms): the lateness it allows
@@ -406,11 +406,11 @@ r = dq("config", "wsh", "--shards", "4")
 ok(r.rc == 0, "config wsh --shards 4", r)
 cli_batch(wsh, random_lines("s", 40, 2000, 9000))
 # wo: no scheduler until all of it is overdue: 300 in-order items (slots)
-# among 1500 of random delays (wheel; those less than 1,024 ms before the
+# among 1500 of random delays (wheel; those less than 4,096 ms before the
 # last in-order one: the slots), caught up at once, more than a transfer's
 # 1000 items: the slots' records must wait for the buckets.
 wo = Q("wo")
-cli_batch(wo, [(AHEAD + 1500 + j * 7, f"o{j:03d}", f"in order {j}") for j in range(300)])
+cli_batch(wo, [(AHEAD + 1500 + j * 20, f"o{j:03d}", f"in order {j}") for j in range(300)])
 cli_batch(wo, random_lines("x", 1500, 1500, 3500))
 
 # ------------------------------------------------------------------ before any scheduler
