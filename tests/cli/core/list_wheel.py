@@ -99,7 +99,7 @@ offer_batch(rows)
 # A slot record and bucket entries of one ms: e0 is in time order (slots),
 # e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel
 # (more than 4,096 ms before the last record: not in time order).
-offer_batch([("140s", "e0", "e0 in the slots"), ("143s", "e1", "e1"), ("140s", "e2", "e2 in the wheel")])
+offer_batch([("140s", "e0", "e0 in the slots"), ("146s", "e1", "e1"), ("140s", "e2", "e2 in the wheel")])
 t = truth()
 wheel = [i for i in t if t[i][1]]
 ok(redis("KEYS", P + "b:*"), "the wheel's buckets exist (dq:{Q}:b:*)")
