@@ -61,20 +61,24 @@ local wfirst = wheel_first(P)
 local bound = slots_bound
 if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound = (wfirst - WHEEL_LEAD) * ORD end
 local w = wheel_pusher()
--- The queue's last score in the slots (-1: none), read when first needed:
--- an offer after it, or less than WHEEL_MS before it, is in time order and
--- goes to the last slot cheaply (offers of one deadline from many
--- producers land a few ms apart: they stay out of the wheel, whose cascade
--- of a burst of one millisecond costs more than the slots' path).
-local tail = nil
-local function after_tail(due)
-  if tail == nil then
-    local l = redis.call('ZRANGE', zs, '-1', '-1')[1]
-    local t = l and kcall(P, 'ZRANGE', slot_key(P, l), '-1', '-1', 'WITHSCORES')
-    tail = t and t[2] and tonumber(t[2]) or -1
-  end
-  return due >= math.floor(tail / ORD) - WHEEL_MS
+-- The due time of the queue's last record in the slots (-inf: none), read
+-- when first needed: an offer after it, or less than WHEEL_MS before it, is
+-- in time order and goes to the last slot cheaply (offers of one deadline
+-- from many producers land a few ms apart: they stay out of the wheel,
+-- whose cascade of a burst of one millisecond costs more than the slots'
+-- path).
+local tail_due = nil
+local function read_tail()
+  local l = redis.call('ZRANGE', zs, '-1', '-1')[1]
+  local t = l and kcall(P, 'ZRANGE', slot_key(P, l), '-1', '-1', 'WITHSCORES')
+  tail_due = t and t[2] and math.floor(tonumber(t[2]) / ORD) or -math.huge
 end
+-- The last item's due time and whether it went to the wheel: the next of
+-- that due time goes the same way (offers of one delay decide once a call).
+-- Safe for offer order: an item of that millisecond went to the slots only
+-- if none was in the wheel then, and none went there since.
+local last_due, last_go = nil, false
+local wheel_used = false -- an item of this call went to the wheel
 local added = 0 -- net change of the pending count
 local offered = 0 -- items accepted (added or replaced)
 local hint = {} -- the slot of the last insert, and records held back (see slot_insert)
@@ -150,9 +154,28 @@ local function offer_one(id, payload, due, keep, fresh, h)
   -- inside the slots, or any item whose bucket has a list (offer order:
   -- see lib/65_wheel.lua). The cheap test first: a bucket's list is looked
   -- for once a call, and only for items that would go to the slots.
-  local k = math.floor(due / WHEEL_MS)
-  if (due >= now + WHEEL_NEAR and not after_tail(due)) or wheel_listed(P, w, k) then
+  -- Inline, not in functions: this runs for every item, and a Lua call
+  -- costs about 1,000 instructions (docs/benchmarks.md, issue 42).
+  local go = last_go
+  if due ~= last_due then
+    go = false
+    if due >= now + WHEEL_NEAR then
+      if not tail_due then read_tail() end
+      go = due < tail_due - WHEEL_MS
+    end
+    if not go and (wfirst or wheel_used) then
+      -- A bucket with a list has its index score inside it, so none lies
+      -- wholly before the wheel's first time: no look there.
+      local k = math.floor(due / WHEEL_MS)
+      local l = w.listed[k]
+      if l == nil and wfirst and wfirst < (k + 1) * WHEEL_MS then l = wheel_listed(P, w, k) end
+      go = l or false
+    end
+    last_due, last_go = due, go
+  end
+  if go then
     wheel_add(w, due, h, ik, id, payload)
+    wheel_used = true
     held[id] = true
     added = added + 1
     local ev = (due - WHEEL_LEAD) * ORD
@@ -167,7 +190,7 @@ local function offer_one(id, payload, due, keep, fresh, h)
   idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
   nidx, held[id] = nidx + 3, true
   added = added + 1
-  if tail and score > tail then tail = score end
+  if tail_due and due > tail_due then tail_due = due end
   if slots_bound == nil or score < slots_bound then slots_bound = score end
   if bound == nil or score < bound then
     bound = score
