@@ -213,15 +213,92 @@ local function cascade_state(P, zs, counters)
           D = {}, H = {}, R = {}, I = {}, S = {}, SS = {}, NM = {}, BD = {}, TS = {}, moved = 0}
 end
 
+-- The slots found (m, ascending in c.NM, c.BD) made whole: a run below the
+-- first slot lowers that slot's bound to lo (a queue with no slot gets one).
+local function cascade_slots_fixup(c, lo, m)
+  local P, zs, NM, BD, bound_of = c.P, c.zs, c.NM, c.BD, c.bound_of
+  if m == 0 or BD[1] > lo then
+    local first = m > 0 and NM[1] or redis.call('ZRANGE', zs, '0', '0')[1]
+    if not first then
+      first = fmt(redis.call('HINCRBY', c.counters, 'slots', '1'))
+      local key = slot_key(P, first)
+      local t = redis.call('TYPE', key)['ok']
+      if t ~= 'none' then quarantine(P, key, t) end
+      c.card[key], c.tail[key] = 0, -1
+    end
+    redis.call('ZADD', zs, fmt(lo), first)
+    if m == 0 then m, NM[1] = 1, first end
+    BD[1], bound_of[first] = lo, lo
+  end
+  NM[m + 1], BD[m + 1] = nil, nil
+  return m
+end
+
+-- The slots of the run's entries a..n alone, ascending, into c.NM and c.BD,
+-- for a run spread thin over many slots (a step of a crowded bucket: its
+-- entries land among those earlier steps put in): each millisecond of the
+-- run looks up the slot of its last score, and the slot before when that
+-- one begins inside the millisecond. Every entry's slot is in the list, so
+-- the slot with the greatest bound at or below an entry's score is still
+-- its slot. Walking every slot between made such a cascade cost the square
+-- of the bucket's size (docs/benchmarks.md, issue 42). Returns the count.
+local function cascade_slots_sparse(c, a, n)
+  local zs, D, NM, BD, bound_of = c.zs, c.D, c.NM, c.BD, c.bound_of
+  local m, pms = 0, nil
+  for j = a, n do
+    local ms = D[j]
+    if ms ~= pms then
+      pms = ms
+      local r = redis.call('ZREVRANGEBYSCORE', zs, fmt(ms * ORD + ORD - 1), '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+      local b = r[1] and tonumber(r[2])
+      if b then
+        if b > ms * ORD then
+          local r0 = redis.call('ZREVRANGEBYSCORE', zs, '(' .. r[2], '-inf', 'WITHSCORES', 'LIMIT', '0', '1')
+          local b0 = r0[1] and tonumber(r0[2])
+          if b0 and NM[m] ~= r0[1] then
+            m = m + 1
+            NM[m], BD[m], bound_of[r0[1]] = r0[1], b0, b0
+          end
+        end
+        if NM[m] ~= r[1] then
+          m = m + 1
+          NM[m], BD[m], bound_of[r[1]] = r[1], b, b
+        end
+      end
+    end
+  end
+  -- The run begins below the slots it found: the queue's first slot must
+  -- lead the list (it is the one lowered to the run's start below).
+  if m > 0 and BD[1] > D[a] * ORD then
+    local f = redis.call('ZRANGE', zs, '0', '0', 'WITHSCORES')
+    local fb = f[1] and tonumber(f[2])
+    if fb and f[1] ~= NM[1] then
+      for x = m, 1, -1 do NM[x + 1], BD[x + 1] = NM[x], BD[x] end
+      m = m + 1
+      NM[1], BD[1], bound_of[f[1]] = f[1], fb, fb
+    end
+  end
+  return m
+end
+
 -- The slots the scores [lo, hi] cross, ascending, into c.NM (names) and
--- c.BD (bounds); returns their count. A run below the first slot lowers
+-- c.BD (bounds); returns their count (or, for a run
+-- spread thin, its entries' slots alone: c.sparse). A run below the first slot lowers
 -- that slot's bound to lo (a queue with no slot gets one), as
 -- slot_insert_anywhere does. The index is read without scores when the
 -- call knows the bounds: a score in a reply costs Redis a %.17g.
-local function cascade_slots_for(c, lo, hi)
+local function cascade_slots_for(c, lo, hi, a, n)
   local P, zs, NM, BD, bound_of = c.P, c.zs, c.NM, c.BD, c.bound_of
   local m, off = 0, 0
   local his = fmt(hi)
+  -- More than two slots an entry: spread thin. (A bounded read of the
+  -- index, not ZCOUNT, which the ACL rule does not grant.)
+  local lim = 2 * (n - a + 1)
+  c.sparse = #redis.call('ZRANGEBYSCORE', zs, fmt(lo), his, 'LIMIT', '0', nstr(lim + 1)) > lim
+  if c.sparse then
+    m = cascade_slots_sparse(c, a, n)
+    return cascade_slots_fixup(c, lo, m)
+  end
   for _ = 1, 100000 do
     local s = redis.call('ZREVRANGEBYSCORE', zs, his, '-inf', 'LIMIT', fmt(off), '2')
     local b1, b2 = bound_of[s[1] or ''], bound_of[s[2] or '']
@@ -245,22 +322,9 @@ local function cascade_slots_for(c, lo, hi)
     NM[x], NM[m + 1 - x] = NM[m + 1 - x], NM[x]
     BD[x], BD[m + 1 - x] = BD[m + 1 - x], BD[x]
   end
-  if m == 0 or BD[1] > lo then
-    local first = m > 0 and NM[1] or redis.call('ZRANGE', zs, '0', '0')[1]
-    if not first then
-      first = fmt(redis.call('HINCRBY', c.counters, 'slots', '1'))
-      local key = slot_key(P, first)
-      local t = redis.call('TYPE', key)['ok']
-      if t ~= 'none' then quarantine(P, key, t) end
-      c.card[key], c.tail[key] = 0, -1
-    end
-    redis.call('ZADD', zs, fmt(lo), first)
-    if m == 0 then m, NM[1] = 1, first end
-    BD[1], bound_of[first] = lo, lo
-  end
-  NM[m + 1], BD[m + 1] = nil, nil
-  return m
+  return cascade_slots_fixup(c, lo, m)
 end
+
 
 -- ZADD of the run's entries a..b into key, in parts of at most 1,000.
 local function cascade_zadd(c, key, a, b)
@@ -355,13 +419,36 @@ end
 local function cascade_merge(c, a, n)
   local P, D, S, SS, NM, BD, TS = c.P, c.D, c.S, c.SS, c.NM, c.BD, c.TS
   local lo, hi = D[a] * ORD, D[n] * ORD + ORD - 1
-  local m = cascade_slots_for(c, lo, hi)
+  local m = cascade_slots_for(c, lo, hi, a, n)
   -- Per slot its last score as far as the run cares (this call's writes, or
   -- -1: nothing from lo on, math.huge: records past hi, or the last in
   -- [lo, hi]), and the latest score of each of the run's milliseconds.
   local latest, clear = {}, {}
   local CROWD = 2 * SLOT_CAP + 1 -- more records than a listpack slot holds
-  for x = 1, m do
+  if c.sparse then
+    -- A run spread thin (cascade_slots_sparse): each of its milliseconds
+    -- reads its latest score alone, in the slots that hold part of it
+    -- (rather than each slot's records over the whole run), and every part
+    -- goes inside its slot (no tail is known: no append, no cut).
+    local x, pms = 1, nil
+    for j = a, n do
+      local ms = D[j]
+      if ms ~= pms then
+        pms = ms
+        local bot, top = ms * ORD, ms * ORD + ORD - 1
+        while BD[x + 1] and BD[x + 1] <= bot do x = x + 1 end
+        local y = x
+        while y <= m and BD[y] <= top do
+          local r = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, NM[y]), fmt(top), fmt(bot), 'WITHSCORES', 'LIMIT', '0', '1')
+          local sc = r[2] and tonumber(r[2])
+          if sc and (not latest[ms] or sc > latest[ms]) then latest[ms] = sc end
+          y = y + 1
+        end
+      end
+    end
+    for y = 1, m do TS[y], clear[y] = math.huge, false end
+  end
+  for x = 1, c.sparse and 0 or m do
     clear[x] = false
     local key = slot_key(P, NM[x])
     local t = c.tail[key]
