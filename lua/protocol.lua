@@ -6,4 +6,7 @@
 -- No keys, no arguments. Returns {major, minor}: a client of major M calls a
 -- library whose major is M, and any minor (a higher minor only adds).
 -- Reads nothing, writes nothing.
-return {1, 0}
+-- Minor 1: the timing wheel (lib/65_wheel.lua). Nothing new to call, but a
+-- library of minor 0 does not see an item its producers put in a bucket, so
+-- a client that finds both must take this one (the highest minor).
+return {1, 1}

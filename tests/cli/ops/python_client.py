@@ -280,6 +280,15 @@ except delayq.NoLibraryError as e:
 eq(dq("functions", "load").rc, 0, "delayq functions load again")
 ok(client.offer("pv", "x").status == "added", "a client whose library went finds the new one")
 client.take("pv", 10)
+# A rolling upgrade leaves a release before the timing wheel loaded next to
+# this one (protocol minor 0, and here a name first in byte order): a new
+# client takes the highest minor, the one that sees the wheel's items.
+OLD = "delayq_000000000000"
+redis("FUNCTION", "LOAD", f"#!lua name={OLD}\nredis.register_function{{function_name='{OLD}_protocol', "
+      "callback=function() return {1, 0} end, flags={'no-writes'}}")
+ours = delayq.Client(URL).library()
+ok(ours != OLD and ours.startswith("delayq_"), "with a minor-0 library loaded too, a client takes this release's", ours)
+redis("FUNCTION", "DELETE", OLD)
 
 section("a least-privilege user (delayq acl): the library named")
 pw = os.path.join(RDIR, "py_client_pw")
