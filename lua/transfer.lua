@@ -141,7 +141,7 @@ moved = done
 for _, v in ipairs(v1_refills) do refills[#refills + 1] = v end
 
 -- The timing wheel's buckets due within its lead go into the slots first
--- (lib/65_wheel.lua), within the run's budget; records due at or after
+-- (lib/66_cascade.lua), within the run's budget; records due at or after
 -- the earliest due time the wheel still holds wait for their bucket, so
 -- offer order among equal due times holds even when the budget runs out.
 local wbad = {}
