@@ -48,7 +48,7 @@ local function wheel_index(P) return P .. 'bz' end
 -- slot score (the string 'b<due>.<pos>' cost 10 bytes an item more: see
 -- docs/benchmarks.md, issue 42); 'b<k>.<pos>' for a place past WHEEL_POS.
 -- An older delayq reads neither as a score: the id counts as absent there.
--- k < 2^32 (DUE_MAX / WHEEL_MS), so the number stays below 2^53, exact.
+-- k <= DUE_MAX / WHEEL_MS (< 2^31), so the number stays below 2^53, exact.
 local WHEEL_POS = 2097152
 local function wheel_ref(k, pos)
   if pos < WHEEL_POS then return '-' .. fmt(k * WHEEL_POS + pos) end

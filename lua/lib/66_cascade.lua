@@ -215,47 +215,14 @@ local function cascade_insert(c, key, a, b, n)
   redis.call('ZADD', c.zs, unpack(idx))
 end
 
--- Merges the run's entries a..n (sorted: c.D due times, c.R records, c.H
--- index keys, c.I ids) into the slots, and points their index entries at
--- their scores. A slot never holds more than 2 * SLOT_CAP records (Redis's
--- zset-max-listpack-entries, 128): past it a zset becomes a skiplist for
--- good, at about twice the bytes. So a run inside a slot goes in parts that
--- keep it under that, each split before the rest of the run is merged anew.
--- A slot that spans the run's range with no record in it is cut there
--- first, so the run appends (new full slots) rather than going inside.
-local function cascade_merge(c, a, n)
-  local P, D, S, SS, NM, BD, TS = c.P, c.D, c.S, c.SS, c.NM, c.BD, c.TS
-  local lo, hi = D[a] * ORD, D[n] * ORD + ORD - 1
-  local m = cascade_slots_for(c, lo, hi, a, n)
-  -- Per slot its last score as far as the run cares (this call's writes, or
-  -- -1: nothing from lo on, math.huge: records past hi, or the last in
-  -- [lo, hi]), and the latest score of each of the run's milliseconds.
-  local latest, clear = {}, {}
+-- For the run's entries a..n over the m slots between (cascade_slots_for):
+-- each slot's records over the run's range [lo, hi] give its tail as far
+-- as the run cares (c.TS), whether it has none there (clear) and the
+-- latest score of each of the run's milliseconds (latest).
+local function cascade_latest_dense(c, a, n, m, lo, hi, latest, clear)
+  local P, D, NM, BD, TS = c.P, c.D, c.NM, c.BD, c.TS
   local CROWD = 2 * SLOT_CAP + 1 -- more records than a listpack slot holds
-  if c.sparse then
-    -- A run spread thin (cascade_slots_sparse): each of its milliseconds
-    -- reads its latest score alone, in the slots that hold part of it
-    -- (rather than each slot's records over the whole run), and every part
-    -- goes inside its slot (no tail is known: no append, no cut).
-    local x, pms = 1, nil
-    for j = a, n do
-      local ms = D[j]
-      if ms ~= pms then
-        pms = ms
-        local bot, top = ms * ORD, ms * ORD + ORD - 1
-        while BD[x + 1] and BD[x + 1] <= bot do x = x + 1 end
-        local y = x
-        while y <= m and BD[y] <= top do
-          local r = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, NM[y]), fmt(top), fmt(bot), 'WITHSCORES', 'LIMIT', '0', '1')
-          local sc = r[2] and tonumber(r[2])
-          if sc and (not latest[ms] or sc > latest[ms]) then latest[ms] = sc end
-          y = y + 1
-        end
-      end
-    end
-    for y = 1, m do TS[y], clear[y] = math.huge, false end
-  end
-  for x = 1, c.sparse and 0 or m do
+  for x = 1, m do
     clear[x] = false
     local key = slot_key(P, NM[x])
     local t = c.tail[key]
@@ -299,6 +266,54 @@ local function cascade_merge(c, a, n)
       end
     end
     TS[x] = t
+  end
+end
+
+-- A run spread thin (cascade_slots_sparse): each of its milliseconds
+-- reads its latest score alone, in the slots that hold part of it
+-- (rather than each slot's records over the whole run), and every part
+-- goes inside its slot (no tail is known: no append, no cut).
+local function cascade_latest_sparse(c, a, n, m, latest, clear)
+  local P, D, NM, BD, TS = c.P, c.D, c.NM, c.BD, c.TS
+  local x, pms = 1, nil
+  for j = a, n do
+    local ms = D[j]
+    if ms ~= pms then
+      pms = ms
+      local bot, top = ms * ORD, ms * ORD + ORD - 1
+      while BD[x + 1] and BD[x + 1] <= bot do x = x + 1 end
+      local y = x
+      while y <= m and BD[y] <= top do
+        local r = kcall(P, 'ZREVRANGEBYSCORE', slot_key(P, NM[y]), fmt(top), fmt(bot), 'WITHSCORES', 'LIMIT', '0', '1')
+        local sc = r[2] and tonumber(r[2])
+        if sc and (not latest[ms] or sc > latest[ms]) then latest[ms] = sc end
+        y = y + 1
+      end
+    end
+  end
+  for y = 1, m do TS[y], clear[y] = math.huge, false end
+end
+
+-- Merges the run's entries a..n (sorted: c.D due times, c.R records, c.H
+-- index keys, c.I ids) into the slots, and points their index entries at
+-- their scores. A slot never holds more than 2 * SLOT_CAP records (Redis's
+-- zset-max-listpack-entries, 128): past it a zset becomes a skiplist for
+-- good, at about twice the bytes. So a run inside a slot goes in parts that
+-- keep it under that, each split before the rest of the run is merged anew.
+-- A slot that spans the run's range with no record in it is cut there
+-- first, so the run appends (new full slots) rather than going inside.
+local function cascade_merge(c, a, n)
+  local P, D, S, SS, NM, BD, TS = c.P, c.D, c.S, c.SS, c.NM, c.BD, c.TS
+  local lo, hi = D[a] * ORD, D[n] * ORD + ORD - 1
+  local m = cascade_slots_for(c, lo, hi, a, n)
+  -- Per slot its last score as far as the run cares (this call's writes, or
+  -- -1: nothing from lo on, math.huge: records past hi, or the last in
+  -- [lo, hi]), and the latest score of each of the run's milliseconds.
+  local latest, clear = {}, {}
+  if c.sparse then
+    cascade_latest_sparse(c, a, n, m, latest, clear)
+  else
+    cascade_latest_dense(c, a, n, m, lo, hi, latest, clear)
   end
   -- Scores: after the latest record of the millisecond (offer order).
   local pms, plast = nil, nil
