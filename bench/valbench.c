@@ -175,6 +175,13 @@ static void die(const char *fmt, ...) {
     exit(1);
 }
 
+/* An id's index bucket; dies when OpenSSL cannot compute it. */
+static int bucket_of(const char *id) {
+    int b = dq__id_bucket(id);
+    if (b < 0) die("%s", DQ__ID_BUCKET_ERROR);
+    return b;
+}
+
 static void progress(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -375,7 +382,7 @@ static void offer_build(void *ctx, long i, call *c) {
                 dq__fmt_i64(o->ms[j], o->lo + (int64_t)(xorshift(&o->rng) % (uint64_t)o->span)));
         else args(c, OFFER_DELAY);
         args(c, o->flags);
-        arg(c, o->bucket[j], dq__fmt_i64(o->bucket[j], dq__id_bucket(o->ids[j])));
+        arg(c, o->bucket[j], dq__fmt_i64(o->bucket[j], bucket_of(o->ids[j])));
     }
 }
 
@@ -544,7 +551,7 @@ static void note_leases(const struct take_ctx *t, long i, const redisReply *r) {
         l->id[e.id_len] = '\0';
         if (flag == 1) snprintf(l->token, sizeof l->token, "%s%zu", t->prefixes[i], j);
         else snprintf(l->token, sizeof l->token, "%s%zu.%lld", t->prefixes[i], j, flag);
-        snprintf(l->bucket, sizeof l->bucket, "%u", dq__id_bucket(l->id));
+        dq__fmt_i64(l->bucket, bucket_of(l->id));
     }
 }
 
@@ -576,7 +583,7 @@ static void ack_build(void *ctx, long i, call *c) {
     if (s->grouped_ack) {
         dq__ack_args_init(&a, s->k.z, s->k.counters, s->k.prefix, "1");
         for (long j = i * take_count; j < (i + 1) * take_count; j++)
-            dq__ack_args_add(&a, leases[j].id, leases[j].token);
+            if (dq__ack_args_add(&a, leases[j].id, leases[j].token) != 0) die("%s", DQ__ID_BUCKET_ERROR);
         if (s->packed_ack) dq__ack_args_pack(&a);
         for (size_t j = 0; j < a.n; j++) arg(c, a.argv[j], a.lens[j]);
         return;

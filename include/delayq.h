@@ -102,7 +102,10 @@ enum dq_error {
     DQ_EWRONGTYPE = -6, /* a key of the queue holds another Redis type      */
     DQ_EREDIS = -7,     /* any other error reply from Redis                  */
     DQ_EPROTO = -8,     /* a reply or stored value delayq cannot decode      */
-    DQ_ENOMEM = -9,     /* out of memory                                     */
+    DQ_ENOMEM = -9,     /* out of memory (or, for an offer or ack, OpenSSL
+                           offers no SHA-1, which the id index needs: its
+                           configuration, OPENSSL_CONF, loads no provider
+                           with it; nothing was sent)                      */
     DQ_ECLOSED = -10,   /* the client, worker or take was stopped            */
     DQ_EBUSY = -11,     /* the operation is not allowed right now (e.g. a
                            synchronous call from inside a callback)         */

@@ -67,14 +67,15 @@ static void ack_lease(const dq__delivery *d, const dq__entry *e, const char *tok
     memcpy(id, e->id, e->id_len);
     id[e->id_len] = '\0';
     /* The take ran on these very keys: no shard count to check (''). On
-     * the heap: the struct is sized for DQ__ACK_BATCH items. If it cannot be
-     * had, the lease runs out and the entry comes back to be set aside. */
+     * the heap: the struct is sized for DQ__ACK_BATCH items. If it (or the
+     * id's bucket) cannot be had, the lease runs out and the entry comes
+     * back to be set aside. */
     dq__ack_args *args = malloc(sizeof *args);
     if (!args) return;
     dq__ack_args_init(args, d->keys->z, d->keys->counters, d->keys->prefix, "");
-    dq__ack_args_add(args, id, token);
-    (void)dq__op_eval(d->c, d->shard, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv,
-                      args->lens, dq__ignore_reply, NULL);
+    if (dq__ack_args_add(args, id, token) == 0)
+        (void)dq__op_eval(d->c, d->shard, DQ__ROUTE_WRITE, DQ__LUA_ACK, 2, (int)args->n - 2, args->argv,
+                          args->lens, dq__ignore_reply, NULL);
     free(args);
 }
 

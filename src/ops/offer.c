@@ -107,12 +107,12 @@ static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned 
         char *text = (char *)(lens + argc);
         oc->c = c, oc->n = n, oc->done = done, oc->privdata = privdata;
         snprintf(oc->queue, sizeof oc->queue, "%s", queue);
-        dq__registry_note(c, queue);
         const dq__keys *k = dq__keys_of(c, name);
         const char *head[HEAD] = {k->z, k->ready, k->counters, k->signal, k->prefix, k->chan, count};
         for (int i = 0; i < HEAD; i++) argv[i] = head[i], lens[i] = strlen(head[i]);
         lens[HEAD - 1] = count_len;
         dq__keyring_use(c->keyring);
+        const char *why = "out of memory"; /* when rc is set below */
         for (size_t i = 0; i < n; i++) {
             const dq_item *it = &items[i];
             char *id = oc->results[i].id, *ms = text, *bucket = text + MS_LEN;
@@ -135,12 +135,18 @@ static int send_chunk(dq_client *c, const char *queue, unsigned shard, unsigned 
             if (sealed) a[1] = (const char *)sealed[i];
             a[2] = ms, l[2] = dq__fmt_i64(ms, abs ? it->due_ms : it->delay_ms);
             a[3] = digit[flags], l[3] = 1;
-            a[4] = bucket, l[4] = dq__fmt_i64(bucket, dq__id_bucket(id));
+            int b = dq__id_bucket(id);
+            if (b < 0) {
+                rc = DQ_ENOMEM, why = DQ__ID_BUCKET_ERROR;
+                break;
+            }
+            a[4] = bucket, l[4] = dq__fmt_i64(bucket, b);
         }
         dq__keyring_done(c->keyring);
+        if (rc == 0) dq__registry_note(c, queue); /* a call that fails here writes nothing */
         rc = rc == 0 ? dq__eval(c, name, DQ__ROUTE_WRITE, DQ__LUA_OFFER, 4, (int)argc - 4, argv, lens,
                                 chunk_reply, oc)
-                     : dq__fail(c, DQ_ENOMEM, "out of memory");
+                     : dq__fail(c, DQ_ENOMEM, "%s", why);
     } else {
         dq__fail(c, DQ_ENOMEM, "out of memory");
     }

@@ -164,8 +164,11 @@ static int ack_send_shard(ack_batch *b, const char *const *ids, const char *cons
     for (size_t i = 0; i < b->n; i++) {
         if (b->results[i] == DQ_EINVAL) continue;
         if (shards > 1 && dq__shard_of_id(ids[i], strlen(ids[i]), shards) != shard) continue;
+        if (dq__ack_args_add(args, ids[i], tokens[i]) != 0) {
+            free(a), free(args);
+            return dq__fail(c, DQ_ENOMEM, DQ__ID_BUCKET_ERROR);
+        }
         a->map[a->sent++] = i;
-        dq__ack_args_add(args, ids[i], tokens[i]);
     }
     int rc = 0;
     if (a->sent > 0) {

@@ -59,7 +59,9 @@ static int in_current_group(const dq__ack_args *a, const char *token, size_t len
            memcmp(a->argv[h + 1], token + suffix, len - suffix) == 0;
 }
 
-void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token) {
+int dq__ack_args_add(dq__ack_args *a, const char *id, const char *token) {
+    int b = dq__id_bucket(id); /* first: a failure leaves a as it was */
+    if (b < 0) return -1;
     size_t len = strlen(token), mid, suffix;
     split_token(token, len, &mid, &suffix);
     if (!in_current_group(a, token, len, mid, suffix)) {
@@ -74,7 +76,8 @@ void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token) {
     char *bucket = a->buckets[a->items++];
     add_arg(a, token + mid, suffix - mid);
     add_arg(a, id, strlen(id));
-    add_arg(a, bucket, dq__fmt_i64(bucket, dq__id_bucket(id)));
+    add_arg(a, bucket, dq__fmt_i64(bucket, b));
+    return 0;
 }
 
 /* Whether the k items whose arguments start at argv[at] name blocks 1..k in

@@ -202,11 +202,22 @@ uint32_t dq__random_uniform(uint32_t upper);
 
 /* Buckets of a queue's id index; equals ID_BUCKETS in lua/lib/00_base.lua. */
 #define DQ__ID_BUCKETS 32768u
-/* SHA-1 of len bytes into out (FIPS 180-4). */
-void dq__sha1(const void *data, size_t len, unsigned char out[20]);
+/* SHA-1 of len bytes into out (FIPS 180-4), by OpenSSL. Thread-safe.
+ * Returns 0, or -1 when OpenSSL cannot compute it (out of memory, or a
+ * configuration whose providers offer no SHA-1); out is then undefined. */
+int dq__sha1(const void *data, size_t len, unsigned char out[20]);
 /* The id index bucket of a NUL-terminated id, as lua/lib/50_idindex.lua's id_key
- * computes it: the first 16 bits of SHA-1(id) modulo DQ__ID_BUCKETS. */
-unsigned dq__id_bucket(const char *id);
+ * computes it: the first 16 bits of SHA-1(id) modulo DQ__ID_BUCKETS, so
+ * 0..DQ__ID_BUCKETS - 1. Thread-safe. Returns -1 when dq__sha1 fails: never
+ * a guessed bucket (an id indexed in the wrong one cannot be found again).
+ * The scripts accept only a bucket number (lua/offer.lua, lua/ack.lua), so
+ * they cannot compute it instead: the caller fails its call (DQ_ENOMEM,
+ * DQ__ID_BUCKET_ERROR) and sends nothing. */
+int dq__id_bucket(const char *id);
+/* The failure message of a call whose dq__id_bucket failed. */
+#define DQ__ID_BUCKET_ERROR                                                                \
+    "OpenSSL cannot compute SHA-1 for the id index (out of memory, or its configuration, " \
+    "OPENSSL_CONF, loads no provider with SHA-1)"
 
 /* Standard base64 (with padding) of len bytes into a malloc'ed NUL-terminated
  * string; NULL when out of memory. The caller frees. */
@@ -380,8 +391,9 @@ typedef struct dq__ack_args {
 void dq__ack_args_init(dq__ack_args *a, const char *z, const char *counters, const char *prefix,
                        const char *shards);
 /* Adds item (id, token), both NUL-terminated, valid (dq__id_valid, 1..64
- * bytes): at most DQ__ACK_BATCH per struct. */
-void dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
+ * bytes): at most DQ__ACK_BATCH per struct. Returns 0, or -1 when the id's
+ * bucket cannot be computed (dq__id_bucket), leaving a as it was. */
+int dq__ack_args_add(dq__ack_args *a, const char *id, const char *token);
 /* Packs every group of two or more items that are blocks 1..k of their
  * lease record in that order (token middles "1", "2", ...: a whole take
  * acked as taken) into the script's packed form: count "*k", then the ids

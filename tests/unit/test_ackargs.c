@@ -33,13 +33,17 @@ static const char *arg(const dq__ack_args *a, size_t i) {
 #define F 4
 static void start(dq__ack_args *a) { dq__ack_args_init(a, "zs", "n", "dq:{q}:", "1"); }
 
+static void add(dq__ack_args *a, const char *id, const char *token) {
+    assert_int_equal(dq__ack_args_add(a, id, token), 0);
+}
+
 static void test_one_record_one_group(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
-    dq__ack_args_add(&a, "o1", "Rq.1.4096");
-    dq__ack_args_add(&a, "o2", "Rq.2.4096");
-    dq__ack_args_add(&a, "o3", "Rq.17.4096");
+    add(&a, "o1", "Rq.1.4096");
+    add(&a, "o2", "Rq.2.4096");
+    add(&a, "o3", "Rq.17.4096");
     assert_int_equal(a.groups, 1);
     assert_int_equal(a.n, F + 3 + 3 * 3);
     assert_string_equal(arg(&a, 0), "zs");
@@ -53,7 +57,7 @@ static void test_one_record_one_group(void **state) {
         assert_string_equal(arg(&a, F - 1 + 4 + 3 * (size_t)i), want[i][0]);
         assert_string_equal(arg(&a, F - 1 + 5 + 3 * (size_t)i), want[i][1]);
         char bucket[16];
-        snprintf(bucket, sizeof bucket, "%u", dq__id_bucket(want[i][1]));
+        snprintf(bucket, sizeof bucket, "%d", dq__id_bucket(want[i][1]));
         assert_string_equal(arg(&a, F - 1 + 6 + 3 * (size_t)i), bucket);
     }
 }
@@ -62,10 +66,10 @@ static void test_groups_change_with_prefix_or_suffix(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
-    dq__ack_args_add(&a, "a", "R1.1.4096");
-    dq__ack_args_add(&a, "b", "R2.1.4096"); /* another take, same score */
-    dq__ack_args_add(&a, "c", "R2.2.8192"); /* same take, another score */
-    dq__ack_args_add(&a, "d", "R1.2.4096"); /* back to the first: a new group */
+    add(&a, "a", "R1.1.4096");
+    add(&a, "b", "R2.1.4096"); /* another take, same score */
+    add(&a, "c", "R2.2.8192"); /* same take, another score */
+    add(&a, "d", "R1.2.4096"); /* back to the first: a new group */
     assert_int_equal(a.groups, 4);
     assert_int_equal(a.n, F + 4 * 6);
     for (size_t g = 0; g < 4; g++) assert_string_equal(arg(&a, F - 1 + 1 + 6 * g + 2), "1");
@@ -78,7 +82,7 @@ static void test_tokens_without_two_dots(void **state) {
     const char *tokens[] = {"plain", "one.dot", ".", ".."};
     dq__ack_args a;
     start(&a);
-    for (size_t i = 0; i < 4; i++) dq__ack_args_add(&a, "x", tokens[i]);
+    for (size_t i = 0; i < 4; i++) add(&a, "x", tokens[i]);
     /* Each token that cannot be cut is all prefix; ".." cuts into "." + ""
      * + ".". */
     assert_int_equal(a.groups, 4);
@@ -102,7 +106,7 @@ static void test_cut_gives_the_token_back(void **state) {
     for (size_t t = 0; t < sizeof tokens / sizeof *tokens; t++) {
         dq__ack_args a;
         start(&a);
-        dq__ack_args_add(&a, "id", tokens[t]);
+        add(&a, "id", tokens[t]);
         char back[256];
         snprintf(back, sizeof back, "%s%s%s", arg(&a, F - 1 + 1), arg(&a, F - 1 + 4),
                  arg(&a, F - 1 + 2));
@@ -119,7 +123,7 @@ static void test_full_batch(void **state) {
         /* Every item a group of its own: the most arguments a batch makes. */
         snprintf(tokens[i], sizeof tokens[i], "R%d.%d.4096", i, i + 1);
         snprintf(ids[i], sizeof ids[i], "id%d", i);
-        dq__ack_args_add(&a, ids[i], tokens[i]);
+        add(&a, ids[i], tokens[i]);
     }
     assert_int_equal(a.groups, DQ__ACK_BATCH);
     assert_int_equal(a.n, F + 6 * DQ__ACK_BATCH);
@@ -134,7 +138,7 @@ static const char *bucket_of(const char *id) {
     static char buf[4][16];
     static int next;
     char *s = buf[next++ % 4];
-    snprintf(s, sizeof buf[0], "%u", dq__id_bucket(id));
+    snprintf(s, sizeof buf[0], "%d", dq__id_bucket(id));
     return s;
 }
 
@@ -142,9 +146,9 @@ static void test_pack_whole_take(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
-    dq__ack_args_add(&a, "o1", "Rq.1.4096");
-    dq__ack_args_add(&a, "o2", "Rq.2.4096");
-    dq__ack_args_add(&a, "o3", "Rq.3.4096");
+    add(&a, "o1", "Rq.1.4096");
+    add(&a, "o2", "Rq.2.4096");
+    add(&a, "o3", "Rq.3.4096");
     dq__ack_args_pack(&a);
     assert_int_equal(a.n, F + 5);
     assert_string_equal(arg(&a, F), "Rq.");
@@ -167,7 +171,7 @@ static void test_pack_leaves_other_groups(void **state) {
         char tokens[3][32];
         for (int i = 0; i < 3; i++) {
             snprintf(tokens[i], sizeof tokens[i], "Rq.%s.4096", mids[t][i]);
-            dq__ack_args_add(&a, i == 0 ? "a" : i == 1 ? "b" : "c", tokens[i]);
+            add(&a, i == 0 ? "a" : i == 1 ? "b" : "c", tokens[i]);
         }
         before = a;
         dq__ack_args_pack(&a);
@@ -176,7 +180,7 @@ static void test_pack_leaves_other_groups(void **state) {
     }
     dq__ack_args a;
     start(&a);
-    dq__ack_args_add(&a, "solo", "Rq.1.4096");
+    add(&a, "solo", "Rq.1.4096");
     dq__ack_args_pack(&a);
     assert_int_equal(a.n, F + 6);
     assert_string_equal(arg(&a, F + 2), "1");
@@ -188,13 +192,13 @@ static void test_pack_mixed_groups(void **state) {
     (void)state;
     dq__ack_args a;
     start(&a);
-    dq__ack_args_add(&a, "a1", "R1.1.10"); /* group 1: blocks 1, 2: packed */
-    dq__ack_args_add(&a, "a2", "R1.2.10");
-    dq__ack_args_add(&a, "b5", "R2.5.20"); /* group 2: block 5 alone */
-    dq__ack_args_add(&a, "c1", "R3.1.30"); /* group 3: blocks 1, 3: as it is */
-    dq__ack_args_add(&a, "c3", "R3.3.30");
-    dq__ack_args_add(&a, "d1", "R4.1.40"); /* group 4: blocks 1, 2: packed */
-    dq__ack_args_add(&a, "d2", "R4.2.40");
+    add(&a, "a1", "R1.1.10"); /* group 1: blocks 1, 2: packed */
+    add(&a, "a2", "R1.2.10");
+    add(&a, "b5", "R2.5.20"); /* group 2: block 5 alone */
+    add(&a, "c1", "R3.1.30"); /* group 3: blocks 1, 3: as it is */
+    add(&a, "c3", "R3.3.30");
+    add(&a, "d1", "R4.1.40"); /* group 4: blocks 1, 2: packed */
+    add(&a, "d2", "R4.2.40");
     dq__ack_args_pack(&a);
     assert_int_equal(a.n, F + 5 + 6 + 9 + 5);
     /* One record a line (clang-format would pack them). */
@@ -222,7 +226,7 @@ static void test_pack_full_batch(void **state) {
         memset(ids[i], 'a' + i % 26, DQ_ID_MAX);
         ids[i][DQ_ID_MAX] = '\0';
         snprintf(tokens[i], sizeof tokens[i], "R.%d.4096", i + 1);
-        dq__ack_args_add(&a, ids[i], tokens[i]);
+        add(&a, ids[i], tokens[i]);
     }
     dq__ack_args_pack(&a);
     assert_int_equal(a.n, F + 5);

@@ -2,10 +2,12 @@
  * test_util.c - unit tests of the small helpers: dq_parse_duration
  * (src/util/duration.c), dq_strerror (src/util/errors.c) and the libsodium wrapper
  * (src/util/ids.c: init, generated ids, uniform random numbers, base64) and the
- * id index bucket (src/util/idindex.c: SHA-1, as the Lua scripts compute it).
+ * id index bucket (src/util/idindex.c: SHA-1 through OpenSSL, as the Lua scripts
+ * compute it, also from threads racing for its one-time set-up).
  * URL, codec and text helpers have their own test_url/test_codec/test_text.
  */
 #include <limits.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -370,10 +372,21 @@ static void test_sha1_vectors(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned char d[20];
         char h[41];
-        dq__sha1(cases[i].in, strlen(cases[i].in), d);
+        assert_int_equal(dq__sha1(cases[i].in, strlen(cases[i].in), d), 0);
         hex(d, sizeof d, h);
         assert_string_equal(h, cases[i].digest);
     }
+    /* FIPS 180-4's long example: a million 'a'. */
+    enum { MILLION = 1000000 };
+    char *a = malloc(MILLION);
+    assert_non_null(a);
+    memset(a, 'a', MILLION);
+    unsigned char d[20];
+    char h[41];
+    assert_int_equal(dq__sha1(a, MILLION, d), 0);
+    free(a);
+    hex(d, sizeof d, h);
+    assert_string_equal(h, "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
 }
 
 static void test_id_bucket(void **state) {
@@ -382,11 +395,50 @@ static void test_id_bucket(void **state) {
      * tonumber('a999', 16) % 32768 in lua/lib/50_idindex.lua. */
     assert_int_equal(dq__id_bucket("abc"), 0xa999 % 32768);
     assert_int_equal(dq__id_bucket(""), 0xda39 % 32768);
+    /* tests/protocol/vectors.json's buckets (the Python client's too). */
+    assert_int_equal(dq__id_bucket("a"), 1783);
+    assert_int_equal(dq__id_bucket("order-1"), 27191);
+    assert_int_equal(dq__id_bucket("LHR17WHQDSEhlk5hHN2zwA"), 27143);
+    /* An id of DQ_ID_MAX bytes: SHA-1 ad5b3fdb..., 0xad5b % 32768. */
+    char longest[DQ_ID_MAX + 1];
+    memset(longest, 'a', DQ_ID_MAX);
+    longest[DQ_ID_MAX] = '\0';
+    assert_int_equal(dq__id_bucket(longest), 0xad5b % 32768);
     for (int i = 0; i < 1000; i++) {
         char id[32];
         snprintf(id, sizeof id, "order-%d", i);
-        assert_true(dq__id_bucket(id) < DQ__ID_BUCKETS);
+        int b = dq__id_bucket(id);
+        assert_true(b >= 0 && b < (int)DQ__ID_BUCKETS);
     }
+}
+
+/* Threads whose first calls race for the one-time fetch of the algorithm
+ * (this test runs before any other use of SHA-1 in this binary): each gets
+ * the right buckets, and a fetch made twice would show as a leak under the
+ * sanitizers and valgrind. */
+enum { RACE_THREADS = 4 };
+static pthread_barrier_t race_start;
+
+static void *race_buckets(void *arg) {
+    (void)pthread_barrier_wait(&race_start);
+    int ok = 1;
+    for (int i = 0; i < 200; i++) ok &= dq__id_bucket("order-1") == 27191 && dq__id_bucket("a") == 1783;
+    *(int *)arg = ok;
+    return NULL;
+}
+
+static void test_id_bucket_threads(void **state) {
+    (void)state;
+    pthread_t t[RACE_THREADS];
+    int ok[RACE_THREADS] = {0};
+    assert_int_equal(pthread_barrier_init(&race_start, NULL, RACE_THREADS), 0);
+    for (int i = 0; i < RACE_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, race_buckets, &ok[i]), 0);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_true(ok[i]);
+    }
+    (void)pthread_barrier_destroy(&race_start);
 }
 
 int main(void) {
@@ -397,6 +449,7 @@ int main(void) {
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_strerror_unknown),
         cmocka_unit_test(test_strerror_distinct),
+        cmocka_unit_test(test_id_bucket_threads), /* first: see there */
         cmocka_unit_test(test_crypto_init),
         cmocka_unit_test(test_id_generate_format),
         cmocka_unit_test(test_id_generate_after_fork),
