@@ -5,8 +5,11 @@ local function ready_entry(due, ready, id, payload)
   return '1|' .. fmt(due) .. '|' .. fmt(ready) .. '|' .. nstr(#id) .. '|' .. id .. payload
 end
 
-local function record_v1(id, payload)
-  return '1|' .. nstr(#id) .. '|' .. id .. payload
+-- A version 1 record of id and payload; pre (optional): text put before it
+-- in the same string (a bucket entry's head), so the record is not made
+-- and then copied into a second string.
+local function record_v1(id, payload, pre)
+  return (pre or '') .. '1|' .. nstr(#id) .. '|' .. id .. payload
 end
 
 local function record_v2(r, id)

@@ -40,7 +40,28 @@
 -- 10 s of offers before its cascade starts.
 local WHEEL_MS, WHEEL_NEAR, WHEEL_LEAD = 4096, 40000, 30000
 
-local function wheel_key(P, k) return P .. 'b:' .. k end
+-- Bucket numbers as digit strings, kept from call to call: a bucket takes
+-- offers in many calls, and formatting a number costs Lua more than an
+-- offer's push (a number concatenated goes through %.14g, the C library's
+-- floating-point printer: docs/benchmarks.md, issue 42). Emptied when it
+-- holds WHEEL_NAMES, so it stays small whatever the due times.
+local WHEEL_NAMES = 16384
+local bucket_names, bucket_named = {}, 0
+local function bucket_name(k)
+  local s = bucket_names[k]
+  if not s then
+    if bucket_named >= WHEEL_NAMES then bucket_names, bucket_named = {}, 0 end
+    s = fmt(k)
+    bucket_names[k], bucket_named = s, bucket_named + 1
+  end
+  return s
+end
+
+-- Bucket k's list (k a number, or its digits as a bucket index member).
+local function wheel_key(P, k)
+  if type(k) == 'string' then return P .. 'b:' .. k end
+  return P .. 'b:' .. bucket_name(k)
+end
 local function wheel_index(P) return P .. 'bz' end
 
 -- The id index entry of the item at pos of bucket k: the negative integer
@@ -51,7 +72,7 @@ local function wheel_index(P) return P .. 'bz' end
 -- k <= DUE_MAX / WHEEL_MS (< 2^31), so the number stays below 2^53, exact.
 local WHEEL_POS = 2097152
 local function wheel_ref(k, pos)
-  if pos < WHEEL_POS then return '-' .. fmt(k * WHEEL_POS + pos) end
+  if pos < WHEEL_POS then return string.format('-%d', k * WHEEL_POS + pos) end
   return 'b' .. fmt(k) .. '.' .. fmt(pos)
 end
 
@@ -154,7 +175,7 @@ local function wheel_add(w, due, h, ik, id, payload)
   local k = math.floor(due / WHEEL_MS)
   local n = w.n + 1
   w.K[n], w.D[n], w.I[n], w.IK[n] = k, due, id, ik
-  w.E[n] = nstr(due - k * WHEEL_MS) .. '|' .. h .. '|' .. record_v1(id, payload)
+  w.E[n] = record_v1(id, payload, nstr(due - k * WHEEL_MS) .. '|' .. h .. '|')
   w.listed[k] = true
   w.n = n
 end
@@ -183,12 +204,13 @@ local function wheel_flush(P, w)
       if not low or D[j] < low then low = D[j] end
       y = y + 1
     end
-    local base = kcall(P, 'RPUSH', wheel_key(P, k), unpack(A, 1, na)) - na
+    local ks = bucket_name(k)
+    local base = kcall(P, 'RPUSH', P .. 'b:' .. ks, unpack(A, 1, na)) - na
     for q = 0, na - 1 do
       local j = S[x + q] % WHEEL_RANK
       id_set(P, w.IK[j], w.I[j], wheel_ref(k, base + q))
     end
-    z[#z + 1], z[#z + 2] = fmt(low), fmt(k)
+    z[#z + 1], z[#z + 2] = fmt(low), ks
     x = y
   end
   kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z))
