@@ -181,10 +181,12 @@ local function offer_one(id, payload, due, keep, fresh, h)
     wheel_used = true
     held[id] = true
     added = added + 1
-    local ev = (due - WHEEL_LEAD) * ORD
-    if bound == nil or ev < bound then
-      bound = ev
-      announce = math.max(due - WHEEL_LEAD, now) -- the scheduler cascades the bucket then
+    -- The scheduler cascades the bucket WHEEL_LEAD before its index score,
+    -- the bucket's start (lib/65_wheel.lua).
+    local at = math.floor(due / WHEEL_MS) * WHEEL_MS - WHEEL_LEAD
+    if bound == nil or at * ORD < bound then
+      bound = at * ORD
+      announce = math.max(at, now)
     end
     return status, due, 1
   end

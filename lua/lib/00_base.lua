@@ -18,7 +18,7 @@
 --   P..b:<k>        LIST  a bucket of the timing wheel: items offered out of
 --                         time order, due in [k, k + 1) * WHEEL_MS, entries
 --                         '<off>|<h>|<record>'; P..bz ZSET its index, k ->
---                         the lowest due time pushed (see lib/65_wheel.lua)
+--                         the bucket's start (see lib/65_wheel.lua)
 --   P..l            ZSET  the lease registry: the takes' lease records, by
 --                         score, with their ids (see lib/70_registry.lua)
 --   P..h:<tprefix> STRING the holder a leased take named, until its lease

@@ -13,10 +13,13 @@
 -- Keys (docs/key-layout.md): P..'b:'..k LIST, bucket k = floor(due /
 -- WHEEL_MS), entries '<off>|<h>|<record>' (off = due - k * WHEEL_MS, h the
 -- id's index bucket, record a version 1 record), appended and never cut
--- until the list is deleted whole; P..'bz' ZSET, member k, score the lowest
--- due time any entry pushed to k had (a lower bound of its earliest live
--- item); counters field 'bcur' = '<k>:<n>' while bucket k is cascaded in
--- parts (its first n entries are in the slots).
+-- until the list is deleted whole; P..'bz' ZSET, member k, score the
+-- bucket's start k * WHEEL_MS, written by the push that makes the list
+-- (older versions wrote the lowest due time pushed, also inside the bucket:
+-- either is a lower bound of its items; keeping the lowest cost each push a
+-- ZADD member and a printed number, 5 % of an offer: docs/benchmarks.md,
+-- issue 42); counters field 'bcur' = '<k>:<n>' while bucket k is cascaded
+-- in parts (its first n entries are in the slots).
 --
 -- An item in a bucket has the id index entry wheel_ref(k, pos) (pos: its
 -- entry's place in the list, from 0). Cancel and replace make its entry a
@@ -136,7 +139,8 @@ local function wheel_bury(P, due, pos)
   redis.call('LSET', wheel_key(P, math.floor(due / WHEEL_MS)), fmt(pos), '')
 end
 
--- The earliest due time the buckets may hold (the first bz score), or nil.
+-- The earliest due time the buckets may hold (the first bz score: a lower
+-- bound, see wheel_first_due), or nil.
 -- A planted member whose score is no time counts as due now (the cascade
 -- then drops it).
 local function wheel_first(P)
@@ -145,6 +149,49 @@ local function wheel_first(P)
   local s = tonumber(f[2])
   if not s or s ~= s then return 0 end
   return math.min(math.max(math.floor(s), 0), DUE_MAX)
+end
+
+-- The earliest due time of an item in the buckets if it is before cap (a
+-- due time; -1: no cap), else nil; for stats and metrics. The bucket index
+-- scores a bucket by its start, up to WHEEL_MS early, so the first buckets'
+-- entries not yet cascaded are read, tombstones skipped, while a bucket
+-- starts before cap and holds at most WHEEL_PEEK of them; past that its
+-- score stands (a lower bound). Read only.
+local WHEEL_PEEK = 4096
+local function wheel_first_due(P, cap)
+  local f = redis.pcall('ZRANGE', wheel_index(P), '0', '3', 'WITHSCORES')
+  if type(f) ~= 'table' or not f[2] then return nil end
+  local cur = redis.pcall('HGET', P .. 'n', 'bcur')
+  local ck, cs = nil, nil
+  if type(cur) == 'string' then ck, cs = string.match(cur, '^(%d+):(%d+)$') end
+  local cn = cs and #cs <= 9 and tonumber(cs) or 0
+  local low, last = nil, nil
+  for x = 1, #f, 2 do
+    local s = tonumber(f[x + 1])
+    if not s or s ~= s then return 0 end -- planted: due now, as wheel_first says
+    s = math.min(math.max(math.floor(s), 0), DUE_MAX)
+    if (low and s >= low) or (cap >= 0 and s >= cap) then return low end
+    local k = uint_of(f[x], 11, math.floor(DUE_MAX / WHEEL_MS))
+    local key = k and wheel_key(P, f[x])
+    local len = key and redis.pcall('LLEN', key)
+    local from = ck == f[x] and cn or 0
+    if type(len) ~= 'number' or len - from > WHEEL_PEEK or s < k * WHEEL_MS or s >= (k + 1) * WHEEL_MS then
+      return s -- not read: its score bounds it
+    end
+    local es = redis.pcall('LRANGE', key, nstr(from), '-1')
+    local m = nil
+    if type(es) == 'table' and not es.err then
+      for j = 1, #es do
+        local off = tonumber(string.match(es[j], '^(%d%d?%d?%d?)|'))
+        if off and off < WHEEL_MS and (not m or off < m) then m = off end
+      end
+    end
+    if m and (not low or k * WHEEL_MS + m < low) then low = k * WHEEL_MS + m end
+    last = s
+  end
+  -- Only tombstones read: the buckets not read bound what is left.
+  if not low and #f >= 8 then return last end
+  return low
 end
 
 -- Offers --------------------------------------------------------------------
@@ -166,7 +213,7 @@ local WHEEL_RANK = 1048576 -- above the entries of a call, and of a bucket's par
 -- per bucket would cost more than the item: items of random delays seldom
 -- share a bucket within a call).
 local function wheel_pusher()
-  return {listed = {}, K = {}, E = {}, I = {}, IK = {}, D = {}, S = {}, A = {}, n = 0}
+  return {listed = {}, K = {}, E = {}, I = {}, IK = {}, S = {}, A = {}, n = 0}
 end
 
 -- Holds back the item (id, payload, due; ik its index key, h its index
@@ -174,7 +221,7 @@ end
 local function wheel_add(w, due, h, ik, id, payload)
   local k = math.floor(due / WHEEL_MS)
   local n = w.n + 1
-  w.K[n], w.D[n], w.I[n], w.IK[n] = k, due, id, ik
+  w.K[n], w.I[n], w.IK[n] = k, id, ik
   w.E[n] = record_v1(id, payload, nstr(due - k * WHEEL_MS) .. '|' .. h .. '|')
   w.listed[k] = true
   w.n = n
@@ -183,25 +230,24 @@ end
 -- Writes what w holds: the items grouped by bucket (offer order kept
 -- within one: the sort key is bucket * WHEEL_RANK + place), an RPUSH per
 -- bucket, each item's index entry (the push's reply gives the positions),
--- then one ZADD LT of the bucket index with each bucket's lowest due time.
+-- then one ZADD LT of the bucket index with the start of each bucket whose
+-- list the push made (an RPUSH that replies with its own count).
 local function wheel_flush(P, w)
   local n = w.n
   if n == 0 then return end
-  local K, D, E, S, A = w.K, w.D, w.E, w.S, w.A
+  local K, E, S, A = w.K, w.E, w.S, w.A
   for j = 1, n do S[j] = K[j] * WHEEL_RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
   local z, x = {}, 1
   while x <= n do
     local k = K[S[x] % WHEEL_RANK]
-    local na, low = 0, nil
-    local y = x
+    local na, y = 0, x
     while y <= n do
       local j = S[y] % WHEEL_RANK
       if K[j] ~= k then break end
       na = na + 1
       A[na] = E[j]
-      if not low or D[j] < low then low = D[j] end
       y = y + 1
     end
     local ks = bucket_name(k)
@@ -210,9 +256,9 @@ local function wheel_flush(P, w)
       local j = S[x + q] % WHEEL_RANK
       id_set(P, w.IK[j], w.I[j], wheel_ref(k, base + q))
     end
-    z[#z + 1], z[#z + 2] = fmt(low), ks
+    if base == 0 then z[#z + 1], z[#z + 2] = fmt(k * WHEEL_MS), ks end
     x = y
   end
-  kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z))
+  if #z > 0 then kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z)) end
   w.n = 0
 end

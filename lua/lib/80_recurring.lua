@@ -356,7 +356,11 @@ end
 -- fourth value), false when there is none; nil reads it.
 function recur.earliest(P, zs, read_only, first)
   local d = earliest_due(P, zs, read_only)
-  local wf = wheel_first(P) -- items in the timing wheel's buckets (lib/65_wheel.lua)
+  -- Items in the timing wheel's buckets (lib/65_wheel.lua): their first
+  -- time is a bound; a reader (stats, metrics) reads the first buckets
+  -- when that bound comes before the slots' first due time.
+  local wf = wheel_first(P)
+  if wf and read_only and (d < 0 or wf < d) then wf = wheel_first_due(P, d) end
   if wf and (d < 0 or wf < d) then d = wf end
   local t = first
   if t == nil then t = recur.first(P) end

@@ -235,6 +235,15 @@ def check_wheel_used(qname):
        "none: the items went to the slots (no wheel)")
     bz = wheel_keys(qname, "bz")
     ok(bz and all(redis("TYPE", k) == "zset" for k in bz), f"{qname}: dq:{{{qname}}}:bz is a zset", bz)
+    # Each bucket scored by its start, written once by the push that made
+    # its list (not the lowest due time of each push).
+    off = [(m, s) for k in bz for m, s in scores_with_members(k) if int(float(s)) != int(m) * BUCKET_MS]
+    ok(bz and not off, f"{qname}: each bz score is its bucket's start (k * {BUCKET_MS})", off[:3])
+
+
+def scores_with_members(key):
+    r = redis("ZRANGE", key, 0, -1, "WITHSCORES")
+    return [(r[i].decode(), r[i + 1].decode()) for i in range(0, len(r), 2)]
 
 
 def check_wheel_empty(qname, planted=False):
@@ -543,6 +552,32 @@ for q in (wf, wr, wbig, wsh):
         ok(lo <= p["next_due_in_ms"] <= hi, f"stats {q.name}: next_due_in_ms is the first due time - now",
            f"{p['next_due_in_ms']} not in [{lo}, {hi}]")
 
+# stats reads the first bucket (its bz score is its start, up to 4 s early):
+# three items in one bucket, the first cancelled, then the second: the next
+# due time follows the first live one (a tombstone does not count).
+wn = Q("wn")
+eq(dq("offer", "wn", "1h", "anchor", "--id", "anchor").rc, 0, "wn: an anchor 1 h ahead (the slots)")
+wn.offered("anchor", "anchor")
+T0 = (server_ms() + 120000) // BUCKET_MS * BUCKET_MS + BUCKET_MS  # a bucket's start, 2 min ahead
+py_offer(wn, [("t1", "t1", T0 + 2100), ("t2", "t2", T0 + 2600), ("t3", "t3", T0 + 3900)])
+check_wheel_used("wn")
+for gone, first in ((None, T0 + 2100), ("t1", T0 + 2600), ("t2", T0 + 3900)):
+    if gone:
+        eq(dq("cancel", "wn", gone).rc, 0, f"cancel wn {gone}")
+        wn.drop(gone)
+    s0 = server_ms()
+    p = stats("wn")
+    s1 = server_ms()
+    if p is not None:
+        ok(first - s1 - 1 <= p["next_due_in_ms"] <= first - s0 + 1,
+           f"stats wn{' after cancelling ' + gone if gone else ''}: next_due_in_ms is {first - T0} ms past the bucket's start",
+           f"{p['next_due_in_ms']} not in [{first - s1 - 1}, {first - s0 + 1}]")
+for i in ("t3", "anchor"):
+    eq(dq("cancel", "wn", i).rc, 0, f"cancel wn {i}")
+p = stats("wn")
+if p is not None:
+    eq((p["pending"], p["next_due_in_ms"]), (0, -1), "stats wn: nothing pending (the bucket holds tombstones only)")
+
 # ------------------------------------------------------------------ hostile data (its own queues)
 
 section("serve: the API's counts, item and listing, and /metrics, include the wheel's items")
@@ -762,6 +797,16 @@ s1 = server_ms()
 eq((r.rc, r.out), (0, b"%d\n" % NB), f"offer wburst --batch of {NB} lines")
 in_wheel = sum(redis("LLEN", k) for k in bucket_keys("wburst"))
 eq((in_wheel, slot_records("wburst")), (NB, 1), f"all {NB} in the wheel's buckets, only the anchor in the slots")
+# Buckets of over 4,096 entries (WHEEL_PEEK) are not read by stats: the
+# first one's start stands, at most a bucket before the first due time.
+first_lo, first_hi = s0 + min(delays), s1 + min(delays)
+t0 = server_ms()
+p = stats("wburst")
+t1 = server_ms()
+if p is not None:
+    ok(first_lo - BUCKET_MS - t1 - 1 <= p["next_due_in_ms"] <= first_hi - t0 + 1,
+       "stats wburst: next_due_in_ms at most a bucket before the first due time (big buckets: their start)",
+       f"{p['next_due_in_ms']} not in [{first_lo - BUCKET_MS - t1 - 1}, {first_hi - t0 + 1}]")
 for P in prefixes("wburst"):
     set_clock(P, s1 + 50001)  # past every item's due time, before the anchor's
 r = dq("take", "wburst", "--count", NB, "--json", "--timeout", "60s", timeout=120)
