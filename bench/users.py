@@ -36,7 +36,8 @@ misses, and the exit status is 0 whenever the figures were taken.
 
 The server is started by tests/lib/topology.py (AOF off) and stopped by its
 pid; every process started here is stopped by its pid; every wait has a
-deadline. DQ_BENCH_SCALE scales the item counts and durations.
+deadline. DQ_BENCH_SCALE scales the item counts and durations;
+DQ_USERS_ONLY=U5 (a comma list of U1..U5) runs only those figures.
 """
 import json
 import os
@@ -394,7 +395,10 @@ def main():
     rows = []
     with Server("users") as srv:
         out(f"   redis-server 127.0.0.1:{srv.port}, not pinned; delayq {DELAYQ}")
-        for fig in (shared_deadline, lateness, work, sealing, spread):
+        only = [u for u in os.environ.get("DQ_USERS_ONLY", "").split(",") if u]
+        for name, fig in (("U1", shared_deadline), ("U2", lateness), ("U3", work), ("U4", sealing), ("U5", spread)):
+            if only and name not in only:
+                continue
             srv.call("FLUSHALL")
             rows += fig(srv)
     out("\n   summary (as users run it)")
