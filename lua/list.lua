@@ -210,12 +210,7 @@ local function wheel_read()
   local bz = wheel_index(P)
   local d_lo = start >= 0 and math.floor(start / ORD) or 0
   local k_lo, k_max = math.floor(d_lo / WHEEL_MS), math.floor(DUE_MAX / WHEEL_MS)
-  local cur = redis.pcall('HGET', P .. 'n', 'bcur')
-  local ck, cn = nil, 0
-  if type(cur) == 'string' then
-    ck, cn = string.match(cur, '^(%d+):(%d+)$')
-    cn = cn and #cn <= 9 and tonumber(cn) or 0
-  end
+  local ck, cn = wheel_cursor(P)
   local read, got, wbytes, boff = 0, 0, 0, 0
   -- A bucket meeting [d_lo, ...] has its bz score at d_lo - WHEEL_MS + 1 or more.
   local lo = fmt(math.max(d_lo - WHEEL_MS + 1, 0))

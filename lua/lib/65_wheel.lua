@@ -151,6 +151,15 @@ local function wheel_first(P)
   return math.min(math.max(math.floor(s), 0), DUE_MAX)
 end
 
+-- The bucket cascaded in parts and the count of its entries already in the
+-- slots (the counters' 'bcur'), or nil, 0. Read only.
+local function wheel_cursor(P)
+  local cur = redis.pcall('HGET', P .. 'n', 'bcur')
+  if type(cur) ~= 'string' then return nil, 0 end
+  local ck, cn = string.match(cur, '^(%d+):(%d+)$')
+  return ck, cn and #cn <= 9 and tonumber(cn) or 0
+end
+
 -- The earliest due time of an item in the buckets if it is before cap (a
 -- due time; -1: no cap), else nil; for stats and metrics. The bucket index
 -- scores a bucket by its start, up to WHEEL_MS early, so the first buckets'
@@ -161,10 +170,7 @@ local WHEEL_PEEK = 4096
 local function wheel_first_due(P, cap)
   local f = redis.pcall('ZRANGE', wheel_index(P), '0', '3', 'WITHSCORES')
   if type(f) ~= 'table' or not f[2] then return nil end
-  local cur = redis.pcall('HGET', P .. 'n', 'bcur')
-  local ck, cs = nil, nil
-  if type(cur) == 'string' then ck, cs = string.match(cur, '^(%d+):(%d+)$') end
-  local cn = cs and #cs <= 9 and tonumber(cs) or 0
+  local ck, cn = wheel_cursor(P)
   local low, last = nil, nil
   for x = 1, #f, 2 do
     local s = tonumber(f[x + 1])
