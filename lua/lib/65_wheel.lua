@@ -60,6 +60,13 @@ local function bucket_name(k)
   return s
 end
 
+-- Bucket entries' offsets (due - k * WHEEL_MS, 0 .. WHEEL_MS - 1) as
+-- digits, kept from call to call as bucket names are (filled by
+-- wheel_add): a random offset seldom repeats within a call, and printing it
+-- was an offer's one formatted number besides its index entry
+-- (docs/benchmarks.md, issue 42). At most WHEEL_MS entries.
+local wheel_offs = {}
+
 -- Bucket k's list (k a number, or its digits as a bucket index member).
 local function wheel_key(P, k)
   if type(k) == 'string' then return P .. 'b:' .. k end
@@ -226,9 +233,15 @@ end
 -- bucket) for its bucket; wheel_flush writes it.
 local function wheel_add(w, due, h, ik, id, payload)
   local k = math.floor(due / WHEEL_MS)
+  local off = due - k * WHEEL_MS
+  local offs = wheel_offs[off]
+  if not offs then
+    offs = fmt(off)
+    wheel_offs[off] = offs
+  end
   local n = w.n + 1
   w.K[n], w.I[n], w.IK[n] = k, id, ik
-  w.E[n] = record_v1(id, payload, nstr(due - k * WHEEL_MS) .. '|' .. h .. '|')
+  w.E[n] = record_v1(id, payload, offs .. '|' .. h .. '|')
   w.listed[k] = true
   w.n = n
 end

@@ -37,11 +37,32 @@ static int check_item(dq_client *c, const dq_item *item) {
 
 /* ------------------------------------------------------------ offer */
 
-/* Items one script call offers at most, and the payload bytes it carries at
- * most: big enough to pay the call's fixed cost once per many items, small
- * enough never to hold Redis for long. */
-#define CHUNK_ITEMS 100
+/* What one script call carries at most: items, payload bytes, and work in
+ * cost units (item_cost). Big enough to pay the call's fixed cost (about
+ * 20 us of Redis time: counters, bounds, TIME, reply) once per many items,
+ * small enough never to hold Redis for long: about 1.5 ms of this machine's
+ * Redis at most, whichever path the items take (docs/benchmarks.md, issue
+ * 42). */
+#define CHUNK_ITEMS 250
 #define CHUNK_BYTES (512u * 1024u)
+#define CHUNK_COST 500u
+/* lua/lib/65_wheel.lua's WHEEL_NEAR: an item due sooner goes to the slots,
+ * the costlier path. Only sizes calls here: a wrong guess costs time, never
+ * correctness. */
+#define NEAR_MS 40000
+
+/* An item's share of a call's work, in CHUNK_COST units: 2 for an item of a
+ * generated id due later than NEAR_MS, which the timing wheel (or the end
+ * of the slots) takes; 3 more for one due sooner, or at an absolute time
+ * (the client does not read the server's clock to tell): inserts inside the
+ * slots cost Redis about 2.3 times as much; 1 more for an id given, which
+ * the script looks up first. So a call holds 250 to 83 items. */
+static unsigned item_cost(const dq_item *it) {
+    unsigned cost = 2;
+    if (it->due_ms > 0 || it->delay_ms < NEAR_MS) cost += 3;
+    if (it->id) cost += 1;
+    return cost;
+}
 
 /* One script call offering n items. done runs once with its results. */
 typedef struct offer_chunk offer_chunk;
@@ -175,7 +196,7 @@ typedef struct pending_offer {
 
 struct dq__offer_batch {
     char queue[DQ_QUEUE_MAX + 1];
-    size_t n, bytes;
+    size_t n, bytes, cost;
     pending_offer offers[CHUNK_ITEMS];
 };
 
@@ -305,7 +326,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     if ((bad = check_connected(c, queue)) != 0) return bad;
     struct dq__offer_batch *b = c->offers;
     if (b && (strcmp(b->queue, queue) != 0 || b->n == CHUNK_ITEMS ||
-              b->bytes + item->payload_len > CHUNK_BYTES)) {
+              b->bytes + item->payload_len > CHUNK_BYTES || b->cost + item_cost(item) > CHUNK_COST)) {
         dq__offers_flush(c);
         b = NULL;
     }
@@ -313,7 +334,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
         b = malloc(sizeof *b);
         if (!b) return dq__fail(c, DQ_ENOMEM, "out of memory");
         snprintf(b->queue, sizeof b->queue, "%s", queue);
-        b->n = b->bytes = 0;
+        b->n = b->bytes = b->cost = 0;
     }
     pending_offer *p = &b->offers[b->n];
     p->payload = malloc(item->payload_len ? item->payload_len : 1);
@@ -331,6 +352,7 @@ int dq_offer_async(dq_client *c, const char *queue, const dq_item *item, dq_offe
     p->cb = cb, p->privdata = privdata;
     b->n++;
     b->bytes += item->payload_len;
+    b->cost += item_cost(item);
     c->offers = b;
     c->offers_send = dq__offers_flush;
     if (!ev_is_active(&c->offers_flush)) {
@@ -423,10 +445,11 @@ static void batch_done(offer_chunk *oc, int status) {
 
 /* How many of items[0..n-1] fit in one chunk. */
 static size_t chunk_len(const dq_item *items, size_t n) {
-    size_t len = 0, bytes = 0;
+    size_t len = 0, bytes = 0, cost = 0;
     while (len < n && len < CHUNK_ITEMS) {
         bytes += items[len].payload_len;
-        if (len > 0 && bytes > CHUNK_BYTES) break;
+        cost += item_cost(&items[len]);
+        if (len > 0 && (bytes > CHUNK_BYTES || cost > CHUNK_COST)) break;
         len++;
     }
     return len;
@@ -478,6 +501,8 @@ static int send_group(dq_client *c, const char *queue, const dq_item *items, man
         }
         b->pending++;
         sent += len;
+        /* Out now: Redis runs this call while the next one is built. */
+        dq__route_write_now(c);
     }
     return 0;
 }

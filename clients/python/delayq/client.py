@@ -35,9 +35,12 @@ QUEUE_MAX = 128
 ID_BUCKETS = 32768
 TAKE_MAX = 1000
 # What one offer call carries at most (as src/ops/offer.c): the call's fixed
-# cost is paid once per many items, and Redis is never held for long.
-CHUNK_ITEMS = 100
+# cost is paid once per many items, and Redis is never held for long: items,
+# bytes, and work in cost units (_item_cost).
+CHUNK_ITEMS = 250
 CHUNK_BYTES = 512 * 1024
+CHUNK_COST = 500
+NEAR_MS = 40000  # the scripts' timing wheel horizon (lua/lib/65_wheel.lua)
 REGISTRY_KEY = "dq:queues"
 
 Payload = Union[bytes, str]
@@ -86,6 +89,20 @@ class Item:
     id: Optional[str] = None
     nx: bool = False
     due_ms: Optional[int] = None
+
+
+def _item_cost(it: Item) -> int:
+    """An item's share of an offer call's work, in CHUNK_COST units (as
+    src/ops/offer.c's item_cost): 2, 3 more when due within NEAR_MS or at
+    an absolute time (inserts inside the slots cost Redis about twice as
+    much as the timing wheel's appends), 1 more for an id given (looked
+    up first). Only sizes calls."""
+    cost = 2
+    if it.due_ms is not None or it.delay_ms < NEAR_MS:
+        cost += 3
+    if it.id is not None:
+        cost += 1
+    return cost
 
 
 @dataclass
@@ -312,19 +329,23 @@ class Client:
         return self.offer_many(queue, [Item(payload, delay_ms, id, nx, due_ms)])[0]
 
     def offer_many(self, queue: str, items: Iterable[Item]) -> List[Offered]:
-        """Offers items, in order, in calls of up to 100 items (and 512 KiB),
-        pipelined. Every item is checked before the first is sent. Each call
-        is atomic; a failure raises after the calls before it took effect.
-        Returns one Offered per item, in order."""
+        """Offers items, in order, in calls of up to 250 items (fewer for
+        items that cost Redis more, see _item_cost; and 512 KiB), pipelined.
+        Every item is checked before the first is sent. Each call is atomic;
+        a failure raises after the calls before it took effect. Returns one
+        Offered per item, in order."""
         keys = Keys(queue)
+        items = list(items)
         args = [self._offer_args(it) for it in items]
-        chunks, cur, size = [], [], 0
-        for a in args:
-            if cur and (len(cur) == CHUNK_ITEMS or size + len(a[1]) > CHUNK_BYTES):
+        chunks, cur, size, cost = [], [], 0, 0
+        for it, a in zip(items, args):
+            c = _item_cost(it)
+            if cur and (len(cur) == CHUNK_ITEMS or size + len(a[1]) > CHUNK_BYTES or cost + c > CHUNK_COST):
                 chunks.append(cur)
-                cur, size = [], 0
+                cur, size, cost = [], 0, 0
             cur.append(a)
             size += len(a[1])
+            cost += c
         if not cur:
             return []
         chunks.append(cur)
