@@ -14,9 +14,10 @@ local function slot_at(zs, score)
 end
 
 -- The highest score in [lo, hi] of the slot key (a millisecond's latest
--- ordinal), or nil.
+-- ordinal), or nil. lo and hi: numbers, or their fmt strings.
 local function latest_in(P, key, lo, hi)
-  local s = kcall(P, 'ZREVRANGEBYSCORE', key, fmt(hi), fmt(lo), 'WITHSCORES', 'LIMIT', '0', '1')
+  if type(hi) == 'number' then hi, lo = fmt(hi), fmt(lo) end
+  local s = kcall(P, 'ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', '0', '1')
   return s[2] and tonumber(s[2])
 end
 
@@ -148,10 +149,14 @@ end
 local function slot_insert_spread(P, zs, counters, lo, hi, rec, h)
   if not (h.name and h.ms == lo) then
     slot_flush(h)
-    local name, bound = slot_at(zs, hi)
+    -- Each bound printed once (a 16-digit number costs the C library's
+    -- printf about 1,800 instructions): hi for both look-ups, lo for the
+    -- second and, in an empty millisecond, the score.
+    local his, los = fmt(hi), fmt(lo)
+    local name, bound = slot_at(zs, his)
     h.name = nil
     local key = name and slot_key(P, name)
-    local last = key and latest_in(P, key, lo, hi)
+    local last = key and latest_in(P, key, los, his)
     -- The millisecond's latest score is known when the slot starts at or
     -- below it, or holds a score of it (the slots below hold lower ones).
     if not key or (bound > lo and not last) then
@@ -159,9 +164,10 @@ local function slot_insert_spread(P, zs, counters, lo, hi, rec, h)
       return score, fmt(score)
     end
     h.name, h.key, h.ms, h.mlast, h.card = name, key, lo, last, kcall(P, 'ZCARD', key)
+    h.los = los
   end
   local score = h.mlast and math.min(h.mlast + 1, hi) or lo
-  local ss = fmt(score)
+  local ss = score == lo and h.los or fmt(score)
   slot_add(P, h, h.key, ss, rec)
   h.mlast, h.card = score, h.card + 1
   if h.card > SLOT_CAP then
