@@ -293,7 +293,11 @@ class SentinelGroup(_Group):
                 return False
         return True
 
-    def ready(self, timeout=30):
+    def ready(self, timeout=60):
+        # 60 s: sentinels learn replicas from INFO polled every 10 s, and a
+        # replica's link state from its own INFO; under the sanitizers with
+        # TLS handshakes a group took over 30 s once in CI (ha_tls.py). A
+        # ready group returns at once.
         return wait_until(lambda: self.replicas_up() and self.sentinels_agree(), timeout, 0.1)
 
     def kill_master(self):
