@@ -1,6 +1,6 @@
 -- cancel.lua: removes a pending item (not one in flight: that belongs to
--- its consumer until ack, nack or the end of its lease), in the slots or
--- in a bucket of the timing wheel.
+-- its consumer until ack, nack or the end of its lease), in the slots, in
+-- a bucket of the timing wheel or in a near list.
 -- KEYS[1] slot index, KEYS[2] counters; ARGV[1] key prefix, ARGV[2] id,
 -- ARGV[3] the shard count the client routed by (see shards_refusal).
 -- Returns 1 if it was pending and is now removed, 0 if it was not pending.
@@ -16,8 +16,14 @@ if not score then
   -- In a bucket of the timing wheel: its entry becomes a tombstone, which
   -- the cascade skips, and its index entry goes (lib/65_wheel.lua).
   local wdue, _, wpos = id_wheel_in(P, ik, id)
-  if not wdue then return 0 end
-  wheel_bury(P, wdue, wpos)
+  if wdue then
+    wheel_bury(P, wdue, wpos)
+  else
+    -- In a near list: the same, skipped by the transfer (lib/67_near.lua).
+    local ndue, _, npos = id_near_in(P, ik, id)
+    if not ndue then return 0 end
+    near_bury(P, ndue, npos)
+  end
   id_del(P, ik, id)
   redis.call('HINCRBY', KEYS[2], 'pending', -1)
   return 1

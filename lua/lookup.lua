@@ -96,6 +96,12 @@ if wdue then
   local r = parse_record(wrec, wdue * ORD, id)
   return answer({1, fmt(wdue), 0, '', ago(wdue)}, r and r.payload)
 end
+-- Pending in a near list (lib/67_near.lua).
+local ndue, nrec = id_near_in(P, ik, id)
+if ndue then
+  local r = parse_record(nrec, ndue * ORD, id)
+  return answer({1, fmt(ndue), 0, '', ago(ndue)}, r and r.payload)
+end
 if redis.call('HEXISTS', dead, id) == 1 then
   return answer({4, 0, 0}, cut and dead_payload(redis.call('HGET', dead, id)))
 end

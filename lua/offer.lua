@@ -64,6 +64,11 @@ local wfirst = wheel_first(P)
 local bound = slots_bound
 if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound = (wfirst - WHEEL_LEAD) * ORD end
 local w = wheel_pusher()
+-- The earliest due time of the near lists (lib/67_near.lua): a bound the
+-- schedulers know too (the offer that made the list announced it).
+local nfirst = near_first(P)
+if nfirst and (bound == nil or nfirst * ORD < bound) then bound = nfirst * ORD end
+local nw = near_pusher()
 -- The due time of the queue's last record in the slots (-inf: none), read
 -- when first needed: an offer after it, or less than WHEEL_MS before it, is
 -- in time order and goes to the last slot cheaply (offers of one deadline
@@ -93,6 +98,7 @@ local held = {} -- ids whose writes are held back
 local function flush()
   slot_flush(hint)
   wheel_flush(P, w)
+  near_flush(P, nw)
   for i = 1, nidx, 3 do id_set(P, idx[i], idx[i + 1], idx[i + 2]) end
   nidx, held = 0, {}
 end
@@ -110,7 +116,15 @@ local function offer_one(id, payload, due, keep, fresh, h)
     local wk, wpos = wheel_ref_of(s)
     local wrec, wdue
     if wk then wrec, wdue = wheel_record(P, id, wk, wpos) end
-    if wrec then
+    local nd, npos = nil, nil
+    if not wk and not old then nd, npos = near_ref_of(s) end
+    if nd and near_record(P, id, nd, npos) then
+      -- In a near list: its old entry becomes a tombstone, which the
+      -- transfer skips (lib/67_near.lua).
+      if keep then return 3, nd, 1 end
+      near_bury(P, nd, npos)
+      added, replaced = added - 1, true
+    elseif wrec then
       -- In a bucket of the wheel: its old entry becomes a tombstone, which
       -- the cascade skips (lib/65_wheel.lua).
       if keep then return 3, wdue, 1 end
@@ -146,23 +160,27 @@ local function offer_one(id, payload, due, keep, fresh, h)
 
   -- Due already, and nothing due waits (a bound that is too early only
   -- sends the item through the scheduler): straight to the ready list.
-  if due <= now and (slots_bound == nil or slots_bound >= (now + 1) * ORD) and (wfirst == nil or wfirst > now) then
+  if due <= now and (slots_bound == nil or slots_bound >= (now + 1) * ORD) and (wfirst == nil or wfirst > now) and
+     (nfirst == nil or nfirst > now) then
     kcall(P, 'RPUSH', ready, ready_entry(due, now, id, payload))
     kcall(P, 'RPUSH', sig, '1')
     id_set(P, ik, id, due * ORD)
     return status, due, 2
   end
 
-  -- Into the wheel: an item due later than the cascade's lead that lands
-  -- inside the slots, or any item whose bucket has a list (offer order:
-  -- see lib/65_wheel.lua). The cheap test first: a bucket's list is looked
-  -- for once a call, and only for items that would go to the slots.
+  -- Into its millisecond's near list: an item due sooner than the wheel's
+  -- horizon (lib/67_near.lua). Into the wheel: an item due later that
+  -- lands inside the slots, or whose bucket has a list (offer order: see
+  -- lib/65_wheel.lua). The cheap test first: a bucket's list is looked for
+  -- once a call, and only for items that would go to the slots.
   -- Inline, not in functions: this runs for every item, and a Lua call
   -- costs about 1,000 instructions (docs/benchmarks.md, issue 42).
   local go = last_go
   if due ~= last_due then
     go = false
-    if due >= now + WHEEL_NEAR then
+    if due < now + WHEEL_NEAR then
+      go = 'near'
+    else
       if not tail_due then read_tail() end
       go = due < tail_due - WHEEL_MS
     end
@@ -175,6 +193,16 @@ local function offer_one(id, payload, due, keep, fresh, h)
       go = l or false
     end
     last_due, last_go = due, go
+  end
+  if go == 'near' then
+    near_add(nw, due, h, ik, id, payload)
+    held[id] = true
+    added = added + 1
+    if bound == nil or due * ORD < bound then
+      bound = due * ORD
+      announce = due
+    end
+    return status, due, 1
   end
   if go then
     wheel_add(w, due, h, ik, id, payload)

@@ -9,4 +9,6 @@
 -- Minor 1: the timing wheel (lib/65_wheel.lua). Nothing new to call, but a
 -- library of minor 0 does not see an item its producers put in a bucket, so
 -- a client that finds both must take this one (the highest minor).
-return {1, 1}
+-- Minor 2: the near lists (lib/67_near.lua), the same way: a library of
+-- minor 1 does not see an item offered due within 40 s by one of minor 2.
+return {1, 2}

@@ -101,6 +101,12 @@ if type(ks) == 'table' and #ks > 0 then
   for _, k in ipairs(ks) do redis.call('DEL', wheel_key(P, k)) end
   redis.call('ZREM', wheel_index(P), unpack(ks))
 end
-redis.call('HDEL', counters, 'bcur')
+-- The near lists likewise (lib/67_near.lua).
+local ms = redis.pcall('ZRANGE', near_index(P), '0', '999')
+if type(ms) == 'table' and #ms > 0 then
+  for _, m in ipairs(ms) do redis.call('DEL', near_key(P, m)) end
+  redis.call('ZREM', near_index(P), unpack(ms))
+end
+redis.call('HDEL', counters, 'bcur', 'mcur')
 redis.call('HSET', counters, 'shards', '0')
 return 1

@@ -155,133 +155,229 @@ done = done + wtook
 local wfirst = wheel_first(P)
 if wfirst and wfirst <= now then limit = '(' .. fmt(wfirst * ORD) end
 
--- A burst (many items due in one millisecond) is read without its scores.
--- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
--- what moving an item costs. When a chunk's items all had one due time and
--- filled the chunk or emptied their slot, the next chunk's records due in
--- that millisecond (in the same slot or the next) are read alone (their due
--- time is known); the chunks after that go back to scores once that
--- millisecond is done in a slot. A record other than a version 1 one read
--- this way gets its score from ZSCORE.
-local burst -- that due time (ms), or nil
-for _ = 1, 10000 do
-  if done >= max_items then break end
-  local first = kcall(P, 'ZRANGE', zs, '0', '0')
-  if first[1] == nil then break end
-  local key = slot_key(P, first[1])
-  local want = math.min(CHUNK, max_items - done)
-  local items, step
-  if burst then
-    items = kcall(P, 'ZRANGEBYSCORE', key, fmt(burst * ORD), fmt((burst + 1) * ORD - 1), 'LIMIT', '0', nstr(want))
-    step = 1
-  else
-    items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', limit, 'WITHSCORES', 'LIMIT', '0', nstr(want))
-    step = 2
-  end
-  local n = #items / step
-  if n == 0 then
-    -- Nothing due in the first slot: done, unless it is an emptied one (in
-    -- a burst: read it again with scores).
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('ZREM', zs, first[1])
-    elseif burst then
-      burst = nil
+-- Moves the slots' due records of scores below below (a ZRANGEBYSCORE
+-- bound: '(' and a score); returns true when it stopped for the run's
+-- count or time budget, false when nothing below it is left.
+local function move_slots(below)
+  -- A burst (many items due in one millisecond) is read without its scores.
+  -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
+  -- what moving an item costs. When a chunk's items all had one due time and
+  -- filled the chunk or emptied their slot, the next chunk's records due in
+  -- that millisecond (in the same slot or the next) are read alone (their due
+  -- time is known); the chunks after that go back to scores once that
+  -- millisecond is done in a slot. A record other than a version 1 one read
+  -- this way gets its score from ZSCORE.
+  local burst -- that due time (ms), or nil
+  for _ = 1, 10000 do
+    if done >= max_items then return true end
+    local first = kcall(P, 'ZRANGE', zs, '0', '0')
+    if first[1] == nil then break end
+    local key = slot_key(P, first[1])
+    local want = math.min(CHUNK, max_items - done)
+    local items, step
+    if burst then
+      items = kcall(P, 'ZRANGEBYSCORE', key, fmt(burst * ORD), fmt((burst + 1) * ORD - 1), 'LIMIT', '0', nstr(want))
+      step = 1
     else
-      break
+      items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', below, 'WITHSCORES', 'LIMIT', '0', nstr(want))
+      step = 2
     end
-  else
-    check_types()
-    local out, bad, unindex = {}, {}, {}
-    local leases = {} -- the scores of the lease records the chunk takes: out of the registry
-    -- A lease record holds up to 1000 items: a chunk ends after the record
-    -- that brings it to CHUNK items, so a call stays short however many
-    -- leases run out together.
-    local taken, units = 0, 0
-    local one_due = burst -- the due time all the chunk's items share, or false
-    for i = 1, #items, step do
-      if units >= CHUNK then break end
-      taken, units = taken + 1, units + 1
-      -- A score as WITHSCORES writes it is always a number: "+ 0" reads it
-      -- with one strtod, where tonumber would run two.
-      local rec = items[i]
-      local score = step == 2 and items[i + 1] + 0
-      local due = score and math.floor(score / ORD) or burst
-      if one_due == nil then one_due = due elseif one_due ~= due then one_due = false end
-      -- Most records were never delivered (version 1): their ready entry
-      -- is the record with the two times put in, no table needed.
-      local e = due >= 0 and ready_entry_v1(rec, due, nows, dues)
-      if e then
-        pending_out = pending_out + 1
-        lateness_add(lat, now - due)
-        out[#out + 1] = e
+    local n = #items / step
+    if n == 0 then
+      -- Nothing due in the first slot: done, unless it is an emptied one (in
+      -- a burst: read it again with scores).
+      if redis.call('EXISTS', key) == 0 then
+        redis.call('ZREM', zs, first[1])
+      elseif burst then
+        burst = nil
       else
-        -- The others need their exact score.
-        score = score or redis.call('ZSCORE', key, rec) + 0
-        local r, why, held
-        if score < 0 then
-          why = 'record with a negative score'
-        elseif is_lease_record(rec) then
-          held, why = leases_ran_out(rec, score, out, bad, unindex)
-          leases[#leases + 1] = fmt(score)
-        else
-          r, why = parse_record(rec, score)
-        end
-        if held then
-          units = units + held - 1
-        elseif not r then
-          -- Not counted: most likely not ours.
-          local id = raw_id(rec, false)
-          bad[#bad + 1] = aside_entry(why, id or '', rec)
-          if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
-        elseif r.token ~= '' then
-          lease_ran_out(r, out)
-        else
+        break
+      end
+    else
+      check_types()
+      local out, bad, unindex = {}, {}, {}
+      local leases = {} -- the scores of the lease records the chunk takes: out of the registry
+      -- A lease record holds up to 1000 items: a chunk ends after the record
+      -- that brings it to CHUNK items, so a call stays short however many
+      -- leases run out together.
+      local taken, units = 0, 0
+      local one_due = burst -- the due time all the chunk's items share, or false
+      for i = 1, #items, step do
+        if units >= CHUNK then break end
+        taken, units = taken + 1, units + 1
+        -- A score as WITHSCORES writes it is always a number: "+ 0" reads it
+        -- with one strtod, where tonumber would run two.
+        local rec = items[i]
+        local score = step == 2 and items[i + 1] + 0
+        local due = score and math.floor(score / ORD) or burst
+        if one_due == nil then one_due = due elseif one_due ~= due then one_due = false end
+        -- Most records were never delivered (version 1): their ready entry
+        -- is the record with the two times put in, no table needed.
+        local e = due >= 0 and ready_entry_v1(rec, due, nows, dues)
+        if e then
           pending_out = pending_out + 1
-          lateness_add(lat, now - math.floor(score / ORD))
-          out[#out + 1] = ready_entry_of(r, now)
+          lateness_add(lat, now - due)
+          out[#out + 1] = e
+        else
+          -- The others need their exact score.
+          score = score or redis.call('ZSCORE', key, rec) + 0
+          local r, why, held
+          if score < 0 then
+            why = 'record with a negative score'
+          elseif is_lease_record(rec) then
+            held, why = leases_ran_out(rec, score, out, bad, unindex)
+            leases[#leases + 1] = fmt(score)
+          else
+            r, why = parse_record(rec, score)
+          end
+          if held then
+            units = units + held - 1
+          elseif not r then
+            -- Not counted: most likely not ours.
+            local id = raw_id(rec, false)
+            bad[#bad + 1] = aside_entry(why, id or '', rec)
+            if id then unindex[#unindex + 1], unindex[#unindex + 2] = id, score end
+          elseif r.token ~= '' then
+            lease_ran_out(r, out)
+          else
+            pending_out = pending_out + 1
+            lateness_add(lat, now - math.floor(score / ORD))
+            out[#out + 1] = ready_entry_of(r, now)
+          end
         end
       end
+      if step == 2 or redis.call('ZRANK', key, items[1]) == 0 then
+        -- The chunk is the slot's first ranks: read from -inf, or from a
+        -- record nothing comes before (ZREMRANGEBYSCORE would parse every
+        -- score it passes).
+        redis.call('ZREMRANGEBYRANK', key, '0', nstr(taken - 1))
+      else
+        redis.call('ZREM', key, unpack(items, 1, taken))
+      end
+      push_in_pieces(ready, out, true)
+      push_in_pieces(aside, bad, false)
+      registry_drop(P, leases)
+      -- The id index entries that pointed at the records set aside.
+      for i = 1, #unindex, 2 do
+        local id = unindex[i]
+        local ik = id_key(P, id)
+        if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
+      end
+      moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + units
+      local same = one_due and one_due >= 0 and one_due or nil
+      if taken == n and n < want then
+        -- What was due in this slot is done (in a burst, of its millisecond).
+        if redis.call('EXISTS', key) == 1 then
+          if not burst then break end
+          burst = nil -- later records of the slot: read them with scores
+        else
+          -- The slot emptied: it leaves the index now (not on the next
+          -- round), and the next slot may go on with the same due time.
+          redis.call('ZREM', zs, first[1])
+          burst = same
+        end
+      elseif taken == n then
+        -- A full chunk of one due time: the slot may hold more of it (a slot
+        -- outgrows a chunk when it cannot split: its records at one score).
+        burst = same
+      else
+        burst = nil
+      end
+      if server_now_us() - start_us >= budget_us then return true end
     end
-    if step == 2 or redis.call('ZRANK', key, items[1]) == 0 then
-      -- The chunk is the slot's first ranks: read from -inf, or from a
-      -- record nothing comes before (ZREMRANGEBYSCORE would parse every
-      -- score it passes).
-      redis.call('ZREMRANGEBYRANK', key, '0', nstr(taken - 1))
-    else
-      redis.call('ZREM', key, unpack(items, 1, taken))
-    end
+  end
+  return false
+end
+
+-- The earliest score in the slots (math.huge: none), or nil when the first
+-- slot is empty (not known without more reads).
+local function slots_next()
+  local f = kcall(P, 'ZRANGE', zs, '0', '0')[1]
+  if not f then return math.huge end
+  local e = kcall(P, 'ZRANGE', slot_key(P, f), '0', '0', 'WITHSCORES')
+  return e[2] and tonumber(e[2]) or nil
+end
+
+-- The near lists (lib/67_near.lua) due by now, and before the wheel's
+-- earliest time (its entries of a millisecond were offered before the
+-- list's), each after the slots' records of its millisecond and those
+-- before it: a list's millisecond is read, the slots are moved up to it
+-- unless their earliest score is known to lie past it, then the list.
+local NEAR_SPAN = 64 -- lists read from the index at once
+local mz = near_index(P)
+local ncap = now
+if wfirst and wfirst <= now then ncap = wfirst - 1 end
+local nfirst = near_first(P)
+local stopped = false
+if nfirst and nfirst <= ncap then
+  local cur = redis.call('HGET', counters, 'mcur')
+  local cd, cn = nil, 0
+  if cur then
+    cd, cn = string.match(cur, '^(%d+):(%d+)$')
+    cn = cn and #cn <= 9 and tonumber(cn) or 0
+  end
+  local snext = nil -- the slots' earliest score, once known
+  local out, bad = {}, {}
+  local function flush_near()
+    if #out == 0 and #bad == 0 then return end
+    check_types()
     push_in_pieces(ready, out, true)
     push_in_pieces(aside, bad, false)
-    registry_drop(P, leases)
-    -- The id index entries that pointed at the records set aside.
-    for i = 1, #unindex, 2 do
-      local id = unindex[i]
-      local ik = id_key(P, id)
-      if id_score_in(P, ik, id) == unindex[i + 1] then id_del(P, ik, id) end
+    moved, set_aside_n, pending_out = moved + #out, set_aside_n + #bad, pending_out + #out
+    out, bad = {}, {}
+  end
+  for _ = 1, 10000 do
+    if stopped then break end
+    local ms = redis.pcall('ZRANGEBYSCORE', mz, '-inf', fmt(ncap), 'LIMIT', '0', nstr(NEAR_SPAN))
+    if type(ms) ~= 'table' or ms.err then
+      quarantine(P, mz, redis.call('TYPE', mz)['ok'])
+      break
     end
-    moved, set_aside_n, done = moved + #out, set_aside_n + #bad, done + units
-    local same = one_due and one_due >= 0 and one_due or nil
-    if taken == n and n < want then
-      -- What was due in this slot is done (in a burst, of its millisecond).
-      if redis.call('EXISTS', key) == 1 then
-        if not burst then break end
-        burst = nil -- later records of the slot: read them with scores
+    if #ms == 0 then break end
+    local planted = {}
+    for _, ds in ipairs(ms) do
+      local d = uint_of(ds, 13, DUE_MAX)
+      if not d or fmt(d) ~= ds or d > ncap then
+        planted[#planted + 1] = ds -- names no list due by now
       else
-        -- The slot emptied: it leaves the index now (not on the next
-        -- round), and the next slot may go on with the same due time.
-        redis.call('ZREM', zs, first[1])
-        burst = same
+        if not snext or snext < (d + 1) * ORD then
+          flush_near()
+          stopped = move_slots('(' .. fmt((d + 1) * ORD))
+          if stopped then break end
+          snext = slots_next()
+        end
+        if done >= max_items then
+          stopped = true
+          break
+        end
+        local from = (cd == ds) and cn or 0
+        local took, _, fin = near_move(P, d, ds, from, math.min(max_items - done, 1000), now, nows, dues,
+                                       out, bad, lat)
+        done = done + took
+        if fin then
+          if cd == ds then cd, cn = nil, 0 end
+        else
+          cd, cn, stopped = ds, from + took, true
+          break
+        end
+        if #out >= 1000 then flush_near() end
       end
-    elseif taken == n then
-      -- A full chunk of one due time: the slot may hold more of it (a slot
-      -- outgrows a chunk when it cannot split: its records at one score).
-      burst = same
-    else
-      burst = nil
     end
-    if server_now_us() - start_us >= budget_us then break end
+    if #planted > 0 then redis.call('ZREM', mz, unpack(planted)) end
+    flush_near()
+    if not stopped and server_now_us() - start_us >= budget_us then stopped = true end
+    if #ms < NEAR_SPAN then break end
+  end
+  flush_near()
+  -- Where a list cut short goes on (see 'mcur' in lib/67_near.lua).
+  if cd then
+    local now_cur = cd .. ':' .. fmt(cn)
+    if now_cur ~= cur then redis.call('HSET', counters, 'mcur', now_cur) end
+  elseif cur then
+    redis.call('HDEL', counters, 'mcur')
   end
 end
+if not stopped then move_slots(limit) end
 if expired > 0 then redis.call('HINCRBY', counters, 'inflight', -expired) end
 if pending_out > 0 then redis.call('HINCRBY', counters, 'pending', -pending_out) end
 metric_add(counters, 'expired', expired)

@@ -414,6 +414,13 @@ def slot_records(queue):
     return sum(redis("ZCARD", f"dq:{{{queue}}}:q:{n.decode()}") for n in names)
 
 
+def near_records(queue):
+    """How many live entries (not tombstones) the queue's near lists hold
+    (lua/lib/67_near.lua: items offered due within 40 s)."""
+    keys = redis("KEYS", f"dq:{{{queue}}}:m:*")
+    return sum(sum(1 for e in redis("LRANGE", k, 0, -1) if e) for k in keys)
+
+
 def id_index_size(queue):
     """How many ids the queue's id index holds (pending, ready, in flight)."""
     return sum(redis("HLEN", k) for k in redis("KEYS", f"dq:{{{queue}}}:i:*"))
@@ -434,7 +441,7 @@ def wheel_ref_of(s):
         s = s.decode()
     if s is None:
         return None
-    if s.startswith("-") and s[1:].isdigit():
+    if s.startswith("-") and s[1:].isdigit() and len(s) <= 17:
         return divmod(int(s[1:]), WHEEL_POS)
     if s.startswith("b") and "." in s:
         k, pos = s[1:].split(".", 1)
@@ -442,11 +449,33 @@ def wheel_ref_of(s):
     return None
 
 
+def near_ref_of(s):
+    """(due ms, pos) of an id index entry naming a near list entry
+    (lua/lib/67_near.lua: "-8" + 13-digit due + 5-digit pos, or
+    "m<due>.<pos>"), else None."""
+    if isinstance(s, bytes):
+        s = s.decode()
+    if s is None:
+        return None
+    if len(s) == 20 and s.startswith("-8") and s[1:].isdigit():
+        return int(s[2:15]), int(s[15:])
+    if s.startswith("m") and "." in s:
+        d, pos = s[1:].split(".", 1)
+        return int(d), int(pos)
+    return None
+
+
 def zscore_due(queue, id_):
     """The due ms (or lease end) of an id from its score in the id index
-    (score = due*2048 + ordinal), or from the timing wheel entry its index
-    entry names (wheel_ref); None if the queue does not hold it."""
+    (score = due*2048 + ordinal), or from the timing wheel or near list
+    entry its index entry names (wheel_ref, near_ref); None if the queue
+    does not hold it."""
     s = redis("HGET", id_index_key(queue, id_), id_)
+    near = near_ref_of(s)
+    if near is not None:
+        d, pos = near
+        e = redis("LINDEX", f"dq:{{{queue}}}:m:{d}", pos)
+        return d if e else None
     ref = wheel_ref_of(s)
     if ref is not None:
         k, pos = ref

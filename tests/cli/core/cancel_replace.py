@@ -107,7 +107,8 @@ eq((r.rc, r.out), (0, b"3\n"), "offer --batch of 3 lines (t1 twice) prints 3")
 p = stats("tw")
 if p is not None:
     eq(p["pending"], 2, "two items pending, not three")
-eq((slot_records("tw"), id_index_size("tw")), (2, 2), "two records and two id index entries")
+eq((slot_records("tw") + near_records("tw"), id_index_size("tw")), (2, 2),
+   "two records (slots and near lists) and two id index entries")
 r = dq("take", "tw", "--count", "0", "--json", "--timeout", "1500ms")
 msgs = r.json_lines()
 eq((r.rc, [(m["id"], m["payload"]) for m in msgs]), (0, [("t2", "other"), ("t1", "second")]),

@@ -665,29 +665,29 @@ driven = ["wf", "wc", "wr", "wbig", "wsh", "wh", "wz", "wk", "ww"]
 ok(wait_for(lambda: all(redis("PUBSUB", "SHARDNUMSUB", P + "w")[1] > 0 for q in driven for P in prefixes(q)), 15),
    "every scheduler subscribed to its queue's channel")
 # More items due at T while the schedulers run: before T's bucket is
-# cascaded (LEAD ahead of its first due time: into its list), just after
-# (straight to the slots), and 200 ms before T: they must still come after
-# E08, in offer order.
+# cascaded (LEAD ahead of its first due time), just after, and 200 ms
+# before T. Each is due within the wheel's 40 s horizon, so it goes to T's
+# near list (lua/lib/67_near.lua), not to the bucket nor the slots; they
+# must still come after E08, in offer order.
 kT = T // BUCKET_MS
 sT = redis("ZSCORE", "dq:{wf}:bz", kT)
 cT = int(float(sT)) - LEAD if sT is not None else T - LEAD  # when T's bucket is cascaded
 
 
-def late_offer(j, at, wheel):
+def late_offer(j, at):
     """Offers E<j> due at T once wf's time stands at at; checks it went into
-    T's bucket (wheel) or to the slots."""
+    T's near list."""
     if queue_clock("wf") > at + 100:  # the server's clock passed it while the offers ran (a slow build)
         note(f"E{j:02d} not offered: wf's time passed T - {T - at} ms before the driver began")
         return
     py_offer(wf, [(f"E{j:02d}", f"equal {j}, offered late", T)])
-    ref = wheel_ref_of(redis("HGET", id_index_key("wf", f"E{j:02d}"), f"E{j:02d}"))
-    eq(ref is not None, wheel, f"E{j:02d}, offered at T - {T - at} ms (queue time): "
-       + ("into T's bucket" if wheel else "to the slots"))
+    ref = near_ref_of(redis("HGET", id_index_key("wf", f"E{j:02d}"), f"E{j:02d}"))
+    eq(ref and ref[0], T, f"E{j:02d}, offered at T - {T - at} ms (queue time): into T's near list")
 
 
 stalls = drive(driven, max(max(q.due.values(), default=0) for q in (wf, wc, wr, wbig, wsh, wh, wz, wk, ww)) + 1,
-               hooks=[(at, lambda j=j, at=at, w=w: late_offer(j, at, w))
-                      for j, at, w in ((9, cT - 1500, True), (10, cT + 300, False), (11, T - 200, False))])
+               hooks=[(at, lambda j=j, at=at: late_offer(j, at))
+                      for j, at in ((9, cT - 1500), (10, cT + 300), (11, T - 200))])
 ok(not stalls, f"the schedulers kept up with each step of the queues' time ({len(LOG)} steps)", stalls[:3])
 # wo: its time pushed past every item, with no scheduler yet: all overdue.
 wo_at = max(wo.due.values(), default=0) + 500

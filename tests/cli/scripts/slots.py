@@ -44,16 +44,27 @@ def check_layout(queue, what, one_score_ok=False):
     return ss
 
 
-# Offers due within the timing wheel's lead (1 s) go straight to the slots;
-# those further off go through the wheel, whose cascade is checked below.
-section("3,000 offers with random delays 0.2-0.9 s, 300 at one due time: splits")
+# Offers due within 40 s go to their millisecond's near list (67_near.lua);
+# those due later and less than a wheel bucket (4,096 ms) before the
+# queue's last record go into the slots, in any order: these. The ones
+# further off go through the wheel, whose cascade is checked below. The
+# queue's clock mark is set past them to deliver them (FAR: 60 s ahead).
+FAR = 60000
+
+
+def pass_time(queue, ms):
+    """Sets the queue's clock mark ms ahead of the server's clock."""
+    redis("HSET", f"dq:{{{queue}}}:n", "clock", str(server_ms() + ms))
+
+
+section("3,000 offers with random delays 60.2-60.9 s, 300 at one due time: splits")
 rng = random.Random(7)
 lines, want = [], []
 for i in range(3000):
-    d = rng.randint(200, 900)
+    d = FAR + rng.randint(200, 900)
     lines.append(f"{d}ms\tr{i:04d}\tp{i}")
 for i in range(300):
-    lines.append(f"500ms\ts{i:03d}\tsame {i}")
+    lines.append(f"{FAR + 500}ms\ts{i:03d}\tsame {i}")
 r = dq("offer", Q, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
 eq((r.rc, r.out), (0, b"3300\n"), "offer --batch: 3300")
 eq(id_index_size(Q), 3300, "3300 ids in the id index")
@@ -65,11 +76,12 @@ if p is not None:
 
 section("cancel and replace inside the slots")
 eq(dq("cancel", Q, "r0005").rc, 0, "cancel r0005")
-eq(dq("offer", Q, "2500ms", "moved", "--id", "r0006").rc, 0, "replace r0006 (due in 2.5 s)")
+eq(dq("offer", Q, f"{FAR + 2500}ms", "moved", "--id", "r0006").rc, 0, "replace r0006 (due in 62.5 s)")
 eq(slot_records(Q), 3299, "3299 records")
 check_layout(Q, "after cancel and replace")
 
 section("delivered in due order, equal due times in offer order, none lost")
+pass_time(Q, FAR + 4000)
 sched = bg_dq("schedule", Q)
 r = dq("take", Q, "--count", "3299", "--json", "--timeout", "15s", timeout=60)
 sched.stop()
@@ -106,11 +118,11 @@ P2 = f"dq:{{{Q2}}}:"
 # Due times falling from one offer to the next: every insert lands below the
 # slot's records, so the slot grows until it splits (no appending to a full
 # slot, which starts a new slot without a split).
-eq(dq("offer", Q2, "900ms", "first", "--id", "d000").rc, 0, "the first offer makes slot 1")
+eq(dq("offer", Q2, f"{FAR + 900}ms", "first", "--id", "d000").rc, 0, "the first offer makes slot 1")
 eq(redis("HGET", P2 + "n", "slots"), b"1", "slot names issued: 1")
 redis("ZADD", P2 + "q:2", "1", "planted")
 redis("SET", P2 + "q:3", "planted string")
-lines = [f"{900 - i}ms\td{i:03d}\tp{i}" for i in range(1, 200)]
+lines = [f"{FAR + 900 - i}ms\td{i:03d}\tp{i}" for i in range(1, 200)]
 r = dq("offer", Q2, "--batch", "-", stdin=("\n".join(lines) + "\n").encode(), timeout=60)
 eq((r.rc, r.out), (0, b"199\n"), "offer --batch: 199 more")
 eq(redis("ZRANGE", P2 + "q:2", 0, -1, "WITHSCORES"), [b"planted", b"1"], "the planted zset at slot name 2 is untouched")
@@ -122,6 +134,7 @@ if bad:
 ok(redis("ZSCORE", P2 + "zs", "3") is not None, "name 3 is a slot: the split went on there")
 eq(slot_records(Q2), 200, "200 records in the slots")
 check_layout(Q2, "after the splits")
+pass_time(Q2, FAR + 2000)
 sched = bg_dq("schedule", Q2)
 r = dq("take", Q2, "--count", "200", "--json", "--timeout", "15s", timeout=60)
 sched.stop()
