@@ -20,9 +20,9 @@ if not score then
     wheel_bury(P, wdue, wpos)
   else
     -- In a near list: the same, skipped by the transfer (lib/67_near.lua).
-    local ndue, _, npos = id_near_in(P, ik, id)
+    local ndue, _, npos = near.id_in(P, ik, id)
     if not ndue then return 0 end
-    near_bury(P, ndue, npos)
+    near.bury(P, ndue, npos)
   end
   id_del(P, ik, id)
   redis.call('HINCRBY', KEYS[2], 'pending', -1)

@@ -61,7 +61,7 @@ local function redrive(id, now)
   if not why then
     active, ik = id_score(P, id)
     active = active or id_wheel_in(P, ik, id) -- pending in the timing wheel
-    active = active or id_near_in(P, ik, id) -- pending in a near list
+    active = active or near.id_in(P, ik, id) -- pending in a near list
   end
   -- Writes.
   forget(id)

@@ -97,7 +97,7 @@ if wdue then
   return answer({1, fmt(wdue), 0, '', ago(wdue)}, r and r.payload)
 end
 -- Pending in a near list (lib/67_near.lua).
-local ndue, nrec = id_near_in(P, ik, id)
+local ndue, nrec = near.id_in(P, ik, id)
 if ndue then
   local r = parse_record(nrec, ndue * ORD, id)
   return answer({1, fmt(ndue), 0, '', ago(ndue)}, r and r.payload)

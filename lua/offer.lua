@@ -66,9 +66,9 @@ if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound =
 local w = wheel_pusher()
 -- The earliest due time of the near lists (lib/67_near.lua): a bound the
 -- schedulers know too (the offer that made the list announced it).
-local nfirst = near_first(P)
+local nfirst = near.first(P)
 if nfirst and (bound == nil or nfirst * ORD < bound) then bound = nfirst * ORD end
-local nw = near_pusher()
+local nw = near.pusher()
 -- The due time of the queue's last record in the slots (-inf: none), read
 -- when first needed: an offer after it, or less than WHEEL_MS before it, is
 -- in time order and goes to the last slot cheaply (offers of one deadline
@@ -98,7 +98,7 @@ local held = {} -- ids whose writes are held back
 local function flush()
   slot_flush(hint)
   wheel_flush(P, w)
-  near_flush(P, nw)
+  near.flush(P, nw)
   for i = 1, nidx, 3 do id_set(P, idx[i], idx[i + 1], idx[i + 2]) end
   nidx, held = 0, {}
 end
@@ -117,12 +117,12 @@ local function offer_one(id, payload, due, keep, fresh, h)
     local wrec, wdue
     if wk then wrec, wdue = wheel_record(P, id, wk, wpos) end
     local nd, npos = nil, nil
-    if not wk and not old then nd, npos = near_ref_of(s) end
-    if nd and near_record(P, id, nd, npos) then
+    if not wk and not old then nd, npos = near.ref_of(s) end
+    if nd and near.record(P, id, nd, npos) then
       -- In a near list: its old entry becomes a tombstone, which the
       -- transfer skips (lib/67_near.lua).
       if keep then return 3, nd, 1 end
-      near_bury(P, nd, npos)
+      near.bury(P, nd, npos)
       added, replaced = added - 1, true
     elseif wrec then
       -- In a bucket of the wheel: its old entry becomes a tombstone, which
@@ -195,7 +195,7 @@ local function offer_one(id, payload, due, keep, fresh, h)
     last_due, last_go = due, go
   end
   if go == 'near' then
-    near_add(nw, due, h, ik, id, payload)
+    near.add(nw, due, h, ik, id, payload)
     held[id] = true
     added = added + 1
     if bound == nil or due * ORD < bound then

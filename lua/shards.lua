@@ -102,10 +102,10 @@ if type(ks) == 'table' and #ks > 0 then
   redis.call('ZREM', wheel_index(P), unpack(ks))
 end
 -- The near lists likewise (lib/67_near.lua).
-local ms = redis.pcall('ZRANGE', near_index(P), '0', '999')
+local ms = redis.pcall('ZRANGE', near.index(P), '0', '999')
 if type(ms) == 'table' and #ms > 0 then
-  for _, m in ipairs(ms) do redis.call('DEL', near_key(P, m)) end
-  redis.call('ZREM', near_index(P), unpack(ms))
+  for _, m in ipairs(ms) do redis.call('DEL', near.key(P, m)) end
+  redis.call('ZREM', near.index(P), unpack(ms))
 end
 redis.call('HDEL', counters, 'bcur', 'mcur')
 redis.call('HSET', counters, 'shards', '0')

@@ -304,10 +304,10 @@ end
 -- before it: a list's millisecond is read, the slots are moved up to it
 -- unless their earliest score is known to lie past it, then the list.
 local NEAR_SPAN = 64 -- lists read from the index at once
-local mz = near_index(P)
+local mz = near.index(P)
 local ncap = now
 if wfirst and wfirst <= now then ncap = wfirst - 1 end
-local nfirst = near_first(P)
+local nfirst = near.first(P)
 local stopped = false
 if nfirst and nfirst <= ncap then
   local cur = redis.call('HGET', counters, 'mcur')
@@ -317,8 +317,9 @@ if nfirst and nfirst <= ncap then
     cn = cn and #cn <= 9 and tonumber(cn) or 0
   end
   local snext = nil -- the slots' earliest score, once known
-  local out, bad = {}, {}
+  local out, bad, nm = {}, {}, near.mover()
   local function flush_near()
+    near.drop(P, nm)
     if #out == 0 and #bad == 0 then return end
     check_types()
     push_in_pieces(ready, out, true)
@@ -334,11 +335,13 @@ if nfirst and nfirst <= ncap then
       break
     end
     if #ms == 0 then break end
-    local planted = {}
+    local planted, rescored = {}, {}
     for _, ds in ipairs(ms) do
       local d = uint_of(ds, 13, DUE_MAX)
-      if not d or fmt(d) ~= ds or d > ncap then
-        planted[#planted + 1] = ds -- names no list due by now
+      if not d or fmt(d) ~= ds then
+        planted[#planted + 1] = ds -- names no list
+      elseif d > ncap then
+        rescored[#rescored + 1], rescored[#rescored + 2] = ds, ds -- a score not its due time
       else
         if not snext or snext < (d + 1) * ORD then
           flush_near()
@@ -351,8 +354,7 @@ if nfirst and nfirst <= ncap then
           break
         end
         local from = (cd == ds) and cn or 0
-        local took, _, fin = near_move(P, d, ds, from, math.min(max_items - done, 1000), now, nows, dues,
-                                       out, bad, lat)
+        local took, fin = near.move(P, nm, d, ds, from, math.min(max_items - done, 1000), now, nows, out, bad, lat)
         done = done + took
         if fin then
           if cd == ds then cd, cn = nil, 0 end
@@ -364,6 +366,7 @@ if nfirst and nfirst <= ncap then
       end
     end
     if #planted > 0 then redis.call('ZREM', mz, unpack(planted)) end
+    if #rescored > 0 then redis.call('ZADD', mz, unpack(rescored)) end
     flush_near()
     if not stopped and server_now_us() - start_us >= budget_us then stopped = true end
     if #ms < NEAR_SPAN then break end

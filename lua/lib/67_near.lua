@@ -33,40 +33,59 @@
 -- A nack's or an expired lease's retry goes to the slots as before: among
 -- items due in one millisecond, a retry may come before a fresh offer.
 
-local NEAR_POS = 100000 -- places with a numeric index entry (see near_ref)
+--
+-- Its functions, constants and caches live in the table near (near.first,
+-- near.move, ...): the scripts' main chunk may hold at most 200 locals, and
+-- the shared code is close to that.
+local near = {}
+near.POS = 100000 -- places with a numeric index entry (see near.ref)
 
 -- Due times as digit strings, kept from call to call as the wheel keeps its
 -- bucket names (lib/65_wheel.lua), and their 13-digit padded forms.
-local NEAR_NAMES = 16384
-local near_names, near_pads, near_named = {}, {}, 0
-local function near_name(d)
-  local s = near_names[d]
+near.NAMES = 16384
+near.names = {}
+near.pads = {}
+near.named = 0
+function near.name(d)
+  local s = near.names[d]
   if not s then
-    if near_named >= NEAR_NAMES then near_names, near_pads, near_named = {}, {}, 0 end
+    if near.named >= near.NAMES then near.names, near.pads, near.named = {}, {}, 0 end
     s = fmt(d)
-    near_names[d], near_pads[d], near_named = s, string.rep('0', 13 - #s) .. s, near_named + 1
+    near.names[d], near.pads[d], near.named = s, string.rep('0', 13 - #s) .. s, near.named + 1
   end
   return s
 end
 
-local function near_key(P, ds) return P .. 'm:' .. ds end
-local function near_index(P) return P .. 'mz' end
+-- Places as 5 digits, kept from call to call (string.format costs Lua
+-- more than the rest of an index entry): at most near.PLACES of them.
+near.PLACES = 4096
+near.places = {}
+function near.place(pos)
+  local s = near.places[pos]
+  if s then return s end
+  s = string.format('%05d', pos)
+  if pos < near.PLACES then near.places[pos] = s end
+  return s
+end
+
+function near.key(P, ds) return P .. 'm:' .. ds end
+function near.index(P) return P .. 'mz' end
 
 -- The id index entry of the item at pos of the list of due time d: the
 -- 19-digit negative integer -8<d, 13 digits><pos, 5 digits>, which the hash
 -- keeps as a 64-bit integer (8 bytes, not 20), and which no slot score
 -- (never negative) and no wheel reference (17 characters at most) can be;
--- 'm<d>.<pos>' past NEAR_POS places. Built as text: the value is above
+-- 'm<d>.<pos>' past near.POS places. Built as text: the value is above
 -- 2^53, which a Lua number would round. An older delayq reads neither: the
 -- id counts as absent there (the protocol's minor 2, lua/protocol.lua).
-local function near_ref(d, pos)
-  near_name(d)
-  if pos < NEAR_POS then return '-8' .. near_pads[d] .. string.format('%05d', pos) end
-  return 'm' .. near_names[d] .. '.' .. fmt(pos)
+function near.ref(d, pos)
+  near.name(d)
+  if pos < near.POS then return '-8' .. near.pads[d] .. near.place(pos) end
+  return 'm' .. near.names[d] .. '.' .. fmt(pos)
 end
 
 -- An id index entry as (due time d, pos) if it names a list entry, else nil.
-local function near_ref_of(s)
+function near.ref_of(s)
   if not s then return nil end
   local c, d, pos = string.byte(s, 1), nil, nil
   if c == 45 then -- '-'
@@ -84,7 +103,7 @@ end
 
 -- A list entry: (index bucket h, record, id), or nil and why it does not
 -- decode.
-local function near_entry_of(e)
+function near.entry_of(e)
   local h, at = string.match(e, '^(%d+)|()')
   if not h or #h > 5 then return nil, 'undecodable near entry' end
   h = tonumber(h)
@@ -97,7 +116,7 @@ end
 
 -- The list moved in parts and the count of its entries already ready (the
 -- counters' 'mcur'), or nil, 0. Read only.
-local function near_cursor(P)
+function near.cursor(P)
   local cur = redis.pcall('HGET', P .. 'n', 'mcur')
   if type(cur) ~= 'string' then return nil, 0 end
   local cd, cn = string.match(cur, '^(%d+):(%d+)$')
@@ -107,23 +126,23 @@ end
 -- The record of id where its index entry (d, pos) points, or nil when it
 -- is not there (a planted or dangling entry, or one already moved). Read
 -- only.
-local function near_record(P, id, d, pos)
-  local ds = near_name(d)
-  local e = redis.pcall('LINDEX', near_key(P, ds), fmt(pos))
+function near.record(P, id, d, pos)
+  local ds = near.name(d)
+  local e = redis.pcall('LINDEX', near.key(P, ds), fmt(pos))
   if type(e) ~= 'string' or e == '' then return nil end
-  local h, rec, eid = near_entry_of(e)
+  local h, rec, eid = near.entry_of(e)
   if not h or eid ~= id then return nil end
-  local cd, cn = near_cursor(P)
+  local cd, cn = near.cursor(P)
   if cd == ds and pos < cn then return nil end
   return rec
 end
 
 -- An id whose index entry (at ik) names its live entry in a list: its due
 -- time, record and place in the list; else nil. Read only.
-local function id_near_in(P, ik, id)
-  local d, pos = near_ref_of(redis.pcall('HGET', ik, id))
+function near.id_in(P, ik, id)
+  local d, pos = near.ref_of(redis.pcall('HGET', ik, id))
   if not d then return nil end
-  local rec = near_record(P, id, d, pos)
+  local rec = near.record(P, id, d, pos)
   if not rec then return nil end
   return d, rec, pos
 end
@@ -131,15 +150,15 @@ end
 -- Makes the entry at pos of due time d's list a tombstone (''), which the
 -- transfer skips: the item was cancelled or replaced (its index entry goes
 -- or changes with it). The caller found the entry there (near_record).
-local function near_bury(P, d, pos)
-  redis.call('LSET', near_key(P, near_name(d)), fmt(pos), '')
+function near.bury(P, d, pos)
+  redis.call('LSET', near.key(P, near.name(d)), fmt(pos), '')
 end
 
 -- The earliest due time of a list (the first mz score), or nil. A planted
 -- member whose score is no time counts as due now (the transfer then drops
 -- it). Read only.
-local function near_first(P)
-  local f = redis.pcall('ZRANGE', near_index(P), '0', '0', 'WITHSCORES')
+function near.first(P)
+  local f = redis.pcall('ZRANGE', near.index(P), '0', '0', 'WITHSCORES')
   if type(f) ~= 'table' or not f[2] then return nil end
   local s = tonumber(f[2])
   if not s or s ~= s then return 0 end
@@ -148,16 +167,16 @@ end
 
 -- Offers --------------------------------------------------------------------
 
-local NEAR_RANK = 1048576 -- above the entries of a call (sort keys)
+near.RANK = 1048576 -- above the entries of a call (sort keys)
 
 -- A new pusher for one call: the items held back, in flat arrays.
-local function near_pusher()
+function near.pusher()
   return {D = {}, E = {}, I = {}, IK = {}, S = {}, A = {}, n = 0}
 end
 
 -- Holds back the item (id, payload, due d; ik its index key, h its index
 -- bucket) for its list; near_flush writes it.
-local function near_add(w, d, h, ik, id, payload)
+function near.add(w, d, h, ik, id, payload)
   local n = w.n + 1
   w.D[n], w.I[n], w.IK[n] = d, id, ik
   w.E[n] = record_v1(id, payload, h .. '|')
@@ -165,86 +184,115 @@ local function near_add(w, d, h, ik, id, payload)
 end
 
 -- Writes what w holds: the items grouped by due time (offer order kept
--- within one: the sort key is (due - the call's lowest) * NEAR_RANK +
+-- within one: the sort key is (due - the call's lowest) * near.RANK +
 -- place), an RPUSH per due time, each item's index entry (the push's reply
 -- gives the places), then one ZADD of the index with each due time whose
 -- list the push made (an RPUSH that replies with its own count).
-local function near_flush(P, w)
+function near.flush(P, w)
   local n = w.n
   if n == 0 then return end
   local D, E, S, A = w.D, w.E, w.S, w.A
   local low = D[1]
   for j = 2, n do if D[j] < low then low = D[j] end end
-  for j = 1, n do S[j] = (D[j] - low) * NEAR_RANK + j end
+  for j = 1, n do S[j] = (D[j] - low) * near.RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
   local z, x = {}, 1
   while x <= n do
-    local d = D[S[x] % NEAR_RANK]
+    local d = D[S[x] % near.RANK]
     local na, y = 0, x
     while y <= n do
-      local j = S[y] % NEAR_RANK
+      local j = S[y] % near.RANK
       if D[j] ~= d then break end
       na = na + 1
       A[na] = E[j]
       y = y + 1
     end
-    local ds = near_name(d)
+    local ds = near.name(d)
     local base = kcall(P, 'RPUSH', P .. 'm:' .. ds, unpack(A, 1, na)) - na
     for q = 0, na - 1 do
-      local j = S[x + q] % NEAR_RANK
-      id_set(P, w.IK[j], w.I[j], near_ref(d, base + q))
+      local j = S[x + q] % near.RANK
+      id_set(P, w.IK[j], w.I[j], near.ref(d, base + q))
     end
     if base == 0 then z[#z + 1], z[#z + 2] = ds, ds end
     x = y
   end
-  if #z > 0 then kcall(P, 'ZADD', near_index(P), unpack(z)) end
+  if #z > 0 then kcall(P, 'ZADD', near.index(P), unpack(z)) end
   w.n = 0
 end
 
 -- The transfer ----------------------------------------------------------------
 
+-- A transfer's state for the lists it moves: the lists done (deleted, and
+-- out of the index, by near_drop), the index keys by bucket.
+function near.mover()
+  return {keys = {}, dues = {}, iks = {}}
+end
+
+-- Deletes the lists m has done and takes them out of the index.
+function near.drop(P, m)
+  if #m.keys == 0 then return end
+  redis.call('DEL', unpack(m.keys))
+  redis.call('ZREM', near.index(P), unpack(m.dues))
+  m.keys, m.dues = {}, {}
+end
+
 -- Moves the entries of due time ds's list (d its number) into out as ready
 -- entries from its place from on, at most want of them (live or not); sets
 -- aside (into bad) the entries that do not decode; skips tombstones and
 -- entries the index no longer points at; points each moved item's index
--- entry at its ready item. nows, dues, lat: the transfer's (see
--- ready_entry_v1, lateness_add). Returns the entries taken, the items moved
--- and whether the list is done (then deleted, and out of the index); a list
--- of another type is renamed away and counts as done.
-local function near_move(P, d, ds, from, want, now, nows, dues, out, bad, lat)
-  local key = near_key(P, ds)
+-- entry at its ready item. m: near_mover's state (a list done goes into it
+-- for near_drop); nows, lat: the transfer's (see ready_entry_v1,
+-- lateness_add). Returns the entries taken and whether the list is done; a
+-- list of another type is renamed away and counts as done.
+function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
+  near.name(d)
+  local key = near.key(P, ds)
   local es = redis.pcall('LRANGE', key, fmt(from), fmt(from + want))
   if type(es) ~= 'table' or es.err then
     quarantine(P, key, redis.call('TYPE', key)['ok'])
-    redis.call('ZREM', near_index(P), ds)
-    return 0, 0, true
+    redis.call('ZREM', near.index(P), ds)
+    return 0, true
   end
   local done = #es <= want
   local took = done and #es or want
-  local moved, late, score = 0, now - d, fmt(d * ORD)
+  local late, score, iks = now - d, fmt(d * ORD), m.iks
+  local head = '1|' .. ds .. '|' .. nows
+  local refh = from + took - 1 < near.POS and ('-8' .. near.pads[d])
+  local find, sub, byte = string.find, string.sub, string.byte
   for x = 1, took do
     local e = es[x]
     if e ~= '' then
-      local h, rec, id = near_entry_of(e)
-      local why = not h and rec or nil
-      local re = not why and id_bytes_ok(id) and ready_entry_v1(rec, d, nows, dues)
-      if not re then
+      -- near.entry_of without its patterns (each costs more than the rest
+      -- of the item's parse, as in the wheel's cascade): 'h|1|idlen|id..'.
+      local p1 = find(e, '|', 1, true)
+      local h = p1 and p1 <= 6 and tonumber(sub(e, 1, p1 - 1))
+      local p3 = h and byte(e, p1 + 1) == 49 and byte(e, p1 + 2) == 124 and find(e, '|', p1 + 3, true)
+      local il = p3 and p3 - p1 <= 6 and tonumber(sub(e, p1 + 3, p3 - 1))
+      local id = il and il == il and il >= 1 and il <= ID_MAX and il % 1 == 0 and p3 + il <= #e and
+                 h == h and h >= 0 and h < ID_BUCKETS and h % 1 == 0 and sub(e, p3 + 1, p3 + il)
+      if not id or not id_bytes_ok(id) then
+        local _, why = near.entry_of(e)
         bad[#bad + 1] = aside_entry((why or 'undecodable near entry') .. ' in ' .. key, '', e)
       else
-        local ik = P .. 'i:' .. nstr(h)
-        if redis.pcall('HGET', ik, id) == near_ref(d, from + x - 1) then
-          out[#out + 1] = re
+        local ik = iks[h]
+        if not ik then
+          ik = P .. 'i:' .. nstr(h)
+          iks[h] = ik
+        end
+        local pos = from + x - 1
+        local ref = refh and (refh .. near.place(pos)) or near.ref(d, pos)
+        if redis.pcall('HGET', ik, id) == ref then
+          -- The record's ready entry: its version, the two times, the rest.
+          out[#out + 1] = head .. sub(e, p1 + 2)
           id_set(P, ik, id, score)
           lateness_add(lat, late)
-          moved = moved + 1
         end
       end
     end
   end
   if done then
-    redis.call('DEL', key)
-    redis.call('ZREM', near_index(P), ds)
+    m.keys[#m.keys + 1], m.dues[#m.dues + 1] = key, ds
   end
-  return took, moved, done
+  return took, done
 end

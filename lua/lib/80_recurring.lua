@@ -364,7 +364,7 @@ function recur.earliest(P, zs, read_only, first)
   if wf and (d < 0 or wf < d) then d = wf end
   -- The near lists (lib/67_near.lua): the first one's due time (a list of
   -- tombstones alone makes it early, until the transfer drops it).
-  local nf = near_first(P)
+  local nf = near.first(P)
   if nf and (d < 0 or nf < d) then d = nf end
   local t = first
   if t == nil then t = recur.first(P) end

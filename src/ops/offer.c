@@ -46,20 +46,13 @@ static int check_item(dq_client *c, const dq_item *item) {
 #define CHUNK_ITEMS 250
 #define CHUNK_BYTES (512u * 1024u)
 #define CHUNK_COST 500u
-/* lua/lib/65_wheel.lua's WHEEL_NEAR: an item due sooner goes to the slots,
- * the costlier path. Only sizes calls here: a wrong guess costs time, never
- * correctness. */
-#define NEAR_MS 40000
-
 /* An item's share of a call's work, in CHUNK_COST units: 2 for an item of a
- * generated id due later than NEAR_MS, which the timing wheel (or the end
- * of the slots) takes; 3 more for one due sooner, or at an absolute time
- * (the client does not read the server's clock to tell): inserts inside the
- * slots cost Redis about 2.3 times as much; 1 more for an id given, which
- * the script looks up first. So a call holds 250 to 83 items. */
+ * generated id, whichever way it goes (the end of the slots, the timing
+ * wheel, a near list: each an append, lua/offer.lua); 1 more for an id
+ * given, which the script looks up first. So a call holds 250 or 166
+ * items. */
 static unsigned item_cost(const dq_item *it) {
     unsigned cost = 2;
-    if (it->due_ms > 0 || it->delay_ms < NEAR_MS) cost += 3;
     if (it->id) cost += 1;
     return cost;
 }
