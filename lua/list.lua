@@ -12,16 +12,23 @@
 -- the item as a ready entry (its id, due time, last error and payload;
 -- src/util/codec.c decodes it). Pending items come by due time and in-flight ones
 -- by lease end: both share the slots, ordered by score. Pending items also
--- wait in the timing wheel's buckets (lib/65_wheel.lua): a bucket entry
--- counts as the score due * ORD + ORD - 1 (after every slot record of its
--- millisecond, as the cascade puts it), and the page merges them in. The
--- cursor's skip counts the items of its score already listed, slot records
--- first, then bucket entries by position. A page reads at most SCAN_MAX
--- records and WHEEL_SCAN bucket entries (but a bucket whole: its entries
--- are in no due order), so a page of one state among many of the other may
--- hold fewer than limit items and still have a next cursor. Records that
--- do not decode are skipped (the scheduler sets them aside when they fall
--- due).
+-- wait in the timing wheel's buckets (lib/65_wheel.lua) and in the near
+-- lists (lib/67_near.lua): a bucket entry or a near entry of due time d
+-- counts as the score d * ORD + ORD - 1, and among the items of that score
+-- the slot records come first, then the bucket entries, then the near
+-- entries: the order of delivery (the cascade puts a millisecond's bucket
+-- entries after its slot records, and the transfer moves its near list
+-- after both). The page merges all three in. The cursor's skip counts the
+-- items of its score already listed: slot records first, then bucket
+-- entries by position, then near entries by place (a near entry at place
+-- pos of its list counts as the score's slot records and bucket entries
+-- plus pos + 1, tombstones included, so a page resumes inside a list
+-- without reading its head again). A page reads at most SCAN_MAX records,
+-- WHEEL_SCAN bucket entries (but a bucket whole: its entries are in no due
+-- order) and NEAR_SCAN near entries, so a page of one state among many of
+-- the other, or past many tombstones, may hold fewer than limit items and
+-- still have a next cursor. Records that do not decode are skipped (the
+-- scheduler sets them aside when they fall due).
 local zs, P, want = KEYS[1], ARGV[1], ARGV[2]
 local limit = tonumber(ARGV[4])
 local cut = ARGV[5] and tonumber(ARGV[5])
@@ -206,81 +213,189 @@ local function wheel_bucket(k, first, d_lo, need)
   return #ents, got, wbytes
 end
 
+-- Walks the members of the index key (a zset) scoring lo or more, by
+-- score, 16 at a time, calling visit(member, score) (score: a number, or
+-- nil) till it returns a score, which it returns. Past 1,024 members
+-- (planted ones, most likely: the rest waits) it returns the score of the
+-- items of the next member's due time; math.huge when none is left.
+local function index_walk(key, lo, visit)
+  local off = 0
+  for _ = 1, 64 do
+    local zr = redis.pcall('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '16')
+    if type(zr) ~= 'table' or zr.err or not zr[1] then return math.huge end
+    for x = 1, #zr, 2 do
+      local stop = visit(zr[x], tonumber(zr[x + 1]))
+      if stop then return stop end
+    end
+    off = off + 16
+  end
+  local zr = redis.pcall('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '1')
+  local low = type(zr) == 'table' and tonumber(zr[2])
+  if not low then return math.huge end
+  return math.min(math.max(math.floor(low), 0), DUE_MAX) * ORD + ORD - 1
+end
+
 local function wheel_read()
-  local bz = wheel_index(P)
   local d_lo = start >= 0 and math.floor(start / ORD) or 0
   local k_lo, k_max = math.floor(d_lo / WHEEL_MS), math.floor(DUE_MAX / WHEEL_MS)
   local ck, cn = wheel_cursor(P)
-  local read, got, wbytes, boff = 0, 0, 0, 0
+  local read, got, wbytes = 0, 0, 0
   -- A bucket meeting [d_lo, ...] has its bz score at d_lo - WHEEL_MS + 1 or more.
-  local lo = fmt(math.max(d_lo - WHEEL_MS + 1, 0))
-  for _ = 1, 64 do
-    local zr = redis.pcall('ZRANGEBYSCORE', bz, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(boff), '16')
-    if type(zr) ~= 'table' or zr.err or not zr[1] then return end
-    for x = 1, #zr, 2 do
-      local k, low = uint_of(zr[x], 11, k_max), tonumber(zr[x + 1])
-      if not low or low ~= low then return end
-      low = math.floor(low)
-      -- A member that names no bucket, or scores outside its bucket: not
-      -- the wheel's (the cascade drops or reaches it in its time).
-      if k and fmt(k) == zr[x] and k >= k_lo and low >= k * WHEEL_MS and low < (k + 1) * WHEEL_MS then
-        local s = low * ORD + ORD - 1
-        if s >= SH or got >= limit or (read > 0 and (read >= WHEEL_SCAN or wbytes >= SCAN_BYTES)) then
-          WH = s
-          return
-        end
-        local r, g, b, stop = wheel_bucket(k, ck == zr[x] and cn or 0, d_lo, limit - got)
-        read, got, wbytes = read + r, got + g, wbytes + b
-        if stop then
-          WH = stop
-          return
-        end
-      end
-    end
-    boff = boff + 16
-  end
-  -- Members past 1,024 (planted ones, most likely): the rest waits.
-  local zr = redis.pcall('ZRANGEBYSCORE', bz, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(boff), '1')
-  local low = type(zr) == 'table' and tonumber(zr[2])
-  if low then WH = math.max(math.floor(low), 0) * ORD + ORD - 1 end
+  WH = index_walk(wheel_index(P), fmt(math.max(d_lo - WHEEL_MS + 1, 0)), function(m, low)
+    if not low or low ~= low then return math.huge end
+    low = math.floor(low)
+    local k = uint_of(m, 11, k_max)
+    -- A member that names no bucket, or scores outside its bucket: not
+    -- the wheel's (the cascade drops or reaches it in its time).
+    if not (k and fmt(k) == m and k >= k_lo and low >= k * WHEEL_MS and low < (k + 1) * WHEEL_MS) then return nil end
+    local s = low * ORD + ORD - 1
+    if s >= SH or got >= limit or (read > 0 and (read >= WHEEL_SCAN or wbytes >= SCAN_BYTES)) then return s end
+    local r, g, b, stop = wheel_bucket(k, ck == m and cn or 0, d_lo, limit - got)
+    read, got, wbytes = read + r, got + g, wbytes + b
+    return stop
+  end)
 end
 
 if want == 'pending' then wheel_read() end
 
--- The merge: slot records and bucket entries by score, slot records first
--- among equal scores. A slot record is taken up to WH, a bucket entry
--- below SH (one at SH follows slot records of SH not read yet).
+-- The near lists' part --------------------------------------------------------
+-- Their live entries (the id index names them: see lib/67_near.lua) of
+-- score start or more as {score, rank, record} into N, list by list in due
+-- order (the index mz, member and score the due time), each in list order;
+-- rank: the entry's place among its score's items, as the cursor's skip
+-- counts them (see the top). A list is read from its first entry the
+-- transfer did not move yet (the counters' mcur), or from the cursor's
+-- skip on, in pieces. Reading stops before a list whose score is SH or WH
+-- or more (slot records or bucket entries of that score, or before it,
+-- were not read, and they come first), once limit entries are in hand, or
+-- once NEAR_SCAN entries or SCAN_BYTES bytes are read; NH is then the
+-- lowest score an entry not looked at may have (math.huge: none). Stopped
+-- inside a list after entries that are not live (tombstones), N ends with
+-- the last one read as {score, rank, false}: the merge takes it without
+-- listing it, so the next cursor passes them.
+local NEAR_SCAN = 4000
+local N, NH = {}, math.huge
+
+-- How many slot records and bucket entries of each score that a near
+-- entry may have (d * ORD + ORD - 1) U and W hold: those come before the
+-- score's near entries.
+local function firsts_by_score()
+  local at = {}
+  for _, t in ipairs({U, W}) do
+    for x = 1, #t do
+      local s = t[x][1]
+      if s % ORD == ORD - 1 then at[s] = (at[s] or 0) + 1 end
+    end
+  end
+  return at
+end
+
+-- Reads the list of due time d (ds its digits, s its score, base the items
+-- of s before it) from place first on, adding its live entries to N, till
+-- need of them are in hand or the page's budget (read and bytes so far) is
+-- spent. Returns the entries read, the live ones added, the bytes read, and
+-- whether it stopped before the list's end.
+local function near_list(d, ds, s, base, first, need, read, nbytes)
+  -- With a cut the pieces grow from 4 entries, as the slots' batches do.
+  local key, got, p = near.key(P, ds), 0, first
+  local piece = cutting and 4 or math.min(math.max(need, 4), 500)
+  local r0, b0 = read, nbytes
+  for _ = 1, 1000 do
+    local es = redis.pcall('LRANGE', key, fmt(p), fmt(p + piece - 1))
+    if type(es) ~= 'table' or es.err then break end -- another type: the transfer renames it
+    local live = false
+    for x = 1, #es do
+      local e, pos = es[x], p + x - 1
+      read, nbytes, live = read + 1, nbytes + #e, false
+      if e ~= '' then
+        local h, rec, id = near.entry_of(e)
+        if h and redis.pcall('HGET', P .. 'i:' .. nstr(h), id) == near.ref(d, pos) then
+          N[#N + 1] = {s, base + pos + 1, rec}
+          got, live = got + 1, true
+        end
+      end
+      if x < #es and got >= need then
+        return read - r0, got, nbytes - b0, true
+      end
+    end
+    if #es < piece then break end
+    p = p + #es
+    if got >= need or read >= NEAR_SCAN or nbytes >= SCAN_BYTES then
+      if not live then N[#N + 1] = {s, base + p, false} end
+      return read - r0, got, nbytes - b0, true
+    end
+    piece = math.min(piece * 4, 500)
+  end
+  return read - r0, got, nbytes - b0, false
+end
+
+local function near_read()
+  local d_lo = start >= 0 and math.floor(start / ORD) or 0
+  local cd, cn = near.cursor(P)
+  local at = nil
+  local read, got, nbytes = 0, 0, 0
+  NH = index_walk(near.index(P), fmt(d_lo), function(m, score)
+    local d = uint_of(m, 13, DUE_MAX)
+    -- A member that names no list, or scores other than its due time: not
+    -- the near lists' (the transfer drops or reaches it in its time).
+    if not (d and fmt(d) == m and score == d) then return nil end
+    local s = d * ORD + ORD - 1
+    if s >= SH or s >= WH or got >= limit or (read > 0 and (read >= NEAR_SCAN or nbytes >= SCAN_BYTES)) then
+      return s
+    end
+    at = at or firsts_by_score()
+    local base = at[s] or 0
+    local first = cd == m and cn or 0
+    if s == start then first = math.max(first, skip - base) end
+    local r, g, b, stopped = near_list(d, m, s, base, first, limit - got, read, nbytes)
+    read, got, nbytes = read + r, got + g, nbytes + b
+    return stopped and s or nil
+  end)
+end
+
+if want == 'pending' then near_read() end
+
+-- The merge: slot records, bucket entries and near entries by score, in
+-- that order among equal scores. A slot record is taken up to WH and NH, a
+-- bucket entry below SH and up to NH, a near entry below SH and WH (one at
+-- SH or WH follows slot records or bucket entries of that score not read
+-- yet).
 local out, count = {''}, 0
-local i, j, rs, run = 1, 1, nil, 0 -- the last score taken and how many items of it
+local i, j, k, rs, run = 1, 1, 1, nil, 0 -- the last score taken and how many items of it
 while count < limit do
-  local u, w = U[i], W[j]
+  local u, w, v = U[i], W[j], N[k]
   local score, r
-  if u and u[1] <= WH and (not w or u[1] <= w[1]) then
+  if u and u[1] <= WH and u[1] <= NH and (not w or u[1] <= w[1]) and (not v or u[1] <= v[1]) then
     score, r, i = u[1], u[2], i + 1
-  elseif w and w[1] < SH and (not u or w[1] < u[1]) then
+    if score == rs then run = run + 1 else rs, run = score, 1 end
+  elseif w and w[1] < SH and w[1] <= NH and (not u or w[1] < u[1]) and (not v or w[1] <= v[1]) then
     score, r, j = w[1], items_of(w[3], w[1])[1], j + 1
+    if score == rs then run = run + 1 else rs, run = score, 1 end
+  elseif v and v[1] < SH and v[1] < WH and (not u or v[1] < u[1]) and (not w or v[1] < w[1]) then
+    score, r, k = v[1], v[3] and items_of(v[3], v[1])[1], k + 1
+    rs, run = score, v[2]
   else
     break
   end
-  if score == rs then run = run + 1 else rs, run = score, 1 end
   if (score ~= start or run > skip) and r and (r.token ~= '') == (want == 'inflight') then
-    local k, whole = #out, r.whole or #r.payload
+    local x, whole = #out, r.whole or #r.payload
     if cutting and whole > cut then r.payload = string.sub(r.payload, 1, cut) end
-    out[k + 1], out[k + 2], out[k + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
-    if cut then out[k + 4] = whole end
-    if holders then out[k + 5] = seen.holder_of(P, r.token) end
+    out[x + 1], out[x + 2], out[x + 3] = fmt(math.floor(score / ORD)), r.attempts, ready_entry_of(r, now)
+    if cut then out[x + 4] = whole end
+    if holders then out[x + 5] = seen.holder_of(P, r.token) end
     count = count + 1
   end
 end
--- Stopped short of limit at WH (the next slot record is past it, or there
--- is none): every item below WH has been looked at, so the next page starts
+-- Stopped short of limit at H (the next slot record is past it, or there
+-- is none): every item below H has been looked at, so the next page starts
 -- there, even when this one took none past the cursor (bucket entries all
 -- stale, say).
-local at_wh = count < limit and WH ~= math.huge and WH > start and not W[j] and
-              ((U[i] and U[i][1] > WH) or (not U[i] and slots_done))
-if at_wh and rs ~= WH then
-  out[1] = fmt(WH) .. ':0'
-elseif not (slots_done and WH == math.huge and not U[i] and not W[j]) and rs then
+local H = math.min(WH, NH)
+local at_h = count < limit and H ~= math.huge and H > start and not W[j] and not N[k] and
+             ((U[i] and U[i][1] > H) or (not U[i] and slots_done))
+if at_h and rs ~= H then
+  out[1] = fmt(H) .. ':0'
+elseif not (slots_done and H == math.huge and not U[i] and not W[j] and not N[k]) and rs then
   -- More may follow: resume after the items of the last score taken (the
   -- skip of start counts the items listed before too).
   if rs == start then run = math.max(run, skip) end

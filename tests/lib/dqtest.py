@@ -421,6 +421,64 @@ def near_records(queue):
     return sum(sum(1 for e in redis("LRANGE", k, 0, -1) if e) for k in keys)
 
 
+def offer_rows(queue, rows):
+    """Offers rows of (delay as `offer` takes it, id, payload) to queue as
+    one `offer --batch`, a failed check unless it accepted them all."""
+    text = "".join(f"{d}\t{i}\t{p}\n" for d, i, p in rows).encode()
+    r = dq("offer", queue, "--batch", "-", stdin=text)
+    eq((r.rc, r.out), (0, b"%d\n" % len(rows)), f"offer --batch of {len(rows)}")
+
+
+def list_pages(queue, limit, what, pages_max=400):
+    """Every page of `delayq list QUEUE --limit LIMIT --json` (pending), each
+    from the cursor the one before printed: (items, pages, short), short
+    the pages short of limit that had a next one. A page that fails is a
+    failed check naming what, and ends the walk."""
+    items, cursor, pages, short = [], None, 0, 0
+    for _ in range(pages_max):
+        r = dq("list", queue, "--limit", str(limit), "--json", *(["--cursor", cursor] if cursor else []))
+        if r.rc != 0:
+            ok(False, f"{what}: list a page", r)
+            break
+        items += r.json_lines()
+        pages += 1
+        err = r.err.decode()
+        cursor = err.split("next: ")[1].strip() if "next: " in err else None
+        short += bool(cursor) and len(r.json_lines()) < limit
+        if not cursor:
+            break
+    return items, pages, short
+
+
+def serve_started(queue, token):
+    """`delayq serve` of queue on a free 127.0.0.1 port with an admin
+    token file holding token: (process, port), a failed check unless it
+    answers within 10 s. The caller stops the process."""
+    tokfile = private_file(tempfile.mkdtemp(prefix="delayq-serve."), "token", token + "\n")
+    port = closed_port()
+    srv = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile, queue)
+    ok(wait_for(lambda: http_call(port, "GET", "/api/queues")[0] == 200, 10), "serve answers")
+    return srv, port
+
+
+def api_pages(port, queue, limit, token, pages_max=200):
+    """Every page of serve's pending items of queue at limit
+    (/api/queues/Q/items), cursor to cursor: the items. A page that fails
+    is a failed check, and ends the walk."""
+    got, cursor = [], None
+    for _ in range(pages_max):
+        code, body = http_call(port, "GET", f"/api/queues/{queue}/items?state=pending&limit={limit}" +
+                               (f"&cursor={cursor}" if cursor else ""), token=token)
+        if code != 200:
+            ok(False, f"GET a page of {limit} items", (code, body))
+            break
+        got += body["items"]
+        cursor = body["next_cursor"]
+        if not cursor:
+            break
+    return got
+
+
 def id_index_size(queue):
     """How many ids the queue's id index holds (pending, ready, in flight)."""
     return sum(redis("HLEN", k) for k in redis("KEYS", f"dq:{{{queue}}}:i:*"))

@@ -13,7 +13,6 @@ script."""
 import os
 import random
 import sys
-import tempfile
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
 from dqtest import *  # noqa: E402,F403
@@ -29,9 +28,7 @@ short = [0]
 
 def offer_batch(rows):
     """Offers rows of (delay, id, payload) as one --batch."""
-    text = "".join(f"{d}\t{i}\t{p}\n" for d, i, p in rows).encode()
-    r = dq("offer", Q, "--batch", "-", stdin=text)
-    eq((r.rc, r.out), (0, b"%d\n" % len(rows)), f"offer --batch of {len(rows)}")
+    offer_rows(Q, rows)
     for _, i, p in rows:
         order[0] += 1
         seq[i], payload[i] = order[0], p
@@ -51,20 +48,7 @@ def truth():
 def list_all(limit, what):
     """Every page of `list Q` at limit: the items, and the page count;
     short[0] counts the pages short of limit that had a next one."""
-    items, cursor, pages = [], None, 0
-    short[0] = 0
-    for _ in range(400):
-        r = dq("list", Q, "--limit", str(limit), "--json", *(["--cursor", cursor] if cursor else []))
-        if r.rc != 0:
-            ok(False, f"{what}: list a page", r)
-            break
-        items += r.json_lines()
-        pages += 1
-        err = r.err.decode()
-        cursor = err.split("next: ")[1].strip() if "next: " in err else None
-        short[0] += bool(cursor) and len(r.json_lines()) < limit
-        if not cursor:
-            break
+    items, pages, short[0] = list_pages(Q, limit, what)
     return items, pages
 
 
@@ -153,26 +137,13 @@ big = "L" * 20000
 offer_batch([("90s", "big1", big), ("52s", "big2", big)])
 t = truth()
 ok(t["big1"][1] and t["big2"][1], "the long ones wait in the wheel", (t.get("big1"), t.get("big2")))
-tmp = tempfile.mkdtemp(prefix="delayq-lw.")
 tok = "t0ken-of-list-wheel"
-tokfile = private_file(tmp, "token", tok + "\n")
-port = closed_port()
-srv = bg_dq("serve", "--listen", f"127.0.0.1:{port}", "--token-file", tokfile, Q)
-ok(wait_for(lambda: http_call(port, "GET", "/api/queues")[0] == 200, 10), "serve answers")
+srv, port = serve_started(Q, tok)
+
+
 def api_all(limit):
     """Every page of the API's pending items at limit."""
-    got, cursor = [], None
-    for _ in range(200):
-        code, body = http_call(port, "GET", f"/api/queues/{Q}/items?state=pending&limit={limit}" +
-                               (f"&cursor={cursor}" if cursor else ""), token=tok)
-        if code != 200:
-            ok(False, f"GET a page of {limit} items", (code, body))
-            break
-        got += body["items"]
-        cursor = body["next_cursor"]
-        if not cursor:
-            break
-    return got
+    return api_pages(port, Q, limit, tok)
 
 
 want = sorted(t, key=lambda i: (t[i][0], seq[i]))

@@ -170,26 +170,32 @@ section("every command on its queue")
 eq(as_user(url, "offer", "aq1", "0", "one", "--id", "o1").rc, 0, "offer")
 r = as_user(url, "offer", "aq1", "--batch", "-", stdin=b"0\tb1\tx\n0\tb2\ty\n1h\tb3\tz\n")
 eq(r.rc, 0, "offer --batch")
-# Due times that fall from line to line, due within the timing wheel's
-# horizon (WHEEL_NEAR, 40 s), so into the slots: every offer lands below the
-# slot's records, so the slot splits (its upper half moves with ZRANGESTORE).
-lines = "".join(f"{900 - i}ms\ts{i:03d}\tx\n" for i in range(200))
+# Due times that fall from line to line, past the timing wheel's horizon
+# (WHEEL_NEAR, 40 s) and the queue's first offers, so into the slots: every
+# offer lands below the slot's records, so the slot splits (its upper half
+# moves with ZRANGESTORE).
+lines = "".join(f"{60000 - i}ms\ts{i:03d}\tx\n" for i in range(200))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
 ok(r.rc == 0, "offer --batch of 200 in falling due order", r)
 ok(redis("ZCARD", "dq:{aq3}:zs") > 1, "its slot split", redis("ZCARD", "dq:{aq3}:zs"))
-# Past the horizon, and more than 1 s before the last item (the anchor),
-# they go to the timing wheel's bucket lists, which the take's scheduler
-# cascades into the slots (a run inside a slot splits it): all with this
+# Past the horizon, and more than 4 s before the last item, they go to the
+# timing wheel's bucket lists, which the take's scheduler cascades into the
+# slots (a run inside a slot splits it); due within the horizon, to the
+# near lists (one cancelled: its entry made a tombstone): all with this
 # user's rights. The queue's clock mark (not real time) then brings them due.
 lines = "90s\tanchor\tx\n" + "".join(f"{41990 - i}ms\tw{i:03d}\tx\n" for i in range(150))
+lines += "".join(f"{5000 + i}ms\tn{i:03d}\tx\n" for i in range(10))
 r = as_user(url, "offer", "aq3", "--batch", "-", stdin=lines.encode())
-ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1, "offer --batch of 150 more (and an anchor), into the wheel", r)
-redis("HSET", "dq:{aq3}:n", "clock", str(server_ms() + 45000))
-r = as_user(url, "take", "aq3", "--count", "350", "--json", "--timeout", "8s")
+ok(r.rc == 0 and redis("EXISTS", "dq:{aq3}:bz") == 1 and redis("ZCARD", "dq:{aq3}:mz") == 10,
+   "offer --batch of 160 more (and an anchor), into the wheel and the near lists", r)
+eq(as_user(url, "cancel", "aq3", "n000").rc, 0, "cancel an item of a near list")
+redis("HSET", "dq:{aq3}:n", "clock", str(server_ms() + 61000))
+r = as_user(url, "take", "aq3", "--count", "359", "--json", "--timeout", "8s")
 ms = r.json_lines() if r.rc == 0 else []
 dues = [m.get("due_ms", 0) for m in ms]
-ok(sorted(m.get("id") for m in ms) == sorted([f"s{i:03d}" for i in range(200)] + [f"w{i:03d}" for i in range(150)])
-   and dues == sorted(dues), "the take's scheduler cascaded them: all 350, once each, by due time",
+want = [f"s{i:03d}" for i in range(200)] + [f"w{i:03d}" for i in range(150)] + [f"n{i:03d}" for i in range(1, 10)]
+ok(sorted(m.get("id") for m in ms) == sorted(want) and dues == sorted(dues),
+   "the take's scheduler moved them (the wheel cascaded, the near lists): all 359, once each, by due time",
    [m.get("id") for m in ms][:5])
 ok(b"aq3" in redis("SMEMBERS", "dq:queues"), "the offers registered aq3 (SADD through the selector)")
 eq(as_user(url, "cancel", "aq1", "b3").rc, 0, "cancel")
