@@ -45,14 +45,15 @@ the queue's clock and "never early" is ready_ms >= due_ms.
    parse, and one naming a ms with no list: lists moved whole, the cursor
    dropped.
 
-Known failures of the near lists' first version (commit 2e7663b), each
-checked apart with a FAIL that says so: an mz member whose score was
-planted before its ms is dropped by a transfer run in between, leaving its
-list never moved (e1, e2 lost); an offer to a list key that exists with no
-mz member (planted, or left so by the first) appends without adding the ms
-to mz (j1 lost); an mcur naming a ms with no list is never dropped.
+Each hostile case that failed on the near lists' first versions is checked
+apart, with a FAIL that says what went wrong: an mz member whose score was
+planted before its ms, dropped by a transfer run in between with its list
+left never moved (e1, e2 lost on 2e7663b; fixed in 118e8bc, which
+rescores it); an offer to a list key that exists with no mz member appends
+without adding the ms to mz (j1 lost; 118e8bc); an mcur naming a ms with
+no list is never dropped (118e8bc).
 """
-# tier: slow (about 21 s while the known failures wait out a take, 6 s without): make test runs it
+# tier: slow (about 13 s while a known failure waits out a take, 6 s without): make test runs it
 import collections
 import os
 import sys
@@ -500,8 +501,8 @@ ok(any(m == str(D[3]) for m, _ in mz_of(Q)), "D3's list, its mz score planted ea
 sched = bg_dq("schedule", Q)
 ok(wait_for(lambda: redis("PUBSUB", "SHARDNUMSUB", P + "w")[1] > 0, 10), "a schedule process subscribed")
 set_clock(Q, D[9] + 4000)
-# Checked apart (each a known failure of the near lists' first version):
-# e1, e2 (D3's mz score planted earlier than its ms, a transfer run in
+# Checked apart (each failed on a first version of the near lists): e1,
+# e2 (D3's mz score planted earlier than its ms, a transfer run in
 # between), j1 (offered to a planted list that had no mz member) and l1
 # (its ms's mz score planted 3 s later: it may come late, after items due
 # later, but must come).
