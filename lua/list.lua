@@ -261,7 +261,7 @@ if want == 'pending' then wheel_read() end
 -- The near lists' part --------------------------------------------------------
 -- Their live entries (the id index names them: see lib/67_near.lua) of
 -- score start or more as {score, rank, record} into N, list by list in due
--- order (the index mz, member and score the due time), each in list order;
+-- order (near.walk: the groups, then their lists), each in list order;
 -- rank: the entry's place among its score's items, as the cursor's skip
 -- counts them (see the top). A list is read from its first entry the
 -- transfer did not move yet (the counters' mcur), or from the cursor's
@@ -334,11 +334,7 @@ local function near_read()
   local cd, cn = near.cursor(P)
   local at = nil
   local read, got, nbytes = 0, 0, 0
-  NH = index_walk(near.index(P), fmt(d_lo), function(m, score)
-    local d = uint_of(m, 13, DUE_MAX)
-    -- A member that names no list, or scores other than its due time: not
-    -- the near lists' (the transfer drops or reaches it in its time).
-    if not (d and fmt(d) == m and score == d) then return nil end
+  NH = near.walk(P, d_lo, function(m, d)
     local s = d * ORD + ORD - 1
     if s >= SH or s >= WH or got >= limit or (read > 0 and (read >= NEAR_SCAN or nbytes >= SCAN_BYTES)) then
       return s

@@ -101,11 +101,18 @@ if type(ks) == 'table' and #ks > 0 then
   for _, k in ipairs(ks) do redis.call('DEL', wheel_key(P, k)) end
   redis.call('ZREM', wheel_index(P), unpack(ks))
 end
--- The near lists likewise (lib/67_near.lua).
-local ms = redis.pcall('ZRANGE', near.index(P), '0', '999')
-if type(ms) == 'table' and #ms > 0 then
-  for _, m in ipairs(ms) do redis.call('DEL', near.key(P, m)) end
-  redis.call('ZREM', near.index(P), unpack(ms))
+-- The near lists likewise, group by group (lib/67_near.lua).
+local gr = redis.pcall('ZRANGE', near.index(P), '0', '999')
+if type(gr) == 'table' and #gr > 0 then
+  for _, gs in ipairs(gr) do
+    local gk = near.group_key(P, gs)
+    local ms = redis.pcall('ZRANGE', gk, '0', '999')
+    if type(ms) == 'table' and not ms.err then
+      for _, m in ipairs(ms) do redis.call('DEL', near.key(P, m)) end
+    end
+    redis.call('DEL', gk)
+  end
+  redis.call('ZREM', near.index(P), unpack(gr))
 end
 redis.call('HDEL', counters, 'bcur', 'mcur')
 redis.call('HSET', counters, 'shards', '0')

@@ -301,9 +301,10 @@ end
 -- The near lists (lib/67_near.lua) due by now, and before the wheel's
 -- earliest time (its entries of a millisecond were offered before the
 -- list's), each after the slots' records of its millisecond and those
--- before it: a list's millisecond is read, the slots are moved up to it
+-- before it: group by group (the index mz, by each group's earliest list),
+-- a list's due time is read from its group, the slots are moved up to it
 -- unless their earliest score is known to lie past it, then the list.
-local NEAR_SPAN = 64 -- lists read from the index at once
+local NEAR_SPAN = 16 -- groups read from the index at once
 local mz = near.index(P)
 local ncap = now
 if wfirst and wfirst <= now then ncap = wfirst - 1 end
@@ -316,10 +317,11 @@ if nfirst and nfirst <= ncap then
     cd, cn = string.match(cur, '^(%d+):(%d+)$')
     cn = cn and #cn <= 9 and tonumber(cn) or 0
   end
+  local caps = fmt(ncap)
   local snext = nil -- the slots' earliest score, once known
   local out, bad, nm = {}, {}, near.mover()
   local function flush_near()
-    near.drop(P, nm)
+    near.drop(nm)
     if #out == 0 and #bad == 0 then return end
     check_types()
     push_in_pieces(ready, out, true)
@@ -327,21 +329,23 @@ if nfirst and nfirst <= ncap then
     moved, set_aside_n, pending_out = moved + #out, set_aside_n + #bad, pending_out + #out
     out, bad = {}, {}
   end
-  for _ = 1, 10000 do
-    if stopped then break end
-    local ms = redis.pcall('ZRANGEBYSCORE', mz, '-inf', fmt(ncap), 'LIMIT', '0', nstr(NEAR_SPAN))
+  -- Moves group gs's lists due by ncap; sets stopped when the budget ends
+  -- it. Its members that name no list of it go; one whose score is not
+  -- its due time gets it.
+  local function move_group(g, gs)
+    local gk = near.group_key(P, gs)
+    local ms = redis.pcall('ZRANGEBYSCORE', gk, '-inf', caps, 'LIMIT', '0', '256')
     if type(ms) ~= 'table' or ms.err then
-      quarantine(P, mz, redis.call('TYPE', mz)['ok'])
-      break
+      quarantine(P, gk, redis.call('TYPE', gk)['ok'])
+      ms = {}
     end
-    if #ms == 0 then break end
-    local planted, rescored = {}, {}
+    local gone = {}
     for _, ds in ipairs(ms) do
-      local d = uint_of(ds, 13, DUE_MAX)
-      if not d or fmt(d) ~= ds then
-        planted[#planted + 1] = ds -- names no list
+      local d = near.due_of(ds, g)
+      if not d then
+        gone[#gone + 1] = ds
       elseif d > ncap then
-        rescored[#rescored + 1], rescored[#rescored + 2] = ds, ds -- a score not its due time
+        redis.call('ZADD', gk, ds, ds)
       else
         if not snext or snext < (d + 1) * ORD then
           flush_near()
@@ -356,23 +360,38 @@ if nfirst and nfirst <= ncap then
         local from = (cd == ds) and cn or 0
         local took, fin = near.move(P, nm, d, ds, from, math.min(max_items - done, 1000), now, nows, out, bad, lat)
         done = done + took
-        if fin then
-          if cd == ds then cd, cn = nil, 0 end
-        else
+        if not fin then
           cd, cn, stopped = ds, from + took, true
           break
         end
+        gone[#gone + 1] = ds
+        if cd == ds then cd, cn = nil, 0 end
         if #out >= 1000 then flush_near() end
       end
     end
-    if #planted > 0 then redis.call('ZREM', mz, unpack(planted)) end
-    if #rescored > 0 then redis.call('ZADD', mz, unpack(rescored)) end
+    near.regroup(P, gs, gone)
+  end
+  for _ = 1, 10000 do
+    if stopped then break end
+    local gr = redis.pcall('ZRANGEBYSCORE', mz, '-inf', caps, 'LIMIT', '0', nstr(NEAR_SPAN))
+    if type(gr) ~= 'table' or gr.err then
+      quarantine(P, mz, redis.call('TYPE', mz)['ok'])
+      break
+    end
+    if #gr == 0 then break end
+    for _, gs in ipairs(gr) do
+      local g = near.group_of(gs)
+      if g then move_group(g, gs) else redis.call('ZREM', mz, gs) end -- names no group
+      if stopped then break end
+    end
     flush_near()
     if not stopped and server_now_us() - start_us >= budget_us then stopped = true end
-    if #ms < NEAR_SPAN then break end
   end
   flush_near()
-  -- Where a list cut short goes on (see 'mcur' in lib/67_near.lua).
+  -- Where a list cut short goes on (see 'mcur' in lib/67_near.lua); a
+  -- cursor whose list is gone (deleted by something else) goes too, or a
+  -- new list of its due time would start past its first entries.
+  if cd and redis.call('EXISTS', near.key(P, cd)) == 0 then cd = nil end
   if cd then
     local now_cur = cd .. ':' .. fmt(cn)
     if now_cur ~= cur then redis.call('HSET', counters, 'mcur', now_cur) end

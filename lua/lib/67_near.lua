@@ -14,10 +14,16 @@
 --
 -- Keys (docs/key-layout.md): P..'m:'..due LIST, entries '<h>|<record>' (h
 -- the id's index bucket, record a version 1 record), appended and never cut
--- until the list is deleted whole; P..'mz' ZSET, member and score the due
--- time, written by the push that makes the list; counters field 'mcur' =
--- '<due>:<n>' while a list is moved in parts (its first n entries are
--- ready).
+-- until the list is deleted whole; an index in two levels, written by the
+-- push that makes the list: P..'mg:'..g ZSET, the lists of group g (due
+-- times g * near.G .. g * near.G + near.G - 1), member and score the due
+-- time, and P..'mz' ZSET, member g, score the group's earliest due time
+-- (exact: offers lower it, the transfer raises it). Why two levels: one
+-- index of due times is a skiplist past 128 members, about 105 bytes a
+-- list (6 bytes an item offered with delays of 0 to 10 s, as much as the
+-- slot index costs, twice); a group's index stays a listpack, about 16
+-- bytes a list. Counters field 'mcur' = '<due>:<n>' while a list is moved
+-- in parts (its first n entries are ready).
 --
 -- An item in a list has the id index entry near_ref(due, pos) (pos: its
 -- entry's place in the list, from 0). Cancel and replace make its entry a
@@ -70,6 +76,59 @@ end
 
 function near.key(P, ds) return P .. 'm:' .. ds end
 function near.index(P) return P .. 'mz' end
+function near.group_key(P, gs) return P .. 'mg:' .. gs end
+
+-- A group's span in ms: at most 128 lists, which Redis keeps as a listpack
+-- (zset-max-listpack-entries).
+near.G = 128
+
+-- The group number of a group index member, or nil when it names none.
+function near.group_of(gs)
+  local g = uint_of(gs, 11, math.floor(DUE_MAX / near.G))
+  if not g or fmt(g) ~= gs then return nil end
+  return g
+end
+
+-- The due time of a group's member if it names a list of group g, else nil.
+function near.due_of(ds, g)
+  local d = uint_of(ds, 13, DUE_MAX)
+  if not d or fmt(d) ~= ds or math.floor(d / near.G) ~= g then return nil end
+  return d
+end
+
+-- Walks the lists of due time lo or more in due order, calling visit(ds, d)
+-- (ds: the digits) till it returns a value, which it returns; math.huge
+-- once none is left. Reads at most 64 groups of 16 at a time (planted
+-- members, most likely, past that: the rest waits), then returns the score
+-- d * ORD + ORD - 1 of the next group's earliest due time (see list.lua's
+-- cursor). Members that name no group or list are passed over. Read only.
+function near.walk(P, lo, visit)
+  local mz, off = near.index(P), 0
+  -- A group holding lo or more has its earliest due time past lo - G.
+  local from = fmt(math.max(lo - near.G + 1, 0))
+  for _ = 1, 64 do
+    local gr = redis.pcall('ZRANGEBYSCORE', mz, from, '+inf', 'LIMIT', nstr(off), '16')
+    if type(gr) ~= 'table' or gr.err or not gr[1] then return math.huge end
+    for _, gs in ipairs(gr) do
+      local g = near.group_of(gs)
+      local ms = g and redis.pcall('ZRANGEBYSCORE', near.group_key(P, gs), fmt(lo), '+inf', 'LIMIT', '0', '256')
+      if type(ms) == 'table' and not ms.err then
+        for _, ds in ipairs(ms) do
+          local d = near.due_of(ds, g)
+          if d then
+            local stop = visit(ds, d)
+            if stop then return stop end
+          end
+        end
+      end
+    end
+    off = off + 16
+  end
+  local gr = redis.pcall('ZRANGEBYSCORE', mz, from, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '1')
+  local low = type(gr) == 'table' and tonumber(gr[2])
+  if not low then return math.huge end
+  return math.min(math.max(math.floor(low), 0), DUE_MAX) * ORD + ORD - 1
+end
 
 -- The id index entry of the item at pos of the list of due time d: the
 -- 19-digit negative integer -8<d, 13 digits><pos, 5 digits>, which the hash
@@ -165,6 +224,37 @@ function near.first(P)
   return math.min(math.max(math.floor(s), 0), DUE_MAX)
 end
 
+-- The earliest due time of a list with a live entry (not a tombstone) from
+-- the cursor on, for stats and metrics: near.first counts a list whose
+-- items were all cancelled until the transfer drops it. Looks at 8 lists
+-- at most, each up to 4,096 entries; past that a list's due time stands (a
+-- lower bound). nil: no list. Read only.
+function near.first_due(P)
+  local cd, cn = near.cursor(P)
+  local looked, found = 0, nil
+  near.walk(P, 0, function(ds, d)
+    looked = looked + 1
+    if looked > 8 then
+      found = d
+      return true
+    end
+    local from = cd == ds and cn or 0
+    local es = redis.pcall('LRANGE', near.key(P, ds), fmt(from), fmt(from + 4095))
+    if type(es) ~= 'table' or es.err or #es >= 4096 then
+      found = d
+      return true
+    end
+    for x = 1, #es do
+      if es[x] ~= '' then
+        found = d
+        return true
+      end
+    end
+    return nil
+  end)
+  return found
+end
+
 -- Offers --------------------------------------------------------------------
 
 near.RANK = 1048576 -- above the entries of a call (sort keys)
@@ -186,8 +276,12 @@ end
 -- Writes what w holds: the items grouped by due time (offer order kept
 -- within one: the sort key is (due - the call's lowest) * near.RANK +
 -- place), an RPUSH per due time, each item's index entry (the push's reply
--- gives the places), then one ZADD of the index with each due time whose
--- list the push made (an RPUSH that replies with its own count).
+-- gives the places), then a ZADD per group of the lists pushed to and one
+-- of the group index. Every list pushed to is indexed, not only those the
+-- push made (an RPUSH that replies with its own count): a list without its
+-- index entry (planted, or an OOM between two writes) would never be
+-- moved. A list the push made is new: a cursor naming its due time is left
+-- from another and goes (its list was deleted by something else).
 function near.flush(P, w)
   local n = w.n
   if n == 0 then return end
@@ -197,7 +291,7 @@ function near.flush(P, w)
   for j = 1, n do S[j] = (D[j] - low) * near.RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
-  local z, x = {}, 1
+  local z, groups, made, x = {}, {}, nil, 1
   while x <= n do
     local d = D[S[x] % near.RANK]
     local na, y = 0, x
@@ -214,27 +308,66 @@ function near.flush(P, w)
       local j = S[x + q] % near.RANK
       id_set(P, w.IK[j], w.I[j], near.ref(d, base + q))
     end
-    if base == 0 then z[#z + 1], z[#z + 2] = ds, ds end
+    if base == 0 then
+      made = made or {}
+      made[ds] = true
+    end
+    -- The lists come in due order: a group's first is its earliest.
+    local g = math.floor(d / near.G)
+    local gz = z[g]
+    if not gz then
+      gz = {}
+      z[g] = gz
+      groups[#groups + 1] = g
+    end
+    gz[#gz + 1], gz[#gz + 2] = ds, ds
     x = y
   end
-  if #z > 0 then kcall(P, 'ZADD', near.index(P), unpack(z)) end
+  local top = {}
+  for q, g in ipairs(groups) do
+    local gs = fmt(g)
+    local gz = z[g]
+    kcall(P, 'ZADD', near.group_key(P, gs), unpack(gz))
+    top[2 * q - 1], top[2 * q] = gz[1], gs
+  end
+  -- LT: a group's score only falls (its earliest list).
+  kcall(P, 'ZADD', near.index(P), 'LT', unpack(top))
+  if made then
+    local cd = near.cursor(P)
+    if cd and made[cd] then redis.call('HDEL', P .. 'n', 'mcur') end
+  end
   w.n = 0
 end
 
 -- The transfer ----------------------------------------------------------------
 
--- A transfer's state for the lists it moves: the lists done (deleted, and
--- out of the index, by near_drop), the index keys by bucket.
+-- A transfer's state for the lists it moves: the lists done (deleted by
+-- near.drop; the caller takes them out of their group's index), the id
+-- index keys by bucket.
 function near.mover()
-  return {keys = {}, dues = {}, iks = {}}
+  return {keys = {}, iks = {}}
 end
 
--- Deletes the lists m has done and takes them out of the index.
-function near.drop(P, m)
+-- Deletes the lists m has done.
+function near.drop(m)
   if #m.keys == 0 then return end
   redis.call('DEL', unpack(m.keys))
-  redis.call('ZREM', near.index(P), unpack(m.dues))
-  m.keys, m.dues = {}, {}
+  m.keys = {}
+end
+
+-- After the transfer took the lists gone (due time digits) of group gs out
+-- of it: the group's index entry follows its earliest list left, or goes
+-- with the group.
+function near.regroup(P, gs, gone)
+  local gk = near.group_key(P, gs)
+  if #gone > 0 then redis.call('ZREM', gk, unpack(gone)) end
+  local f = redis.call('ZRANGE', gk, '0', '0', 'WITHSCORES')
+  if f[1] then
+    redis.call('ZADD', near.index(P), f[2], gs)
+  else
+    redis.call('DEL', gk)
+    redis.call('ZREM', near.index(P), gs)
+  end
 end
 
 -- Moves the entries of due time ds's list (d its number) into out as ready
@@ -251,7 +384,6 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
   local es = redis.pcall('LRANGE', key, fmt(from), fmt(from + want))
   if type(es) ~= 'table' or es.err then
     quarantine(P, key, redis.call('TYPE', key)['ok'])
-    redis.call('ZREM', near.index(P), ds)
     return 0, true
   end
   local done = #es <= want
@@ -291,8 +423,6 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
       end
     end
   end
-  if done then
-    m.keys[#m.keys + 1], m.dues[#m.dues + 1] = key, ds
-  end
+  if done then m.keys[#m.keys + 1] = key end
   return took, done
 end

@@ -362,9 +362,11 @@ function recur.earliest(P, zs, read_only, first)
   local wf = wheel_first(P)
   if wf and read_only and (d < 0 or wf < d) then wf = wheel_first_due(P, d) end
   if wf and (d < 0 or wf < d) then d = wf end
-  -- The near lists (lib/67_near.lua): the first one's due time (a list of
-  -- tombstones alone makes it early, until the transfer drops it).
+  -- The near lists (lib/67_near.lua): the first one's due time; a reader
+  -- passes over lists of tombstones alone (items cancelled), which the
+  -- transfer drops in their time.
   local nf = near.first(P)
+  if nf and read_only and (d < 0 or nf < d) then nf = near.first_due(P) end
   if nf and (d < 0 or nf < d) then d = nf end
   local t = first
   if t == nil then t = recur.first(P) end

@@ -1,7 +1,8 @@
 """near.py - the near lists (issue 42, lua/lib/67_near.lua): an offer due
 within 40 s (WHEEL_NEAR) of the queue's now is appended to the list of its
-millisecond, dq:{Q}:m:<due>, indexed by the zset dq:{Q}:mz (member = score =
-due ms), its id index entry "-8<13-digit due><5-digit pos>" (m<due>.<pos>
+millisecond, dq:{Q}:m:<due>, indexed in two levels: dq:{Q}:mg:<g> (member
+= score = due ms, the lists of group g = due // 128) and dq:{Q}:mz (member
+g, score its group's earliest due ms); its id index entry "-8<13-digit due><5-digit pos>" (m<due>.<pos>
 past 99,999). Through the real CLI (offer, take, cancel, lookup, stats,
 schedule), the Python client where the CLI has no absolute due time, and
 the transfer function called directly where one run's effect is checked.
@@ -10,8 +11,8 @@ queue_time_of in lua/lib/20_counters.lua), so due_ms and ready_ms are on
 the queue's clock and "never early" is ready_ms >= due_ms.
 
 1. Layout: items due within 40 s are in their ms's list, in offer order,
-   each entry "<h>|<record>" where its index entry points; mz lists each
-   ms once at its own score; an item due later is in no list; an item due
+   each entry "<h>|<record>" where its index entry points; the index lists
+   each ms once at its own score, each group at its earliest; an item due later is in no list; an item due
    now with nothing waiting goes straight to the ready list; a queue of 4
    shards keeps its near lists in its shards' keys and delivers all.
 2. Order: items of one ms come out in offer order also when that ms holds
@@ -23,7 +24,7 @@ the queue's clock and "never early" is ready_ms >= due_ms.
 3. cancel, replace (to another ms, at the same ms: after the others, twice
    in one call, from past the horizon into a list and back out), --nx (CLI
    and Python), lookup of near items; tombstones skipped; stats' pending
-   right; nothing left once all is delivered (no m: key, mz, mcur,
+   right; nothing left once all is delivered (no m: or mg: key, mz, mcur,
    id index entry).
 4. A big ms: 6,000 items due in one ms, moved in parts (one transfer of
    1,000 leaves mcur "<due>:1000"), all delivered once in offer order, mcur
@@ -35,9 +36,10 @@ the queue's clock and "never early" is ready_ms >= due_ms.
    delivered by the next scheduler's catch-up, in due order, ties in
    offer order.
 6. Hostile data: a string at a list's key before an offer to it and
-   between offer and transfer; a list of garbage with no mz member before
-   an offer; mz members not a number, a number without a list, a score
-   earlier and one later than the member; garbage entries (set aside in
+   between offer and transfer; a list of garbage with no index entry before
+   an offer; mz members not a number and a group with no key, group
+   members not a number, a number without a list, a score earlier and one
+   later than the member; garbage entries (set aside in
    dq:{Q}:x with a reason); an id index entry naming another id's entry.
    Offers and takes exit 0, the scheduler keeps running and moves later
    offers, every valid item arrives once. 6b: a planted mcur that does not
@@ -45,14 +47,13 @@ the queue's clock and "never early" is ready_ms >= due_ms.
    dropped.
 
 Each hostile case that failed on the near lists' first versions is checked
-apart, with a FAIL that says what went wrong: an mz member whose score was
-planted before its ms, dropped by a transfer run in between with its list
-left never moved (e1, e2 lost on 2e7663b; fixed in 118e8bc, which
-rescores it); an offer to a list key that exists with no mz member appends
-without adding the ms to mz (j1 lost; 118e8bc); an mcur naming a ms with
-no list is never dropped (118e8bc).
+apart, with a FAIL that says what went wrong: an index member whose score
+was planted before its ms, dropped by a transfer run in between with its
+list left never moved (e1, e2 lost on 2e7663b); an offer to a list key
+that exists with no index member appends without indexing the ms (j1 lost
+on 118e8bc); an mcur naming a ms with no list is never dropped (118e8bc).
 """
-# tier: slow (about 13 s while a known failure waits out a take, 6 s without): make test runs it
+# tier: slow (about 6 s): make test runs it
 import collections
 import os
 import sys
@@ -81,10 +82,20 @@ def near_keys(q):
     return sorted(k.decode() for k in redis("KEYS", pfx(q) + "m:*"))
 
 
-def mz_of(q):
-    """[(member, score)] of the queue's mz."""
-    r = redis("ZRANGE", pfx(q) + "mz", 0, -1, "WITHSCORES") if redis("TYPE", pfx(q) + "mz") == "zset" else []
+def zset_of(key):
+    r = redis("ZRANGE", key, 0, -1, "WITHSCORES") if redis("TYPE", key) == "zset" else []
     return [(r[i].decode(), r[i + 1].decode()) for i in range(0, len(r), 2)]
+
+
+def mz_of(q):
+    """[(member, score)] of the lists' index, both levels read: the members
+    of every group mz names (dq:{Q}:mg:<g>), in mz's order."""
+    return [m for g, _ in zset_of(pfx(q) + "mz") for m in zset_of(pfx(q) + f"mg:{g}")]
+
+
+def groups_of(q):
+    """[(group, score)] of mz, the index's top level."""
+    return zset_of(pfx(q) + "mz")
 
 
 def index_of(q, id_):
@@ -152,7 +163,7 @@ def check_clean(q, planted=False):
     """Once all is delivered: no near list, mz or mcur, no id index entry,
     nothing pending or ready; nothing set aside unless planted."""
     eq(near_keys(q), [], f"{q}: no near list left")
-    eq(redis("EXISTS", pfx(q) + "mz"), 0, f"{q}: no mz left")
+    eq((redis("EXISTS", pfx(q) + "mz"), redis("KEYS", pfx(q) + "mg:*")), (0, []), f"{q}: no mz or mg: key left")
     eq(redis("HGET", pfx(q) + "n", "mcur"), None, f"{q}: no mcur left")
     eq(id_index_size(q), 0, f"{q}: the id index is empty")
     if not planted:
@@ -197,7 +208,11 @@ ok(cref is not None and cref[1] == 0 and 2900 <= cref[0] - now <= 3000 + 2000 * 
    "offer nl 3s: into the list of its due ms (about now + 3 s)", (cref, now))
 eq(redis("LLEN", pfx(Q) + f"m:{D1}"), 3, "D1's list holds its 3 items, one list for the ms")
 want_mz = sorted([str(d) for d in (D1, D2, D3)] + ([str(cref[0])] if cref else []), key=int)
-eq(mz_of(Q), [(m, m) for m in want_mz], "mz: each near ms once, member = score = due ms")
+eq(mz_of(Q), [(m, m) for m in want_mz], "the index: each near ms once, member = score = due ms")
+want_g = {}
+for m in want_mz:
+    want_g.setdefault(str(int(m) // 128), m)
+eq(groups_of(Q), sorted(want_g.items(), key=lambda x: int(x[1])), "mz: each group once, scored by its earliest ms")
 eq(ref(Q, "far"), None, "an item due 42 s ahead has no near index entry")
 eq([k for k in near_keys(Q) if k.endswith(str(now + NEAR + 2000))], [], "and no list of its ms")
 eq(near_records(Q), 6, "6 live near entries")
@@ -222,7 +237,8 @@ eq((r.rc, r.out), (0, b"40\n"), "offer nsh (4 shards) --batch of 40 near lines")
 ok(len(redis("KEYS", "dq:{nsh~*}:m:*")) >= 4, "near lists in the shards' own keys", redis("KEYS", "dq:{nsh~*}:m:*"))
 msgs = take_all("nsh", 40)
 eq(sorted(m["id"] for m in msgs), sorted(i for _, i, _ in lines), "nsh: all 40 delivered once")
-eq(redis("KEYS", "dq:{nsh~*}:m:*") + redis("KEYS", "dq:{nsh~*}:mz"), [], "nsh: no near list or mz left in a shard")
+eq(redis("KEYS", "dq:{nsh~*}:m:*") + redis("KEYS", "dq:{nsh~*}:mz") + redis("KEYS", "dq:{nsh~*}:mg:*"), [],
+   "nsh: no near list or index left in a shard")
 
 # ------------------------------------------------------------------ 2. order with slot and wheel records of the ms
 
@@ -358,7 +374,7 @@ t0 = time.monotonic()
 got = client.offer_many(Q, [delayq.Item(f"big {j}", id=f"g{j:05d}", due_ms=D) for j in range(N)])
 note(f"{N} Python offers at one due ms: {time.monotonic() - t0:.2f} s")
 eq(collections.Counter((o.status, o.due_ms) for o in got), {("added", D): N}, f"all {N} added at D")
-eq((redis("LLEN", pfx(Q) + f"m:{D}"), mz_of(Q)), (N, [(str(D), str(D))]), f"one list of {N} entries, one mz member")
+eq((redis("LLEN", pfx(Q) + f"m:{D}"), mz_of(Q)), (N, [(str(D), str(D))]), f"one list of {N} entries, one index member")
 eq((ref(Q, "g00000"), ref(Q, f"g{N - 1:05d}")), ((D, 0), (D, N - 1)), "first and last at places 0 and N-1")
 set_clock(Q, D + 1000)
 rep = transfer(Q, 1000)
@@ -463,12 +479,15 @@ ok(b"wrong type" in aside_text(Q) and f"m:{D[1]}".encode() in aside_text(Q),
 py_offer(Q, [("lost1", "overwritten", D[2])])
 good([("t2", "after the overwritten ms", D[2] + 1)])
 redis("SET", P + f"m:{D[2]}", "planted after")
-# h3: mz members: not a number, a number with no list, a list's member at
-# an earlier score and one at a later score.
+# h3: the index: mz members not a number and a group with no key; group
+# members not a number, a number with no list, a list's member at an
+# earlier score and one at a later score (D3's group scored earlier too).
 good([("e1", "score earlier", D[3]), ("e2", "score earlier 2", D[3])])
 good([("l1", "score later", D[4])])
-redis("ZADD", P + "mz", now - 5000, "junk", now - 4000, str(now - 4000), D[3] - 5000, str(D[3]),
-      D[4] + 3000, str(D[4]))
+g3, g4, gx = D[3] // 128, D[4] // 128, (now - 4000) // 128
+redis("ZADD", P + "mz", now - 5000, "junk", now - 4000, str(gx), D[3] - 5000, str(g3))
+redis("ZADD", P + f"mg:{g3}", now - 4500, "junk", D[3] - 5000, str(D[3]), D[3] - 6000, str(g3 * 128 + 1))
+redis("ZADD", P + f"mg:{g4}", D[4] + 3000, str(D[4]))
 # h4: garbage entries among good ones.
 good([("g1", "before garbage", D[5])])
 redis("RPUSH", P + f"m:{D[5]}", "garbage", "70000|x", "12|not a record")
@@ -489,17 +508,17 @@ lk = client.lookup(Q, "f1")
 valid.append("f1")
 pay["f1"], due["f1"] = "f one again", lk.due_ms
 eq(redis("LINDEX", P + f"m:{D[6]}", 1)[-5:], b"f two", "f2's entry still untouched by f1's offer")
-# h7: a list of garbage at D7's key with no mz member, then an offer to it.
+# h7: a list of garbage at D7's key with no index member, then an offer to it.
 redis("RPUSH", P + f"m:{D[7]}", "junk 1", "junk 2")
 good([("j1", "after a planted list", D[7])])
-ok(any(m == str(D[7]) for m, _ in mz_of(Q)), "an offer to a planted list with no mz member registers its ms in mz",
-   "not there: the list is never moved (near_flush adds to mz only when its RPUSH made the list)")
-# A transfer while D3 is not yet due (its mz score says it is).
+ok(any(m == str(D[7]) for m, _ in mz_of(Q)), "an offer to a planted list with no index member indexes its ms",
+   "not there: the list is never moved (near_flush indexed only lists its RPUSH made)")
+# A transfer while D3 is not yet due (its index scores say it is).
 set_clock(Q, D[3] - 2000)
 rep = transfer(Q)
 ok(isinstance(rep, list), "a transfer before D3 (mz says due) returns", rep)
 eq(redis("LLEN", P + "r"), 0, "and moves nothing early")
-ok(any(m == str(D[3]) for m, _ in mz_of(Q)), "D3's list, its mz score planted early, is still in mz",
+ok(any(m == str(D[3]) for m, _ in mz_of(Q)), "D3's list, its index score planted early, is still indexed",
    "gone: the transfer dropped the member (d > ncap counts as planted) and left the list, never moved")
 sched = bg_dq("schedule", Q)
 ok(wait_for(lambda: redis("PUBSUB", "SHARDNUMSUB", P + "w")[1] > 0, 10), "a schedule process subscribed")
@@ -509,10 +528,10 @@ set_clock(Q, D[9] + 4000)
 # between), j1 (offered to a planted list that had no mz member) and l1
 # (its ms's mz score planted 3 s later: it may come late, after items due
 # later, but must come).
-apart = {"e1": "D3's list, whose mz score was planted 5 s before its ms (a transfer ran in between)",
-         "e2": "D3's list, whose mz score was planted 5 s before its ms (a transfer ran in between)",
-         "j1": "offered to a list planted with no mz member",
-         "l1": "D4's list, whose mz score was planted 3 s after its ms"}
+apart = {"e1": "D3's list, whose index score was planted 5 s before its ms (a transfer ran in between)",
+         "e2": "D3's list, whose index score was planted 5 s before its ms (a transfer ran in between)",
+         "j1": "offered to a list planted with no index member",
+         "l1": "D4's list, whose index score was planted 3 s after its ms"}
 want = sorted((i for i in valid if i not in apart), key=lambda i: (due[i], valid.index(i)))
 r = dq("take", Q, "--count", str(len(valid)), "--json", "--timeout", "8s", "--no-scheduler", timeout=60)
 ok(r.rc == 0, f"take {Q} --count {len(valid)} exits 0 (every valid item arrives)", r)
