@@ -229,10 +229,7 @@ local function index_walk(key, lo, visit)
     end
     off = off + 16
   end
-  local zr = redis.pcall('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '1')
-  local low = type(zr) == 'table' and tonumber(zr[2])
-  if not low then return math.huge end
-  return math.min(math.max(math.floor(low), 0), DUE_MAX) * ORD + ORD - 1
+  return near.next_bound(key, lo, off)
 end
 
 local function wheel_read()

@@ -96,6 +96,18 @@ function near.due_of(ds, g)
   return d
 end
 
+-- For a walk through the index key (a zset scored by due times) from score
+-- lo that stopped after off members: the score d * ORD + ORD - 1 of the
+-- next member's due time, the lowest an item not looked at may have (as
+-- list.lua's cursor counts them); math.huge when none is left. Also
+-- list.lua's for the wheel's index. Read only.
+function near.next_bound(key, lo, off)
+  local zr = redis.pcall('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '1')
+  local low = type(zr) == 'table' and tonumber(zr[2])
+  if not low then return math.huge end
+  return math.min(math.max(math.floor(low), 0), DUE_MAX) * ORD + ORD - 1
+end
+
 -- Walks the lists of due time lo or more in due order, calling visit(ds, d)
 -- (ds: the digits) till it returns a value, which it returns; math.huge
 -- once none is left. Reads at most 64 groups of 16 at a time (planted
@@ -124,10 +136,7 @@ function near.walk(P, lo, visit)
     end
     off = off + 16
   end
-  local gr = redis.pcall('ZRANGEBYSCORE', mz, from, '+inf', 'WITHSCORES', 'LIMIT', nstr(off), '1')
-  local low = type(gr) == 'table' and tonumber(gr[2])
-  if not low then return math.huge end
-  return math.min(math.max(math.floor(low), 0), DUE_MAX) * ORD + ORD - 1
+  return near.next_bound(mz, from, off)
 end
 
 -- The id index entry of the item at pos of the list of due time d: the
