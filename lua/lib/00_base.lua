@@ -20,9 +20,10 @@
 --                         '<off>|<h>|<record>'; P..bz ZSET its index, k ->
 --                         the bucket's start (see lib/65_wheel.lua)
 --   P..m:<due>      LIST  a near list: items offered less than 40 s before
---                         their due time <due>, entries '<h>|<record>' in offer
---                         order; P..mz ZSET its index, due -> due (see
---                         lib/67_near.lua)
+--                         their due time <due>, entries <h><record> in offer
+--                         order (h in two bytes); P..mg:<g> ZSET the lists
+--                         of 128 ms, due -> due, and P..mz ZSET the groups,
+--                         g -> earliest due (see lib/67_near.lua)
 --   P..l            ZSET  the lease registry: the takes' lease records, by
 --                         score, with their ids (see lib/70_registry.lua)
 --   P..h:<tprefix> STRING the holder a leased take named, until its lease

@@ -12,8 +12,9 @@
 -- into the ready list once it is due, after the slots' records of that
 -- millisecond (lua/transfer.lua).
 --
--- Keys (docs/key-layout.md): P..'m:'..due LIST, entries '<h>|<record>' (h
--- the id's index bucket, record a version 1 record), appended and never cut
+-- Keys (docs/key-layout.md): P..'m:'..due LIST, entries <h><record> (h
+-- the id's index bucket in two bytes, see near.head; record a version 1
+-- record), appended and never cut
 -- until the list is deleted whole; an index in two levels, written by the
 -- push that makes the list: P..'mg:'..g ZSET, the lists of group g (due
 -- times g * near.G .. g * near.G + near.G - 1), member and score the due
@@ -169,14 +170,23 @@ function near.ref_of(s)
   return d, pos
 end
 
+-- The head of a list entry for index bucket h (a number or its digits):
+-- h in two bytes, high first. Two bytes, not h's digits and a '|' (up to 6
+-- bytes): 4 bytes an item less, about what an item's share of its list's
+-- key costs at 20 items a millisecond (docs/benchmarks.md, issue 42).
+function near.head(h)
+  h = tonumber(h)
+  return string.char(math.floor(h / 256), h % 256)
+end
+
 -- A list entry: (index bucket h, record, id), or nil and why it does not
 -- decode.
 function near.entry_of(e)
-  local h, at = string.match(e, '^(%d+)|()')
-  if not h or #h > 5 then return nil, 'undecodable near entry' end
-  h = tonumber(h)
+  local b1, b2 = string.byte(e, 1, 2)
+  if not b2 then return nil, 'undecodable near entry' end
+  local h = b1 * 256 + b2
   if h >= ID_BUCKETS then return nil, 'near entry with a bucket out of range' end
-  local rec = string.sub(e, at)
+  local rec = string.sub(e, 3)
   local _, _, id = v1_head(rec)
   if not id then return nil, 'near entry with an undecodable record' end
   return h, rec, id
@@ -278,7 +288,7 @@ end
 function near.add(w, d, h, ik, id, payload)
   local n = w.n + 1
   w.D[n], w.I[n], w.IK[n] = d, id, ik
-  w.E[n] = record_v1(id, payload, h .. '|')
+  w.E[n] = record_v1(id, payload, near.head(h))
   w.n = n
 end
 
@@ -405,13 +415,14 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
     local e = es[x]
     if e ~= '' then
       -- near.entry_of without its patterns (each costs more than the rest
-      -- of the item's parse, as in the wheel's cascade): 'h|1|idlen|id..'.
-      local p1 = find(e, '|', 1, true)
-      local h = p1 and p1 <= 6 and tonumber(sub(e, 1, p1 - 1))
-      local p3 = h and byte(e, p1 + 1) == 49 and byte(e, p1 + 2) == 124 and find(e, '|', p1 + 3, true)
-      local il = p3 and p3 - p1 <= 6 and tonumber(sub(e, p1 + 3, p3 - 1))
+      -- of the item's parse, as in the wheel's cascade): two bytes of h,
+      -- then '1|idlen|id..'.
+      local b1, b2, v, bar = byte(e, 1, 4)
+      local h = bar == 124 and v == 49 and b1 * 256 + b2
+      local p3 = h and h < ID_BUCKETS and find(e, '|', 5, true)
+      local il = p3 and p3 <= 8 and tonumber(sub(e, 5, p3 - 1))
       local id = il and il == il and il >= 1 and il <= ID_MAX and il % 1 == 0 and p3 + il <= #e and
-                 h == h and h >= 0 and h < ID_BUCKETS and h % 1 == 0 and sub(e, p3 + 1, p3 + il)
+                 sub(e, p3 + 1, p3 + il)
       if not id or not id_bytes_ok(id) then
         local _, why = near.entry_of(e)
         bad[#bad + 1] = aside_entry((why or 'undecodable near entry') .. ' in ' .. key, '', e)
@@ -425,7 +436,7 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
         local ref = refh and (refh .. near.place(pos)) or near.ref(d, pos)
         if redis.pcall('HGET', ik, id) == ref then
           -- The record's ready entry: its version, the two times, the rest.
-          out[#out + 1] = head .. sub(e, p1 + 2)
+          out[#out + 1] = head .. sub(e, 4)
           id_set(P, ik, id, score)
           lateness_add(lat, late)
         end

@@ -11,7 +11,7 @@ queue_time_of in lua/lib/20_counters.lua), so due_ms and ready_ms are on
 the queue's clock and "never early" is ready_ms >= due_ms.
 
 1. Layout: items due within 40 s are in their ms's list, in offer order,
-   each entry "<h>|<record>" where its index entry points; the index lists
+   each entry <h><record> (h in two bytes) where its index entry points; the index lists
    each ms once at its own score, each group at its earliest; an item due later is in no list; an item due
    now with nothing waiting goes straight to the ready list; a queue of 4
    shards keeps its near lists in its shards' keys and delivers all.
@@ -177,13 +177,14 @@ def check_clean(q, planted=False):
 
 
 def check_entry(q, id_, d, pos, payload):
-    """id's index entry names (d, pos), and that entry is '<h>|<record>' of
+    """id's index entry names (d, pos), and that entry is <h><record> (h,
+    the id's index bucket, in two bytes, high first) of
     id with payload."""
     eq(ref(q, id_), (d, pos), f"{q}: {id_}'s index entry names its list entry ({d}, {pos})")
     e = redis("LINDEX", pfx(q) + f"m:{d}", pos) or b""
     h = id_index_key(q, id_).rsplit(":", 1)[1]
-    ok(e.startswith(h.encode() + b"|") and id_.encode() in e and e.endswith(payload.encode()),
-       f"{q}: the entry at ({d}, {pos}) is '{h}|<record of {id_}>'", e[:80])
+    ok(e.startswith(int(h).to_bytes(2, "big") + b"1|") and id_.encode() in e and e.endswith(payload.encode()),
+       f"{q}: the entry at ({d}, {pos}) is <{h} in two bytes><record of {id_}>", e[:80])
 
 
 def aside_text(q):

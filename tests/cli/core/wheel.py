@@ -289,17 +289,20 @@ def set_clock(P, ms):
 
 def next_event(P, t):
     """The earliest queue time after t at which something under P is due:
-    a bucket's cascade (its bz score - LEAD) or a record in the slots; t + 1
-    when it cannot tell (a key of another type, which the scheduler moves
-    away), None when nothing is pending."""
+    a bucket's cascade (its bz score - LEAD), a record in the slots or a
+    near list (the first group's score in mz: its earliest list,
+    lua/lib/67_near.lua); t + 1 when it cannot tell (a key of another type,
+    which the scheduler moves away), None when nothing is pending."""
     try:
         b = RC.cmd("ZRANGE", P + "bz", 0, 0, "WITHSCORES")
         first = RC.cmd("ZRANGE", P + "zs", 0, 0)
         r = RC.cmd("ZRANGE", P + "q:" + first[0].decode(), 0, 0, "WITHSCORES") if first else []
+        m = RC.cmd("ZRANGE", P + "mz", 0, 0, "WITHSCORES")
         ready = RC.cmd("LLEN", P + "r")
     except RedisError:
         return t + 1
     evs = ([int(float(b[1])) - LEAD] if b else []) + ([int(float(r[1])) // 2048] if r else [])
+    evs += [int(float(m[1]))] if m else []
     if ready:  # not yet taken: due already
         evs.append(t)
     return min(evs) if evs else None
