@@ -19,7 +19,7 @@ local now = queue_now_ms()
 local r, key, rec, ik = leased_record(P, zs, id, ARGV[3], now)
 if not r then return {0, 0} end
 local deadline = math.min(now + lease, DUE_MAX)
-local bound = first_bound(P, zs)
+local bound = recur.bound(P, zs)
 lease_remove(P, key, rec, r)
 -- An item of a lease record moves to a record of its own (same token).
 local score = slot_insert(P, zs, counters, deadline * ORD, r.batch and record_v2(r, id) or rec, false)

@@ -65,7 +65,7 @@ if reason then
   return {2, 0}
 end
 local due = math.min(now + delay, DUE_MAX)
-local bound = first_bound(P, zs)
+local bound = recur.bound(P, zs)
 local score = slot_insert(P, zs, counters, due * ORD, record_v2(r, id), true)
 id_set(P, ik, id, score)
 redis.call('HINCRBY', counters, 'pending', 1)

@@ -69,6 +69,10 @@ local w = wheel_pusher()
 local nfirst = near.first(P)
 if nfirst and (bound == nil or nfirst * ORD < bound) then bound = nfirst * ORD end
 local nw = near.pusher()
+-- The recurring schedules' first tick: a time the schedulers know too. An
+-- offer announced before it would put it off (see recur.bound).
+local tfirst = recur.first(P)
+if tfirst and (bound == nil or tfirst * ORD < bound) then bound = tfirst * ORD end
 -- The due time of the queue's last record in the slots (-inf: none), read
 -- when first needed: an offer after it, or less than WHEEL_MS before it, is
 -- in time order and goes to the last slot cheaply (offers of one deadline

@@ -154,7 +154,7 @@ end
 local deadline, bound = 0, nil
 if lease > 0 then
   deadline = math.min(queue_now_ms() + lease, DUE_MAX)
-  bound = first_bound(P, zs)
+  bound = recur.bound(P, zs)
 end
 local out, bad, leased, first = {lease > 0 and 1 or 0}, {}, 0, nil
 local delivered = 0

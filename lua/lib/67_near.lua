@@ -276,6 +276,14 @@ end
 
 -- Offers --------------------------------------------------------------------
 
+-- The lists (their keys) this Lua state indexed, kept from call to call (a
+-- list takes offers in many calls), at most near.INDEXED: emptied when
+-- full. A list deleted and made again is indexed by the push that makes
+-- it, whatever this says.
+near.INDEXED = 65536
+near.indexed = {}
+near.nindexed = 0
+
 near.RANK = 1048576 -- above the entries of a call (sort keys)
 
 -- A new pusher for one call: the items held back, in flat arrays.
@@ -296,11 +304,14 @@ end
 -- within one: the sort key is (due - the call's lowest) * near.RANK +
 -- place), an RPUSH per due time, each item's index entry (the push's reply
 -- gives the places), then a ZADD per group of the lists pushed to and one
--- of the group index. Every list pushed to is indexed, not only those the
--- push made (an RPUSH that replies with its own count): a list without its
--- index entry (planted, or an OOM between two writes) would never be
--- moved. A list the push made is new: a cursor naming its due time is left
--- from another and goes (its list was deleted by something else).
+-- of the group index. A list is indexed when the push made it (an RPUSH
+-- that replies with its own count) and when this Lua state has not indexed
+-- it before (near.indexed): a list without its index entry (planted, or an
+-- OOM between two writes) would never be moved, and a ZADD of a list
+-- already there costs an offer 20 % (the group's listpack searched:
+-- docs/benchmarks.md, issue 42). A list the push made is new: a cursor
+-- naming its due time is left from another and goes (its list was deleted
+-- by something else).
 function near.flush(P, w)
   local n = w.n
   if n == 0 then return end
@@ -310,7 +321,7 @@ function near.flush(P, w)
   for j = 1, n do S[j] = (D[j] - low) * near.RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
-  local z, groups, made, x = {}, {}, nil, 1
+  local z, groups, keys, made, x = {}, {}, {}, nil, 1
   while x <= n do
     local d = D[S[x] % near.RANK]
     local na, y = 0, x
@@ -322,7 +333,8 @@ function near.flush(P, w)
       y = y + 1
     end
     local ds = near.name(d)
-    local base = kcall(P, 'RPUSH', P .. 'm:' .. ds, unpack(A, 1, na)) - na
+    local key = P .. 'm:' .. ds
+    local base = kcall(P, 'RPUSH', key, unpack(A, 1, na)) - na
     for q = 0, na - 1 do
       local j = S[x + q] % near.RANK
       id_set(P, w.IK[j], w.I[j], near.ref(d, base + q))
@@ -331,15 +343,18 @@ function near.flush(P, w)
       made = made or {}
       made[ds] = true
     end
-    -- The lists come in due order: a group's first is its earliest.
-    local g = math.floor(d / near.G)
-    local gz = z[g]
-    if not gz then
-      gz = {}
-      z[g] = gz
-      groups[#groups + 1] = g
+    if base == 0 or not near.indexed[key] then
+      -- The lists come in due order: a group's first is its earliest.
+      local g = math.floor(d / near.G)
+      local gz = z[g]
+      if not gz then
+        gz = {}
+        z[g] = gz
+        groups[#groups + 1] = g
+      end
+      gz[#gz + 1], gz[#gz + 2] = ds, ds
+      keys[#keys + 1] = key
     end
-    gz[#gz + 1], gz[#gz + 2] = ds, ds
     x = y
   end
   local top = {}
@@ -350,7 +365,11 @@ function near.flush(P, w)
     top[2 * q - 1], top[2 * q] = gz[1], gs
   end
   -- LT: a group's score only falls (its earliest list).
-  kcall(P, 'ZADD', near.index(P), 'LT', unpack(top))
+  if #top > 0 then kcall(P, 'ZADD', near.index(P), 'LT', unpack(top)) end
+  -- Indexed: noted once both writes are done.
+  if near.nindexed + #keys > near.INDEXED then near.indexed, near.nindexed = {}, 0 end
+  for _, k in ipairs(keys) do near.indexed[k] = true end
+  near.nindexed = near.nindexed + #keys
   if made then
     local cd = near.cursor(P)
     if cd and made[cd] then redis.call('HDEL', P .. 'n', 'mcur') end

@@ -374,12 +374,21 @@ function recur.earliest(P, zs, read_only, first)
   return d
 end
 
--- A bound every scheduler has heard of, at or before the earliest due
--- (see first_bound), in score units; nil: nothing is due.
+-- A bound every scheduler has heard of, at or before the earliest time a
+-- scheduler must run, in score units; nil: nothing is due. Of the slots'
+-- first bound (see first_bound), the ticks, the wheel's next cascade and
+-- the near lists' first due time: a scheduler takes an announcement as
+-- its next time (src/util/sched_core.c), so one that left any of them out
+-- would put off a time it had heard of (ticks skipped while offers due
+-- sooner than the slots' records were announced: issue 42).
 function recur.bound(P, zs)
   local b = first_bound(P, zs)
   local t = recur.first(P)
-  if t and (not b or t * ORD < b) then return t * ORD end
+  if t and (not b or t * ORD < b) then b = t * ORD end
+  local wf = wheel_first(P)
+  if wf and (not b or (wf - WHEEL_LEAD) * ORD < b) then b = (wf - WHEEL_LEAD) * ORD end
+  local nf = near.first(P)
+  if nf and (not b or nf * ORD < b) then b = nf * ORD end
   return b
 end
 

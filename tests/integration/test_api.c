@@ -798,8 +798,10 @@ static void test_wrongtype(void **state) {
     dq_msg_free(m);
 
     /* An offer renames the foreign key out of the way (its data kept) and
-     * goes on: the queue is not blocked for good. */
-    it.delay_ms = 1000;
+     * goes on: the queue is not blocked for good. An hour ahead: into the
+     * slots (an offer due within 40 s goes to a near list, not the slot
+     * index). */
+    it.delay_ms = 3600000;
     DQT_EXPECT(c, dq_offer(c, q, &it, &res), 0);
     assert_int_equal(res.status, DQ_ADDED);
     r = dqt_redis("TYPE %s", key);
