@@ -22,7 +22,7 @@
 --   P..m:<due>      LIST  a near list: items offered less than 40 s before
 --                         their due time <due>, entries <h><record> in offer
 --                         order (h in two bytes); P..mg:<g> ZSET the lists
---                         of 128 ms, due -> due, and P..mz ZSET the groups,
+--                         of 32 ms, due -> due, and P..mz ZSET the groups,
 --                         g -> earliest due (see lib/67_near.lua)
 --   P..l            ZSET  the lease registry: the takes' lease records, by
 --                         score, with their ids (see lib/70_registry.lua)

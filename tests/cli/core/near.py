@@ -1,7 +1,7 @@
 """near.py - the near lists (issue 42, lua/lib/67_near.lua): an offer due
 within 40 s (WHEEL_NEAR) of the queue's now is appended to the list of its
 millisecond, dq:{Q}:m:<due>, indexed in two levels: dq:{Q}:mg:<g> (member
-= score = due ms, the lists of group g = due // 128) and dq:{Q}:mz (member
+= score = due ms, the lists of group g = due // G, G = 32 ms) and dq:{Q}:mz (member
 g, score its group's earliest due ms); its id index entry "-8<13-digit due><5-digit pos>" (m<due>.<pos>
 past 99,999). Through the real CLI (offer, take, cancel, lookup, stats,
 schedule), the Python client where the CLI has no absolute due time, and
@@ -68,6 +68,7 @@ import delayq  # noqa: E402
 
 NEAR = 40000  # lua/lib/65_wheel.lua WHEEL_NEAR
 NEAR_POS = 100000  # lua/lib/67_near.lua: places with a numeric index entry
+G = 32  # lua/lib/67_near.lua near.G: a group of the lists' index spans G ms
 
 eq(dq("functions", "load").rc, 0, "delayq functions load (the Python client and FCALL need the library)")
 LIB = [x for x in redis("FUNCTION", "LIST") if b"delayq_" in x[1]][0][1].decode()
@@ -212,7 +213,7 @@ want_mz = sorted([str(d) for d in (D1, D2, D3)] + ([str(cref[0])] if cref else [
 eq(mz_of(Q), [(m, m) for m in want_mz], "the index: each near ms once, member = score = due ms")
 want_g = {}
 for m in want_mz:
-    want_g.setdefault(str(int(m) // 128), m)
+    want_g.setdefault(str(int(m) // G), m)
 eq(groups_of(Q), sorted(want_g.items(), key=lambda x: int(x[1])), "mz: each group once, scored by its earliest ms")
 eq(ref(Q, "far"), None, "an item due 42 s ahead has no near index entry")
 eq([k for k in near_keys(Q) if k.endswith(str(now + NEAR + 2000))], [], "and no list of its ms")
@@ -485,9 +486,9 @@ redis("SET", P + f"m:{D[2]}", "planted after")
 # earlier score and one at a later score (D3's group scored earlier too).
 good([("e1", "score earlier", D[3]), ("e2", "score earlier 2", D[3])])
 good([("l1", "score later", D[4])])
-g3, g4, gx = D[3] // 128, D[4] // 128, (now - 4000) // 128
+g3, g4, gx = D[3] // G, D[4] // G, (now - 4000) // G
 redis("ZADD", P + "mz", now - 5000, "junk", now - 4000, str(gx), D[3] - 5000, str(g3))
-redis("ZADD", P + f"mg:{g3}", now - 4500, "junk", D[3] - 5000, str(D[3]), D[3] - 6000, str(g3 * 128 + 1))
+redis("ZADD", P + f"mg:{g3}", now - 4500, "junk", D[3] - 5000, str(D[3]), D[3] - 6000, str(g3 * G + 1))
 redis("ZADD", P + f"mg:{g4}", D[4] + 3000, str(D[4]))
 # h4: garbage entries among good ones.
 good([("g1", "before garbage", D[5])])
