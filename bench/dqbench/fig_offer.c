@@ -98,8 +98,8 @@ void phase_offer_spread(void) {
     int64_t n = scaled(200000);
     double rate[K][ROUNDS], bytes[K][ROUNDS], ratio[K][ROUNDS];
     out("\n== Figure 1r: offers with delays of their own against one delay%s\n", scaled_tag());
-    out("   dq_offer_many, %d items a call (the library sends them in script calls of 250, 100\n"
-        "   when due within 40 s, pipelined),\n"
+    out("   dq_offer_many, %d items a call (the library sends them in script calls of 250,\n"
+        "   pipelined; due within 40 s they go to the near lists, later to the wheel),\n"
         "   %" PRId64
         " items, 16-byte payloads, generated ids, on an empty database; %d rounds, the three\n"
         "   in turn in each. Ratio: offers/s over the same round's one-delay figure.\n",
