@@ -47,32 +47,14 @@
 local near = {}
 near.POS = 100000 -- places with a numeric index entry (see near.ref)
 
--- Due times as digit strings, kept from call to call as the wheel keeps its
--- bucket names (lib/65_wheel.lua), and their 13-digit padded forms.
-near.NAMES = 16384
-near.names = {}
-near.pads = {}
-near.named = 0
-function near.name(d)
-  local s = near.names[d]
-  if not s then
-    if near.named >= near.NAMES then near.names, near.pads, near.named = {}, {}, 0 end
-    s = fmt(d)
-    near.names[d], near.pads[d], near.named = s, string.rep('0', 13 - #s) .. s, near.named + 1
-  end
-  return s
-end
+-- A due time's digits padded to 13 (the id index entry's width). Not kept
+-- from call to call: a table of thousands of strings costs Lua's
+-- collector more than the formatting (docs/benchmarks.md, issue 42).
+function near.pad(ds) return string.rep('0', 13 - #ds) .. ds end
 
--- Places as 5 digits, kept from call to call (string.format costs Lua
--- more than the rest of an index entry): at most near.PLACES of them.
-near.PLACES = 4096
-near.places = {}
+-- A place as 5 digits (not kept from call to call either: see near.pad).
 function near.place(pos)
-  local s = near.places[pos]
-  if s then return s end
-  s = string.format('%05d', pos)
-  if pos < near.PLACES then near.places[pos] = s end
-  return s
+  return string.format('%05d', pos)
 end
 
 function near.key(P, ds) return P .. 'm:' .. ds end
@@ -150,9 +132,9 @@ end
 -- 2^53, which a Lua number would round. An older delayq reads neither: the
 -- id counts as absent there (the protocol's minor 2, lua/protocol.lua).
 function near.ref(d, pos)
-  near.name(d)
-  if pos < near.POS then return '-8' .. near.pads[d] .. near.place(pos) end
-  return 'm' .. near.names[d] .. '.' .. fmt(pos)
+  local ds = fmt(d)
+  if pos < near.POS then return '-8' .. near.pad(ds) .. near.place(pos) end
+  return 'm' .. ds .. '.' .. fmt(pos)
 end
 
 -- An id index entry as (due time d, pos) if it names a list entry, else nil.
@@ -207,7 +189,7 @@ end
 -- is not there (a planted or dangling entry, or one already moved). Read
 -- only.
 function near.record(P, id, d, pos)
-  local ds = near.name(d)
+  local ds = fmt(d)
   local e = redis.pcall('LINDEX', near.key(P, ds), fmt(pos))
   if type(e) ~= 'string' or e == '' then return nil end
   local h, rec, eid = near.entry_of(e)
@@ -231,7 +213,7 @@ end
 -- transfer skips: the item was cancelled or replaced (its index entry goes
 -- or changes with it). The caller found the entry there (near_record).
 function near.bury(P, d, pos)
-  redis.call('LSET', near.key(P, near.name(d)), fmt(pos), '')
+  redis.call('LSET', near.key(P, fmt(d)), fmt(pos), '')
 end
 
 -- The earliest due time of a list (the first mz score), or nil. A planted
@@ -278,10 +260,12 @@ end
 
 -- Offers --------------------------------------------------------------------
 
--- The lists (their keys) this Lua state indexed, kept from call to call (a
--- list takes offers in many calls), at most near.INDEXED: emptied when
--- full. A list deleted and made again is indexed by the push that makes
--- it, whatever this says.
+-- The lists this Lua state indexed, kept from call to call (a list takes
+-- offers in many calls): a table per key prefix, of due times (numbers: a
+-- table of thousands of strings made every offer 10 % slower, its
+-- collector marking them: docs/benchmarks.md, issue 42), at most
+-- near.INDEXED in all, emptied when full. A list deleted and made again is
+-- indexed by the push that makes it, whatever this says.
 near.INDEXED = 65536
 near.indexed = {}
 near.nindexed = 0
@@ -323,6 +307,12 @@ function near.flush(P, w)
   for j = 1, n do S[j] = (D[j] - low) * near.RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
+  if near.nindexed + n > near.INDEXED then near.indexed, near.nindexed = {}, 0 end
+  local ix = near.indexed[P]
+  if not ix then
+    ix = {}
+    near.indexed[P] = ix
+  end
   local z, groups, keys, made, x = {}, {}, {}, nil, 1
   while x <= n do
     local d = D[S[x] % near.RANK]
@@ -334,18 +324,19 @@ function near.flush(P, w)
       A[na] = E[j]
       y = y + 1
     end
-    local ds = near.name(d)
+    local ds = fmt(d)
     local key = P .. 'm:' .. ds
     local base = kcall(P, 'RPUSH', key, unpack(A, 1, na)) - na
+    local refh = base + na <= near.POS and ('-8' .. near.pad(ds))
     for q = 0, na - 1 do
       local j = S[x + q] % near.RANK
-      id_set(P, w.IK[j], w.I[j], near.ref(d, base + q))
+      id_set(P, w.IK[j], w.I[j], refh and (refh .. near.place(base + q)) or near.ref(d, base + q))
     end
     if base == 0 then
       made = made or {}
       made[ds] = true
     end
-    if base == 0 or not near.indexed[key] then
+    if base == 0 or not ix[d] then
       -- The lists come in due order: a group's first is its earliest.
       local g = math.floor(d / near.G)
       local gz = z[g]
@@ -355,7 +346,7 @@ function near.flush(P, w)
         groups[#groups + 1] = g
       end
       gz[#gz + 1], gz[#gz + 2] = ds, ds
-      keys[#keys + 1] = key
+      keys[#keys + 1] = d
     end
     x = y
   end
@@ -369,8 +360,7 @@ function near.flush(P, w)
   -- LT: a group's score only falls (its earliest list).
   if #top > 0 then kcall(P, 'ZADD', near.index(P), 'LT', unpack(top)) end
   -- Indexed: noted once both writes are done.
-  if near.nindexed + #keys > near.INDEXED then near.indexed, near.nindexed = {}, 0 end
-  for _, k in ipairs(keys) do near.indexed[k] = true end
+  for _, k in ipairs(keys) do ix[k] = true end
   near.nindexed = near.nindexed + #keys
   if made then
     local cd = near.cursor(P)
@@ -419,7 +409,6 @@ end
 -- lateness_add). Returns the entries taken and whether the list is done; a
 -- list of another type is renamed away and counts as done.
 function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
-  near.name(d)
   local key = near.key(P, ds)
   local es = redis.pcall('LRANGE', key, fmt(from), fmt(from + want))
   if type(es) ~= 'table' or es.err then
@@ -430,7 +419,7 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
   local took = done and #es or want
   local late, score, iks = now - d, fmt(d * ORD), m.iks
   local head = '1|' .. ds .. '|' .. nows
-  local refh = from + took - 1 < near.POS and ('-8' .. near.pads[d])
+  local refh = from + took - 1 < near.POS and ('-8' .. near.pad(ds))
   local find, sub, byte = string.find, string.sub, string.byte
   for x = 1, took do
     local e = es[x]
