@@ -108,8 +108,13 @@ local function flush()
 end
 
 -- Offers one item; returns its status, due time and state.
+local iks = {} -- id index keys by bucket digits, for this call
 local function offer_one(id, payload, due, keep, fresh, h)
-  local ik = P .. 'i:' .. h
+  local ik = iks[h]
+  if not ik then
+    ik = P .. 'i:' .. h
+    iks[h] = ik
+  end
   local replaced = false
   if not fresh then
     -- An id may come twice in one call: its first copy must be written
@@ -200,7 +205,9 @@ local function offer_one(id, payload, due, keep, fresh, h)
   end
   if go == 'near' then
     near.add(nw, due, h, ik, id, payload)
-    held[id] = true
+    -- A generated id is looked up by no later item of the call: nothing
+    -- to flush for it (see held).
+    if not fresh then held[id] = true end
     added = added + 1
     if bound == nil or due * ORD < bound then
       bound = due * ORD
@@ -211,7 +218,7 @@ local function offer_one(id, payload, due, keep, fresh, h)
   if go then
     wheel_add(w, due, h, ik, id, payload)
     wheel_used = true
-    held[id] = true
+    if not fresh then held[id] = true end
     added = added + 1
     -- The scheduler cascades the bucket WHEEL_LEAD before its index score,
     -- the bucket's start (lib/65_wheel.lua).
@@ -225,7 +232,8 @@ local function offer_one(id, payload, due, keep, fresh, h)
 
   local score, ss = slot_insert(P, zs, counters, due * ORD, record_v1(id, payload), true, hint)
   idx[nidx + 1], idx[nidx + 2], idx[nidx + 3] = ik, id, ss
-  nidx, held[id] = nidx + 3, true
+  nidx = nidx + 3
+  if not fresh then held[id] = true end
   added = added + 1
   if tail_due and due > tail_due then tail_due = due end
   if slots_bound == nil or score < slots_bound then slots_bound = score end

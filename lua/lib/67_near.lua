@@ -301,10 +301,11 @@ end
 function near.flush(P, w)
   local n = w.n
   if n == 0 then return end
-  local D, E, S, A = w.D, w.E, w.S, w.A
+  local D, E, S, A, IK, I = w.D, w.E, w.S, w.A, w.IK, w.I
+  local RANK, pcall, fmt5 = near.RANK, redis.pcall, string.format
   local low = D[1]
   for j = 2, n do if D[j] < low then low = D[j] end end
-  for j = 1, n do S[j] = (D[j] - low) * near.RANK + j end
+  for j = 1, n do S[j] = (D[j] - low) * RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
   if near.nindexed + n > near.INDEXED then near.indexed, near.nindexed = {}, 0 end
@@ -315,10 +316,10 @@ function near.flush(P, w)
   end
   local z, groups, keys, made, x = {}, {}, {}, nil, 1
   while x <= n do
-    local d = D[S[x] % near.RANK]
+    local d = D[S[x] % RANK]
     local na, y = 0, x
     while y <= n do
-      local j = S[y] % near.RANK
+      local j = S[y] % RANK
       if D[j] ~= d then break end
       na = na + 1
       A[na] = E[j]
@@ -326,11 +327,17 @@ function near.flush(P, w)
     end
     local ds = fmt(d)
     local key = P .. 'm:' .. ds
-    local base = kcall(P, 'RPUSH', key, unpack(A, 1, na)) - na
-    local refh = base + na <= near.POS and ('-8' .. near.pad(ds))
+    -- The hot path: the calls made directly (kcall and id_set, which
+    -- renames a key of another type, only when one fails).
+    local len = pcall('RPUSH', key, unpack(A, 1, na))
+    if type(len) ~= 'number' then len = kcall(P, 'RPUSH', key, unpack(A, 1, na)) end
+    local base = len - na
+    local refh = len <= near.POS and ('-8' .. near.pad(ds) .. '%05d')
     for q = 0, na - 1 do
-      local j = S[x + q] % near.RANK
-      id_set(P, w.IK[j], w.I[j], refh and (refh .. near.place(base + q)) or near.ref(d, base + q))
+      local j = S[x + q] % RANK
+      local ref = refh and fmt5(refh, base + q) or near.ref(d, base + q)
+      local r = pcall('HSET', IK[j], I[j], ref)
+      if r ~= 0 and r ~= 1 then id_set(P, IK[j], I[j], ref) end
     end
     if base == 0 then
       made = made or {}
