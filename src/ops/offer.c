@@ -46,13 +46,21 @@ static int check_item(dq_client *c, const dq_item *item) {
 #define CHUNK_ITEMS 250
 #define CHUNK_BYTES (512u * 1024u)
 #define CHUNK_COST 500u
+/* lua/lib/65_wheel.lua's WHEEL_NEAR: an item due sooner goes to a near list
+ * (lua/lib/67_near.lua). Only sizes calls here: a wrong guess costs time,
+ * never correctness. */
+#define NEAR_MS 40000
+
 /* An item's share of a call's work, in CHUNK_COST units: 2 for an item of a
- * generated id, whichever way it goes (the end of the slots, the timing
- * wheel, a near list: each an append, lua/offer.lua); 1 more for an id
- * given, which the script looks up first. So a call holds 250 or 166
- * items. */
+ * generated id due NEAR_MS or more ahead, which the end of the slots or the
+ * timing wheel takes; 1 more for one due sooner, or at an absolute time (the
+ * client does not read the server's clock to tell): a near list's append
+ * costs Redis about 1.3 times as much (a list a millisecond: docs/
+ * benchmarks.md, issue 42); 1 more for an id given, which the script looks
+ * up first. So a call holds 250 to 125 items, about 1.3 ms of Redis. */
 static unsigned item_cost(const dq_item *it) {
     unsigned cost = 2;
+    if (it->due_ms > 0 || it->delay_ms < NEAR_MS) cost += 1;
     if (it->id) cost += 1;
     return cost;
 }

@@ -1,11 +1,11 @@
 """offer_calls.py - how many script calls a batch takes (src/ops/offer.c,
 chunk_len and item_cost): a call carries at most 250 items, 512 KiB of
-payloads and 500 units of work, an item costing 2 when its id is generated,
-whatever its delay (the slots' end, the timing wheel and the near lists
-each take it with an append), 1 more for an id given (looked up first).
-So 1,000 lines take 4 calls with generated ids, 7 with ids given, 5 with
-ids given on every other line, and payloads of 4,000 bytes fill a call's
-512 KiB at 131 items; every item is offered whatever the split. The Python
+payloads and 500 units of work, an item costing 2 when its id is generated
+and its delay is 40 s or more (the slots' end, the timing wheel), 1 more
+when due sooner or at an absolute time (a near list), 1 more for an id
+given (looked up first). So 1,000 lines take 4, 7 or 8 calls, 5 for
+delays of 40 s and 39.999 s in turn, and payloads of 4,000 bytes fill a
+call's 512 KiB at 131 items; every item is offered whatever the split. The Python
 client (clients/python) sizes its calls the same way. Each kind on its own
 queue, counted by INFO commandstats."""
 import os
@@ -40,10 +40,10 @@ def batch_calls(queue, lines):
 cases = [
     ("far", [f"1h\t\tp{i}\n" for i in range(N)], 4, "delay 1 h, ids generated: 250 a call"),
     ("farid", [f"1h\tid{i}\tp{i}\n" for i in range(N)], 7, "delay 1 h, ids given: 166 a call"),
-    ("near", [f"5s\t\tp{i}\n" for i in range(N)], 4, "delay 5 s (near lists): 250 a call as well"),
-    ("nearid", [f"{1 + i % 9}s\tid{i}\tp{i}\n" for i in range(N)], 7, "delays 1-9 s, ids given: 166 a call"),
-    ("half", [f"{1 + i % 9}s\t{f'id{i}' if i % 2 else ''}\tp{i}\n" for i in range(N)], 5,
-     "ids given on every other line (cost 3, else 2): 200 a call"),
+    ("near", [f"5s\t\tp{i}\n" for i in range(N)], 7, "delay 5 s (near lists): 166 a call"),
+    ("nearid", [f"{1 + i % 9}s\tid{i}\tp{i}\n" for i in range(N)], 8, "delays 1-9 s, ids given: 125 a call"),
+    ("edge", [f"{40000 if i % 2 else 39999}\t\tp{i}\n" for i in range(N)], 5,
+     "40 s (cost 2) and 39.999 s (cost 3) in turn: 200 a call"),
     ("big", [f"1h\t\t{'x' * 4000}\n" for _ in range(N)], 8, "4,000-byte payloads: 131 a call (512 KiB)"),
 ]
 for queue, lines, want, what in cases:
@@ -55,9 +55,9 @@ client = delayq.Client(URL)
 pycases = [
     ("pyfar", [delayq.Item(f"p{i}", 3600000) for i in range(N)], 4),
     ("pyfarid", [delayq.Item(f"p{i}", 3600000, id=f"id{i}") for i in range(N)], 7),
-    ("pynear", [delayq.Item(f"p{i}", 5000) for i in range(N)], 4),
-    ("pydue", [delayq.Item(f"p{i}", due_ms=server_ms() + 3600000) for i in range(N)], 4),
-    ("pyhalf", [delayq.Item(f"p{i}", 5000, id=f"id{i}" if i % 2 else None) for i in range(N)], 5),
+    ("pynear", [delayq.Item(f"p{i}", 5000) for i in range(N)], 7),
+    ("pydue", [delayq.Item(f"p{i}", due_ms=server_ms() + 3600000) for i in range(N)], 7),
+    ("pyhalf", [delayq.Item(f"p{i}", 5000, id=f"id{i}" if i % 2 else None) for i in range(N)], 8),
 ]
 for queue, items, want in pycases:
     client.offer(queue, "warm", 3600000)
