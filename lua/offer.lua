@@ -97,7 +97,7 @@ local hint = {} -- the slot of the last insert, and records held back (see slot_
 -- Id index writes held back until the records they point at are written:
 -- a failed call then leaves no index entry without its record.
 local idx, nidx = {}, 0
-local held = {} -- ids whose writes are held back
+local held = {} -- ids whose writes are held back (not generated ones: no later item of the call looks one up)
 
 local function flush()
   slot_flush(hint)

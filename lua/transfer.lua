@@ -1,6 +1,7 @@
 -- transfer.lua: moves due records from the slots to the ready list: pending
 -- items whose due time came, and items in flight whose lease ran out (those
--- count an attempt; past their max attempts they go to the dead letters).
+-- count an attempt; past their max attempts they go to the dead letters);
+-- and the near lists due (lib/67_near.lua), each in its place among them.
 -- KEYS[1] slot index, KEYS[2] ready list, KEYS[3] set-aside list,
 -- KEYS[4] counters, KEYS[5] dead letters, KEYS[6] dead-letter times,
 -- KEYS[7] wake tokens
@@ -155,10 +156,10 @@ done = done + wtook
 local wfirst = wheel_first(P)
 if wfirst and wfirst <= now then limit = '(' .. fmt(wfirst * ORD) end
 
--- Moves the slots' due records of scores below below (a ZRANGEBYSCORE
--- bound: '(' and a score); returns true when it stopped for the run's
--- count or time budget, false when nothing below it is left.
-local function move_slots(below)
+-- Moves the slots' due records scoring below upto (a ZRANGEBYSCORE max:
+-- '(' and a score); returns true when it stopped for the run's count or
+-- time budget, false when nothing below upto is left.
+local function move_slots(upto)
   -- A burst (many items due in one millisecond) is read without its scores.
   -- Redis 7.0 sends a score with %.17g, about 4k instructions each: most of
   -- what moving an item costs. When a chunk's items all had one due time and
@@ -179,7 +180,7 @@ local function move_slots(below)
       items = kcall(P, 'ZRANGEBYSCORE', key, fmt(burst * ORD), fmt((burst + 1) * ORD - 1), 'LIMIT', '0', nstr(want))
       step = 1
     else
-      items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', below, 'WITHSCORES', 'LIMIT', '0', nstr(want))
+      items = kcall(P, 'ZRANGEBYSCORE', key, '-inf', upto, 'WITHSCORES', 'LIMIT', '0', nstr(want))
       step = 2
     end
     local n = #items / step
