@@ -57,22 +57,17 @@ end
 local out = {now}
 local announce = nil -- the earliest due time that became the queue's first
 local slots_bound = first_bound(P, zs) -- at or before every score in the slots (see first_bound)
--- The earliest due time the timing wheel may hold (lib/65_wheel.lua), and
--- the first time a scheduler must run: a bound every scheduler has heard
--- of (offers announce it, transfers publish it), in score units.
+-- The earliest due times the timing wheel (lib/65_wheel.lua) and the near
+-- lists (lib/67_near.lua) may hold.
 local wfirst = wheel_first(P)
-local bound = slots_bound
-if wfirst and (bound == nil or (wfirst - WHEEL_LEAD) * ORD < bound) then bound = (wfirst - WHEEL_LEAD) * ORD end
-local w = wheel_pusher()
--- The earliest due time of the near lists (lib/67_near.lua): a bound the
--- schedulers know too (the offer that made the list announced it).
 local nfirst = near.first(P)
-if nfirst and (bound == nil or nfirst * ORD < bound) then bound = nfirst * ORD end
+-- The first time a scheduler must run: a bound every scheduler has heard
+-- of (offers announce it, transfers publish it), in score units, of the
+-- slots, the wheel's cascade, the near lists and the first tick (see
+-- recur.bound).
+local bound = recur.bound_of(slots_bound, wfirst, nfirst, recur.first(P))
+local w = wheel_pusher()
 local nw = near.pusher()
--- The recurring schedules' first tick: a time the schedulers know too. An
--- offer announced before it would put it off (see recur.bound).
-local tfirst = recur.first(P)
-if tfirst and (bound == nil or tfirst * ORD < bound) then bound = tfirst * ORD end
 -- The due time of the queue's last record in the slots (-inf: none), read
 -- when first needed: an offer after it, or less than WHEEL_MS before it, is
 -- in time order and goes to the last slot cheaply (offers of one deadline

@@ -313,11 +313,7 @@ local nfirst = near.first(P)
 local stopped = false
 if nfirst and nfirst <= ncap then
   local cur = redis.call('HGET', counters, 'mcur')
-  local cd, cn = nil, 0
-  if cur then
-    cd, cn = string.match(cur, '^(%d+):(%d+)$')
-    cn = cn and #cn <= 9 and tonumber(cn) or 0
-  end
+  local cd, cn = near.cursor_of(cur)
   local caps = fmt(ncap)
   local snext = nil -- the slots' earliest score, once known
   local out, bad, nm = {}, {}, near.mover()

@@ -39,7 +39,6 @@
 -- a millisecond's slot records first, and waits for the wheel's cascade.
 -- A nack's or an expired lease's retry goes to the slots as before: among
 -- items due in one millisecond, a retry may come before a fresh offer.
-
 --
 -- Its functions, constants and caches live in the table near (near.first,
 -- near.move, ...): the scripts' main chunk may hold at most 200 locals, and
@@ -52,10 +51,6 @@ near.POS = 100000 -- places with a numeric index entry (see near.ref)
 -- collector more than the formatting (docs/benchmarks.md, issue 42).
 function near.pad(ds) return string.rep('0', 13 - #ds) .. ds end
 
--- A place as 5 digits (not kept from call to call either: see near.pad).
-function near.place(pos)
-  return string.format('%05d', pos)
-end
 
 function near.key(P, ds) return P .. 'm:' .. ds end
 function near.index(P) return P .. 'mz' end
@@ -133,8 +128,17 @@ end
 -- id counts as absent there (the protocol's minor 2, lua/protocol.lua).
 function near.ref(d, pos)
   local ds = fmt(d)
-  if pos < near.POS then return '-8' .. near.pad(ds) .. near.place(pos) end
+  local rf = near.refs(ds, pos)
+  if rf then return string.format(rf, pos) end
   return 'm' .. ds .. '.' .. fmt(pos)
+end
+
+-- The format (string.format, the place its one argument) of the numeric
+-- index entries of due time ds's list up to place last, or nil when last
+-- is past them: a list's entries share it.
+function near.refs(ds, last)
+  if last >= near.POS then return nil end
+  return '-8' .. near.pad(ds) .. '%05d'
 end
 
 -- An id index entry as (due time d, pos) if it names a list entry, else nil.
@@ -179,7 +183,12 @@ end
 -- The list moved in parts and the count of its entries already ready (the
 -- counters' 'mcur'), or nil, 0. Read only.
 function near.cursor(P)
-  local cur = redis.pcall('HGET', P .. 'n', 'mcur')
+  return near.cursor_of(redis.pcall('HGET', P .. 'n', 'mcur'))
+end
+
+-- The (due time digits, count) a counters' 'mcur' value cur names, or nil,
+-- 0 (none, or one that does not parse).
+function near.cursor_of(cur)
   if type(cur) ~= 'string' then return nil, 0 end
   local cd, cn = string.match(cur, '^(%d+):(%d+)$')
   return cd, cn and #cn <= 9 and tonumber(cn) or 0
@@ -332,7 +341,7 @@ function near.flush(P, w)
     local len = pcall('RPUSH', key, unpack(A, 1, na))
     if type(len) ~= 'number' then len = kcall(P, 'RPUSH', key, unpack(A, 1, na)) end
     local base = len - na
-    local refh = len <= near.POS and ('-8' .. near.pad(ds) .. '%05d')
+    local refh = near.refs(ds, len - 1)
     for q = 0, na - 1 do
       local j = S[x + q] % RANK
       local ref = refh and fmt5(refh, base + q) or near.ref(d, base + q)
@@ -426,8 +435,8 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
   local took = done and #es or want
   local late, score, iks = now - d, fmt(d * ORD), m.iks
   local head = '1|' .. ds .. '|' .. nows
-  local refh = from + took - 1 < near.POS and ('-8' .. near.pad(ds))
-  local find, sub, byte = string.find, string.sub, string.byte
+  local refh = near.refs(ds, from + took - 1)
+  local find, sub, byte, fmt5 = string.find, string.sub, string.byte, string.format
   for x = 1, took do
     local e = es[x]
     if e ~= '' then
@@ -450,7 +459,7 @@ function near.move(P, m, d, ds, from, want, now, nows, out, bad, lat)
           iks[h] = ik
         end
         local pos = from + x - 1
-        local ref = refh and (refh .. near.place(pos)) or near.ref(d, pos)
+        local ref = refh and fmt5(refh, pos) or near.ref(d, pos)
         if redis.pcall('HGET', ik, id) == ref then
           -- The record's ready entry: its version, the two times, the rest.
           out[#out + 1] = head .. sub(e, 4)

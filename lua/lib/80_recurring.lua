@@ -382,13 +382,17 @@ end
 -- would put off a time it had heard of (ticks skipped while offers due
 -- sooner than the slots' records were announced: issue 42).
 function recur.bound(P, zs)
-  local b = first_bound(P, zs)
-  local t = recur.first(P)
-  if t and (not b or t * ORD < b) then b = t * ORD end
-  local wf = wheel_first(P)
-  if wf and (not b or (wf - WHEEL_LEAD) * ORD < b) then b = (wf - WHEEL_LEAD) * ORD end
-  local nf = near.first(P)
-  if nf and (not b or nf * ORD < b) then b = nf * ORD end
+  return recur.bound_of(first_bound(P, zs), wheel_first(P), near.first(P), recur.first(P))
+end
+
+-- recur.bound of what the caller read already: the slots' first bound (a
+-- score), the wheel's, the near lists' and the ticks' first times (ms);
+-- each nil when there is none.
+function recur.bound_of(slots, wheel, nearest, tick)
+  local b = slots
+  if tick and (not b or tick * ORD < b) then b = tick * ORD end
+  if wheel and (not b or (wheel - WHEEL_LEAD) * ORD < b) then b = (wheel - WHEEL_LEAD) * ORD end
+  if nearest and (not b or nearest * ORD < b) then b = nearest * ORD end
   return b
 end
 
