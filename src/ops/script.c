@@ -113,11 +113,22 @@ char *dq__library_load_command(size_t *len) {
  * (EVAL_RO) of the script's text, everything after the function's name kept
  * as it is, with the library's FUNCTION LOAD to go before it (*pre). The
  * command starts "*<argc>\r\n$5\r\nFCALL\r\n$<n>\r\n<name>\r\n" (or
- * "$8\r\nFCALL_RO\r\n"). */
-static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, size_t *newlen, char **pre,
-                     size_t *pre_len) {
+ * "$8\r\nFCALL_RO\r\n"). When another call's FUNCTION LOAD went to the node
+ * after this call (pre_sent), the same FCALL again: a pipeline of calls that
+ * met a new server made a FUNCTION LOAD (4.7 ms of Redis) and an EVAL (1.3
+ * ms) each, 66 of them for a batch of 200,000 offers. */
+static char *as_eval(const char *cmd, size_t cmd_len, const redisReply *err, int pre_sent,
+                     size_t *newlen, char **pre, size_t *pre_len) {
     static const char fcall[] = "$5\r\nFCALL\r\n", fcall_ro[] = "$8\r\nFCALL_RO\r\n";
     if (dq__error_class(err->str) != DQ__ERR_NOFUNCTION) return NULL;
+    if (pre_sent) {
+        char *again = malloc(cmd_len + 1); /* NUL-ended, as dq__format_command's */
+        if (!again) return NULL;
+        memcpy(again, cmd, cmd_len);
+        again[cmd_len] = '\0';
+        *newlen = cmd_len;
+        return again;
+    }
     const char *crlf = memchr(cmd, '\n', cmd_len);
     if (!crlf) return NULL;
     size_t head = (size_t)(crlf + 1 - cmd), at;

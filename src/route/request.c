@@ -36,6 +36,7 @@ struct dq__rreq {
     size_t len;
     const dq__rewrite *rewrite; /* NULL: none                        */
     int rewritten;           /* the hook's command replaced the caller's */
+    int after_pre;           /* sent again after another request's pre  */
     char *pre;               /* the rewrite's command to send first, owned */
     size_t pre_len;
     dq__reply_fn *fn;
@@ -161,6 +162,7 @@ static int send_on(rreq *r, dq__node *n) {
             return DQ_ECONNECT;
         free(r->pre); /* sent: the connection has its copy */
         r->pre = NULL;
+        n->pre_of = r->rewrite, n->pre_ups = conn->ups;
     }
     int rc = dq__conn_send_raw(conn, r->flags & DQ__SEND_NO_TIMEOUT, r->cmd, r->len, on_cmd_reply, r);
     if (rc) return rc;
@@ -325,12 +327,18 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
         return RETRY_LATER;
     }
     if (r->rewrite && !r->rewritten) {
+        /* Another request's pre went to this connection after r did: r
+         * sent again runs after it (once). */
+        dq__node *n = r->conn ? r->conn->node : NULL;
+        int pre_sent = !r->after_pre && n && n->cmd == r->conn && n->pre_of == r->rewrite &&
+                       n->pre_ups == r->conn->ups;
         size_t len;
-        char *cmd = r->rewrite->rewrite(r->cmd, r->len, reply, &len, &r->pre, &r->pre_len);
+        char *cmd = r->rewrite->rewrite(r->cmd, r->len, reply, pre_sent, &len, &r->pre, &r->pre_len);
         if (cmd) {
             free(r->cmd);
             r->cmd = cmd, r->len = len;
-            r->rewritten = 1; /* once */
+            if (pre_sent) r->after_pre = 1;
+            else r->rewritten = 1; /* once */
             return RESEND;
         }
     }

@@ -25,10 +25,16 @@ void dq__router_free(dq_client *c);
 /* Rewrites a command after an error reply: a new malloc'ed command and its
  * length in *newlen, or NULL to keep the error. *pre (NULL when none; set
  * only with a new command) may get a malloc'ed command of *pre_len bytes to
- * send first on the same connection, its reply ignored. Used once per
- * request. */
-typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, size_t *newlen,
-                             char **pre, size_t *pre_len);
+ * send first on the same connection, its reply ignored. pre_sent: this
+ * hook's pre went last to the request's node on the connection the request
+ * used (another request's error asked for it), most likely after the
+ * request, which sent again then runs after it: the hook may return a copy
+ * of cmd and no pre (a pipeline of calls that all fail costs one pre, not
+ * one each; if the pre came first, or failed, the copy fails again and the
+ * hook is asked once more without pre_sent). Used at most once with
+ * pre_sent and once without per request. */
+typedef char *dq__rewrite_fn(const char *cmd, size_t len, const redisReply *err, int pre_sent,
+                             size_t *newlen, char **pre, size_t *pre_len);
 /* After a rewrite, the new command's error reply (from conn's node) as the
  * caller wants it read: a malloc'ed text to deliver instead (its first word
  * an error code, as Redis's), or NULL to keep the reply. */

@@ -29,6 +29,8 @@ struct dq__node {
     int demoted;             /* single: answered READONLY, to be made
                                 again (dq__rt_node_renew_demoted)      */
     double renewed_at;       /* ev_now() of the last such renewal       */
+    const dq__rewrite *pre_of; /* the hook whose pre went last on cmd, */
+    int pre_ups;             /* ... while cmd->ups was this            */
 };
 
 struct dq__sub {

@@ -64,6 +64,19 @@ eq(command_calls("eval") + command_calls("evalsha") + command_calls("function|lo
 ok(command_calls("fcall") >= 1 and command_calls("fcall_ro") == 1, "FCALLs ran, stats as FCALL_RO",
    (command_calls("fcall"), command_calls("fcall_ro")))
 
+section("a pipeline of calls meeting a server without the library: one load")
+# 2,000 lines are 8 offer calls sent at once; all fail ("Function not
+# found"). The first goes again as EVAL with FUNCTION LOAD before it, the
+# others as the same FCALL after the load: not a load and an EVAL each.
+R.cmd("FUNCTION", "FLUSH")
+R.cmd("CONFIG", "RESETSTAT")
+r = dq("offer", "fn3", "--batch", "-", stdin=b"".join(b"1h\t\tp%d\n" % i for i in range(2000)))
+eq((r.rc, r.out), (0, b"2000\n"), "offer --batch of 2,000 exits 0, all offered")
+eq(stats("fn3")["pending"], 2000, "2,000 pending")
+eq((command_calls("function|load"), command_calls("eval")), (1, 1),
+   "one FUNCTION LOAD and one EVAL for the whole pipeline")
+ok(command_calls("fcall") >= 8, "the other calls ran as FCALLs", command_calls("fcall"))
+
 section("a read-only function missing: EVAL_RO, and the library loaded")
 R.cmd("FUNCTION", "FLUSH")
 R.cmd("CONFIG", "RESETSTAT")
