@@ -404,7 +404,14 @@ DQ_EXPORT int dq_offer(dq_client *c, const char *queue, const dq_item *item,
  * undo the others), or a negative code if the batch could not be sent at
  * all (then nothing was offered). On a partial failure, the first failing
  * item's code is in results[i].status as a negative value, and
- * dq_client_errstr() tells the cause. */
+ * dq_client_errstr() tells the cause.
+ * Items go out in delay order (then those with a due time, by due time; ties
+ * in array order), so that each script call's items share their due times'
+ * writes: items with delays of their own then cost Redis about what items of
+ * one delay do. Each item's due time is still Redis's time at its call plus
+ * its delay. When two items share an id they go in array order (the later
+ * one replaces or keeps the earlier). Which items a partial failure offered
+ * is thus any subset, not a prefix: the results say. */
 DQ_EXPORT int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t n,
                             dq_offer_result *results) DQ_NODISCARD;
 

@@ -61,17 +61,24 @@ static void ours_many(int64_t n, int batch, run_out *o) {
 }
 
 /* Figure 1r (issue 42): dq_offer_many of SPREAD_BATCH items a call (as
- * `delayq offer --batch` sends its chunks), each item with a delay of
- * its own, lo .. lo + span - 1 ms (span 0: lo for all), drawn from rnd().
- * Offers/s, and Redis bytes per item (used_memory delta). */
-#define SPREAD_BATCH 1000
-static void ours_spread(int64_t n, int64_t lo, int64_t span, double *rate, double *bytes) {
+ * `delayq offer --batch` sends its chunks: src/cli/cli.h BATCH_CHUNK_ITEMS),
+ * each item with a delay of its own, lo .. lo + span - 1 ms (span 0: lo for
+ * all), drawn from rnd(); or (async) dq_offer_async, 512 in flight, which
+ * sends items in offer order (dq_offer_many sends each array in delay
+ * order: src/util/send_order.c). Offers/s, and Redis bytes per item
+ * (used_memory delta). */
+#define SPREAD_BATCH 16384
+static void ours_spread(int64_t n, int64_t lo, int64_t span, int async, double *rate, double *bytes) {
     static dq_item items[SPREAD_BATCH];
     static char payloads[SPREAD_BATCH][PAYLOAD_LEN];
     double m0 = info_num("memory", "used_memory");
     P_touch();
     double t0 = mono();
-    for (int64_t i = 0; i < n; i += SPREAD_BATCH) {
+    if (async) {
+        fill_spec fs = {lo, span, 0, 0};
+        fill(OUR_Q, n, &fs, 512, NULL);
+    }
+    for (int64_t i = 0; !async && i < n; i += SPREAD_BATCH) {
         int k = (int)(n - i < SPREAD_BATCH ? n - i : SPREAD_BATCH);
         for (int j = 0; j < k; j++) {
             make_payload(payloads[j], (uint64_t)(i + j));
@@ -88,29 +95,33 @@ static void ours_spread(int64_t n, int64_t lo, int64_t span, double *rate, doubl
     *bytes = (info_num("memory", "used_memory") - m0) / (double)n;
 }
 
-/* Figure 1r: one delay against delays of their own, in rounds (A B C in
- * each, on an empty database); the figure is the median of each round's
- * ratio to the round's one-delay run. */
+/* Figure 1r: one delay against delays of their own, in rounds (every kind
+ * in turn in each, on an empty database); the figure is the median of each
+ * round's ratio to the round's one-delay run of the same API. */
 void phase_offer_spread(void) {
-    enum { K = 3, ROUNDS = 3 };
-    static const char *const what[K] = {"one delay, 1 h", "delays 1 min .. 1 h", "delays 0 .. 10 s"};
-    static const int64_t lo[K] = {OFFER_DELAY_MS, 60000, 0}, span[K] = {0, 3540001, 10001};
+    enum { K = 5, ROUNDS = 3 };
+    static const char *const what[K] = {"one delay, 1 h", "delays 1 min .. 1 h", "delays 0 .. 10 s",
+                                        "one delay, 1 h, async", "delays 0 .. 10 s, async"};
+    static const int64_t lo[K] = {OFFER_DELAY_MS, 60000, 0, OFFER_DELAY_MS, 0};
+    static const int64_t span[K] = {0, 3540001, 10001, 0, 10001};
+    static const int async[K] = {0, 0, 0, 1, 1}, base[K] = {0, 0, 0, 3, 3};
     int64_t n = scaled(200000);
     double rate[K][ROUNDS], bytes[K][ROUNDS], ratio[K][ROUNDS];
     out("\n== Figure 1r: offers with delays of their own against one delay%s\n", scaled_tag());
-    out("   dq_offer_many, %d items a call (the library sends them in script calls of 250,\n"
-        "   pipelined; due within 40 s they go to the near lists, later to the wheel),\n"
-        "   %" PRId64
-        " items, 16-byte payloads, generated ids, on an empty database; %d rounds, the three\n"
-        "   in turn in each. Ratio: offers/s over the same round's one-delay figure.\n",
+    out("   dq_offer_many, %d items a call, as `delayq offer --batch` sends its chunks (the\n"
+        "   library sends an array in delay order, in script calls of up to 250, pipelined;\n"
+        "   due within 40 s they go to the near lists, later to the wheel); async:\n"
+        "   dq_offer_async, 512 in flight, in offer order. %" PRId64 " items, 16-byte payloads,\n"
+        "   generated ids, on an empty database; %d rounds, every kind in turn in each.\n"
+        "   Ratio: offers/s over the same round's one-delay figure of the same API.\n",
         SPREAD_BATCH, n, (int)ROUNDS);
     rnd_seed(42);
     for (int r = 0; r < ROUNDS; r++)
         for (int k = 0; k < K; k++) {
             progress("offer spread round %d of %d: %s", r + 1, (int)ROUNDS, what[k]);
             flushall();
-            ours_spread(n, lo[k], span[k], &rate[k][r], &bytes[k][r]);
-            ratio[k][r] = rate[k][r] / rate[0][r];
+            ours_spread(n, lo[k], span[k], async[k], &rate[k][r], &bytes[k][r]);
+            ratio[k][r] = rate[k][r] / rate[base[k]][r];
         }
     char a[32], b[48], c[16];
     out("\n   %-26s %12s %10s %28s\n", "delays", "offers/s", "B/item",
@@ -126,11 +137,16 @@ void phase_offer_spread(void) {
             }
         out("   %-26s %12s %10.0f %14.3f (%.3f .. %.3f)\n", what[k], commas(a, sizeof a, best), mem,
             v[ROUNDS / 2], v[0], v[ROUNDS - 1]);
-        if (k == 0) continue;
+        if (k == base[k]) continue;
+        int j = base[k];
         snprintf(a, sizeof a, "%.0f/s", best);
-        snprintf(b, sizeof b, "one delay %.0f/s", max2(max2(rate[0][0], rate[0][1]), rate[0][2]));
+        snprintf(b, sizeof b, "one delay %.0f/s", max2(max2(rate[j][0], rate[j][1]), rate[j][2]));
         snprintf(c, sizeof c, "%.3f", v[ROUNDS / 2]);
-        add_row("1r", what[k], a, b, c, "ratio >= 0.80", v[ROUNDS / 2] >= 0.80);
+        /* Issue 42's targets are for batches; offer order is shown, not judged. */
+        if (async[k]) add_row("1r", what[k], a, b, c, "(offer order: shown)", -1);
+        else
+            add_row("1r", what[k], a, b, c, "ratio >= 0.80, >= 150k/s",
+                    v[ROUNDS / 2] >= 0.80 && best >= 150000);
     }
 }
 

@@ -149,7 +149,7 @@ int cli_read_all(int fd, size_t limit, char **data, size_t *len);
 /* ------------------------------------------------------------ batches (batch.c) */
 
 /* Lines and bytes of one chunk: checked, then sent in one dq_offer_many. */
-#define BATCH_CHUNK_ITEMS 1000
+#define BATCH_CHUNK_ITEMS 16384
 #define BATCH_CHUNK_BYTES (4 * 1024 * 1024)
 /* The longest line there is: a delay (64 bytes), an id, a payload, the two
  * tabs and a "\r". */

@@ -535,8 +535,10 @@ int dq_offer_many(dq_client *c, const char *queue, const dq_item *items, size_t 
         char *made = m.made + i * (DQ_ID_GENERATED_LEN + 1);
         if (!items[i].id) dq__id_generate(made);
         m.ids[i] = items[i].id ? items[i].id : made;
-        m.todo[i] = i;
     }
+    /* In due order, not array order: each call's items then share a few
+     * lists and slots of due times (src/util/send_order.c). */
+    dq__send_order(items, n, m.todo);
     size_t ntodo = n, sent_any = 0;
     int rc = 0;
     for (int round = 0; ntodo > 0 && !rc; round++) {

@@ -223,6 +223,16 @@ int dq__id_bucket(const char *id);
  * string; NULL when out of memory. The caller frees. */
 char *dq__base64_encode(const void *data, size_t len);
 
+/* ------------------------------------------------------------ send order (send_order.c) */
+
+/* Fills order[0..n-1] with the order dq_offer_many sends items[0..n-1] in:
+ * items with a delay by delay, then items with a due time by due time, ties
+ * in array order, so a script call's items share their due times' lists
+ * and slots; or 0..n-1 when two given ids are equal (their writes must keep
+ * the caller's order) or memory is short. Returns 1 when it sorted, else 0.
+ * The items were checked (dq_offer_many's check_item). */
+int dq__send_order(const dq_item *items, size_t n, size_t *order);
+
 /* ------------------------------------------------------------ text (text.c) */
 
 /* 1 if the len bytes are valid UTF-8 (no overlongs, no surrogates, no code

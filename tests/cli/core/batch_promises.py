@@ -1,10 +1,10 @@
 """batch_promises.py - offer --batch keeps its promises at its chunks'
-edges (docs/cli.md, Batches): each chunk of 1000 lines is checked whole
-before it is sent, and nothing after a failed chunk is sent.
+edges (docs/cli.md, Batches): each chunk of CHUNK (16,384) lines is
+checked whole before it is sent, and nothing after a failed chunk is sent.
 
-- a bad line in the second chunk (line 1500 of 3000): the first chunk is
-  offered, then the error is reported; exit 2, count 1000, the messages in
-  that order, Redis holds exactly lines 1 to 1000;
+- a bad line in the second chunk (line 1.5 CHUNK of 3 CHUNK): the first
+  chunk is offered, then the error is reported; exit 2, count CHUNK, the
+  messages in that order, Redis holds exactly lines 1 to CHUNK;
 - a chunk that Redis refuses (a due time past DQ_DUE_MAX_MS by the server's
   clock, which the CLI's check by its own clock let through): the chunk
   after it is never sent, and a bad line in that chunk is never reported;
@@ -30,6 +30,7 @@ sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__
 from dqtest import *  # noqa: E402,F403
 
 DUE_MAX_MS = 4398046511103  # include/delayq.h DQ_DUE_MAX_MS
+CHUNK = 16384  # src/cli/cli.h BATCH_CHUNK_ITEMS: the lines of a chunk
 
 
 def good(i, tag="p"):
@@ -63,27 +64,28 @@ def batch_file(directory, name, data):
 TMP = tempfile.TemporaryDirectory()
 
 section("a bad line in the second chunk: the first is sent, then the error is reported")
-data = b"".join(good(i) if i != 1500 else b"0\tbad id\tx\n" for i in range(1, 3001))
-r = dq("offer", "ab", "--batch", batch_file(TMP.name, "bad1500.tsv", data), timeout=60)
-eq((r.rc, r.out), (2, b"1000\n"), "exit 2, stdout 1000")
+BAD = CHUNK + CHUNK // 2
+data = b"".join(good(i) if i != BAD else b"0\tbad id\tx\n" for i in range(1, 3 * CHUNK + 1))
+r = dq("offer", "ab", "--batch", batch_file(TMP.name, "bad2.tsv", data), timeout=60)
+eq((r.rc, r.out), (2, b"%d\n" % CHUNK), f"exit 2, stdout {CHUNK}")
 errs = r.err.splitlines()
-ok(len(errs) == 2 and b"line 1500:" in errs[0] and b"bad id" in errs[0],
-   "stderr: first the bad line (line 1500, its id)", r.err)
-ok(len(errs) == 2 and b"offered before: 1000 items, every line up to line 1000" in errs[1],
-   "stderr: then what was offered, 1000 items up to line 1000", r.err)
-eq(sorted(take_ids("ab", 1000)), sorted(lines_ids(1, 1000)), "Redis held exactly lines 1 to 1000")
+ok(len(errs) == 2 and b"line %d:" % BAD in errs[0] and b"bad id" in errs[0],
+   f"stderr: first the bad line (line {BAD}, its id)", r.err)
+UP_TO = b"offered before: %d items, every line up to line %d" % (CHUNK, CHUNK)
+ok(len(errs) == 2 and UP_TO in errs[1], f"stderr: then what was offered, {CHUNK} items up to line {CHUNK}", r.err)
+eq(sorted(take_ids("ab", CHUNK)), sorted(lines_ids(1, CHUNK)), f"Redis held exactly lines 1 to {CHUNK}")
 
 
 def refused_chunk(queue, bad_at):
-    """A 3000-line file whose line 1001 has a due time that the CLI's check
+    """A 3 CHUNK-line file whose line CHUNK + 1 has a due time that the CLI's check
     lets through but the server's refuses: its delay is DQ_DUE_MAX_MS - T,
     T past the CLI's start (its check uses its clock at the start) and
     before Redis runs the chunk (CLIENT PAUSE holds every command until
     then). bad_at: a bad line's number, or 0. Returns the Result."""
     t_ms = int(time.time() * 1000) + 500
     lines = []
-    for i in range(1, 3001):
-        if i == 1001:
+    for i in range(1, 3 * CHUNK + 1):
+        if i == CHUNK + 1:
             lines.append(b"%d\tl%d\tfar\n" % (DUE_MAX_MS - t_ms, i))
         elif i == bad_at:
             lines.append(b"0\tbad id\tx\n")
@@ -99,32 +101,34 @@ def refused_chunk(queue, bad_at):
 section("chunk 2 refused by Redis: chunk 3 is not sent")
 r = refused_chunk("ar", 0)
 eq(r.rc, 2, "exit 2 (the script refused an input)")
-ok(b"line 1001:" in r.err and b"due time beyond" in r.err, "stderr names line 1001 and why", r.err)
-ok(b"offered before: 1000 items, every line up to line 1000" in r.err, "stderr: 1000 items up to line 1000", r.err)
+ok(b"line %d:" % (CHUNK + 1) in r.err and b"due time beyond" in r.err, f"stderr names line {CHUNK + 1} and why",
+   r.err)
+ok(UP_TO in r.err, f"stderr: {CHUNK} items up to line {CHUNK}", r.err)
 n = int(r.out) if r.out.strip().isdigit() else -1
-ok(1000 <= n < 2000, f"stdout {n}: chunk 1 and at most the rest of chunk 2", r.out)
+ok(CHUNK <= n < 2 * CHUNK, f"stdout {n}: chunk 1 and at most the rest of chunk 2", r.out)
 ids = take_ids("ar", max(n, 0))
 eq(len(ids), n, "Redis holds as many items as stdout says")
-ok(set(lines_ids(1, 1000)) <= set(ids), "every line of chunk 1 was offered")
-ok("l1001" not in ids, "line 1001 was not")
-eq(sorted(i for i in ids if int(i[1:]) > 2000), [], "nothing of chunk 3 (lines 2001 to 3000) was offered")
+ok(set(lines_ids(1, CHUNK)) <= set(ids), "every line of chunk 1 was offered")
+ok(f"l{CHUNK + 1}" not in ids, f"line {CHUNK + 1} was not")
+eq(sorted(i for i in ids if int(i[1:]) > 2 * CHUNK), [], "nothing of chunk 3 was offered")
 
 section("chunk 2 refused by Redis: a bad line in chunk 3 is never reported")
-r = refused_chunk("ah", 2500)
+BAD3 = 2 * CHUNK + CHUNK // 2
+r = refused_chunk("ah", BAD3)
 eq(r.rc, 2, "exit 2")
-ok(b"line 1001:" in r.err and b"line 2500" not in r.err and b"bad id" not in r.err,
-   "stderr names line 1001, not the bad line 2500 of the chunk after it", r.err)
+ok(b"line %d:" % (CHUNK + 1) in r.err and b"line %d" % BAD3 not in r.err and b"bad id" not in r.err,
+   f"stderr names line {CHUNK + 1}, not the bad line {BAD3} of the chunk after it", r.err)
 eq(len(r.err.splitlines()), 2, "two lines on stderr: line 1001's refusal and what was offered")
 n = int(r.out) if r.out.strip().isdigit() else -1
 ids = take_ids("ah", max(n, 0))
-eq(sorted(i for i in ids if int(i[1:]) > 2000), [], "nothing of chunk 3 was offered")
+eq(sorted(i for i in ids if int(i[1:]) > 2 * CHUNK), [], "nothing of chunk 3 was offered")
 
 section("a line begun at a chunk's end goes whole into the next chunk")
 MIB = 1024 * 1024
 
 
 def carry_lines():
-    """999 small lines, one of 300 kB (across reads, ends chunk 1), ones of
+    """CHUNK - 1 small lines, one of 300 kB (across reads, ends chunk 1), ones of
     1,000,000 bytes (a chunk ends by bytes, the next line begun), small ones
     and a last line without "\\n". Returns (bytes, {id: sha256 of payload})."""
     out, want = [], {}
@@ -133,14 +137,14 @@ def carry_lines():
         out.append(b"0\tc%d\t%s%s" % (i, payload, nl))
         want[f"c{i}"] = hashlib.sha256(payload).hexdigest()
 
-    for i in range(1, 1000):
+    for i in range(1, CHUNK):
         add(i, (b"s%d\tx " % i) * (i % 37))
-    add(1000, bytes(range(33, 127)) * 3200)
-    for i in range(1001, 1008):
+    add(CHUNK, bytes(range(33, 127)) * 3200)
+    for i in range(CHUNK + 1, CHUNK + 8):
         add(i, (b"%d-" % i) * (1000000 // len(b"%d-" % i)))
-    for i in range(1008, 1500):
+    for i in range(CHUNK + 8, CHUNK + 500):
         add(i, b"t%d" % i)
-    add(1500, b"last\tline", nl=b"")
+    add(CHUNK + 500, b"last\tline", nl=b"")
     return b"".join(out), want
 
 

@@ -20,6 +20,7 @@ sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__
 from dqtest import *  # noqa: E402,F403
 
 MB = 1024 * 1024
+CHUNK = 16384  # src/cli/cli.h BATCH_CHUNK_ITEMS: the lines of a chunk
 
 
 def sanitized():
@@ -166,30 +167,32 @@ def good_then_bad(good):
 
 
 # From a regular file, chunks are always whole (the input never pauses), so
-# the count is exact: the two chunks of 1000 before the bad line's chunk.
+# the count is exact: the two chunks of CHUNK before the bad line's chunk.
+GOOD = 2 * CHUNK + 500
 with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "batch.tsv")
     with open(path, "wb") as f:
-        f.write(b"".join(good_then_bad(2500)))
+        f.write(b"".join(good_then_bad(GOOD)))
     r = dq("offer", "bm", "--batch", path, timeout=60)
 eq(r.rc, 2, "exit 2 (bad input)")
-eq(r.out, b"2000\n", "stdout: 2000, the two whole chunks of 1000 lines before the bad one")
-ok(b"line 2501:" in r.err and b"bad id" in r.err, "stderr names line 2501 and its id", r.err)
-ok(b"2000 items" in r.err and b"line 2000" in r.err, "stderr says what was offered: 2000 items, up to line 2000",
-   r.err)
+eq(r.out, b"%d\n" % (2 * CHUNK), f"stdout: {2 * CHUNK}, the two whole chunks of {CHUNK} lines before the bad one")
+ok(b"line %d:" % (GOOD + 1) in r.err and b"bad id" in r.err, f"stderr names line {GOOD + 1} and its id", r.err)
+ok(b"%d items" % (2 * CHUNK) in r.err and b"line %d" % (2 * CHUNK) in r.err,
+   f"stderr says what was offered: {2 * CHUNK} items, up to line {2 * CHUNK}", r.err)
 r = dq("take", "bm", "--count", "0", "--json", "--timeout", "3s", timeout=60)
-eq(sorted(m["id"] for m in r.json_lines()), sorted(f"g{i}" for i in range(2000)),
-   "exactly the items of lines 1 to 2000 were offered")
+eq(sorted(m["id"] for m in r.json_lines()), sorted(f"g{i}" for i in range(2 * CHUNK)),
+   f"exactly the items of lines 1 to {2 * CHUNK} were offered")
 
 # Through a pipe a chunk also ends where the input pauses, which depends on
-# how fast the writer runs (a CI run saw 2442 instead of 2000), so the count
+# how fast the writer runs (a CI run saw 2442 instead of 2000 with chunks of
+# 1000), so the count
 # N is whatever stdout says; it must be every line before the bad one's
 # chunk, the same N on both outputs, and nothing after.
-rc, out, err, rss, fed, secs = run_batch("bp", good_then_bad(2500))
+rc, out, err, rss, fed, secs = run_batch("bp", good_then_bad(GOOD))
 eq(rc, 2, "piped: exit 2 (bad input)")
 n = int(out) if out.strip().isdigit() else -1
-ok(0 <= n <= 2500, f"piped: stdout says {n} offered, at most the 2500 lines before the bad one", out)
-ok(b"stdin line 2501:" in err and b"bad id" in err, "piped: stderr names line 2501 and its id", err)
+ok(0 <= n <= GOOD, f"piped: stdout says {n} offered, at most the {GOOD} lines before the bad one", out)
+ok(b"stdin line %d:" % (GOOD + 1) in err and b"bad id" in err, f"piped: stderr names line {GOOD + 1} and its id", err)
 ok(b"%d items" % n in err and b"line %d" % n in err, "piped: stderr gives the same count and line", err)
 r = dq("take", "bp", "--count", "0", "--json", "--timeout", "3s", timeout=60)
 eq(sorted(m["id"] for m in r.json_lines()), sorted(f"g{i}" for i in range(max(n, 0))),

@@ -82,8 +82,11 @@ for b in range(6):
 offer_batch(rows)
 # A slot record and bucket entries of one ms: e0 is in time order (slots),
 # e1 then is not (past e0 comes 'after'), e2 joins e0's ms in the wheel
-# (more than 4,096 ms before the last record: not in time order).
-offer_batch([("140s", "e0", "e0 in the slots"), ("146s", "e1", "e1"), ("140s", "e2", "e2 in the wheel")])
+# (more than 4,096 ms before the last record: not in time order). e1 comes
+# twice so that the batch goes in file order: dq_offer_many sends a batch
+# in delay order unless an id comes twice (src/util/send_order.c).
+offer_batch([("140s", "e0", "e0 in the slots"), ("146s", "e1", "e1"), ("140s", "e2", "e2 in the wheel"),
+             ("146s", "e1", "e1")])
 t = truth()
 wheel = [i for i in t if t[i][1]]
 ok(redis("KEYS", P + "b:*"), "the wheel's buckets exist (dq:{Q}:b:*)")

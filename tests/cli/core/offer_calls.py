@@ -3,8 +3,9 @@ chunk_len and item_cost): a call carries at most 250 items, 512 KiB of
 payloads and 500 units of work, an item costing 2 when its id is generated
 and its delay is 40 s or more (the slots' end, the timing wheel), 1 more
 when due sooner or at an absolute time (a near list), 1 more for an id
-given (looked up first). So 1,000 lines take 4, 7 or 8 calls, 5 for
-delays of 40 s and 39.999 s in turn, and payloads of 4,000 bytes fill a
+given (looked up first). So 1,000 lines take 4, 7 or 8 calls, 6 for
+delays of 40 s and 39.999 s in turn (sent in delay order: the 39.999 s
+ones first), and payloads of 4,000 bytes fill a
 call's 512 KiB at 131 items; every item is offered whatever the split. The Python
 client (clients/python) sizes its calls the same way. Each kind on its own
 queue, counted by INFO commandstats."""
@@ -42,8 +43,12 @@ cases = [
     ("farid", [f"1h\tid{i}\tp{i}\n" for i in range(N)], 7, "delay 1 h, ids given: 166 a call"),
     ("near", [f"5s\t\tp{i}\n" for i in range(N)], 7, "delay 5 s (near lists): 166 a call"),
     ("nearid", [f"{1 + i % 9}s\tid{i}\tp{i}\n" for i in range(N)], 8, "delays 1-9 s, ids given: 125 a call"),
-    ("edge", [f"{40000 if i % 2 else 39999}\t\tp{i}\n" for i in range(N)], 5,
-     "40 s (cost 2) and 39.999 s (cost 3) in turn: 200 a call"),
+    ("edge40", [f"40000\t\tp{i}\n" for i in range(N)], 4, "40 s exactly (cost 2): 250 a call"),
+    ("edge39", [f"39999\t\tp{i}\n" for i in range(N)], 7, "39.999 s (cost 3): 166 a call"),
+    # In turn, but sent in delay order (src/util/send_order.c): 500 of
+    # cost 3 (three calls and 2 items), then 500 of cost 2.
+    ("edge", [f"{40000 if i % 2 else 39999}\t\tp{i}\n" for i in range(N)], 6,
+     "40 s and 39.999 s in turn, sent in delay order: 166, 166, 166, 249, 250, 3"),
     ("big", [f"1h\t\t{'x' * 4000}\n" for _ in range(N)], 8, "4,000-byte payloads: 131 a call (512 KiB)"),
 ]
 for queue, lines, want, what in cases:

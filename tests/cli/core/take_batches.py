@@ -11,7 +11,7 @@
 - A client's result keys stay bounded: one per take it has out at once,
   whatever the number of takes.
 - `offer --batch -` sends what has come when its input pauses, instead of
-  waiting for 1000 lines or the end of the input.
+  waiting for a chunk of 16,384 lines or the end of the input.
 """
 import os
 import subprocess

@@ -416,6 +416,10 @@ for q in (wk, ww):
     cli_batch(q, random_lines(q.name, 15, 2000, 9000))
 r = dq("config", "wsh", "--shards", "4")
 ok(r.rc == 0, "config wsh --shards 4", r)
+# In-order anchors first, 64 so that each shard surely has one: a batch
+# goes out in delay order (src/util/send_order.c), so on an empty shard its
+# items would all be in time order, the slots' end.
+cli_batch(wsh, [(AHEAD + 12000, f"sa{j:02d}", f"anchor {j}") for j in range(64)])
 cli_batch(wsh, random_lines("s", 40, 2000, 9000))
 # wo: no scheduler until all of it is overdue: 300 in-order items (slots)
 # among 1500 of random delays (wheel; those less than 4,096 ms before the
