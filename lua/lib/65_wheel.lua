@@ -222,6 +222,15 @@ end
 
 local WHEEL_RANK = 1048576 -- above the entries of a call, and of a bucket's part (sort keys)
 
+-- The buckets this Lua state indexed, kept from call to call as
+-- near.indexed is (lib/67_near.lua): by[P] a table of bucket numbers
+-- (numbers, not strings: the collector marks strings), n of them in all,
+-- emptied past WHEEL_NAMES. A bucket's list without its bz member (planted,
+-- or left by an OOM between the push and the index's ZADD) would never be
+-- cascaded, its offers stranded: the first push to a bucket in this state
+-- indexes it, not only the push that makes its list.
+local wheel_indexed = {n = 0, by = {}}
+
 -- A new pusher for one call: the items held back, in flat arrays (a table
 -- per bucket would cost more than the item: items of random delays seldom
 -- share a bucket within a call).
@@ -250,7 +259,8 @@ end
 -- within one: the sort key is bucket * WHEEL_RANK + place), an RPUSH per
 -- bucket, each item's index entry (the push's reply gives the positions),
 -- then one ZADD LT of the bucket index with the start of each bucket whose
--- list the push made (an RPUSH that replies with its own count).
+-- list the push made (an RPUSH that replies with its own count) or that
+-- this Lua state has not indexed before (wheel_indexed).
 local function wheel_flush(P, w)
   local n = w.n
   if n == 0 then return end
@@ -258,7 +268,14 @@ local function wheel_flush(P, w)
   for j = 1, n do S[j] = K[j] * WHEEL_RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
-  local z, x = {}, 1
+  local wi = wheel_indexed
+  if wi.n + n > WHEEL_NAMES then wi.n, wi.by = 0, {} end
+  local ix = wi.by[P]
+  if not ix then
+    ix = {}
+    wi.by[P] = ix
+  end
+  local z, keys, x = {}, {}, 1
   while x <= n do
     local k = K[S[x] % WHEEL_RANK]
     local na, y = 0, x
@@ -275,9 +292,15 @@ local function wheel_flush(P, w)
       local j = S[x + q] % WHEEL_RANK
       id_set(P, w.IK[j], w.I[j], wheel_ref(k, base + q))
     end
-    if base == 0 then z[#z + 1], z[#z + 2] = fmt(k * WHEEL_MS), ks end
+    if base == 0 or not ix[k] then
+      z[#z + 1], z[#z + 2] = fmt(k * WHEEL_MS), ks
+      keys[#keys + 1] = k
+    end
     x = y
   end
   if #z > 0 then kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z)) end
+  -- Indexed: noted once the ZADD is done.
+  for _, k in ipairs(keys) do ix[k] = true end
+  wi.n = wi.n + #keys
   w.n = 0
 end

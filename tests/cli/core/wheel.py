@@ -642,12 +642,20 @@ GARBAGE = b"no-such-entry-format \x01\xff"
 redis("RPUSH", f"{P}b:{kB}", GARBAGE)
 redis("ZADD", f"{P}bz", kB * BUCKET_MS, kB)
 redis("ZADD", f"{P}bz", kC * BUCKET_MS, kC)
+# A fourth, after the anchor: a list with no bz member (planted, or left by
+# an OOM between the push and the index). An offer into it (the wheel: its
+# bucket has a list) must index it, or the bucket is never cascaded.
+kD = (now + AHEAD + 16000) // BUCKET_MS
+redis("RPUSH", f"{P}b:{kD}", GARBAGE)
 redis("HSET", id_index_key("wh", "ghost"), "ghost", wheel_ref(kA, 7))
 rc, js = lookup("wh", "ghost")
 eq((rc, js and js.get("state")), (1, "unknown"), "lookup of an index entry pointing into a bucket at nothing: unknown")
 eq(dq("cancel", "wh", "ghost").rc, 1, "cancel of it exits 1 (not pending)")
 py_offer(wh, [("inA", "into the string bucket", kA * BUCKET_MS + 100),
               ("inB", "after the garbage entry", kB * BUCKET_MS + 200)])
+py_offer(wh, [("inD", "into the list with no index member", kD * BUCKET_MS + 300)])
+eq((redis("LLEN", f"{P}b:{kD}"), redis("ZSCORE", f"{P}bz", kD)), (2, b"%d" % (kD * BUCKET_MS)),
+   f"inD went into b:{kD}, which is now in bz at its start")
 cli_batch(wh, random_lines("h", 10, 6000, 9000))
 cli_offer(wh, AHEAD + 7000, "ghost", "ghost, offered for real")
 look_all(wh)
