@@ -14,7 +14,9 @@
  * node lacks the library ("Function not found": a new server, FUNCTION
  * FLUSH, a node that never served the queue), the call goes again as EVAL
  * of the script's own text, and FUNCTION LOAD REPLACE of the library goes
- * before it on the same connection, so the calls after it find the library. Functions live in the dataset: they are
+ * before it on the same connection, so the calls after it find the library
+ * (pipelined calls sent before it that failed too go again as FCALL after
+ * it: one load, not one each). Functions live in the dataset: they are
  * replicated, persisted in RDB and AOF, and kept by FLUSHALL.
  * Loading the library is an administrator's act ('delayq functions load',
  * functions.c): Redis runs a function with the rights of its caller, so a
