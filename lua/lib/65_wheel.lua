@@ -222,13 +222,33 @@ end
 
 local WHEEL_RANK = 1048576 -- above the entries of a call, and of a bucket's part (sort keys)
 
--- The buckets this Lua state indexed, kept from call to call as
--- near.indexed is (lib/67_near.lua): by[P] a table of bucket numbers
--- (numbers, not strings: the collector marks strings), n of them in all,
--- emptied past WHEEL_NAMES. A bucket's list without its bz member (planted,
--- or left by an OOM between the push and the index's ZADD) would never be
--- cascaded, its offers stranded: the first push to a bucket in this state
--- indexes it, not only the push that makes its list.
+-- Lists a Lua state has indexed, kept from call to call (a list takes
+-- offers in many calls): a cache {n = 0, by = {}}, by[P] a table per key
+-- prefix of list numbers (numbers, not strings: a table of thousands of
+-- strings made every offer 10 % slower, its collector marking them:
+-- docs/benchmarks.md, issue 42), n of them in all. A list without its
+-- index entry (planted, or left by an OOM between the push and the index's
+-- write) would never be moved, its offers stranded: an offer indexes a list
+-- its push made and one this state has not indexed, since an index write of
+-- a list already there is not free. indexed_of returns prefix P's table,
+-- emptying the cache first when n more would pass cap; note_indexed notes
+-- keys once their index writes are done.
+local function indexed_of(cache, P, n, cap)
+  if cache.n + n > cap then cache.n, cache.by = 0, {} end
+  local ix = cache.by[P]
+  if not ix then
+    ix = {}
+    cache.by[P] = ix
+  end
+  return ix
+end
+
+local function note_indexed(cache, ix, keys)
+  for _, k in ipairs(keys) do ix[k] = true end
+  cache.n = cache.n + #keys
+end
+
+-- The wheel's buckets this Lua state indexed (see indexed_of).
 local wheel_indexed = {n = 0, by = {}}
 
 -- A new pusher for one call: the items held back, in flat arrays (a table
@@ -268,13 +288,7 @@ local function wheel_flush(P, w)
   for j = 1, n do S[j] = K[j] * WHEEL_RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
-  local wi = wheel_indexed
-  if wi.n + n > WHEEL_NAMES then wi.n, wi.by = 0, {} end
-  local ix = wi.by[P]
-  if not ix then
-    ix = {}
-    wi.by[P] = ix
-  end
+  local ix = indexed_of(wheel_indexed, P, n, WHEEL_NAMES)
   local z, keys, x = {}, {}, 1
   while x <= n do
     local k = K[S[x] % WHEEL_RANK]
@@ -299,8 +313,6 @@ local function wheel_flush(P, w)
     x = y
   end
   if #z > 0 then kcall(P, 'ZADD', wheel_index(P), 'LT', unpack(z)) end
-  -- Indexed: noted once the ZADD is done.
-  for _, k in ipairs(keys) do ix[k] = true end
-  wi.n = wi.n + #keys
+  note_indexed(wheel_indexed, ix, keys)
   w.n = 0
 end

@@ -269,15 +269,11 @@ end
 
 -- Offers --------------------------------------------------------------------
 
--- The lists this Lua state indexed, kept from call to call (a list takes
--- offers in many calls): a table per key prefix, of due times (numbers: a
--- table of thousands of strings made every offer 10 % slower, its
--- collector marking them: docs/benchmarks.md, issue 42), at most
--- near.INDEXED in all, emptied when full. A list deleted and made again is
+-- The lists this Lua state indexed, by due time (see indexed_of in
+-- lib/65_wheel.lua), at most near.INDEXED. A list deleted and made again is
 -- indexed by the push that makes it, whatever this says.
 near.INDEXED = 65536
-near.indexed = {}
-near.nindexed = 0
+near.indexed = {n = 0, by = {}}
 
 near.RANK = 1048576 -- above the entries of a call (sort keys)
 
@@ -317,12 +313,7 @@ function near.flush(P, w)
   for j = 1, n do S[j] = (D[j] - low) * RANK + j end
   for j = n + 1, #S do S[j] = nil end
   table.sort(S)
-  if near.nindexed + n > near.INDEXED then near.indexed, near.nindexed = {}, 0 end
-  local ix = near.indexed[P]
-  if not ix then
-    ix = {}
-    near.indexed[P] = ix
-  end
+  local ix = indexed_of(near.indexed, P, n, near.INDEXED)
   local z, groups, keys, made, x = {}, {}, {}, nil, 1
   while x <= n do
     local d = D[S[x] % RANK]
@@ -376,8 +367,7 @@ function near.flush(P, w)
   -- LT: a group's score only falls (its earliest list).
   if #top > 0 then kcall(P, 'ZADD', near.index(P), 'LT', unpack(top)) end
   -- Indexed: noted once both writes are done.
-  for _, k in ipairs(keys) do ix[k] = true end
-  near.nindexed = near.nindexed + #keys
+  note_indexed(near.indexed, ix, keys)
   if made then
     local cd = near.cursor(P)
     if cd and made[cd] then redis.call('HDEL', P .. 'n', 'mcur') end
