@@ -4,6 +4,10 @@ server, unpinned.
 
   Y1  offers/s, one a call (Client.offer: one FCALL a round trip)
   Y2  offers/s, 1,000 a call (Client.offer_many: ten FCALLs of 100, pipelined)
+  Y2r offers/s, 1,000 a call, with delays of their own (0 to 10 s, 1 min to
+      1 h) next to one delay (1 h), each with Redis's time an item (INFO
+      commandstats); random delays also in array order, as offer_many sent
+      them before it sent in delay order (issue 42)
   Y3  leased take of 1 + ack/s
   Y4  leased take of 64 + an ack for each (items/s)
   Y5  leased take of 64 + one ack_many of them (items/s), as a worker does
@@ -31,10 +35,48 @@ SCALE = float(os.environ.get("DQ_BENCH_SCALE", "1") or "1")
 N_ONE = max(200, int(5000 * SCALE))
 N_BATCHES = max(5, int(100 * SCALE))
 PAYLOAD = b"x" * 16
+SPREAD_BATCH = int(os.environ.get("DQ_SPREAD_BATCH", "16384"))
 
 
 def rate(n, t0):
     return n / (time.perf_counter() - t0)
+
+
+def offer_rate(c, queue, batches):
+    """items/s and Redis's us an item (its FCALLs) of offer_many over batches."""
+    c.redis.config_resetstat()
+    t0 = time.perf_counter()
+    for items in batches:
+        c.offer_many(queue, items)
+    n = sum(len(b) for b in batches)
+    r = rate(n, t0)
+    return r, c.redis.info("commandstats").get("cmdstat_fcall", {}).get("usec", 0) / n
+
+
+def spread_rows(c):
+    """Y2r: offers with delays of their own against one delay, same run."""
+    import random
+
+    import delayq
+    import delayq.client as dc
+    rnd = random.Random(42)
+    n = max(2, N_BATCHES * 1000 // SPREAD_BATCH)
+
+    def batches(delay):
+        return [[delayq.Item(PAYLOAD, delay()) for _ in range(SPREAD_BATCH)] for _ in range(n)]
+
+    one, us1 = offer_rate(c, "y2one", batches(lambda: 3600000))
+    out(f"   Y2r one delay (1 h):              {one:10.0f} items/s   Redis {us1:.1f} us/item")
+    for label, lo, hi in (("0-10 s", 0, 10000), ("1 min-1 h", 60000, 3600000)):
+        for order in ("delay order", "array order"):
+            keep = dc._send_order
+            if order == "array order":
+                dc._send_order = lambda items, args: list(range(len(items)))
+            try:
+                r, us = offer_rate(c, f"y2r{lo}{order[0]}", batches(lambda: rnd.randint(lo, hi)))
+            finally:
+                dc._send_order = keep
+            out(f"   Y2r {label:9} {order}:     {r:10.0f} items/s ({r / one:.2f})   Redis {us:.1f} us/item")
 
 
 def main():
@@ -60,6 +102,7 @@ def main():
             c.offer_many("y2", items)
         py = rate(N_BATCHES * 1000, t0)
         out(f"   Y2 offers, 1,000 a call:          {py:10.0f} items/s")
+        spread_rows(c)
         t0 = time.perf_counter()
         done = 0
         while done < N_ONE:

@@ -104,6 +104,23 @@ def _item_cost(it: Item) -> int:
     return cost
 
 
+def _send_order(items: List[Item], args: List[Tuple[str, bytes]]) -> List[int]:
+    """The order offer_many sends items in, as the C library's dq_offer_many
+    (src/util/send_order.c): items with a delay by delay, then items with a
+    due time by due time, ties in the items' order. Delay order is due order
+    across calls (a later call has a later server time and an equal or
+    longer delay), so each item keeps its due time and equal due times keep
+    their offer order, while a call's items share the scripts' near lists
+    and wheel buckets (one append for many items: Redis's cost an item of
+    random delays falls to about one delay's). The items' order when an id
+    comes twice: the later must replace (or, nx, keep) the earlier."""
+    ids = [a[0] for a in args]
+    if len(set(ids)) < len(ids):
+        return list(range(len(items)))
+    return sorted(range(len(items)), key=lambda j: (items[j].due_ms is not None,
+                                                  items[j].delay_ms if items[j].due_ms is None else items[j].due_ms))
+
+
 @dataclass
 class Offered:
     """What an offer did. status: 'added', 'replaced' or 'kept' (nx, or an id
@@ -328,35 +345,37 @@ class Client:
         return self.offer_many(queue, [Item(payload, delay_ms, id, nx, due_ms)])[0]
 
     def offer_many(self, queue: str, items: Iterable[Item]) -> List[Offered]:
-        """Offers items, in order, in calls of up to 250 items (fewer for
-        items that cost Redis more, see _item_cost; and 512 KiB), pipelined.
-        Every item is checked before the first is sent. Each call is atomic;
-        a failure raises after the calls before it took effect. Returns one
-        Offered per item, in order."""
+        """Offers items in calls of up to 250 items (fewer for items that cost
+        Redis more, see _item_cost; and 512 KiB), pipelined, sent in delay
+        order (see _send_order). Every item is checked before the first is
+        sent. Each call is atomic; the calls are not one: a failure raises
+        (the first failed call's error) after all were sent, and any subset
+        of the items may then be offered, not a prefix (look them up by id).
+        Returns one Offered per item, in the items' order."""
         keys = Keys(queue)
         items = list(items)
         args = [self._offer_args(it) for it in items]
         chunks, cur, size, cost = [], [], 0, 0
-        for it, a in zip(items, args):
-            c = _item_cost(it)
-            if cur and (len(cur) == CHUNK_ITEMS or size + len(a[1]) > CHUNK_BYTES or cost + c > CHUNK_COST):
+        for j in _send_order(items, args):
+            c = _item_cost(items[j])
+            if cur and (len(cur) == CHUNK_ITEMS or size + len(args[j][1]) > CHUNK_BYTES or cost + c > CHUNK_COST):
                 chunks.append(cur)
                 cur, size, cost = [], 0, 0
-            cur.append(a)
-            size += len(a[1])
+            cur.append(j)
+            size += len(args[j][1])
             cost += c
         if not cur:
             return []
         chunks.append(cur)
-        replies = self._send_offers(keys, chunks)
-        out: List[Offered] = []
+        replies = self._send_offers(keys, [[args[j] for j in chunk] for chunk in chunks])
+        out: List[Optional[Offered]] = [None] * len(items)
         for chunk, reply in zip(chunks, replies):
             if isinstance(reply, Exception):
                 raise _error(reply, queue)
-            for i, a in enumerate(chunk):
+            for i, j in enumerate(chunk):
                 st, due, state = reply[1 + 3 * i:4 + 3 * i]
-                out.append(Offered(a[0], _STATUS[st], int(due), _STATES[state]))
-        return out
+                out[j] = Offered(args[j][0], _STATUS[st], int(due), _STATES[state])
+        return out  # type: ignore[return-value]
 
     def _send_offers(self, keys: Keys, chunks: List[List[Tuple[str, bytes]]]) -> list:
         """One offer call per chunk, pipelined on one connection, and the

@@ -63,6 +63,8 @@ pycases = [
     ("pynear", [delayq.Item(f"p{i}", 5000) for i in range(N)], 7),
     ("pydue", [delayq.Item(f"p{i}", due_ms=server_ms() + 3600000) for i in range(N)], 7),
     ("pyhalf", [delayq.Item(f"p{i}", 5000, id=f"id{i}" if i % 2 else None) for i in range(N)], 8),
+    # In turn, sent in delay order as the C library sends them: 6 calls.
+    ("pyedge", [delayq.Item(f"p{i}", 40000 if i % 2 else 39999) for i in range(N)], 6),
 ]
 for queue, items, want in pycases:
     client.offer(queue, "warm", 3600000)
