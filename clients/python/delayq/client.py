@@ -29,7 +29,9 @@ QUEUE_SETTING = -1
 # As the C library's defaults (include/delayq.h).
 PAYLOAD_MAX = 1024 * 1024
 SAFETY_CHECK_MS = 5000
-DUE_MAX_MS = 253402300799999
+DUE_MAX_MS = 4398046511103  # every ms argument's bound (lua/lib/00_base.lua, DUE_MAX)
+ATTEMPTS_MAX = 999999999
+HOLDER_MAX = 64
 ID_MAX = 128
 QUEUE_MAX = 128
 ID_BUCKETS = 32768
@@ -159,10 +161,12 @@ class Nacked:
 @dataclass
 class Lookup:
     """The state of an id: 'unknown', 'pending' (due_ms its due time), 'ready',
-    'inflight' (due_ms its lease's end) or 'dead'."""
+    'inflight' (due_ms its lease's end) or 'dead'. holder: the name its take
+    gave, while in flight ('' for none)."""
     state: str
     due_ms: int
     attempts: int
+    holder: str = ""
 
 
 _STATES = {1: "pending", 2: "ready", 3: "inflight"}
@@ -312,6 +316,11 @@ class Client:
                 continue
             if major == PROTOCOL_MAJOR and (best is None or (-minor, name) < (-best[0], best[1])):
                 best = (minor, name)
+        if best is None and self._named:
+            raise NoLibraryError(f"the library this client names, {self._named}, is not on the server "
+                                 f"(or answers no protocol {PROTOCOL_MAJOR}): a release loads its library under "
+                                 "a name of its own; `delayq functions status` prints the one loaded, for "
+                                 "Client(url, library=...)")
         if best is None:
             raise NoLibraryError(f"no delayq library of protocol {PROTOCOL_MAJOR} on the server: "
                                  "load one with `delayq functions load` (delayq 1.x)")
@@ -430,7 +439,7 @@ class Client:
     @staticmethod
     def _offer_args(it: Item) -> Tuple[str, bytes]:
         """An item's id and its five arguments, packed (RESP bulk strings)."""
-        payload = it.payload.encode() if isinstance(it.payload, str) else bytes(it.payload)
+        payload = _bytes_of(it.payload, "payload")
         if len(payload) > PAYLOAD_MAX:
             raise DelayqError(f"payload is {len(payload)} bytes, limit is {PAYLOAD_MAX}")
         if payload.startswith(b"\0dqs"):
@@ -452,7 +461,7 @@ class Client:
     # ------------------------------------------------------------ takes
 
     def take(self, queue: str, count: int = 1, wait_ms: int = 0, lease_ms: Optional[int] = None,
-             max_attempts: int = QUEUE_SETTING) -> List[Message]:
+             max_attempts: int = QUEUE_SETTING, holder: Optional[str] = None) -> List[Message]:
         """Takes up to count (1..1000) ready items, waiting up to wait_ms for
         the first (the function runs at least once). Without lease_ms the
         items are handed out for good (at most once); with it (ms, or
@@ -460,7 +469,9 @@ class Client:
         lease until ack, nack, extend or the lease's end, and carries a token.
         max_attempts (leased takes; QUEUE_SETTING: the queue's, 0: no limit)
         bounds the deliveries before an item that keeps failing is a dead
-        letter. Returns [] when nothing came in time.
+        letter (at most ATTEMPTS_MAX). holder (leased takes): who holds the
+        items, 1 to 64 bytes, shown by lookup while the lease lasts. Returns
+        [] when nothing came in time.
 
         The wait is the C library's: a BLPOP on the queue's wake list
         (dq:{Q}:s) for a token, which every item made ready pushes, then the
@@ -473,15 +484,17 @@ class Client:
         lease = 0 if lease_ms is None else lease_ms
         if lease != QUEUE_SETTING:
             _ms(lease, "lease_ms", 1 if lease_ms is not None else 0)
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < -1:
-            raise DelayqError(f"bad max_attempts {max_attempts!r}")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or \
+                not -1 <= max_attempts <= ATTEMPTS_MAX:
+            raise DelayqError(f"bad max_attempts {max_attempts!r}: -1 (the queue's), 0 (no limit) to {ATTEMPTS_MAX}")
+        held_by = _holder(holder, lease)
         deadline = time.monotonic() + wait_ms / 1000.0
         slot = self._slot_acquire()
         try:
             woke, look = False, True
             while True:
                 if look:
-                    msgs = self._take_once(keys, count, lease, max_attempts, woke, slot)
+                    msgs = self._take_once(keys, count, lease, max_attempts, woke, slot, held_by)
                     if msgs is not None:
                         return msgs
                 left = deadline - time.monotonic()
@@ -501,7 +514,7 @@ class Client:
             self._slot_release(slot)
 
     def _take_once(self, keys: Keys, count: int, lease: int, max_attempts: int, woke: bool,
-                   slot: int) -> Optional[List[Message]]:
+                   slot: int, holder: str = "") -> Optional[List[Message]]:
         """One run of the take function: the messages, or None when nothing
         was ready (or every entry popped was set aside). A reply lost with
         the connection is asked for again by the same request, which the
@@ -509,6 +522,8 @@ class Client:
         request = new_id()
         args = [keys.prefix, keys.channel, str(count), str(lease), request + ".", str(max_attempts),
                 "1" if woke else "0", f"{keys.prefix}t:{self._tag}.{slot}", "0", "", "1"]
+        if holder:
+            args.append(holder)
         k = [keys.slots, keys.ready, keys.aside, keys.counters, keys.wake, keys.config]
         try:
             reply = self.fcall("take", k, args, keys.queue)
@@ -579,7 +594,7 @@ class Client:
         keys = Keys(queue)
         check_id(id)
         delay = -1 if delay_ms is None else _ms(delay_ms, "delay_ms")
-        err = error.encode() if isinstance(error, str) else bytes(error)
+        err = _bytes_of(error, "error")
         args = [keys.prefix, keys.channel, id, _token(token), str(delay), err[:1000], "-1", "-1",
                 repr(random.random()), "1"]
         k = [keys.slots, keys.counters, keys.dead, keys.dead_times, keys.config]
@@ -611,9 +626,10 @@ class Client:
         """The state of an id (read only: FCALL_RO)."""
         keys = Keys(queue)
         check_id(id)
-        state, due, attempts = self.fcall("lookup", [keys.slots, keys.dead, keys.counters],
-                                          [keys.prefix, id, "1"], queue, read_only=True)[:3]
-        return Lookup(_LOOKUP.get(int(state), "unknown"), int(due), int(attempts))
+        reply = self.fcall("lookup", [keys.slots, keys.dead, keys.counters], [keys.prefix, id, "1"], queue,
+                           read_only=True)
+        holder = _text(reply[3]) if len(reply) > 3 and isinstance(reply[3], bytes) else ""
+        return Lookup(_LOOKUP.get(int(reply[0]), "unknown"), int(reply[1]), int(reply[2]), holder)
 
 
 def _bulk(args: Sequence[str]) -> bytes:
@@ -623,6 +639,29 @@ def _bulk(args: Sequence[str]) -> bytes:
 
 def _text(b) -> str:
     return b.decode() if isinstance(b, bytes) else str(b)
+
+
+def _bytes_of(value: Payload, what: str) -> bytes:
+    """A payload (or a nack's error text) as bytes: bytes-like as it is, text
+    as UTF-8; anything else raises (bytes(5) would be five zero bytes)."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise DelayqError(f"bad {what}: bytes or str, not {type(value).__name__}")
+
+
+def _holder(holder: Optional[str], lease: int) -> str:
+    """A take's holder as the function takes it: '' for none; else 1 to
+    HOLDER_MAX bytes of UTF-8 without control characters, on a leased take."""
+    if holder is None:
+        return ""
+    if not isinstance(holder, str) or not 1 <= len(holder.encode()) <= HOLDER_MAX or \
+            any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in holder):
+        raise DelayqError(f"bad holder {holder!r}: 1 to {HOLDER_MAX} bytes of UTF-8, no control character")
+    if lease == 0:
+        raise DelayqError("a holder needs a leased take (lease_ms)")
+    return holder
 
 
 def _token(token: str) -> str:

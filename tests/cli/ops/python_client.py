@@ -252,13 +252,44 @@ for bad, what in ((lambda: client.offer("bad queue", "x"), "a bad queue name"),
                   (lambda: client.offer("pv", "x", -1), "a negative delay"),
                   (lambda: client.offer("pv", b"\0dqs1....", 0), "a payload that looks sealed"),
                   (lambda: client.take("pv", 0), "count 0"),
-                  (lambda: client.take("pv", 1, lease_ms=0), "lease_ms 0")):
+                  (lambda: client.take("pv", 1, lease_ms=0), "lease_ms 0"),
+                  # The protocol's bounds (docs/protocol.md), checked before
+                  # anything is sent: the functions would refuse them as a
+                  # client of another version (proto).
+                  (lambda: client.offer("pv", "x", due_ms=2 ** 42), "a due time past 4398046511103"),
+                  (lambda: client.offer("pv", "x", 2 ** 42), "a delay past 4398046511103"),
+                  (lambda: client.take("pv", 1, lease_ms=10 ** 13), "lease_ms past 4398046511103"),
+                  (lambda: client.take("pv", 1, lease_ms=1000, max_attempts=10 ** 9), "max_attempts past 999999999"),
+                  (lambda: client.extend("pv", "i", "t.1.1", 10 ** 13), "an extend past 4398046511103"),
+                  (lambda: client.nack("pv", "i", "t.1.1", 10 ** 13), "a nack's delay past 4398046511103"),
+                  # bytes(5) would be five zero bytes: only bytes or text.
+                  (lambda: client.offer("pv", 5), "a payload that is an int"),
+                  (lambda: client.offer("pv", None), "a payload that is None"),
+                  (lambda: client.offer("pv", [104, 105]), "a payload that is a list"),
+                  (lambda: client.offer_many("pv", [delayq.Item("ok"), delayq.Item(7)]), "an int among a batch's"),
+                  (lambda: client.nack("pv", "i", "t.1.1", 10, error=5), "a nack's error that is an int"),
+                  (lambda: client.take("pv", 1, holder="w1"), "a holder without a lease"),
+                  (lambda: client.take("pv", 1, lease_ms=1000, holder="w" * 65), "a holder of 65 bytes"),
+                  (lambda: client.take("pv", 1, lease_ms=1000, holder="a\nb"), "a holder with a newline"),
+                  (lambda: client.take("pv", 1, lease_ms=1000, holder=""), "an empty holder")):
     try:
         bad()
         ok(False, f"{what} is refused")
     except delayq.DelayqError as e:
         ok(True, f"{what} is refused: {e}")
 eq(redis("EXISTS", "dq:{pv}:r"), 0, "... and nothing was written")
+far = client.offer("pv", bytearray(b"far"), due_ms=2 ** 42 - 1, id="far-1")
+eq((far.status, far.due_ms), ("added", 2 ** 42 - 1), "a due time of 4398046511103 (the last allowed), bytearray payload")
+eq(client.cancel("pv", "far-1"), True, "... cancelled")
+client.offer("pv", "held", id="held-1")
+got = client.take("pv", 1, lease_ms=5000, holder="worker-7 é")
+eq([m.id for m in got], ["held-1"], "a leased take naming its holder")
+st = client.lookup("pv", "held-1")
+eq((st.state, st.holder), ("inflight", "worker-7 é"), "lookup shows the holder while the lease lasts")
+r = dq("list", "pv", "--state", "inflight", "--json")
+ok(r.rc == 0 and b"worker-7" in r.out, "delayq list --state inflight shows it too", r)
+eq(client.ack("pv", "held-1", got[0].token) if got else None, True, "... acked")
+eq(client.lookup("pv", "held-1").holder, "", "an unknown id has no holder")
 redis("HSET", "dq:{sh}:n", "shards", "3")
 try:
     client.offer("sh", "x")
@@ -317,6 +348,17 @@ try:
 except delayq.DelayqError as e:
     ok("NOPERM" in str(e) or "permission" in str(e).lower(), "the user may not offer to another queue", str(e))
 app.close()
+# An upgrade loads the next release's library under another name and
+# deletes this one: the named client says the name is gone, not that no
+# library is loaded.
+gone = delayq.Client(URL, library="delayq_0123456789ab")
+try:
+    gone.offer("pv", "x")
+    ok(False, "a named library that is gone: NoLibraryError")
+except delayq.NoLibraryError as e:
+    ok("delayq_0123456789ab" in str(e) and "functions status" in str(e),
+       "a named library that is gone: NoLibraryError names it and says where the new name is", str(e))
+gone.close()
 client.redis.execute_command("ACL", "DELUSER", "pyapp")  # users outlive the FLUSHALL between tests
 
 # ------------------------------------------------------------ mixed runs
