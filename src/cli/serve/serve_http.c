@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/serve/serve.h"
@@ -26,6 +27,9 @@ struct cli_server {
     struct MHD_Daemon *d;
     const cli_serve_conf *conf;
     cli_conns *conns; /* the daemon's thread's */
+    size_t held;      /* the daemon's thread's: body bytes kept by all requests */
+    int takes;        /* takes handed to the work thread whose answer is not
+                         sent yet (atomic: cli_serve_stop waits for 0) */
 };
 
 /* Per request: its body (kept up to what its endpoint may take, counted
@@ -35,8 +39,23 @@ typedef struct request {
     char *body;
     size_t len, cap, keep;
     int taking;      /* 1: handed to the work thread; 2: answered  */
+    int took;        /* counted in cli_server.takes until completed  */
+    int over;        /* its body would pass BODIES_HELD: 503         */
+    int64_t since;   /* when its headers came (ms)                  */
+    int refused;     /* refused when its headers came (route_early): its
+                        body is read and dropped, then `early` answered */
+    cli_route early;
     struct MHD_Connection *conn;
 } request;
+
+/* Bodies: all requests' together at most BODIES_HELD bytes (past it, a
+ * request answers 503 and keeps nothing more), and each must arrive within
+ * BODY_TIME_MS of its headers (else its connection is closed): a client
+ * that trickles a body byte by byte, which the idle timeout alone lets
+ * through, holds neither memory nor a connection for long. Only a request
+ * whose token passed keeps its body (route_early). */
+#define BODIES_HELD (64u << 20)
+#define BODY_TIME_MS 30000
 
 /* ------------------------------------------------------------ sending */
 
@@ -199,27 +218,39 @@ static void take_done(cli_take *t) {
 
 /* Hands a routed take to the work thread and suspends the connection;
  * fills v instead when the body is wrong or the thread is stopping. */
-static int start_take(const cli_serve_conf *conf, const cli_route *r, request *rq, cli_view *v) {
+static int start_take(cli_server *s, const cli_route *r, request *rq, cli_view *v) {
     if (cli_take_parse(rq->body, rq->len, &rq->take.args, v)) return -1;
     snprintf(rq->take.queue, sizeof rq->take.queue, "%s", r->queue);
     rq->take.done = take_done;
     rq->taking = 1;
+    rq->took = 1;
+    __atomic_add_fetch(&s->takes, 1, __ATOMIC_SEQ_CST);
     MHD_suspend_connection(rq->conn);
-    if (cli_work_take(conf->work, &rq->take) == 0) return 0;
+    if (cli_work_take(s->conf->work, &rq->take) == 0) return 0;
+    rq->took = 0;
+    __atomic_sub_fetch(&s->takes, 1, __ATOMIC_SEQ_CST);
     MHD_resume_connection(rq->conn);
     rq->taking = 0;
     cli_view_error(v, 503, "the server is stopping");
     return -1;
 }
 
-/* Keeps what a body chunk brings, up to rq->keep bytes; counts the rest. */
-static int keep_body(request *rq, const char *data, size_t size) {
+/* Keeps what a body chunk brings, up to rq->keep bytes and while all
+ * requests' bodies fit in BODIES_HELD (else marks rq over); counts the
+ * rest. */
+static int keep_body(cli_server *s, request *rq, const char *data, size_t size) {
     size_t room = rq->len < rq->keep ? rq->keep - rq->len : 0, take = size < room ? size : room;
     if (take && rq->len + take > rq->cap) {
+        if (rq->over || s->held + (rq->len + take - rq->cap) > BODIES_HELD) {
+            rq->over = 1;
+            rq->len += size;
+            return 0;
+        }
         size_t cap = rq->cap ? rq->cap : 4096;
         while (cap < rq->len + take) cap *= 2;
         char *b = realloc(rq->body, cap + 1);
         if (!b) return -1;
+        s->held += cap - rq->cap;
         rq->body = b;
         rq->cap = cap;
     }
@@ -228,10 +259,68 @@ static int keep_body(request *rq, const char *data, size_t size) {
     return 0;
 }
 
+/* The request as the router sees it, its body len bytes so far. */
+static cli_request request_of(struct MHD_Connection *conn, const char *url, const char *method,
+                              size_t len) {
+    cli_request req = {
+        .method = method,
+        .path = url,
+        .state = query(conn, "state"),
+        .cursor = query(conn, "cursor"),
+        .limit = query(conn, "limit"),
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+        .body_len = len,
+    };
+    return req;
+}
+
+/* Routes a request when its headers come, before any of its body, into
+ * *r: a request the router refuses whatever its body (a wrong token above
+ * all) is refused now, so nobody without a token has a body kept, and the
+ * failed-token backoff counts each token in the same step that checked
+ * its wait (guard): connections that all sent their headers before any
+ * body cannot each get a guess past the wait. A Content-Length past what
+ * the endpoint takes is refused (413) as well. 1 if refused (r->ep is
+ * CLI_EP_ERROR). */
+static int route_early(const cli_serve_conf *conf, struct MHD_Connection *conn, const char *url,
+                       const char *method, size_t keep, cli_route *out) {
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
+    cli_request req = request_of(conn, url, method, 0);
+    cli_route *r = out;
+    cli_route_request(conf->tokens, &req, r);
+    if (req.authorization && (cli_endpoint_role(r->ep) || r->status == 401)) {
+        unsigned char ip[16];
+        cli_guard_result(conf->guard, ip, client_ip(conn, ip), now_ms(), r->status != 401);
+    }
+    if (r->ep != CLI_EP_ERROR && announced >= keep) {
+        r->ep = CLI_EP_ERROR;
+        r->status = 413;
+        r->error = "request body too large";
+        r->allow = NULL;
+    }
+    return r->ep == CLI_EP_ERROR;
+}
+
+static enum MHD_Result send_route_error(struct MHD_Connection *conn, const cli_route *r) {
+    cli_view v = {0};
+    cli_view_error(&v, r->status, "%s", r->error);
+    return send_view(conn, &v, r->allow, 0);
+}
+
+/* Whether a body follows the headers (a Content-Length above 0, or a
+ * chunked one). */
+static int body_coming(struct MHD_Connection *conn) {
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    return (cl && strtoull(cl, NULL, 10) > 0) || te;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
-    const cli_serve_conf *conf = ((const cli_server *)cls)->conf;
+    cli_server *s = cls;
+    const cli_serve_conf *conf = s->conf;
     request *rq = *con_cls;
     (void)version;
     if (!rq) {
@@ -240,13 +329,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         cli_conn_busy(conn_entry(conn), 1, now_ms());
         enum MHD_Result g = guard(conf, conn, &sent);
         if (sent) return g;
-        if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
-        rq->conn = conn;
         /* Only an offer's body may be big (the router checks the rest):
          * others keep no more than the router takes from them. */
         size_t ul = strlen(url);
         int offer = strcmp(method, "POST") == 0 && ul > 6 && strcmp(url + ul - 6, "/items") == 0;
-        rq->keep = (offer ? CLI_BODY_MAX : CLI_BODY_SMALL) + 1;
+        size_t keep = (offer ? CLI_BODY_MAX : CLI_BODY_SMALL) + 1;
+        cli_route early;
+        int refused = route_early(conf, conn, url, method, keep, &early);
+        /* A refusal with no body to come is answered now. One with a body
+         * is answered once the body has been read (and dropped): a client
+         * that sends its whole body before it reads the answer, as most
+         * do, would otherwise meet a reset. Its connection may be pushed
+         * out meanwhile, as an idle one may (cli_conn_start): a body
+         * trickled on a refused request holds no place. */
+        if (refused && !body_coming(conn)) return send_route_error(conn, &early);
+        if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
+        rq->conn = conn;
+        rq->keep = keep;
+        rq->since = now_ms();
+        if (refused) {
+            rq->refused = 1;
+            rq->early = early;
+            cli_conn_busy(conn_entry(conn), 0, now_ms());
+        }
         *con_cls = rq;
         return MHD_YES;
     }
@@ -257,29 +362,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_view(conn, &v, NULL, 0);
     }
     if (*upload_data_size) {
-        if (keep_body(rq, upload_data, *upload_data_size)) return MHD_NO;
+        if (now_ms() - rq->since > BODY_TIME_MS) return MHD_NO; /* closes the connection */
+        if (!rq->refused && keep_body(s, rq, upload_data, *upload_data_size)) return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
-    const cli_request req = {
-        .method = method,
-        .path = url,
-        .state = query(conn, "state"),
-        .cursor = query(conn, "cursor"),
-        .limit = query(conn, "limit"),
-        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
-        .body_len = rq->len,
-    };
+    if (rq->refused) return send_route_error(conn, &rq->early);
+    /* Routed again with the whole body: its size, and the token checked
+     * once more (route_early counted it for the backoff). */
+    const cli_request req = request_of(conn, url, method, rq->len);
     cli_route r;
     cli_route_request(conf->tokens, &req, &r);
-    if (req.authorization && (cli_endpoint_role(r.ep) || r.status == 401)) {
-        unsigned char ip[16];
-        cli_guard_result(conf->guard, ip, client_ip(conn, ip), now_ms(), r.status != 401);
-    }
     if (r.ep == CLI_EP_PAGE) return send_page(conn);
     cli_view v = {0};
+    if (rq->over && r.ep != CLI_EP_ERROR) {
+        cli_view_error(&v, 503, "busy: too many request bodies at once; try again");
+        return send_view(conn, &v, NULL, 1);
+    }
     if (r.ep == CLI_EP_TAKE) {
-        if (start_take(conf, &r, rq, &v) == 0) return MHD_YES;
+        if (start_take(s, &r, rq, &v) == 0) return MHD_YES;
         return send_view(conn, &v, NULL, 0);
     }
     answer(conf, &r, rq, &v);
@@ -288,12 +389,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)toe;
+    cli_server *s = cls;
+    (void)toe;
     request *rq = *con_cls;
     cli_conn_busy(conn_entry(conn), 0, now_ms());
     if (rq) {
         free(rq->take.v.body); /* an answer never sent */
         free(rq->body);
+        s->held -= rq->cap;
+        if (rq->took) __atomic_sub_fetch(&s->takes, 1, __ATOMIC_SEQ_CST);
     }
     free(rq);
     *con_cls = NULL;
@@ -320,6 +424,16 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* ------------------------------------------------------------ the daemon */
+
+/* Decodes a path or query value in place (libmicrohttpd's own decoding),
+ * with "%00" decoded to 0x01: a NUL would end the C string early, so
+ * ".../items/abc%00xyz" would act on item "abc"; a control byte is refused
+ * by the router like any other (no id or queue name holds one). */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
+    (void)cls, (void)conn;
+    for (char *p = strstr(s, "%00"); p; p = strstr(p + 3, "%00")) p[2] = '1';
+    return MHD_http_unescape(s);
+}
 
 /* Connections: at most CONN_MAX in all and CONN_PER_IP from one address,
  * each closed after CONN_IDLE_S seconds without a byte, in its headers,
@@ -355,11 +469,12 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
         return NULL;
     }
     s->conf = conf;
-    s->d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S, MHD_OPTION_END);
+    s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK,
+                            unescape, NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)CONN_PER_IP,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_S, MHD_OPTION_END);
     if (!s->d) {
         cli_err("serve: cannot listen on %s port %d (in use, or not an address of this machine)", addr,
                 port);
@@ -370,9 +485,23 @@ cli_server *cli_serve_start(const cli_serve_conf *conf, const char *addr, int po
     return s;
 }
 
+/* Takes answered at a stop get this long to reach their clients. */
+#define STOP_SEND_MS 5000
+
 void cli_serve_stop(cli_server *s) {
     if (!s) return;
+    /* The work thread has answered every take (cli_work_stop, before this)
+     * and resumed its connection; stopping the daemon now would close them
+     * unsent, and an item taken without a lease would be lost. So no new
+     * connection is accepted, and the answers go out first. */
+    MHD_socket ls = MHD_quiesce_daemon(s->d);
+    for (int64_t end = now_ms() + STOP_SEND_MS;
+         __atomic_load_n(&s->takes, __ATOMIC_SEQ_CST) > 0 && now_ms() < end;) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(s->d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
     cli_conns_free(s->conns);
     free(s);
 }
