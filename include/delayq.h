@@ -884,8 +884,11 @@ typedef void dq_take_cb(dq_client *c, int status, dq_msg *msg, void *privdata);
 
 /* Starts waiting for one item of queue on a connection of its own; cb runs
  * on the loop. timeout_ms < 0 waits forever. Survives reconnects, and waits
- * out the errors that persist (see dq_set_log): a timeout that comes while
- * Redis still gives one reports that error (status < 0), not 0. *req (may
+ * out the errors that persist (see dq_set_log) and failovers: a timeout
+ * that comes while Redis still gives one (READONLY, LOADING and
+ * CLUSTERDOWN among them) or cannot be reached reports that error (status
+ * < 0: DQ_ECONNECT when unreachable), not 0, so that an outage does not
+ * read as an empty queue. The timeout holds during a failover too. *req (may
  * be NULL) receives a handle for dq_take_cancel, valid until cb runs.
  * Returns 0, DQ_EINVAL or DQ_ENOMEM. */
 DQ_EXPORT int dq_take_async(dq_client *c, const char *queue, int64_t timeout_ms, dq_take_cb *cb,

@@ -260,6 +260,15 @@ int cli_json_line(struct dq__buf *b, struct json_t *v);
  * "token". A new reference, or NULL when out of memory. */
 struct json_t *cli_msg_json(const dq_msg *msg, int with_queue);
 
+/* Reopens any of descriptors 0-2 that is closed on /dev/null, first thing
+ * in main(): else a socket would land there. */
+void cli_std_fds_hold(void);
+
+/* 0 if stdout can take records; CLI_USAGE (after saying why) if it was
+ * closed when the process started: a command that removes what it prints
+ * (take) checks it before it takes anything. */
+int cli_out_usable(const char *what);
+
 /* Flushes and closes stdout at the end of a run (main.c). Returns 0, or
  * CLI_FAIL after printing why, unless a write failed and said so before. */
 int cli_out_close(void);

@@ -291,6 +291,7 @@ int cli_cmd_take(cli_env *env, int argc, char **argv) {
     if (!rc) rc = parse_batch(batch, t.opts != NULL, &t.batch);
     if (!rc && wait) rc = cli_parse_connect_wait(wait, &wait_ms);
     if (!rc && name && !cli_name_valid("take", name)) rc = CLI_USAGE;
+    if (!rc && !t.opts) rc = cli_out_usable("take"); /* a leased item would come back */
     if (!rc) rc = cli_connect_wait(env, NULL, wait_ms, &t.c);
     if (rc) return rc;
     t.queue = argv[0];

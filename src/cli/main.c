@@ -245,6 +245,7 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    cli_std_fds_hold();
     /* A closed stdout or socket is an error to report, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);
     int rc = dispatch(argc, argv);

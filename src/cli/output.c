@@ -19,6 +19,7 @@
  * stdout once more at the end of every run.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -26,13 +27,39 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ stderr */
 
-static int out_closed; /* stdout was closed by cli_out_close */
+static int out_closed;  /* stdout was closed by cli_out_close */
+static int out_missing; /* stdout was closed when the process started */
+
+void cli_std_fds_hold(void) {
+    /* A descriptor 0, 1 or 2 left closed by whoever started us would be the
+     * next one opened: a socket to Redis there would take an error line
+     * meant for stderr as commands. /dev/null holds each: stdout's is read
+     * only, so writes to it fail as they did (EBADF) and cli_out_usable can
+     * tell; stderr's takes the lines its closer did not want. */
+    static const int modes[3] = {O_RDONLY, O_RDONLY, O_WRONLY};
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        int got = open("/dev/null", modes[fd]);
+        if (got >= 0 && got != fd) { /* a lower one was closed too: it took that */
+            dup2(got, fd);
+            close(got);
+        }
+        if (fd == 1) out_missing = 1;
+    }
+}
+
+int cli_out_usable(const char *what) {
+    if (!out_missing) return 0;
+    cli_err("%s: stdout is closed: nothing taken could be printed (give it a file or a pipe)", what);
+    return CLI_USAGE;
+}
 
 /* A message's own text is ours, but it may quote what the library read
  * from Redis: anything that is no printable ASCII still becomes \xHH. */

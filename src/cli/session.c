@@ -195,7 +195,7 @@ static int connect_try(const cli_env *env, struct ev_loop *loop, dq_client **out
     const char *why = cause(c, rc);
     char line[512];
     if (strncmp(why, "cannot connect to ", 18) == 0 || strncmp(why, "invalid Redis URL", 17) == 0 ||
-        strncmp(why, "key file ", 9) == 0) {
+        strncmp(why, "key file ", 9) == 0 || strncmp(why, "cannot read key file ", 21) == 0) {
         snprintf(line, sizeof line, "%s", why);
     } else {
         dq__url_mask(env->redis_url, shown, sizeof shown);

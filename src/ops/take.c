@@ -40,6 +40,9 @@
  * after a growing pause, until the condition clears or the timeout, which
  * then reports that error rather than "nothing". (READONLY and LOADING say
  * the topology moved: the router retries them, then the take as above.)
+ * So does a Redis that cannot be reached: the take waits for it, and a
+ * timeout that comes first reports DQ_ECONNECT, so that a caller can tell
+ * an outage from an empty queue.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -100,7 +103,8 @@ struct dq_take_req {
     int retrying;           /* the timer is a retry, not the timeout      */
     double deadline;        /* ev_now() time of the timeout; < 0: none    */
     int end_status;         /* 0 (timeout), DQ_ECLOSED (cancel), or the code
-                               of an error that persists, while it does  */
+                               of an error that persists (or of Redis out
+                               of reach), while it does (note_failure)   */
     dq__backoff backoff;    /* errors that persist, in a row              */
     int done;
 };
@@ -118,6 +122,7 @@ static void on_retry(dq_take_req *t);
 static void retry_after(dq_take_req *t, double in);
 static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *reply, int code);
 static int look_if_ready(dq_take_req *t);
+static void note_failure(dq_take_req *t, int code);
 
 void dq_take_opts_init(dq_take_opts *o) {
     o->lease_ms = DQ_QUEUE_SETTING;
@@ -196,19 +201,26 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     if (!t) return;
     t->token = NULL;
     if (!reply) {
+        if (code != DQ_ECLOSED) note_failure(t, dq__reply_failure(t->c, conn, NULL, code, t->queue));
         if (t->ending || code == DQ_ECLOSED) finish(t, t->ending ? t->end_status : code, NULL, 0);
         else run_script(t); /* retries once the connection is back */
         return;
     }
     if (dq__reply_is_topology(reply)) {
-        /* The router's own retries ran out (a failover or a slot move is
-         * taking long; a cluster says CLUSTERDOWN for every slot while one
-         * master is replaced). The script did not run: try again shortly,
-         * as while disconnected, until the take's own timeout. */
-        dq__log_error(t->c, reply->str, "queue %s: take waits for the cluster: %s", t->queue,
-                      reply->str);
+        /* A failover or a slot move under way (a cluster says CLUSTERDOWN
+         * for every slot while one master is replaced), handed back at once
+         * by the router (DQ__ROUTE_OWN_RETRY), which made its connections
+         * again or refreshed its map. The script did not run: try again
+         * after the backoff's pause, until the take's own timeout, which
+         * then reports it. */
+        note_failure(t, dq__reply_failure(t->c, conn, reply, code, t->queue));
         if (t->ending) finish(t, t->end_status, NULL, 0);
-        else on_retry(t);
+        else
+            retry_after(
+                t, dq__backoff_failed(
+                       t->c, &t->backoff, reply->str, "queue %s: take waits for %s: %s", t->queue,
+                       dq__reply_class(reply) == DQ__ERR_LOADING ? "Redis to load its data" : "a master",
+                       reply->str));
         return;
     }
     unsigned told;
@@ -222,7 +234,7 @@ static void script_reply(dq__conn *conn, redisReply *reply, int code, void *priv
     }
     if (wait_out_error(t, conn, reply, code)) return;
     dq__backoff_ok(t->c, &t->backoff);
-    if (!t->ending) t->end_status = 0;
+    if (t->end_status != DQ_ECLOSED) t->end_status = 0; /* Redis answers again */
     /* A reply came: the request is settled, and its token counted. */
     if (t->woke && t->tokens[t->cur]) t->tokens[t->cur]--;
     t->woke = 0;
@@ -276,6 +288,15 @@ static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *repl
     retry_after(t, dq__backoff_failed(t->c, &t->backoff, reply->str, "queue %s: take failed: %s",
                                       t->queue, t->c->errstr));
     return 1;
+}
+
+/* A failure the take waits out (Redis out of reach, a topology refusal
+ * the router's retries did not outlast): kept for a timeout that comes
+ * before it clears (or while the router still retried: the failure is
+ * then the take's answer), as wait_out_error keeps an error that persists.
+ * A cancel's DQ_ECLOSED stays. */
+static void note_failure(dq_take_req *t, int code) {
+    if (code < 0 && t->end_status != DQ_ECLOSED) t->end_status = code;
 }
 
 /* Arms the timer for whichever comes first: a retry or the timeout. */
@@ -339,9 +360,14 @@ static void run_script(dq_take_req *t) {
     /* A leased take writes what must survive a failover; a plain take
      * hands its items out for good either way. */
     unsigned flags = t->opts.lease_ms != 0 ? DQ__ROUTE_WRITE : 0;
+    /* Busy refusals come back at once: the take retries them itself
+     * (script_reply) and so keeps to its own timeout. */
+    flags |= DQ__ROUTE_OWN_RETRY;
     int nargs = t->holder[0] ? 12 : 11;
-    if (dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, nargs, argv, lens, script_reply, token) != 0) {
+    int rc = dq__op_eval(c, t->queue, flags, DQ__LUA_TAKE, 6, nargs, argv, lens, script_reply, token);
+    if (rc != 0) {
         free(token);
+        note_failure(t, rc);
         if (t->ending) finish(t, t->end_status, NULL, 0);
         else on_retry(t); /* not connected: try again shortly */
         return;
@@ -565,6 +591,7 @@ static void on_conn_lost(dq__conn *conn, void *privdata) {
     if (t->conn != conn) return;
     t->conn = NULL;
     t->wait_out = 0;
+    note_failure(t, dq__fail(t->c, DQ_ECONNECT, "%s", conn->errstr));
     dq__conn_retire(conn);
     if (t->ending) finish(t, t->end_status, NULL, 0);
     else on_retry(t);

@@ -324,7 +324,7 @@ static enum outcome judge_error(rreq *r, const redisReply *reply) {
         if (demoted && rt->master) dq__rt_node_demoted(rt->master);
         if (rt->topology == DQ__TOPO_CLUSTER && class != DQ__ERR_TRYAGAIN) dq__rt_refresh(rt);
         if (rt->topology == DQ__TOPO_SENTINEL) dq__rt_discover(rt);
-        return RETRY_LATER;
+        return r->flags & DQ__ROUTE_OWN_RETRY ? DELIVER : RETRY_LATER;
     }
     if (r->rewrite && !r->rewritten) {
         /* Another request's pre went to this connection after r did: r

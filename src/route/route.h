@@ -47,9 +47,15 @@ typedef struct dq__rewrite {
 
 /* A write: WAIT for the client's wait_replicas after it. */
 #define DQ__ROUTE_WRITE (1u << 1)
+/* The caller retries by itself, within a deadline of its own (a take's
+ * timeout): a busy refusal (READONLY, LOADING, CLUSTERDOWN, TRYAGAIN,
+ * MASTERDOWN) is answered at once, after the router did what the refusal
+ * says of the topology (a demoted node's connection made again, a
+ * refresh), instead of being retried for up to ~14 s past that deadline. */
+#define DQ__ROUTE_OWN_RETRY (1u << 2)
 /* Sends cmd (RESP, len bytes; owned by the router from now on, also on
  * failure) to the node serving slot, following redirects. flags:
- * DQ__SEND_NO_TIMEOUT, DQ__ROUTE_WRITE. Returns 0 (fn runs exactly once) or
+ * DQ__SEND_NO_TIMEOUT, DQ__ROUTE_WRITE, DQ__ROUTE_OWN_RETRY. Returns 0 (fn runs exactly once) or
  * a code with the message on c (fn never runs). */
 int dq__route(dq_client *c, unsigned slot, unsigned flags, char *cmd, size_t len,
               const dq__rewrite *rewrite, dq__reply_fn *fn, void *privdata);

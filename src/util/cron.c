@@ -136,6 +136,29 @@ static const struct {
               {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
               {"@hourly", "0 * * * *"}};
 
+/* Whether the day fields can match a date: when either is '*', both must
+ * match (day_matches), so a day of the month that no month of the month
+ * field has ("0 0 30 2 *") would never tick; refused when set rather than
+ * listed as ended from the start. With neither '*' either field matches,
+ * and every month has every weekday. */
+static int date_exists(const dq__cron *c) {
+    static const int days[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (!c->mday_star && !c->wday_star) return 1;
+    for (int m = 1; m <= 12; m++)
+        if (c->month >> m & 1 && c->mday & ((2u << days[m]) - 2u)) return 1;
+    return 0;
+}
+
+static int no_date(const dq__cron *c, char *err, size_t size) {
+    int day = 1;
+    while (day < 31 && !(c->mday >> day & 1)) day++;
+    snprintf(err, size,
+             "field 3 (day of month): no month of field 4 has day %d, nor the other days given: "
+             "it would never run",
+             day);
+    return -1;
+}
+
 int dq__cron_parse(const char *expr, dq__cron *out, char *err, size_t size) {
     if (expr[0] == '@') {
         for (size_t i = 0; i < sizeof macros / sizeof macros[0]; i++)
@@ -171,7 +194,7 @@ int dq__cron_parse(const char *expr, dq__cron *out, char *err, size_t size) {
     out->wday = (uint32_t)((bits[4] | bits[4] >> 7) & 0x7f); /* 7 is Sunday too */
     out->mday_star = at[2][0] == '*';
     out->wday_star = at[4][0] == '*';
-    return 0;
+    return date_exists(out) ? 0 : no_date(out, err, size);
 }
 
 /* ------------------------------------------------------------ zones */

@@ -47,7 +47,6 @@ static const next_case next_cases[] = {
     {"30 4 1,15 jan,JUL *", "UTC", "2026-01-15T05:00Z", "2026-07-01T04:30Z"},
     {"5-10/5 8-9 * * *", "UTC", "2026-01-01T08:10Z", "2026-01-01T09:05Z"},
     {"0 0 * * 7", "UTC", "2026-11-27T00:00Z", "2026-11-29T00:00Z"}, /* 7 is Sunday */
-    {"0 0 31 2 *", "UTC", "2026-01-01T00:00Z", NULL},                /* never */
     /* America/New_York, spring forward 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z) */
     {"30 2 * * *", "America/New_York", "2026-03-07T08:00Z",
      "2026-03-08T07:00Z"}, /* in the gap: its end */
@@ -131,6 +130,9 @@ static void test_cron_parse_errors(void **state) {
         {"1, * * * *", "field 1"},
         {"*/61 * * * *", "bad step"},
         {"* */25 * * *", "field 2 (hour): '*/25' has a bad step"},
+        {"0 0 30 2 *", "no month of field 4 has day 30"},
+        {"0 0 31 4,6,9,11 *", "it would never run"},
+        {"0 0 30,31 feb *", "day 30, nor the other days"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -141,6 +143,19 @@ static void test_cron_parse_errors(void **state) {
         if (!strstr(err, bad[i].says))
             fail_msg("'%s': '%s' does not say '%s'", bad[i].expr, err, bad[i].says);
     }
+}
+
+/* A day field no month has is refused (above); dates that exist, if
+ * rarely, are not, and with both day fields given either matches (every
+ * month has a Monday). */
+static void test_cron_dates_exist(void **state) {
+    dq__cron c;
+    char err[200];
+    (void)state;
+    assert_int_equal(dq__cron_parse("0 0 29 2 *", &c, err, sizeof err), 0);
+    assert_int_equal(dq__cron_parse("0 0 30 2 mon", &c, err, sizeof err), 0);
+    assert_int_equal(dq__cron_parse("0 0 30,31 2,4 *", &c, err, sizeof err), 0);
+    assert_int_equal(dq__cron_parse("0 0 31 * *", &c, err, sizeof err), 0);
 }
 
 static void test_cron_zones(void **state) {
@@ -160,9 +175,8 @@ static void test_cron_zones(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cron_next_table),
-        cmocka_unit_test(test_cron_next_within_minute),
-        cmocka_unit_test(test_cron_parse_errors),
+        cmocka_unit_test(test_cron_next_table),   cmocka_unit_test(test_cron_next_within_minute),
+        cmocka_unit_test(test_cron_parse_errors), cmocka_unit_test(test_cron_dates_exist),
         cmocka_unit_test(test_cron_zones),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,8 @@ again) and retries the refused command for up to ~14 s: every offer started
 during the demotion exits 0 once the node is master again (before the fix,
 each failed after ~3 s of retries), producers and consumers carry on,
 neither consumer is restarted, and every offer that exited 0 is delivered,
-none early.
+none early. A `take --timeout 2s` during the demotion exits 3 with the
+READONLY error (before, 1: "nothing arrived").
 """
 # tier: slow (about 12 s): make test runs it, make test-fast does not
 import os
@@ -19,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.environ.get("DQ_TEST_LIB", os.path.join(os.path.dirname(__file__), "..", "..", "lib")))
-from dqtest import finish, note, ok, section, wait_for  # noqa: E402
+from dqtest import BIN, Bg, finish, note, ok, section, wait_for  # noqa: E402
 from hatraffic import Producer, check_delivered, consumers  # noqa: E402
 from topology import SentinelGroup, call, free_port, try_call  # noqa: E402
 
@@ -52,9 +53,18 @@ def main():
     t_down = time.time()
     call(m, "REPLICAOF", "127.0.0.1", str(nowhere))
     ok(role(m) == "slave", "the node is a replica", role(m))
-    time.sleep(DEMOTED_S)
+    # A take whose timeout ends while the node still refuses says so: an
+    # outage is not an empty queue (exit 1).
+    t_take = time.time()
+    took = Bg([BIN, "--redis", url, "take", "dmx", "--timeout", "2s"], name="take dmx --timeout 2s")
+    time.sleep(max(0.0, DEMOTED_S - (time.time() - t_down)))
     t_up = time.time()
     call(m, "REPLICAOF", "NO", "ONE")
+    rc = took.wait(10)
+    last = took.err.splitlines()[-1:] or [b""]
+    ok(rc == 3 and b"READONLY" in last[0], "take --timeout 2s meanwhile: exit 3 with the READONLY", (rc, last))
+    note(f"that take exited {time.time() - t_take:.1f} s after it started (its timeout 2 s; its client's "
+         "last writes waited for the master)")
     ok(role(m) == "master", "the node is a master again", role(m))
     note(f"demoted {t_up - t_down:.2f} s")
 
