@@ -214,6 +214,7 @@ static int run(cli_serve_conf *conf, dq_client *taker, const char *addr, int por
     cli_server *s = conf->work ? cli_serve_start(conf, addr, port) : NULL;
     if (!s) {
         cli_work_stop(conf->work);
+        cli_work_free(conf->work);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return CLI_FAIL;
     }
@@ -224,7 +225,8 @@ static int run(cli_serve_conf *conf, dq_client *taker, const char *addr, int por
     int sig = 0;
     sigwait(&stop, &sig);
     cli_work_stop(conf->work); /* answers the waiting takes, while the server still sends */
-    cli_serve_stop(s);
+    cli_serve_stop(s);         /* sends those answers, then stops */
+    cli_work_free(conf->work);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return CLI_OK;
 }

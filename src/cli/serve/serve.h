@@ -249,8 +249,12 @@ int cli_take_parse(const char *body, size_t len, cli_take_args *a, cli_view *v);
 typedef struct cli_work cli_work;
 cli_work *cli_work_start(dq_client *c);
 /* Cancels every waiting take (each answers what it got, or 503), then
- * stops the thread; the caller frees the client after. Safe with NULL. */
+ * stops the thread; the caller frees the client after. w stays valid
+ * (cli_work_take refuses from now on) until cli_work_free, which comes
+ * once the HTTP server, which may still hand takes over, has stopped.
+ * Both safe with NULL. */
 void cli_work_stop(cli_work *w);
+void cli_work_free(cli_work *w);
 
 /* A take handed to the work thread; done() runs on the work thread once
  * v is filled, after which the work thread no longer touches t. */

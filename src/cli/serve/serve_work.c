@@ -225,6 +225,10 @@ void cli_work_stop(cli_work *w) {
     pthread_mutex_unlock(&w->mu);
     ev_async_send(w->loop, &w->wake);
     pthread_join(w->thread, NULL);
+}
+
+void cli_work_free(cli_work *w) {
+    if (!w) return;
     pthread_mutex_destroy(&w->mu);
     while (w->queues) {
         struct taken_from *q = w->queues;
