@@ -62,7 +62,9 @@ int cli_out_usable(const char *what) {
 }
 
 /* A message's own text is ours, but it may quote what the library read
- * from Redis: anything that is no printable ASCII still becomes \xHH. */
+ * from Redis: anything that is no printable ASCII still becomes \xHH. The
+ * line goes out in one write (stderr is unbuffered): lines of processes
+ * sharing a stderr, a work command's children say, never interleave. */
 void cli_err(const char *fmt, ...) {
     static const char hex[] = "0123456789abcdef";
     va_list ap;
@@ -72,16 +74,29 @@ void cli_err(const char *fmt, ...) {
     int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
     if (!out_closed) fflush(stdout); /* what was printed before comes first */
-    if (n < 0) {
+    if (n < 0) { /* out of memory: msg is not set */
         fprintf(stderr, "delayq: %s\n", fmt);
         return;
     }
-    fputs("delayq: ", stderr);
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
-        if (*p >= 0x20 && *p < 0x7f) putc(*p, stderr);
-        else fprintf(stderr, "\\x%c%c", hex[*p >> 4], hex[*p & 0xF]);
+    char *line = malloc(4 * (size_t)n + 16);
+    if (!line) {
+        fprintf(stderr, "delayq: %s\n", msg);
+        free(msg);
+        return;
     }
-    putc('\n', stderr);
+    memcpy(line, "delayq: ", 8);
+    size_t len = 8;
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p >= 0x20 && *p < 0x7f) {
+            line[len++] = (char)*p;
+        } else {
+            line[len++] = '\\', line[len++] = 'x';
+            line[len++] = hex[*p >> 4], line[len++] = hex[*p & 0xF];
+        }
+    }
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
+    free(line);
     free(msg);
 }
 
