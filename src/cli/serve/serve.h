@@ -261,6 +261,8 @@ void cli_work_free(cli_work *w);
 typedef struct cli_take {
     char queue[DQ_QUEUE_MAX + 1];
     cli_take_args args;
+    int fd; /* the client's socket, looked at while the take waits:
+                        a client gone cancels it (-1: not looked at) */
     cli_view v;
     void (*done)(struct cli_take *t);
     void *ctx;

@@ -221,6 +221,9 @@ static void take_done(cli_take *t) {
 static int start_take(cli_server *s, const cli_route *r, request *rq, cli_view *v) {
     if (cli_take_parse(rq->body, rq->len, &rq->take.args, v)) return -1;
     snprintf(rq->take.queue, sizeof rq->take.queue, "%s", r->queue);
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    rq->take.fd = fd ? fd->connect_fd : -1;
     rq->take.done = take_done;
     rq->taking = 1;
     rq->took = 1;

@@ -14,6 +14,7 @@
  */
 #include <ev.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +23,18 @@
 #include "cli/cli.h"
 #include "cli/serve/serve.h"
 
-/* A take under way: its dq_take_req, so that a stop can cancel it. */
+/* A take under way: its dq_take_req, so that a stop can cancel it, and
+ * the look at its client's socket while it waits. */
 typedef struct running {
     cli_take *t;
     dq_take_req *req;
+    ev_timer gone;
     struct running *prev, *next;
     struct cli_work *w;
 } running;
+
+/* How often a waiting take looks whether its client went away (s). */
+#define GONE_CHECK_S 0.5
 
 struct cli_work {
     dq_client *c;
@@ -89,6 +95,7 @@ static void answer_items(cli_view *v, dq_msg **msgs, size_t n) {
 }
 
 static void finish(cli_work *w, running *r) {
+    ev_timer_stop(w->loop, &r->gone);
     if (r->prev) r->prev->next = r->next;
     else w->head = r->next;
     if (r->next) r->next->prev = r->prev;
@@ -124,6 +131,22 @@ static void on_taken(dq_client *c, int status, dq_msg **msgs, size_t n, void *pr
 
 /* ------------------------------------------------------------ the thread */
 
+/* A waiting take whose client closed its connection (or reset it) is
+ * cancelled: libmicrohttpd does not watch a suspended connection, so
+ * without this the take would wait on and pop items nobody receives, lost
+ * when taken without a lease. A cancel loses nothing (dq_take_cancel): an
+ * item already on its way is answered, to a socket that may be gone, as
+ * before. The socket stays open until the take's answer is sent. */
+static void on_gone_check(struct ev_loop *loop, ev_timer *tm, int revents) {
+    running *r = tm->data;
+    (void)revents;
+    struct pollfd p = {.fd = r->t->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) == 1 && p.revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        ev_timer_stop(loop, tm);
+        if (r->req) dq_take_cancel(r->req);
+    }
+}
+
 static void start_take(cli_work *w, cli_take *t) {
     running *r = calloc(1, sizeof *r);
     dq_take_opts opts;
@@ -135,6 +158,9 @@ static void start_take(cli_work *w, cli_take *t) {
     }
     r->t = t;
     r->w = w;
+    ev_timer_init(&r->gone, on_gone_check, GONE_CHECK_S, GONE_CHECK_S);
+    r->gone.data = r;
+    if (t->fd >= 0 && t->args.wait_ms > 0) ev_timer_start(w->loop, &r->gone);
     r->next = w->head;
     if (w->head) w->head->prev = r;
     w->head = r;

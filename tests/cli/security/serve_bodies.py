@@ -25,6 +25,9 @@ answers, with real sockets against a real serve and redis.
   the answers went out: items taken for good were lost).
 - A take while Redis is stopped answers 503 after its wait, not 200 with
   no items (a consumer could not tell an outage from an empty queue).
+- A waiting take whose client closed its connection is cancelled (within
+  0.5 s): an item offered after that stays ready for the next take
+  (before, the take waited on and popped it for nobody: lost).
 """
 import json
 import os
@@ -163,6 +166,23 @@ for method in ("GET", "DELETE"):
     eq(st, 400, f"{method} items/abc%00xyz: 400")
 st, r = http_call(port, "GET", "/api/queues/sb3/items/abc")
 ok(st == 200 and r.get("state") == "pending", "abc is still pending", (st, r))
+
+section("a waiting take whose client went away takes nothing more")
+s = connect(port)
+body = b'{"wait_ms": 20000}'
+s.sendall(head("/api/queues/sb7/take", len(body), CONSUME) + body)
+time.sleep(0.5)
+s.close()  # the client gives up
+time.sleep(1.5)  # the take notices within 0.5 s and is cancelled
+st, r = http_call(port, "POST", "/api/queues/sb7/items", {"payload": "after", "id": "late"}, PRODUCE)
+eq(st, 200, "an item offered after the client left")
+time.sleep(0.5)
+st, r = http_call(port, "GET", "/api/queues/sb7/items/late")
+ok(st == 200 and r.get("state") == "ready", "it stays ready for a consumer that is there (not taken and lost)",
+   (st, r))
+eq(redis("HGET", "dq:{sb7}:n", "delivered"), None, "nothing counted as delivered")
+st, r = http_call(port, "POST", "/api/queues/sb7/take", {"wait_ms": 1000}, CONSUME)
+ok(st == 200 and [m["id"] for m in r["items"]] == ["late"], "the next take gets it", (st, r))
 
 section("a take while Redis is stopped: 503 after its wait, not an empty 200")
 ok(redis_stop(), "redis stopped")
