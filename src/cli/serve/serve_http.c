@@ -286,11 +286,10 @@ static cli_request request_of(struct MHD_Connection *conn, const char *url, cons
  * the endpoint takes is refused (413) as well. 1 if refused (r->ep is
  * CLI_EP_ERROR). */
 static int route_early(const cli_serve_conf *conf, struct MHD_Connection *conn, const char *url,
-                       const char *method, size_t keep, cli_route *out) {
+                       const char *method, size_t keep, cli_route *r) {
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
     cli_request req = request_of(conn, url, method, 0);
-    cli_route *r = out;
     cli_route_request(conf->tokens, &req, r);
     if (req.authorization && (cli_endpoint_role(r->ep) || r->status == 401)) {
         unsigned char ip[16];
