@@ -39,10 +39,12 @@
  * BUSY: backoff.c) does not end a take that has time left: it looks again
  * after a growing pause, until the condition clears or the timeout, which
  * then reports that error rather than "nothing". (READONLY and LOADING say
- * the topology moved: the router retries them, then the take as above.)
- * So does a Redis that cannot be reached: the take waits for it, and a
- * timeout that comes first reports DQ_ECONNECT, so that a caller can tell
- * an outage from an empty queue.
+ * the topology moved: the router does what that asks, a connection made
+ * again or its map refreshed, and hands the refusal back at once, so the
+ * take waits it out as above and keeps to its timeout.) So does a Redis
+ * that cannot be reached: the take waits for it, and a timeout that comes
+ * first reports DQ_ECONNECT, so that a caller can tell an outage from an
+ * empty queue.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -290,11 +292,10 @@ static int wait_out_error(dq_take_req *t, dq__conn *conn, const redisReply *repl
     return 1;
 }
 
-/* A failure the take waits out (Redis out of reach, a topology refusal
- * the router's retries did not outlast): kept for a timeout that comes
- * before it clears (or while the router still retried: the failure is
- * then the take's answer), as wait_out_error keeps an error that persists.
- * A cancel's DQ_ECLOSED stays. */
+/* A failure the take waits out (Redis out of reach, a topology refusal):
+ * kept for a timeout that comes before it clears (or while its call was
+ * out: the failure is then the take's answer), as wait_out_error keeps an
+ * error that persists. A cancel's DQ_ECLOSED stays. */
 static void note_failure(dq_take_req *t, int code) {
     if (code < 0 && t->end_status != DQ_ECLOSED) t->end_status = code;
 }
